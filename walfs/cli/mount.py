@@ -1,0 +1,197 @@
+"""`walfs mount DATA_DIR MOUNTPOINT [options]`: mounts and returns once the mount serves.
+
+Without --foreground the command forks: the child (new session, stdio on /dev/null or the
+log file) runs the daemon, and the parent waits on a pipe until the child says the mount
+is ready (exit 0) or reports why it failed (exit 1). mount(8) and fstab need exactly this:
+the helper must return, with the mount up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+SIZE_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+# Options mount(8)/fstab pass that concern mount(8) itself, not the file system.
+IGNORED_MOUNT_OPTIONS = frozenset(
+    {"rw", "defaults", "auto", "noauto", "user", "nouser", "users", "_netdev", "nofail",
+     "default_permissions"}
+)
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().lower().removesuffix("ib").removesuffix("b")
+    if text and text[-1] in SIZE_SUFFIXES:
+        return int(text[:-1]) * SIZE_SUFFIXES[text[-1]]
+    return int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="walfs mount", description="Mount a walfs data directory as a file tree."
+    )
+    p.add_argument("data_dir", help="the WAL's data directory (created if missing)")
+    p.add_argument("mountpoint", help="an existing empty directory")
+    p.add_argument("-f", "--foreground", action="store_true", help="stay attached (systemd)")
+    p.add_argument("--fsync", choices=("always", "interval", "never"), default=None)
+    p.add_argument("--fsync-interval-ms", type=int, default=None)
+    p.add_argument("--org-id", type=int, default=None)
+    p.add_argument("--allow-other", action="store_true", default=None,
+                   help="let other users in (needs user_allow_other in /etc/fuse.conf "
+                        "unless root)")
+    p.add_argument("--log-level", default=None, help="debug, info, warning (default), error")
+    p.add_argument("--log-file", default=None, help="log here when in the background")
+    p.add_argument("--segment-size", type=parse_size, default=None, help="e.g. 64M")
+    p.add_argument("--block-size", type=parse_size, default=None, help="e.g. 1M")
+    p.add_argument("-o", dest="options", action="append", default=[],
+                   help="comma-separated: fsync=, org_id=, allow_other, log_level=, "
+                        "log_file=, segment_size=, block_size=, fsync_interval_ms=, and "
+                        "FUSE options (nosuid, nodev, noexec, noatime, allow_root, ...)")
+    # mount(8) passes these to helpers; they mean nothing here.
+    p.add_argument("-s", "-n", "-v", dest="_ignored", action="store_true",
+                   help=argparse.SUPPRESS)
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
+    """Merges -o options under the explicit flags; returns (MountConfig, logging opts)."""
+    from walfs.daemon import FUSE_PASSTHROUGH_OPTIONS, MountConfig
+
+    opts: dict[str, str] = {}
+    fuse: set[str] = set()
+    for group in args.options:
+        for item in group.split(","):
+            item = item.strip()
+            if not item or item in IGNORED_MOUNT_OPTIONS or item.startswith("x-"):
+                continue
+            key, _, value = item.partition("=")
+            key = key.replace("-", "_")
+            if key in ("fsync", "org_id", "log_level", "log_file", "segment_size",
+                       "block_size", "fsync_interval_ms"):
+                opts[key] = value
+            elif key == "allow_other":
+                opts[key] = "1"
+            elif key == "foreground":
+                opts[key] = "1"
+            elif key in FUSE_PASSTHROUGH_OPTIONS:
+                fuse.add(item)
+            elif key == "ro":
+                raise SystemExit("walfs mount: read-only mounts are not supported")
+            else:
+                raise SystemExit(f"walfs mount: unknown option {item!r}")
+
+    def pick(flag: object, key: str, default: str | None) -> str | None:
+        return str(flag) if flag is not None else opts.get(key, default)
+
+    fsync = pick(args.fsync, "fsync", "interval")
+    if fsync not in ("always", "interval", "never"):
+        raise SystemExit(f"walfs mount: fsync must be always, interval or never, not {fsync!r}")
+    seg = args.segment_size if args.segment_size is not None else opts.get("segment_size")
+    blk = args.block_size if args.block_size is not None else opts.get("block_size")
+    config = MountConfig(
+        data_dir=os.path.abspath(args.data_dir),
+        mountpoint=os.path.abspath(args.mountpoint),
+        fsync=fsync,
+        org_id=int(pick(args.org_id, "org_id", "1") or 1),
+        allow_other=bool(args.allow_other) or "allow_other" in opts,
+        fsync_interval_ms=int(pick(args.fsync_interval_ms, "fsync_interval_ms", "100") or 100),
+        segment_size=parse_size(str(seg)) if seg is not None else None,
+        block_size=parse_size(str(blk)) if blk is not None else None,
+        fuse_options=fuse,
+    )
+    log_opts = {
+        "level": pick(args.log_level, "log_level", "warning") or "warning",
+        "file": pick(args.log_file, "log_file", "") or "",
+        "foreground": "1" if args.foreground or "foreground" in opts else "",
+    }
+    return config, log_opts
+
+
+def setup_logging(level: str, path: str | None) -> None:
+    handler: logging.Handler
+    handler = logging.FileHandler(path) if path else logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    config, log_opts = config_from_args(args)
+    from walfs.daemon import MountConfig, run
+
+    assert isinstance(config, MountConfig)
+    if not os.path.isdir(config.mountpoint):
+        from walfs.daemon import is_dead_mount
+
+        if not is_dead_mount(config.mountpoint):
+            print(f"walfs mount: {config.mountpoint} is not a directory", file=sys.stderr)
+            return 1
+    os.makedirs(config.data_dir, exist_ok=True)
+
+    if log_opts["foreground"]:
+        setup_logging(log_opts["level"], log_opts["file"] or None)
+        try:
+            return run(config)
+        except Exception as exc:
+            logging.getLogger("walfs").error("mount failed: %s", exc, exc_info=True)
+            print(f"walfs mount: {exc}", file=sys.stderr)
+            return 1
+    return _daemonize(config, log_opts)
+
+
+def _daemonize(config: object, log_opts: dict[str, str]) -> int:
+    from walfs.daemon import MountConfig, run
+
+    assert isinstance(config, MountConfig)
+    read_fd, write_fd = os.pipe()
+    # Flush before fork so buffered output is not written twice.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid > 0:
+        os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as pipe:
+            message = pipe.read().decode("utf-8", "replace")
+        if message.startswith("ready"):
+            return 0
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+        text = message.removeprefix("error:").strip() or "the daemon exited before mounting"
+        print(f"walfs mount: {text}", file=sys.stderr)
+        return 1
+
+    # Child: the daemon. Its own session, so the terminal's signals don't reach it.
+    os.close(read_fd)
+    status = 1
+    try:
+        os.setsid()
+        os.chdir("/")
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+        setup_logging(log_opts["level"], log_opts["file"] or os.devnull)
+
+        def ready() -> None:
+            os.write(write_fd, b"ready\n")
+            os.close(write_fd)
+
+        status = run(config, on_ready=ready)
+    except BaseException as exc:  # everything must reach the parent, then exit
+        logging.getLogger("walfs").error("mount failed: %s", exc, exc_info=True)
+        try:
+            os.write(write_fd, f"error: {exc}".encode())
+        except OSError:
+            pass  # already reported ready; the log has it
+    finally:
+        os._exit(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

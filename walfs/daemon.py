@@ -1,0 +1,174 @@
+"""Runs one mount: opens the Wal, mounts, serves until unmount or a signal, closes cleanly.
+
+Lifecycle (the order matters):
+1. open the Wal (takes its lock: a second daemon on the same data dir fails here, before
+   anything is mounted);
+2. pyfuse3.init mounts; from now on every exit path unmounts, so the mount is never left
+   dead ("Transport endpoint is not connected");
+3. inside trio: background tasks start, readiness is announced (the `walfs mount` parent's
+   pipe, and sd_notify READY=1), pyfuse3.main serves;
+4. SIGTERM/SIGINT/SIGHUP -> STOPPING=1 and pyfuse3.terminate(); an external umount ends
+   pyfuse3.main by itself;
+5. partial lines still held by open files are committed, the mount goes away, and
+   Wal.close() makes everything durable.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyfuse3
+import trio
+
+from walfs.fuse_ops import WalOperations
+
+log = logging.getLogger("walfs.daemon")
+
+# Mount options pyfuse3/libfuse 3.14 accept (others make init fail, see fuse-facts.md).
+FUSE_PASSTHROUGH_OPTIONS = frozenset(
+    {"allow_root", "nosuid", "nodev", "noexec", "suid", "dev", "exec", "sync", "dirsync",
+     "atime", "noatime", "auto_unmount", "debug"}
+)
+
+
+@dataclass
+class MountConfig:
+    data_dir: str
+    mountpoint: str
+    fsync: str = "interval"
+    org_id: int = 1
+    allow_other: bool = False
+    fsync_interval_ms: int = 100
+    segment_size: int | None = None
+    block_size: int | None = None
+    fuse_options: set[str] = field(default_factory=set)
+    max_tasks: int = 99
+
+
+def sd_notify(message: str) -> bool:
+    """Sends one datagram to $NOTIFY_SOCKET (systemd's notify protocol); False if unset."""
+    address = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return False
+    if address.startswith("@"):
+        address = "\0" + address[1:]  # abstract namespace
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+            sock.connect(address)
+            sock.sendall(message.encode())
+        return True
+    except OSError as exc:
+        log.warning("sd_notify(%r) failed: %s", message, exc)
+        return False
+
+
+def is_dead_mount(path: str) -> bool:
+    """True for a FUSE mount whose daemon is gone (stat gives ENOTCONN)."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.errno == errno.ENOTCONN
+    return False
+
+
+def lazy_unmount(path: str) -> None:
+    """Detaches `path` even while files are open (fusermount3 -uz); quiet if not mounted."""
+    subprocess.run(
+        ["fusermount3", "-u", "-z", "-q", path],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+def open_wal(config: MountConfig) -> Any:
+    from walfs import Wal  # late: `walfs --help` should not need the engine built
+
+    kwargs: dict[str, Any] = {"fsync_interval_ms": config.fsync_interval_ms}
+    if config.segment_size is not None:
+        kwargs["segment_size"] = config.segment_size
+    if config.block_size is not None:
+        kwargs["block_size"] = config.block_size
+    return Wal(config.data_dir, fsync=config.fsync, org_id=config.org_id, **kwargs)
+
+
+def fuse_options(config: MountConfig) -> set[str]:
+    data_dir = os.path.abspath(config.data_dir)
+    # fsname shows in /proc/mounts and df; a comma would split the option string.
+    fsname = data_dir if "," not in data_dir else "walfs"
+    options = {"default_permissions", f"fsname={fsname}", "subtype=walfs"}
+    if config.allow_other:
+        options.add("allow_other")
+    options |= config.fuse_options
+    return options
+
+
+def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
+    """Mounts and serves until unmounted or signalled. Returns the exit status."""
+    if is_dead_mount(config.mountpoint):
+        # A daemon killed earlier left its mount behind: clear it so we can mount again.
+        log.warning("%s is a dead mount; detaching it", config.mountpoint)
+        lazy_unmount(config.mountpoint)
+    wal = open_wal(config)
+    ops = WalOperations(
+        wal,
+        os.path.abspath(config.data_dir),
+        blocking_appends=config.fsync == "always",
+        info={"fsync": config.fsync, "org_id": str(config.org_id)},
+    )
+    mounted = False
+    try:
+        pyfuse3.init(ops, config.mountpoint, fuse_options(config))
+        mounted = True
+        trio.run(_serve, ops, config, on_ready)
+    finally:
+        if mounted:
+            # Lazy (libfuse detaches as root; fusermount3 -z otherwise): a reader holding a
+            # file must not keep the mount half alive.
+            try:
+                pyfuse3.close(unmount=True)
+            except Exception:
+                log.exception("unmount failed; detaching lazily")
+                lazy_unmount(config.mountpoint)
+        wal.close()
+        log.info("walfs stopped: %s unmounted, WAL closed", config.mountpoint)
+    return 0
+
+
+async def _serve(
+    ops: WalOperations, config: MountConfig, on_ready: Callable[[], None] | None
+) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ops.invalidation_task, name="walfs-invalidate")
+        nursery.start_soon(ops.watch_task, name="walfs-watch")
+        nursery.start_soon(_signals, name="walfs-signals")
+        # The mount exists since pyfuse3.init; requests wait in /dev/fuse until main runs,
+        # which starts without yielding after this point.
+        log.info("walfs serving %s on %s", config.data_dir, config.mountpoint)
+        if on_ready is not None:
+            on_ready()
+        sd_notify("READY=1\nSTATUS=serving " + config.mountpoint)
+        try:
+            await pyfuse3.main(max_tasks=config.max_tasks)
+        finally:
+            sd_notify("STOPPING=1")
+            with trio.CancelScope(shield=True):
+                await ops.commit_all_partials()
+            nursery.cancel_scope.cancel()
+
+
+async def _signals() -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            log.info("signal %s: unmounting", signal.Signals(signum).name)
+            sd_notify("STOPPING=1")
+            pyfuse3.terminate()
+            return

@@ -1,0 +1,927 @@
+"""The FUSE face of a walfs.Wal: a pyfuse3 Operations class that only translates.
+
+The tree it shows::
+
+    MOUNT/<topic>                                  partition 0 of <topic>
+    MOUNT/partition=<n>/<topic>                    partition n (partition=0 is partition 0 again)
+    MOUNT/.consumers/<group>/<topic>               <topic> after <group>'s committed offset
+    MOUNT/.consumers/<group>/partition=<n>/<topic>
+
+A topic file's bytes are its records' values, each followed by b"\\n" (walfs.Wal's byte
+view). Each newline-terminated line written is one record; a partial line stays with its
+file handle until its newline, flush (close) or fsync. Everything here is append-only in
+the way Linux treats append-only inodes: every call that would change or remove bytes gets
+EPERM. Byte and record logic lives in walfs.Wal; this module decides errnos, inodes,
+kernel cache timeouts and when blocking work leaves the trio loop.
+
+pyfuse3 runs every request as a trio task on one thread, so a handler must never block on
+the disk: appends that wait for fsync, fsync itself, reads and consumer bookkeeping run in
+worker threads (walfs.Wal is thread-safe and its C calls release the GIL).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import pyfuse3
+import trio
+
+from walfs import errors as wal_errors
+
+log = logging.getLogger("walfs.fuse")
+
+CONSUMERS_DIR = ".consumers"
+PARTITION_PREFIX = "partition="
+MAX_TOPIC_BYTES = 249  # walfs.Wal's limit on a topic name (UTF-8 bytes)
+MAX_PARTITION = 2**31 - 1
+
+# Entries never disappear (nothing can be unlinked), so the kernel may keep them long.
+ENTRY_TIMEOUT = 60.0
+# Sizes change; the invalidation task tells the kernel at once, this bounds the damage if
+# a notification is ever lost (e.g. growth the watcher has not seen yet).
+ATTR_TIMEOUT = 1.0
+# Spark/Hadoop probe `.<name>.crc` beside every file: let the kernel answer the repeats.
+# New topics invalidate these negative entries explicitly, so the timeout may be long.
+NEGATIVE_TIMEOUT = 30.0
+# How often the watcher looks for growth and topics that did not come through this mount.
+WATCH_INTERVAL = 1.0
+
+XATTR_PREFIX = "user.walfs."
+TOPIC_XATTRS = (
+    "org_id",
+    "topic",
+    "topic_hash",
+    "partition",
+    "low_watermark",
+    "high_watermark",
+    "byte_size",
+)
+CONSUMER_XATTRS = TOPIC_XATTRS + ("group", "committed_offset")
+ROOT_XATTRS = ("pid", "data_dir", "org_id", "fsync")
+
+
+class Node(NamedTuple):
+    """What an inode stands for. Kinds: root, pdir, consumers, group, gpdir, topic, cfile."""
+
+    kind: str
+    partition: int = 0
+    topic: str = ""
+    group: str = ""
+
+
+ROOT = Node("root")
+CONSUMERS = Node("consumers")
+DIR_KINDS = frozenset({"root", "pdir", "consumers", "group", "gpdir"})
+
+
+@dataclass
+class Handle:
+    """State of one open file (one FUSE fh)."""
+
+    node: Node
+    writable: bool = False
+    # Opened with O_APPEND: the kernel's write offset is ignored (it is stale when others
+    # append), the data goes to the stream's tail.
+    append: bool = False
+    # A handle that created the topic without O_APPEND (`>`, cp) may write sequentially
+    # from 0; next_pos is where its next write must start.
+    next_pos: int = 0
+    partial: bytearray = field(default_factory=bytearray)
+    appended: bool = False  # fsync has something to make durable
+    # Consumer files: where this handle's view starts and how far it has been read
+    # contiguously from its start (only that much is committed at close).
+    base_offset: int = 0
+    base_byte: int = 0
+    frontier: int = 0
+
+
+def parse_partition_dir(name: str) -> int | None:
+    """`partition=<n>` with n in 0..2**31-1 written canonically, else None."""
+    if not name.startswith(PARTITION_PREFIX):
+        return None
+    digits = name[len(PARTITION_PREFIX) :]
+    if not digits.isascii() or not digits.isdigit() or (len(digits) > 1 and digits[0] == "0"):
+        return None
+    n = int(digits)
+    return n if n <= MAX_PARTITION else None
+
+
+def topic_name_error(name: bytes) -> int:
+    """0 if `name` may be a topic in the tree, else the errno that explains why not."""
+    if len(name) > MAX_TOPIC_BYTES:
+        return errno.ENAMETOOLONG
+    try:
+        text = name.decode("utf-8")
+    except UnicodeDecodeError:
+        return errno.EINVAL
+    # `.consumers` and `partition=...` are the tree's own names; `.`/`..` are the kernel's.
+    if (
+        not text
+        or text in (".", "..", CONSUMERS_DIR)
+        or text.startswith(PARTITION_PREFIX)
+        or "\0" in text
+        or "/" in text
+    ):
+        return errno.EINVAL
+    return 0
+
+
+def fuse_error_for(exc: BaseException) -> pyfuse3.FUSEError:
+    """The errno a walfs error becomes at the file system boundary."""
+    if isinstance(exc, pyfuse3.FUSEError):
+        return exc
+    if isinstance(exc, wal_errors.WalIOError):
+        return pyfuse3.FUSEError(exc.errno or errno.EIO)
+    if isinstance(exc, (wal_errors.InvalidTopicError, wal_errors.InvalidPartitionError)):
+        return pyfuse3.FUSEError(errno.EINVAL)
+    if isinstance(exc, wal_errors.RecordTooLargeError):
+        return pyfuse3.FUSEError(errno.EFBIG)
+    if isinstance(exc, wal_errors.OffsetOutOfRangeError):
+        # Bytes below the low watermark were trimmed: say "no data", not "I/O error".
+        return pyfuse3.FUSEError(errno.ENODATA)
+    if isinstance(exc, wal_errors.ReadOnlyError):
+        return pyfuse3.FUSEError(errno.EROFS)
+    if isinstance(exc, OSError) and exc.errno:
+        return pyfuse3.FUSEError(exc.errno)
+    return pyfuse3.FUSEError(errno.EIO)
+
+
+@contextmanager
+def wal_errors_as_errno(what: str) -> Iterator[None]:
+    try:
+        yield
+    except pyfuse3.FUSEError:
+        raise
+    except Exception as exc:
+        err = fuse_error_for(exc)
+        level = logging.WARNING if err.errno in (errno.ENOSPC, errno.ENODATA) else logging.ERROR
+        log.log(level, "%s failed: %r", what, exc, exc_info=level == logging.ERROR)
+        raise err from exc
+
+
+class WalOperations(pyfuse3.Operations):
+    """Translates FUSE requests into walfs.Wal calls.
+
+    `wal` is a walfs.Wal (or anything with its interface). `blocking_appends` says whether
+    an append can wait for the disk (fsync=always): such appends run in a worker thread,
+    others run inline because a thread hop costs more than the append itself.
+    """
+
+    enable_writeback_cache = False  # the kernel would then ignore our sizes (fuse-facts)
+
+    def __init__(
+        self,
+        wal: Any,
+        data_dir: str,
+        *,
+        uid: int | None = None,
+        gid: int | None = None,
+        blocking_appends: bool = False,
+        info: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__()
+        self.wal = wal
+        self.data_dir = data_dir
+        self.uid = os.getuid() if uid is None else uid
+        self.gid = os.getgid() if gid is None else gid
+        self.blocking_appends = blocking_appends
+        self.info = dict(info or {})
+        self.start_ns = time.time_ns()
+
+        self._inodes: dict[Node, int] = {ROOT: pyfuse3.ROOT_INODE}
+        self._nodes: dict[int, Node] = {pyfuse3.ROOT_INODE: ROOT}
+        self._next_ino = pyfuse3.ROOT_INODE + 1
+        self._handles: dict[int, Handle] = {}
+        self._next_fh = 1
+
+        # Streams (topic, partition) known to exist, incl. topics created by open(O_CREAT)
+        # that have no record yet (they live only in this mount until their first append).
+        self._streams: set[tuple[str, int]] = set()
+        self._empty_streams: set[tuple[str, int]] = set()
+        self._made_partitions: set[int] = set()  # mkdir partition=<n> without streams yet
+        self._groups: set[str] = set()
+        self._mtime_ns: dict[tuple[str, int], int] = {}
+        self._seen_size: dict[tuple[str, int], int] = {}
+        # Byte position of a committed offset never changes: cache it (computing it may
+        # mean reading the records behind it).
+        self._byte_pos_cache: dict[tuple[str, int, int], int] = {}
+
+        # Work for the invalidation task (cache notifications must not come from handlers).
+        self._dirty_inodes: set[int] = set()
+        self._dirty_entries: set[tuple[int, bytes]] = set()
+        self._wakeup = trio.Event()
+
+        self.refresh_streams()
+
+    # ----------------------------------------------------------------- inodes and nodes
+
+    def _ino(self, node: Node) -> int:
+        ino = self._inodes.get(node)
+        if ino is None:
+            ino = self._next_ino
+            self._next_ino += 1
+            self._inodes[node] = ino
+            self._nodes[ino] = node
+        return ino
+
+    def _node(self, ino: int) -> Node:
+        try:
+            return self._nodes[ino]
+        except KeyError:
+            raise pyfuse3.FUSEError(errno.ENOENT) from None
+
+    def refresh_streams(self) -> list[tuple[str, int]]:
+        """Re-reads the Wal's stream list; returns the streams that are new to the mount."""
+        found = [(t, p) for t in self.wal.topics() for p in self.wal.partitions(t)]
+        new = [s for s in found if s not in self._streams]
+        for s in new:
+            self._add_stream(s)
+        self._groups.update(self.wal.consumer_groups())
+        return new
+
+    def _add_stream(self, stream: tuple[str, int]) -> None:
+        self._streams.add(stream)
+        self._mtime_ns.setdefault(stream, self.start_ns)
+        topic, partition = stream
+        # The kernel may hold negative entries for this name under every alias.
+        name = topic.encode()
+        parents = [Node("pdir", partition)]
+        if partition == 0:
+            parents.append(ROOT)
+        for group in self._groups:
+            parents.append(Node("gpdir", partition, group=group))
+            if partition == 0:
+                parents.append(Node("group", group=group))
+        for parent in parents:
+            ino = self._inodes.get(parent)
+            if ino is not None:
+                self._dirty_entries.add((ino, name))
+        root_name = f"{PARTITION_PREFIX}{partition}".encode()
+        self._dirty_entries.add((pyfuse3.ROOT_INODE, root_name))
+        self._wakeup.set()
+
+    def _stream_exists(self, topic: str, partition: int) -> bool:
+        if (topic, partition) in self._streams:
+            return True
+        # Appends that did not come through this mount (e.g. an in-process Kafka
+        # listener) are found here before the watcher's next round.
+        if self.wal.high_watermark(topic, partition) > 0:
+            self._add_stream((topic, partition))
+            return True
+        return False
+
+    def _partitions(self) -> set[int]:
+        return {p for _, p in self._streams} | self._made_partitions
+
+    def _topics_in(self, partition: int) -> list[str]:
+        return sorted(t for t, p in self._streams if p == partition)
+
+    # ----------------------------------------------------------------- attributes
+
+    def _attrs(self, node: Node, ino: int) -> pyfuse3.EntryAttributes:
+        attrs = pyfuse3.EntryAttributes()
+        attrs.st_ino = ino
+        attrs.generation = 0
+        attrs.entry_timeout = ENTRY_TIMEOUT
+        attrs.attr_timeout = ATTR_TIMEOUT
+        attrs.st_uid = self.uid
+        attrs.st_gid = self.gid
+        attrs.st_blksize = 128 * 1024  # the kernel's READ size: fewer, fuller requests
+        mtime = self.start_ns
+        if node.kind in DIR_KINDS:
+            attrs.st_mode = stat.S_IFDIR | 0o755
+            attrs.st_nlink = 2
+            attrs.st_size = 0
+        else:
+            stream = (node.topic, node.partition)
+            mtime = self._mtime_ns.get(stream, self.start_ns)
+            size = self.wal.byte_size(node.topic, node.partition)
+            if node.kind == "topic":
+                attrs.st_mode = stat.S_IFREG | 0o644
+                # One stream, two names when partition 0 (MOUNT/t and MOUNT/partition=0/t).
+                attrs.st_nlink = 2 if node.partition == 0 else 1
+            else:
+                # Reading a consumer file is the only way to use it; writing means nothing.
+                attrs.st_mode = stat.S_IFREG | 0o444
+                attrs.st_nlink = 1
+                size -= self._committed_byte(node)
+            attrs.st_size = max(size, 0)
+        attrs.st_blocks = (attrs.st_size + 511) // 512
+        attrs.st_atime_ns = mtime
+        attrs.st_mtime_ns = mtime
+        attrs.st_ctime_ns = mtime
+        return attrs
+
+    def _entry(self, node: Node) -> pyfuse3.EntryAttributes:
+        return self._attrs(node, self._ino(node))
+
+    @staticmethod
+    def _negative() -> pyfuse3.EntryAttributes:
+        attrs = pyfuse3.EntryAttributes()
+        attrs.st_ino = 0  # a negative entry the kernel caches for entry_timeout
+        attrs.entry_timeout = NEGATIVE_TIMEOUT
+        return attrs
+
+    # ----------------------------------------------------------------- consumer positions
+
+    def _committed(self, node: Node) -> int:
+        committed = self.wal.committed_offset(node.group, node.topic, node.partition)
+        low = self.wal.low_watermark(node.topic, node.partition)
+        return max(committed or 0, low)
+
+    def _byte_position(self, topic: str, partition: int, offset: int) -> int:
+        """Byte position in the view where record `offset` starts."""
+        key = (topic, partition, offset)
+        cached = self._byte_pos_cache.get(key)
+        if cached is not None:
+            return cached
+        fast = getattr(self.wal, "byte_position", None)
+        if fast is not None:
+            pos = int(fast(topic, offset, partition))
+        else:
+            # Stand-in until walfs.Wal offers offset->byte: count back from the end over
+            # the records after `offset` (the backlog a consumer is about to read anyway).
+            hw = self.wal.high_watermark(topic, partition)
+            size = self.wal.byte_size(topic, partition)
+            tail = 0
+            off = offset
+            while off < hw:
+                values = self.wal.read(topic, off, partition, max_records=10000)
+                if not values:
+                    break
+                tail += sum(len(v) + 1 for v in values)
+                off += len(values)
+                if off >= hw:
+                    # Records appended while counting: measure up to a fixed end instead.
+                    hw2 = self.wal.high_watermark(topic, partition)
+                    if hw2 != hw:
+                        return self._byte_position_forward(topic, partition, offset)
+            pos = size - tail
+        self._byte_pos_cache[key] = pos
+        return pos
+
+    def _byte_position_forward(self, topic: str, partition: int, offset: int) -> int:
+        info = self.wal.stream_info(topic, partition)
+        pos = int(info.low_byte)
+        off = int(info.low_watermark)
+        while off < offset:
+            values = self.wal.read(topic, off, partition, max_records=min(10000, offset - off))
+            if not values:
+                break
+            pos += sum(len(v) + 1 for v in values)
+            off += len(values)
+        self._byte_pos_cache[(topic, partition, offset)] = pos
+        return pos
+
+    def _committed_byte(self, node: Node) -> int:
+        offset = self._committed(node)
+        key = (node.topic, node.partition, offset)
+        cached = self._byte_pos_cache.get(key)
+        if cached is not None:
+            return cached
+        if offset >= self.wal.high_watermark(node.topic, node.partition):
+            return int(self.wal.byte_size(node.topic, node.partition))
+        return self._byte_position(node.topic, node.partition, offset)
+
+    def _records_within(self, h: Handle) -> int:
+        """How many whole records lie in the first h.frontier bytes of a consumer view."""
+        fast = getattr(self.wal, "offset_at_byte", None)
+        node = h.node
+        if fast is not None:
+            return int(fast(node.topic, h.base_byte + h.frontier, node.partition)) - h.base_offset
+        count = 0
+        consumed = 0
+        off = h.base_offset
+        while True:
+            values = self.wal.read(node.topic, off, node.partition, max_records=10000)
+            if not values:
+                return count
+            for v in values:
+                if consumed + len(v) + 1 > h.frontier:
+                    return count
+                consumed += len(v) + 1
+                count += 1
+            off += len(values)
+
+    # ----------------------------------------------------------------- invalidation
+
+    def _stream_changed(self, topic: str, partition: int) -> None:
+        stream = (topic, partition)
+        self._mtime_ns[stream] = time.time_ns()
+        if stream not in self._streams:
+            self._add_stream(stream)
+        self._empty_streams.discard(stream)
+        for node, ino in self._stream_inodes(topic, partition):
+            self._dirty_inodes.add(ino)
+        self._wakeup.set()
+
+    def _stream_inodes(self, topic: str, partition: int) -> list[tuple[Node, int]]:
+        out = []
+        ino = self._inodes.get(Node("topic", partition, topic))
+        if ino is not None:
+            out.append((Node("topic", partition, topic), ino))
+        for group in self._groups:
+            node = Node("cfile", partition, topic, group)
+            ino = self._inodes.get(node)
+            if ino is not None:
+                out.append((node, ino))
+        return out
+
+    async def invalidation_task(self) -> None:
+        """Tells the kernel about new sizes and names, outside any request handler."""
+        while True:
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            inodes, self._dirty_inodes = self._dirty_inodes, set()
+            entries, self._dirty_entries = self._dirty_entries, set()
+            for ino in inodes:
+                try:
+                    pyfuse3.invalidate_inode(ino, attr_only=True)
+                except OSError as exc:
+                    # ENOENT: the kernel has forgotten the inode; nothing to do.
+                    if exc.errno != errno.ENOENT:
+                        log.warning("invalidate_inode(%d): %s", ino, exc)
+            for parent, name in entries:
+                pyfuse3.invalidate_entry_async(parent, name, ignore_enoent=True)
+            await trio.sleep(0)
+
+    async def watch_task(self, interval: float = WATCH_INTERVAL) -> None:
+        """Finds growth and topics that did not come through this mount's handlers."""
+        while True:
+            await trio.sleep(interval)
+            try:
+                self.refresh_streams()
+                for stream in list(self._streams):
+                    size = self.wal.byte_size(*stream)
+                    if self._seen_size.get(stream) != size:
+                        if stream in self._seen_size:
+                            self._stream_changed(*stream)
+                        self._seen_size[stream] = size
+            except Exception:
+                log.exception("watcher round failed")
+
+    # ----------------------------------------------------------------- appending
+
+    async def _append(self, node: Node, records: list[bytes]) -> None:
+        with wal_errors_as_errno(f"append to {node.topic!r}/{node.partition}"):
+            if self.blocking_appends:
+                await trio.to_thread.run_sync(
+                    self.wal.append_batch, node.topic, records, node.partition
+                )
+            else:
+                self.wal.append_batch(node.topic, records, node.partition)
+        self._stream_changed(node.topic, node.partition)
+
+    async def _commit_partial(self, h: Handle) -> None:
+        if not h.partial:
+            return
+        record = bytes(h.partial)
+        await self._append(h.node, [record])
+        h.partial.clear()
+        h.appended = True
+
+    async def commit_all_partials(self) -> None:
+        """At shutdown: partial lines whose write() returned must not be lost."""
+        for h in list(self._handles.values()):
+            if h.partial:
+                try:
+                    await self._commit_partial(h)
+                except pyfuse3.FUSEError as exc:
+                    log.error("could not commit a partial line of %r: %s", h.node.topic, exc)
+
+    # ----------------------------------------------------------------- FUSE: names
+
+    async def lookup(
+        self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        parent = self._node(parent_inode)
+        node = self._child(parent, name)
+        if node is None:
+            return self._negative()
+        return self._entry(node)
+
+    def _child(self, parent: Node, name: bytes) -> Node | None:
+        if name == b".":
+            return parent
+        if name == b"..":
+            return self._parent_of(parent)
+        if len(name) > MAX_TOPIC_BYTES:
+            raise pyfuse3.FUSEError(errno.ENAMETOOLONG)
+        try:
+            text = name.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        kind = parent.kind
+        if kind == "root":
+            if text == CONSUMERS_DIR:
+                return CONSUMERS
+            n = parse_partition_dir(text)
+            if n is not None:
+                return Node("pdir", n) if n in self._partitions() else None
+            return Node("topic", 0, text) if self._is_topic(text, 0) else None
+        if kind == "pdir":
+            p = parent.partition
+            return Node("topic", p, text) if self._is_topic(text, p) else None
+        if kind == "consumers":
+            if topic_name_error(name) and not text.startswith(PARTITION_PREFIX):
+                return None
+            # Any group name works: a group comes into being with its first commit.
+            self._groups.add(text)
+            return Node("group", group=text)
+        if kind == "group":
+            n = parse_partition_dir(text)
+            if n is not None:
+                return Node("gpdir", n, group=parent.group) if n in self._partitions() else None
+            if self._is_topic(text, 0):
+                return Node("cfile", 0, text, parent.group)
+            return None
+        if kind == "gpdir":
+            p = parent.partition
+            return Node("cfile", p, text, parent.group) if self._is_topic(text, p) else None
+        raise pyfuse3.FUSEError(errno.ENOTDIR)
+
+    def _is_topic(self, text: str, partition: int) -> bool:
+        if topic_name_error(text.encode()):
+            return False
+        return self._stream_exists(text, partition)
+
+    @staticmethod
+    def _parent_of(node: Node) -> Node:
+        if node.kind in ("pdir", "consumers", "topic") and not (
+            node.kind == "topic" and node.partition != 0
+        ):
+            return ROOT
+        if node.kind == "topic":
+            return Node("pdir", node.partition)
+        if node.kind == "group":
+            return CONSUMERS
+        if node.kind == "gpdir":
+            return Node("group", group=node.group)
+        if node.kind == "cfile":
+            if node.partition == 0:
+                return Node("group", group=node.group)
+            return Node("gpdir", node.partition, group=node.group)
+        return ROOT
+
+    async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
+        # Inode numbers stay assigned for the mount's life: the tree only grows and a
+        # stable number is what lets both names of a partition-0 topic share one inode.
+        return None
+
+    async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        node = self._node(inode)
+        with wal_errors_as_errno("getattr"):
+            return self._attrs(node, inode)
+
+    async def setattr(
+        self,
+        inode: int,
+        attr: pyfuse3.EntryAttributes,
+        fields: pyfuse3.SetattrFields,
+        fh: int | None,
+        ctx: pyfuse3.RequestContext,
+    ) -> pyfuse3.EntryAttributes:
+        node = self._node(inode)
+        if fields.update_size or fields.update_mode or fields.update_uid or fields.update_gid:
+            # truncate, chmod, chown: what an append-only inode refuses.
+            raise pyfuse3.FUSEError(errno.EPERM)
+        # Times (touch): accepted and forgotten, so that tools which touch their output work.
+        return self._attrs(node, inode)
+
+    async def mkdir(
+        self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        parent = self._node(parent_inode)
+        if len(name) > MAX_TOPIC_BYTES:
+            raise pyfuse3.FUSEError(errno.ENAMETOOLONG)
+        n = parse_partition_dir(name.decode("utf-8", "replace"))
+        if parent.kind != "root" or n is None:
+            raise pyfuse3.FUSEError(errno.EPERM)
+        if n in self._partitions():
+            raise pyfuse3.FUSEError(errno.EEXIST)
+        self._made_partitions.add(n)
+        return self._entry(Node("pdir", n))
+
+    async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    async def rename(
+        self,
+        parent_inode_old: int,
+        name_old: bytes,
+        parent_inode_new: int,
+        name_new: bytes,
+        flags: int,
+        ctx: pyfuse3.RequestContext,
+    ) -> None:
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    async def link(
+        self, inode: int, new_parent_inode: int, new_name: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    async def symlink(
+        self, parent_inode: int, name: bytes, target: bytes, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    async def mknod(
+        self, parent_inode: int, name: bytes, mode: int, rdev: int, ctx: pyfuse3.RequestContext
+    ) -> pyfuse3.EntryAttributes:
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    # ----------------------------------------------------------------- FUSE: directories
+
+    async def opendir(self, inode: int, ctx: pyfuse3.RequestContext) -> int:
+        node = self._node(inode)
+        if node.kind not in DIR_KINDS:
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        return self._new_handle(Handle(node))
+
+    def _listing(self, node: Node) -> list[tuple[bytes, Node]]:
+        out: list[tuple[bytes, Node]] = []
+        parts = sorted(self._partitions())
+        if node.kind == "root":
+            out.append((CONSUMERS_DIR.encode(), CONSUMERS))
+            out += [(f"{PARTITION_PREFIX}{p}".encode(), Node("pdir", p)) for p in parts]
+            out += [(t.encode(), Node("topic", 0, t)) for t in self._topics_in(0)]
+        elif node.kind == "pdir":
+            p = node.partition
+            out += [(t.encode(), Node("topic", p, t)) for t in self._topics_in(p)]
+        elif node.kind == "consumers":
+            out += [(g.encode(), Node("group", group=g)) for g in sorted(self._groups)]
+        elif node.kind == "group":
+            g = node.group
+            out += [(f"{PARTITION_PREFIX}{p}".encode(), Node("gpdir", p, group=g)) for p in parts]
+            out += [(t.encode(), Node("cfile", 0, t, g)) for t in self._topics_in(0)]
+        elif node.kind == "gpdir":
+            p, g = node.partition, node.group
+            out += [(t.encode(), Node("cfile", p, t, g)) for t in self._topics_in(p)]
+        return out
+
+    async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
+        h = self._handle(fh)
+        with wal_errors_as_errno("readdir"):
+            if start_id == 0:
+                self.refresh_streams()
+            # A fresh listing per call is fine: names only ever get added, in sorted
+            # groups, so positions from an earlier call stay valid except for additions.
+            entries = self._listing(h.node)
+            for i in range(start_id, len(entries)):
+                name, node = entries[i]
+                if not pyfuse3.readdir_reply(token, name, self._entry(node), i + 1):
+                    return
+
+    async def releasedir(self, fh: int) -> None:
+        self._handles.pop(fh, None)
+
+    # ----------------------------------------------------------------- FUSE: files
+
+    def _new_handle(self, h: Handle) -> int:
+        fh = self._next_fh
+        self._next_fh += 1
+        self._handles[fh] = h
+        return fh
+
+    def _handle(self, fh: int) -> Handle:
+        try:
+            return self._handles[fh]
+        except KeyError:
+            raise pyfuse3.FUSEError(errno.EBADF) from None
+
+    async def open(self, inode: int, flags: int, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
+        node = self._node(inode)
+        if node.kind in DIR_KINDS:
+            raise pyfuse3.FUSEError(errno.EISDIR)
+        writable = (flags & os.O_ACCMODE) != os.O_RDONLY
+        if node.kind == "cfile":
+            if writable or flags & os.O_TRUNC:
+                raise pyfuse3.FUSEError(errno.EACCES)
+            return await self._open_consumer(node)
+        # libfuse turns on atomic O_TRUNC, so `echo x > t` arrives here as O_TRUNC.
+        if flags & os.O_TRUNC or (writable and not flags & os.O_APPEND):
+            raise pyfuse3.FUSEError(errno.EPERM)
+        h = Handle(node, writable=writable, append=writable)
+        # Writers bypass the page cache: the kernel would cache their bytes at the offset
+        # it believes is the end, which is wrong when others append or a line is partial.
+        # Readers keep the cache: bytes before the size never change, and a new size
+        # drops the cached pages anyway.
+        return pyfuse3.FileInfo(fh=self._new_handle(h), direct_io=writable, keep_cache=not writable)
+
+    async def _open_consumer(self, node: Node) -> pyfuse3.FileInfo:
+        def position() -> tuple[int, int]:
+            offset = self._committed(node)
+            return offset, self._byte_position(node.topic, node.partition, offset)
+
+        with wal_errors_as_errno("open consumer file"):
+            base_offset, base_byte = await trio.to_thread.run_sync(position)
+        h = Handle(node, base_offset=base_offset, base_byte=base_byte)
+        # direct_io: the view's start moves with each commit, so cached pages of another
+        # open would be stale.
+        return pyfuse3.FileInfo(fh=self._new_handle(h), direct_io=True, keep_cache=False)
+
+    async def create(
+        self,
+        parent_inode: int,
+        name: bytes,
+        mode: int,
+        flags: int,
+        ctx: pyfuse3.RequestContext,
+    ) -> tuple[pyfuse3.FileInfo, pyfuse3.EntryAttributes]:
+        parent = self._node(parent_inode)
+        if parent.kind not in ("root", "pdir"):
+            raise pyfuse3.FUSEError(errno.EACCES if parent.kind == "gpdir" else errno.EPERM)
+        err = topic_name_error(name)
+        if err:
+            raise pyfuse3.FUSEError(err)
+        topic = name.decode("utf-8")
+        partition = parent.partition
+        node = Node("topic", partition, topic)
+        if self._stream_exists(topic, partition):
+            # A stale negative entry in the kernel: the topic exists after all.
+            if flags & os.O_EXCL:
+                raise pyfuse3.FUSEError(errno.EEXIST)
+            info = await self.open(self._ino(node), flags, ctx)
+            return info, self._entry(node)
+        writable = (flags & os.O_ACCMODE) != os.O_RDONLY
+        # A new topic may be filled by `>` or cp (no O_APPEND, maybe O_TRUNC): their
+        # writes are accepted as long as they run sequentially from 0.
+        h = Handle(node, writable=writable, append=bool(flags & os.O_APPEND))
+        self._empty_streams.add((topic, partition))
+        self._add_stream((topic, partition))
+        fh = self._new_handle(h)
+        return pyfuse3.FileInfo(fh=fh, direct_io=writable, keep_cache=False), self._entry(node)
+
+    async def read(self, fh: int, off: int, size: int) -> bytes:
+        h = self._handle(fh)
+        node = h.node
+        if node.kind == "cfile":
+            with wal_errors_as_errno("read consumer file"):
+                data: bytes = await trio.to_thread.run_sync(
+                    self.wal.read_bytes, node.topic, h.base_byte + off, size, node.partition
+                )
+            if off <= h.frontier:
+                h.frontier = max(h.frontier, off + len(data))
+            return data
+        with wal_errors_as_errno(f"read {node.topic!r}"):
+            data = await trio.to_thread.run_sync(
+                self.wal.read_bytes, node.topic, off, size, node.partition
+            )
+        return data
+
+    async def write(self, fh: int, off: int, buf: bytes) -> int:
+        h = self._handle(fh)
+        if not h.writable:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        if not h.append:
+            if off != h.next_pos:
+                raise pyfuse3.FUSEError(errno.EPERM)  # writing at an offset
+        nl = buf.rfind(b"\n")
+        if nl < 0:
+            # No line ends here: keep it with the handle (a long line spans requests).
+            h.partial += buf
+            h.next_pos += len(buf)
+            return len(buf)
+        if h.partial:
+            chunk = bytes(h.partial) + buf[:nl]
+        else:
+            chunk = bytes(buf[:nl])
+        # All complete lines of this request go in as one batch: no other writer's line
+        # can land between them, and a crash keeps all or none.
+        await self._append(h.node, chunk.split(b"\n"))
+        h.partial = bytearray(buf[nl + 1 :])
+        h.next_pos += len(buf)
+        h.appended = True
+        return len(buf)
+
+    async def flush(self, fh: int) -> None:
+        h = self._handle(fh)
+        if h.writable:
+            await self._commit_partial(h)
+
+    async def fsync(self, fh: int, datasync: bool) -> None:
+        h = self._handle(fh)
+        if h.writable:
+            await self._commit_partial(h)
+        # Always sync, also for read-only handles: fsync(fd) is how a reader asks that
+        # what it saw is durable.
+        with wal_errors_as_errno("fsync"):
+            await trio.to_thread.run_sync(self.wal.sync)
+
+    async def release(self, fh: int) -> None:
+        h = self._handles.get(fh)
+        if h is None:
+            return
+        try:
+            if h.writable:
+                await self._commit_partial(h)
+            elif h.node.kind == "cfile" and h.frontier > 0:
+                await self._commit_consumer(h)
+        finally:
+            self._handles.pop(fh, None)
+
+    async def _commit_consumer(self, h: Handle) -> None:
+        node = h.node
+
+        def commit() -> int:
+            n = self._records_within(h)
+            if n > 0:
+                new = h.base_offset + n
+                # Two handles of one group: never move the committed offset backwards.
+                current = self.wal.committed_offset(node.group, node.topic, node.partition)
+                if current is None or new > current:
+                    self.wal.commit_offset(node.group, node.topic, new, node.partition)
+            return n
+
+        with wal_errors_as_errno("commit consumer offset"):
+            n = await trio.to_thread.run_sync(commit)
+        if n:
+            ino = self._inodes.get(node)
+            if ino is not None:
+                self._dirty_inodes.add(ino)
+                self._wakeup.set()
+
+    # ----------------------------------------------------------------- FUSE: the rest
+
+    async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
+        st = os.statvfs(self.data_dir)
+        out = pyfuse3.StatvfsData()
+        out.f_bsize = st.f_bsize
+        out.f_frsize = st.f_frsize
+        out.f_blocks = st.f_blocks
+        out.f_bfree = st.f_bfree
+        out.f_bavail = st.f_bavail
+        out.f_files = st.f_files
+        out.f_ffree = st.f_ffree
+        out.f_favail = st.f_favail
+        out.f_namemax = MAX_TOPIC_BYTES
+        return out
+
+    def _xattrs(self, node: Node) -> dict[str, Callable[[], str]]:
+        if node.kind == "root":
+            return {
+                "pid": lambda: str(os.getpid()),
+                "data_dir": lambda: self.data_dir,
+                **{k: (lambda v=v: v) for k, v in self.info.items()},
+            }
+        if node.kind not in ("topic", "cfile"):
+            return {}
+        t, p = node.topic, node.partition
+
+        def info(name: str) -> Callable[[], str]:
+            def get() -> str:
+                if (t, p) in self._empty_streams and self.wal.high_watermark(t, p) == 0:
+                    return "0"
+                return str(getattr(self.wal.stream_info(t, p), name))
+
+            return get
+
+        out: dict[str, Callable[[], str]] = {
+            "org_id": info("org_id"),
+            "topic": lambda: t,
+            "topic_hash": info("topic_hash"),
+            "partition": lambda: str(p),
+            "low_watermark": lambda: str(self.wal.low_watermark(t, p)),
+            "high_watermark": lambda: str(self.wal.high_watermark(t, p)),
+            "byte_size": lambda: str(self.wal.byte_size(t, p)),
+        }
+        if node.kind == "cfile":
+            out["group"] = lambda: node.group
+            out["committed_offset"] = lambda: str(self._committed(node))
+        return out
+
+    async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
+        node = self._node(inode)
+        text = name.decode("utf-8", "replace")
+        if not text.startswith(XATTR_PREFIX):
+            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+        getter = self._xattrs(node).get(text[len(XATTR_PREFIX) :])
+        if getter is None:
+            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+        with wal_errors_as_errno("getxattr"):
+            return getter().encode()
+
+    async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
+        node = self._node(inode)
+        return [(XATTR_PREFIX + k).encode() for k in self._xattrs(node)]
+
+    async def setxattr(
+        self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext
+    ) -> None:
+        # ENOTSUP, not EPERM: `cp -a` and friends skip xattrs on that answer.
+        raise pyfuse3.FUSEError(errno.ENOTSUP)
+
+    async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
+        raise pyfuse3.FUSEError(errno.ENOTSUP)
