@@ -1,0 +1,5 @@
+"""Kafka-wire listener over a walfs.Wal (docs/kafka.md)."""
+
+from walfs.kafka.listener import parse_listen_address, serve_kafka
+
+__all__ = ["parse_listen_address", "serve_kafka"]

@@ -1,0 +1,70 @@
+"""State shared by every connection of one listener: the WAL, the topic catalog,
+the group coordinator and the thread pools that keep blocking WAL calls off the
+trio thread."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import trio
+
+from walfs.kafka.group_coordinator import GroupCoordinator
+from walfs.kafka.producer_ids import ProducerIds
+from walfs.kafka.topic_catalog import TopicCatalog
+
+if TYPE_CHECKING:
+    from walfs import Wal
+
+log = logging.getLogger("walfs.kafka")
+
+T = TypeVar("T")
+
+NODE_ID = 0  # the single broker; Metadata and FindCoordinator both name it
+CLUSTER_ID = "walfs"
+
+
+@dataclass
+class Connection:
+    """What a handler needs to know about the connection it answers on."""
+
+    peer: str
+    # The address the client reached us at is what we advertise back: it works for
+    # a listener bound to 0.0.0.0 as well as to 127.0.0.1.
+    host: str
+    port: int
+    client_id: str | None = None
+
+
+@dataclass
+class Broker:
+    wal: Wal
+    allow_delete: bool = False
+    # What ApiVersions advertises (filled from the dispatch table by the listener).
+    api_versions: dict[int, tuple[int, int]] = field(default_factory=dict)
+    catalog: TopicCatalog = field(init=False)
+    groups: GroupCoordinator = field(init=False)
+    producer_ids: ProducerIds = field(default_factory=ProducerIds)
+    # Separate limiters: long-poll waits may park many threads for up to max_wait_ms,
+    # and they must never starve appends and syncs of threads.
+    io_limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(16))
+    wait_limiter: trio.CapacityLimiter = field(
+        default_factory=lambda: trio.CapacityLimiter(256)
+    )
+
+    def __post_init__(self) -> None:
+        self.catalog = TopicCatalog(self.wal)
+        self.groups = GroupCoordinator(self.wal)
+
+    async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a WAL call that may block (append under fsync=always, sync) in a
+        worker thread."""
+        return await trio.to_thread.run_sync(fn, *args, limiter=self.io_limiter)
+
+    @property
+    def appends_are_durable(self) -> bool:
+        """True when the WAL syncs every append itself (fsync="always"), so acks=-1
+        needs no extra sync."""
+        return getattr(self.wal, "fsync", None) == "always"

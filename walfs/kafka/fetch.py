@@ -1,0 +1,189 @@
+"""Fetch (with long polling) and ListOffsets.
+
+A Fetch that finds nothing new waits up to max_wait_ms for any of its partitions to
+grow, in ``wal.wait_for`` calls on worker threads: the wake-up comes from the engine,
+so records appended by the mount or by another producer end the wait too, and an
+idle consumer costs no CPU. Each partition's records go out as one v2 batch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from walfs.kafka.api import Api
+from walfs.kafka.broker import Broker, Connection
+from walfs.kafka.messages import ErrorCode, build, response_module
+from walfs.kafka.record_batch import encode_batch
+from walfs.kafka.wal_errors import error_code_for
+
+# A long poll watches at most this many partitions (those first in the request);
+# the others are still served by the next fetch, at most max_wait_ms later.
+MAX_WATCHED_PARTITIONS = 16
+# Upper bound on records per partition read; max_bytes is the real limit.
+MAX_RECORDS_PER_READ = 100_000
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+
+
+def _read_partitions(broker: Broker, req: Any) -> tuple[list[Any], int, list[tuple[str, int, int]]]:
+    """Reads every requested partition (worker thread).
+
+    Returns per topic (name, [(partition, error, hwm, lwm, records bytes)]), the
+    bytes found, and the (topic, partition, offset) of partitions at their end."""
+    wal = broker.wal
+    budget = getattr(req, "max_bytes", 0x7FFFFFFF)
+    total = 0
+    at_end: list[tuple[str, int, int]] = []
+    topics = []
+    for ft in req.topics:
+        parts = []
+        for fp in ft.partitions:
+            topic, p, offset = ft.topic, fp.partition, fp.fetch_offset
+            if p < 0 or p >= broker.catalog.partition_count(topic):
+                parts.append((p, ErrorCode.unknown_topic_or_partition, -1, -1, b""))
+                continue
+            hwm = wal.high_watermark(topic, p)
+            lwm = wal.low_watermark(topic, p)
+            if offset < lwm or offset > hwm:
+                parts.append((p, ErrorCode.offset_out_of_range, hwm, lwm, b""))
+                continue
+            data = b""
+            if offset == hwm:
+                at_end.append((topic, p, offset))
+            elif total < budget or total == 0:
+                limit = min(fp.partition_max_bytes, budget - total)
+                try:
+                    # At least one record comes back even above the limit, so a
+                    # record larger than max_bytes cannot stall its consumer (KIP-74).
+                    records = wal.read_records(
+                        topic, offset, p, max_records=MAX_RECORDS_PER_READ, max_bytes=max(limit, 1)
+                    )
+                except Exception as e:
+                    parts.append((p, error_code_for(e, f"fetch {topic}/{p}@{offset}"), hwm, lwm, b""))
+                    continue
+                data = encode_batch(records)
+                total += len(data)
+            parts.append((p, ErrorCode.none, hwm, lwm, data))
+        topics.append((ft.topic, parts))
+    return topics, total, at_end
+
+
+async def _wait_for_any(broker: Broker, watch: list[tuple[str, int, int]], timeout_s: float) -> None:
+    """Returns when one watched partition grows past its offset, or after timeout_s."""
+    wal = broker.wal
+
+    async def watch_one(topic: str, partition: int, offset: int, scope: trio.CancelScope) -> None:
+        grew = await trio.to_thread.run_sync(
+            lambda: wal.wait_for(topic, offset, partition, timeout=timeout_s),
+            abandon_on_cancel=True,
+            limiter=broker.wait_limiter,
+        )
+        if grew:
+            scope.cancel()
+
+    with trio.move_on_after(timeout_s) as scope:
+        async with trio.open_nursery() as nursery:
+            for topic, p, off in watch[:MAX_WATCHED_PARTITIONS]:
+                nursery.start_soon(watch_one, topic, p, off, scope)
+
+
+async def handle_fetch(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
+    topics, total, at_end = await broker.blocking(_read_partitions, broker, req)
+    wait_s = req.max_wait.total_seconds()
+    if total == 0 and at_end and wait_s > 0:
+        await _wait_for_any(broker, at_end, wait_s)
+        topics, total, at_end = await broker.blocking(_read_partitions, broker, req)
+    mod = response_module(1, version)
+    return build(
+        mod.FetchResponse,
+        error_code=ErrorCode.none,
+        # Session 0: no incremental fetch sessions; clients send full requests.
+        session_id=0,
+        responses=tuple(
+            build(
+                mod.FetchableTopicResponse,
+                topic=name,
+                partitions=tuple(
+                    build(
+                        mod.PartitionData,
+                        partition_index=p,
+                        error_code=code,
+                        high_watermark=hwm,
+                        last_stable_offset=hwm,  # no transactions: everything is stable
+                        log_start_offset=lwm,
+                        aborted_transactions=(),
+                        preferred_read_replica=-1,
+                        records=data,
+                    )
+                    for p, code, hwm, lwm, data in parts
+                ),
+            )
+            for name, parts in topics
+        ),
+    )
+
+
+def _list_offset(broker: Broker, topic: str, p: int, ts: int) -> tuple[ErrorCode, int, int]:
+    """(error, timestamp, offset) for one ListOffsets query (worker thread)."""
+    wal = broker.wal
+    if p < 0 or p >= broker.catalog.partition_count(topic):
+        return ErrorCode.unknown_topic_or_partition, -1, -1
+    try:
+        hwm = wal.high_watermark(topic, p)
+        if ts == LATEST:
+            return ErrorCode.none, -1, hwm
+        if ts == EARLIEST:
+            return ErrorCode.none, -1, wal.low_watermark(topic, p)
+        if ts == MAX_TIMESTAMP:
+            # The record with the largest timestamp; walfs indexes time by first
+            # offset at or after a time, so answer with the newest record instead.
+            if hwm == wal.low_watermark(topic, p):
+                return ErrorCode.none, -1, -1
+            last = wal.read_records(topic, hwm - 1, p, max_records=1)
+            return ErrorCode.none, last[0].timestamp_ms, hwm - 1
+        if ts < 0:
+            return ErrorCode.invalid_request, -1, -1
+        off = wal.offset_for_timestamp(topic, ts, p)
+        if off >= hwm:
+            return ErrorCode.none, -1, -1  # Kafka's answer when no record is that new
+        rec = wal.read_records(topic, off, p, max_records=1)
+        return ErrorCode.none, rec[0].timestamp_ms, off
+    except Exception as e:
+        return error_code_for(e, f"list offsets {topic}/{p}@{ts}"), -1, -1
+
+
+async def handle_list_offsets(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
+    mod = response_module(2, version)
+
+    def answer_all() -> list[Any]:
+        return [
+            build(
+                mod.ListOffsetsTopicResponse,
+                name=t.name,
+                partitions=tuple(
+                    build(
+                        mod.ListOffsetsPartitionResponse,
+                        partition_index=q.partition_index,
+                        error_code=code,
+                        timestamp=ts,
+                        offset=off,
+                        leader_epoch=-1,
+                    )
+                    for q in t.partitions
+                    for code, ts, off in [_list_offset(broker, t.name, q.partition_index, q.timestamp)]
+                ),
+            )
+            for t in req.topics
+        ]
+
+    topics = await broker.blocking(answer_all)
+    return build(mod.ListOffsetsResponse, topics=tuple(topics))
+
+
+HANDLERS = {
+    1: Api("Fetch", 4, 12, handle_fetch),
+    2: Api("ListOffsets", 1, 7, handle_list_offsets),
+}

@@ -1,0 +1,103 @@
+"""The TCP listener: accepts connections and runs each one's request loop.
+
+Requests on one connection are answered one at a time, in order, as Kafka brokers
+do (clients rely on the order; they open another connection for the group
+coordinator, so a long-polling Fetch does not hold up heartbeats)."""
+
+from __future__ import annotations
+
+import errno
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from walfs.kafka.broker import Broker, Connection
+from walfs.kafka.dispatch import SUPPORTED, CloseConnection, dispatch
+from walfs.kafka.framing import DEFAULT_MAX_REQUEST_BYTES, FrameError, FrameReader, frame
+
+if TYPE_CHECKING:
+    from walfs import Wal
+
+log = logging.getLogger("walfs.kafka")
+
+
+def parse_listen_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9092`` for IPv6) -> (host, port). Port 0 = any free port."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    p = int(port)
+    if p > 65535:
+        raise ValueError(f"port {p} out of range")
+    return host, p
+
+
+def _addr(sockaddr: object) -> tuple[str, int]:
+    if isinstance(sockaddr, tuple) and len(sockaddr) >= 2:
+        return str(sockaddr[0]), int(sockaddr[1])
+    return "?", 0
+
+
+async def _serve_connection(
+    broker: Broker, stream: trio.SocketStream, max_request_bytes: int
+) -> None:
+    peer_host, peer_port = _addr(stream.socket.getpeername())
+    host, port = _addr(stream.socket.getsockname())
+    conn = Connection(peer=f"{peer_host}:{peer_port}", host=host, port=port)
+    reader = FrameReader(stream, max_request_bytes)
+    log.debug("%s: connected", conn.peer)
+    try:
+        while True:
+            payload = await reader.next_frame()
+            if payload is None:
+                break
+            response = await dispatch(broker, conn, payload)
+            if response is not None:
+                await stream.send_all(frame(response))
+    except (FrameError, CloseConnection) as e:
+        log.warning("%s: closing connection: %s", conn.peer, e)
+    except trio.BrokenResourceError as e:
+        log.info("%s: connection lost: %s", conn.peer, e.__cause__ or e)
+    except OSError as e:
+        if e.errno not in (errno.ECONNRESET, errno.EPIPE):
+            raise
+        log.info("%s: connection lost: %s", conn.peer, e)
+    except Exception:
+        # A bug in a handler ends this connection only; the listener and the WAL
+        # carry on serving everyone else.
+        log.exception("%s: internal error, closing connection", conn.peer)
+    finally:
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+        log.debug("%s: closed", conn.peer)
+
+
+async def serve_kafka(
+    wal: Wal,
+    host: str,
+    port: int,
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+    allow_delete: bool = False,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+) -> None:
+    """Serve ``wal`` to Kafka clients on ``host:port`` until cancelled.
+
+    Start it with ``port = await nursery.start(serve_kafka, wal, host, port)``: the
+    value is the bound port (useful with port 0). ``allow_delete`` enables
+    DeleteTopics. The caller owns ``wal`` and closes it after this returns."""
+    broker = Broker(wal, allow_delete=allow_delete, api_versions=dict(SUPPORTED))
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    bound = listeners[0].socket.getsockname()[1]
+    log.info("kafka listener on %s:%d", host, bound)
+
+    async def handle(stream: trio.SocketStream) -> None:
+        await _serve_connection(broker, stream, max_request_bytes)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(broker.groups.run)
+        await nursery.start(trio.serve_listeners, handle, listeners)
+        task_status.started(bound)

@@ -1,0 +1,101 @@
+"""ApiVersions and Metadata: what the broker speaks and which topics it has.
+
+The listener is the single broker (node 0) and leader of every partition; it
+advertises the address the client reached it at."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from walfs.kafka.api import Api
+from walfs.kafka.broker import CLUSTER_ID, NODE_ID, Broker, Connection
+from walfs.kafka.messages import ErrorCode, build, response_module
+from walfs.kafka.topic_catalog import DEFAULT_PARTITIONS
+
+# Kafka's own rule for topic names; walfs accepts more (names made through the
+# mount are served as they are), but topics created over Kafka follow Kafka's rule.
+_KAFKA_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+NO_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+def valid_new_topic(name: str) -> bool:
+    return bool(_KAFKA_TOPIC.fullmatch(name)) and name not in (".", "..")
+
+
+async def handle_api_versions(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
+    mod = response_module(18, version)
+    keys = tuple(
+        build(mod.ApiVersion, api_key=k, min_version=lo, max_version=hi)
+        for k, (lo, hi) in sorted(broker.api_versions.items())
+    )
+    return build(mod.ApiVersionsResponse, error_code=ErrorCode.none, api_keys=keys)
+
+
+def _partitions(mod: Any, count: int) -> tuple[Any, ...]:
+    return tuple(
+        build(
+            mod.MetadataResponsePartition,
+            error_code=ErrorCode.none,
+            partition_index=p,
+            leader_id=NODE_ID,
+            # -1: no leader epochs here, which also keeps clients from sending
+            # OffsetForLeaderEpoch to validate their positions.
+            leader_epoch=-1,
+            replica_nodes=(NODE_ID,),
+            isr_nodes=(NODE_ID,),
+            offline_replicas=(),
+        )
+        for p in range(count)
+    )
+
+
+async def handle_metadata(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
+    mod = response_module(3, version)
+    catalog = broker.catalog
+    if req.topics is None or (version == 0 and not req.topics):
+        names = catalog.topics()  # null (v0: empty) asks for every topic
+    else:
+        names = [t.name for t in req.topics if t.name is not None]
+    # v0-v3 have no flag; Kafka auto-creates there when the broker allows it.
+    auto_create = getattr(req, "allow_auto_topic_creation", True)
+    topics = []
+    for name in names:
+        count = catalog.partition_count(name)
+        error = ErrorCode.none
+        if count == 0:
+            if not valid_new_topic(name):
+                error = ErrorCode.invalid_topic_exception
+            elif auto_create:
+                await broker.blocking(catalog.declare, name, DEFAULT_PARTITIONS)
+                count = DEFAULT_PARTITIONS
+            else:
+                error = ErrorCode.unknown_topic_or_partition
+        topics.append(
+            build(
+                mod.MetadataResponseTopic,
+                error_code=error,
+                name=name,
+                topic_id=None,
+                is_internal=False,
+                partitions=_partitions(mod, count),
+                topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+            )
+        )
+    broker_entry = build(
+        mod.MetadataResponseBroker, node_id=NODE_ID, host=conn.host, port=conn.port, rack=None
+    )
+    return build(
+        mod.MetadataResponse,
+        brokers=(broker_entry,),
+        cluster_id=CLUSTER_ID,
+        controller_id=NODE_ID,
+        topics=tuple(topics),
+        cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+    )
+
+
+HANDLERS = {
+    18: Api("ApiVersions", 0, 4, handle_api_versions),
+    3: Api("Metadata", 0, 12, handle_metadata),
+}

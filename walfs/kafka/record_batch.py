@@ -1,0 +1,268 @@
+"""Kafka record batches (magic v2): decoding what producers send, encoding what
+consumers fetch.
+
+Hand-written rather than kio's ``kio.records``: kio's reader rounds record
+timestamps to whole seconds (ListOffsets by timestamp needs milliseconds) and builds
+a datetime per record, and its writer needs a dataclass per record; here a fetch
+encodes straight from ``walfs.Record`` objects into one buffer.
+
+Batch layout (big-endian), as specified by Apache Kafka::
+
+    baseOffset int64 | batchLength int32 | partitionLeaderEpoch int32 | magic int8 (=2)
+    crc uint32 (CRC-32C of everything after it) | attributes int16
+    lastOffsetDelta int32 | baseTimestamp int64 | maxTimestamp int64
+    producerId int64 | producerEpoch int16 | baseSequence int32 | recordCount int32
+    records...
+
+Each record: length varint, attributes int8, timestampDelta varlong, offsetDelta
+varint, key (varint length, -1 = null), value (same), header count varint, headers
+(key: varint length + UTF-8, value: varint length + bytes, -1 = null). Varints are
+zigzag-encoded.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from crc32c import crc32c
+
+_BATCH_HEAD = struct.Struct(">qiibIhiqqqhii")
+BATCH_OVERHEAD = _BATCH_HEAD.size  # 61 bytes before the first record
+_CRC_START = 21  # the CRC covers the batch from the attributes field on
+
+COMPRESSION_MASK = 0x07
+TRANSACTIONAL_FLAG = 0x10
+CONTROL_FLAG = 0x20
+
+
+class BatchError(ValueError):
+    """A batch that cannot be accepted: bad length, magic, CRC or record layout."""
+
+
+class UnsupportedCompression(BatchError):
+    """The batch uses a codec this listener does not decode (only gzip is built in)."""
+
+
+@dataclass(slots=True)
+class WireRecord:
+    """One record as a producer sent it; ``timestamp_ms`` None means "now"."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    timestamp_ms: int | None = None
+
+
+@dataclass(slots=True)
+class ProducedBatch:
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records: list[WireRecord]
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    shift = 0
+    result = 0
+    while True:
+        if pos >= len(buf):
+            raise BatchError("varint runs past the end of the record data")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+        if shift > 63:
+            raise BatchError("varint longer than 10 bytes")
+    return (result >> 1) ^ -(result & 1), pos
+
+
+def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
+    n, pos = _read_varint(buf, pos)
+    if n < 0:
+        if n != -1:
+            raise BatchError(f"negative length {n}")
+        return None, pos
+    end = pos + n
+    if end > len(buf):
+        raise BatchError("field runs past the end of the record data")
+    return buf[pos:end], end
+
+
+def _decompress(codec: int, data: bytes) -> bytes:
+    if codec == 1:
+        try:
+            return gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise BatchError(f"bad gzip data: {e}") from e
+    raise UnsupportedCompression(f"compression codec {codec} is not supported")
+
+
+def decode_batches(data: bytes) -> list[ProducedBatch]:
+    """Parse a produce request's record set. Control batches are skipped."""
+    out: list[ProducedBatch] = []
+    pos = 0
+    n = len(data)
+    while pos < n:
+        if n - pos < BATCH_OVERHEAD:
+            raise BatchError("truncated batch header")
+        (
+            _base_offset,
+            batch_length,
+            _epoch,
+            magic,
+            crc,
+            attributes,
+            _last_delta,
+            base_ts,
+            _max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            count,
+        ) = _BATCH_HEAD.unpack_from(data, pos)
+        end = pos + 12 + batch_length
+        if batch_length < BATCH_OVERHEAD - 12 or end > n:
+            raise BatchError(f"batch length {batch_length} does not fit the record set")
+        if magic != 2:
+            raise BatchError(f"record batch magic {magic} (only v2 is supported)")
+        if crc32c(data[pos + _CRC_START : end]) != crc:
+            raise BatchError("record batch CRC-32C mismatch")
+        body = data[pos + BATCH_OVERHEAD : end]
+        pos = end
+        if attributes & CONTROL_FLAG:
+            continue
+        codec = attributes & COMPRESSION_MASK
+        if codec:
+            body = _decompress(codec, body)
+        if count < 0 or count > len(body):
+            raise BatchError(f"record count {count} is impossible")
+        records = _decode_records(body, count, base_ts)
+        out.append(ProducedBatch(producer_id, producer_epoch, base_sequence, records))
+    return out
+
+
+def _decode_records(body: bytes, count: int, base_ts: int) -> list[WireRecord]:
+    records: list[WireRecord] = []
+    p = 0
+    for _ in range(count):
+        length, p = _read_varint(body, p)
+        rec_end = p + length
+        if length < 0 or rec_end > len(body):
+            raise BatchError("record length runs past the batch")
+        p += 1  # record attributes: unused by the v2 format
+        ts_delta, p = _read_varint(body, p)
+        _off_delta, p = _read_varint(body, p)
+        key, p = _read_bytes(body, p)
+        value, p = _read_bytes(body, p)
+        nh, p = _read_varint(body, p)
+        if nh < 0 or nh > length:
+            raise BatchError(f"header count {nh} is impossible")
+        headers: list[tuple[str, bytes | None]] = []
+        for _ in range(nh):
+            hk, p = _read_bytes(body, p)
+            hv, p = _read_bytes(body, p)
+            if hk is None:
+                raise BatchError("null header key")
+            try:
+                headers.append((hk.decode(), hv))
+            except UnicodeDecodeError as e:
+                raise BatchError("header key is not UTF-8") from e
+        if p != rec_end:
+            raise BatchError("record fields do not add up to the record length")
+        ts = base_ts + ts_delta
+        records.append(WireRecord(key, value, headers, ts if base_ts >= 0 else None))
+    if p != len(body):
+        raise BatchError("trailing bytes after the last record")
+    return records
+
+
+def _varint(n: int, out: bytearray) -> None:
+    z = (n << 1) ^ (n >> 63)
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+
+
+def _nbytes(b: bytes | None, out: bytearray) -> None:
+    if b is None:
+        out.append(1)  # zigzag(-1)
+        return
+    _varint(len(b), out)
+    out += b
+
+
+def _header_key(k: Any) -> bytes:
+    return k if isinstance(k, bytes) else str(k).encode()
+
+
+def encode_batch(records: Sequence[Any]) -> bytes:
+    """One v2 batch from ``walfs.Record``-like objects (offset, timestamp_ms, key,
+    value, headers) with contiguous offsets."""
+    if not records:
+        return b""
+    base_offset = records[0].offset
+    base_ts = records[0].timestamp_ms
+    max_ts = base_ts
+    body = bytearray()
+    rec = bytearray()
+    for r in records:
+        ts = r.timestamp_ms
+        if ts > max_ts:
+            max_ts = ts
+        rec.clear()
+        rec.append(0)
+        _varint(ts - base_ts, rec)
+        _varint(r.offset - base_offset, rec)
+        _nbytes(r.key, rec)
+        _nbytes(r.value, rec)
+        headers: Iterable[Any] = r.headers or ()
+        hl = list(headers)
+        _varint(len(hl), rec)
+        for hk, hv in hl:
+            _nbytes(_header_key(hk), rec)
+            _nbytes(hv, rec)
+        _varint(len(rec), body)
+        body += rec
+    last_delta = records[-1].offset - base_offset
+    tail = struct.pack(">hiqqqhii", 0, last_delta, base_ts, max_ts, -1, -1, -1, len(records))
+    crc = crc32c(body, crc32c(tail))
+    head = struct.pack(">qiibI", base_offset, BATCH_OVERHEAD - 12 + len(body), -1, 2, crc)
+    return head + tail + bytes(body)
+
+
+def encode_records_for_test(
+    records: Sequence[WireRecord], *, base_offset: int = 0, codec: int = 0
+) -> bytes:
+    """Build a producer-style batch (used by tests to craft requests by hand)."""
+    base_ts = min((r.timestamp_ms or 0) for r in records) if records else 0
+    body = bytearray()
+    rec = bytearray()
+    for i, r in enumerate(records):
+        rec.clear()
+        rec.append(0)
+        _varint((r.timestamp_ms or 0) - base_ts, rec)
+        _varint(i, rec)
+        _nbytes(r.key, rec)
+        _nbytes(r.value, rec)
+        _varint(len(r.headers), rec)
+        for hk, hv in r.headers:
+            _nbytes(hk.encode(), rec)
+            _nbytes(hv, rec)
+        _varint(len(rec), body)
+        body += rec
+    payload = gzip.compress(bytes(body)) if codec == 1 else bytes(body)
+    max_ts = max((r.timestamp_ms or 0) for r in records) if records else 0
+    tail = struct.pack(
+        ">hiqqqhii", codec, len(records) - 1, base_ts, max_ts, -1, -1, -1, len(records)
+    )
+    crc = crc32c(tail + payload)
+    head = struct.pack(">qiibI", base_offset, BATCH_OVERHEAD - 12 + len(payload), -1, 2, crc)
+    return head + tail + payload
