@@ -1,0 +1,113 @@
+"""`walfs serve DATA_DIR --kafka-listen 127.0.0.1:9092`: the Kafka listener without a
+mount. Runs in the foreground (systemd, tests); SIGTERM or SIGINT stop it, and the
+WAL is closed (synced) on the way out.
+
+Once listening it prints ``kafka listening on HOST:PORT`` on stdout, so a caller
+that passed port 0 learns the port."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+
+import trio
+
+DEFAULT_LISTEN = "127.0.0.1:9092"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="walfs serve", description="Serve a walfs data directory to Kafka clients."
+    )
+    p.add_argument("data_dir", help="the WAL's data directory (created if missing)")
+    p.add_argument(
+        "--kafka-listen",
+        default=DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help=f"address to listen on (default {DEFAULT_LISTEN}; port 0 picks a free one)",
+    )
+    p.add_argument("--fsync", choices=("always", "interval", "never"), default="interval")
+    p.add_argument("--fsync-interval-ms", type=int, default=100)
+    p.add_argument("--org-id", type=int, default=1)
+    p.add_argument("--allow-delete", action="store_true", help="let DeleteTopics delete")
+    p.add_argument("--max-request-bytes", type=int, default=None,
+                   help="close connections sending larger requests (default 100 MiB)")
+    p.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    return p
+
+
+async def _run(wal: object, host: str, port: int, args: argparse.Namespace) -> None:
+    from walfs.kafka import serve_kafka
+    from walfs.kafka.framing import DEFAULT_MAX_REQUEST_BYTES
+
+    limit = args.max_request_bytes or DEFAULT_MAX_REQUEST_BYTES
+    async with trio.open_nursery() as nursery:
+        bound = await nursery.start(
+            lambda task_status: serve_kafka(
+                wal,  # type: ignore[arg-type]
+                host,
+                port,
+                task_status=task_status,
+                allow_delete=args.allow_delete,
+                max_request_bytes=limit,
+            )
+        )
+        shown = f"[{host}]" if ":" in host else host
+        print(f"kafka listening on {shown}:{bound}", flush=True)
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                logging.getLogger("walfs.kafka").info(
+                    "%s: stopping", signal.Signals(signum).name
+                )
+                nursery.cancel_scope.cancel()
+                break
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    from walfs.kafka import parse_listen_address
+
+    try:
+        host, port = parse_listen_address(args.kafka_listen)
+    except ValueError as e:
+        print(f"walfs serve: --kafka-listen: {e}", file=sys.stderr)
+        return 2
+    import walfs
+
+    os.makedirs(args.data_dir, exist_ok=True)
+    try:
+        wal = walfs.Wal(
+            args.data_dir,
+            fsync=args.fsync,
+            org_id=args.org_id,
+            fsync_interval_ms=args.fsync_interval_ms,
+        )
+    except Exception as e:
+        print(f"walfs serve: cannot open {args.data_dir}: {e}", file=sys.stderr)
+        return 1
+    try:
+        trio.run(_run, wal, host, port, args)
+    except (OSError, BaseExceptionGroup) as e:
+        # trio's nurseries deliver a failed bind wrapped in an exception group.
+        found = e.subgroup(OSError) if isinstance(e, BaseExceptionGroup) else e
+        if found is None:
+            raise
+        while isinstance(found, BaseExceptionGroup):
+            found = found.exceptions[0]
+        print(f"walfs serve: cannot listen on {args.kafka_listen}: {found}", file=sys.stderr)
+        return 1
+    finally:
+        wal.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
