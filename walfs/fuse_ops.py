@@ -279,7 +279,8 @@ class WalOperations(pyfuse3.Operations):
         return False
 
     def _partitions(self) -> set[int]:
-        return {p for _, p in self._streams} | self._made_partitions
+        # partition=0 always exists: it is the root's own topics under their other name.
+        return {0} | {p for _, p in self._streams} | self._made_partitions
 
     def _topics_in(self, partition: int) -> list[str]:
         return sorted(t for t, p in self._streams if p == partition)
