@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+from functools import partial
 
 import trio
 
@@ -46,11 +47,11 @@ async def _run(wal: object, host: str, port: int, args: argparse.Namespace) -> N
     limit = args.max_request_bytes or DEFAULT_MAX_REQUEST_BYTES
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(
-            lambda task_status: serve_kafka(
+            partial(
+                serve_kafka,
                 wal,  # type: ignore[arg-type]
                 host,
                 port,
-                task_status=task_status,
                 allow_delete=args.allow_delete,
                 max_request_bytes=limit,
             )

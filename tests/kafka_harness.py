@@ -1,0 +1,206 @@
+"""Shared helpers for the Kafka listener tests: a listener on a background thread
+(in-process, over a real walfs.Wal), a `walfs serve` subprocess, and a raw client
+for hand-made frames."""
+
+from __future__ import annotations
+
+import io
+import queue
+import re
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import trio
+
+import walfs
+from walfs.kafka import serve_kafka
+from walfs.kafka.framing import DEFAULT_MAX_REQUEST_BYTES
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class Listener:
+    """serve_kafka on its own thread and trio loop, bound to 127.0.0.1:<free port>."""
+
+    def __init__(
+        self,
+        wal: Any,
+        *,
+        allow_delete: bool = False,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    ) -> None:
+        self.wal = wal
+        self._allow_delete = allow_delete
+        self._max = max_request_bytes
+        self._started: queue.Queue[Any] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.port = 0
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._scope: trio.CancelScope | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self._token = trio.lowlevel.current_trio_token()
+            with trio.CancelScope() as scope:
+                self._scope = scope
+                async with trio.open_nursery() as nursery:
+                    port = await nursery.start(
+                        partial(
+                            serve_kafka,
+                            self.wal,
+                            "127.0.0.1",
+                            0,
+                            allow_delete=self._allow_delete,
+                            max_request_bytes=self._max,
+                        )
+                    )
+                    self._started.put(port)
+
+        try:
+            trio.run(main)
+        except BaseException as e:  # surface startup failures to the test
+            self._started.put(e)
+
+    def __enter__(self) -> Listener:
+        self._thread.start()
+        got = self._started.get(timeout=30)
+        if isinstance(got, BaseException):
+            raise got
+        self.port = got
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None and self._scope is not None:
+            scope = self._scope
+            trio.from_thread.run_sync(scope.cancel, trio_token=self._token)
+        self._thread.join(timeout=30)
+        assert not self._thread.is_alive(), "listener did not stop"
+
+
+@contextmanager
+def listener(tmp_path: Path, **kwargs: Any) -> Iterator[Listener]:
+    wal_kwargs = kwargs.pop("wal_kwargs", {})
+    with walfs.Wal(str(tmp_path / "data"), **wal_kwargs) as wal, Listener(wal, **kwargs) as lst:
+        yield lst
+
+
+class ServeProcess:
+    """`python -m walfs.cli.serve DATA_DIR --kafka-listen 127.0.0.1:0 ...`."""
+
+    def __init__(self, data_dir: Path, *extra: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "walfs.cli.serve", str(data_dir),
+             "--kafka-listen", "127.0.0.1:0", *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+        if not m:
+            self.proc.kill()
+            _, err = self.proc.communicate(timeout=30)
+            raise RuntimeError(f"walfs serve did not start: {line!r} {err}")
+        self.port = int(m.group(1))
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> tuple[int, str]:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        _, err = self.proc.communicate(timeout=30)
+        return self.proc.returncode, err
+
+
+# -- raw protocol client ---------------------------------------------------------
+
+
+def raw_connect(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    return s
+
+
+def recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
+        buf += chunk
+    return buf
+
+
+def recv_frame(s: socket.socket) -> bytes:
+    (size,) = struct.unpack(">i", recv_exact(s, 4))
+    return recv_exact(s, size)
+
+
+def is_closed(s: socket.socket) -> bool:
+    """True when the server closed the connection (reads EOF or reset)."""
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:
+    """A framed request built with kio (header version chosen by the body's type)."""
+    from kio.serial import entity_writer
+
+    header_cls = type(body).__header_schema__
+    buf = io.BytesIO()
+    entity_writer(header_cls)(
+        buf,
+        header_cls(
+            request_api_key=api_key,
+            request_api_version=version,
+            correlation_id=correlation_id,
+            client_id="raw-test",
+        ),
+    )
+    entity_writer(type(body))(buf, body)
+    payload = buf.getvalue()
+    return struct.pack(">i", len(payload)) + payload
+
+
+def api_versions_request(correlation_id: int = 1) -> bytes:
+    from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
+    return encode_request(
+        18, 3, correlation_id,
+        ApiVersionsRequest(client_software_name="raw", client_software_version="1"),
+    )
+
+
+def check_alive(port: int) -> None:
+    """The listener still answers a well-formed ApiVersions request."""
+    with raw_connect(port) as s:
+        s.sendall(api_versions_request(77))
+        resp = recv_frame(s)
+        assert struct.unpack(">i", resp[:4])[0] == 77
+
+
+def wait_until(predicate: Any, timeout: float = 30.0, what: str = "condition") -> None:
+    """Bounded wait for something another thread or process does."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
