@@ -71,11 +71,11 @@ def sd_notify(message: str) -> bool:
 
 
 def is_dead_mount(path: str) -> bool:
-    """True for a FUSE mount whose daemon is gone (stat gives ENOTCONN)."""
+    """True for a FUSE mount whose daemon is gone (stat gives ENOTCONN or ECONNABORTED)."""
     try:
         os.stat(path)
     except OSError as exc:
-        return exc.errno == errno.ENOTCONN
+        return exc.errno in (errno.ENOTCONN, errno.ECONNABORTED)
     return False
 
 

@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
     try:
         pid = daemon_pid(mp)
     except OSError as exc:
-        if exc.errno == errno.ENOTCONN:
+        if exc.errno in (errno.ENOTCONN, errno.ECONNABORTED):
             lazy_unmount(mp)
             print(f"walfs umount: {mp}: the daemon was gone; detached the dead mount",
                   file=sys.stderr)

@@ -1,0 +1,112 @@
+"""Several writers, long lines, and readers that follow (tail -f)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+
+from conftest_mount import Mount, make_mount, mount  # noqa: F401
+
+
+def test_concurrent_appenders_never_tear_lines(mount: Mount) -> None:  # noqa: F811
+    # Four processes, each writing 2000 lines in pieces (partial writes per line) and in
+    # whole-buffer writes, all O_APPEND on one topic.
+    writer = r"""
+import os, sys
+w = sys.argv[1]
+fd = os.open("t", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+for i in range(2000):
+    line = ("%s-%05d-" % (w, i)).encode() + b"x" * (i % 300) + b"\n"
+    if i % 3 == 0:
+        os.write(fd, line[:5]); os.write(fd, line[5:])
+    else:
+        os.write(fd, line)
+os.close(fd)
+"""
+    procs = [subprocess.Popen(["python3", "-c", writer, f"w{n}"], cwd=mount.path)
+             for n in range(4)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    lines = (mount.path / "t").read_bytes().split(b"\n")
+    assert lines[-1] == b""
+    lines = lines[:-1]
+    assert len(lines) == 8000
+    seen: dict[str, list[int]] = {}
+    for line in lines:
+        w, i, rest = line.decode().split("-", 2)
+        assert rest == "x" * (int(i) % 300), line
+        seen.setdefault(w, []).append(int(i))
+    # Each writer's lines arrive whole and in its own order.
+    assert all(v == list(range(2000)) for v in seen.values()) and len(seen) == 4
+
+
+def test_six_mib_lines_from_concurrent_writers(mount: Mount) -> None:  # noqa: F811
+    # One write() of a 6 MiB line arrives as six 1 MiB WRITE requests; two such writers
+    # at once must still give two whole records.
+    writer = r"""
+import os, sys
+c = sys.argv[1].encode()
+fd = os.open("big", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+for _ in range(2):
+    assert os.write(fd, c * (6 << 20) + b"\n") == (6 << 20) + 1
+os.close(fd)
+"""
+    procs = [subprocess.Popen(["python3", "-c", writer, c], cwd=mount.path) for c in "ab"]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    data = (mount.path / "big").read_bytes()
+    records = data.split(b"\n")[:-1]
+    assert len(records) == 4
+    assert sorted(r[:1] for r in records) == [b"a", b"a", b"b", b"b"]
+    assert all(r == r[:1] * (6 << 20) for r in records)
+    assert os.getxattr(mount.path / "big", "user.walfs.high_watermark") == b"4"
+    assert mount.out("wc -l < big").strip() == "4"
+
+
+def test_tail_follows_appends(mount: Mount) -> None:  # noqa: F811
+    mount.sh("echo first >> t")
+    tail = subprocess.Popen(["tail", "-n", "+1", "-s", "0.1", "-f", "t"], cwd=mount.path,
+                            stdout=subprocess.PIPE)
+    try:
+        assert tail.stdout is not None
+        assert tail.stdout.readline() == b"first\n"
+        for n in range(5):
+            mount.sh(f"echo line{n} >> t")
+            assert tail.stdout.readline() == f"line{n}\n".encode()
+        # Growth through the other name and a partial line committed at close.
+        mount.sh("printf partial >> partition=0/t")
+        assert tail.stdout.readline() == b"partial\n"
+    finally:
+        tail.kill()
+        tail.wait()
+
+
+def test_readers_flow_while_writer_waits_for_fsync(make_mount) -> None:  # noqa: F811
+    m: Mount = make_mount()
+    m.start("--fsync", "always")
+    m.sh("seq 1 1000 >> nums")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            fd = os.open(m.path / "w", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            while not stop.is_set():
+                os.write(fd, b"durable\n")
+            os.close(fd)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(50):
+            assert m.out("wc -l < nums").strip() == "1000"
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors
+    assert set(m.out("cat w").split()) == {"durable"}
