@@ -50,7 +50,11 @@ def decode_request(api_key: int, version: int, payload: bytes) -> tuple[Any, Any
     cls = load_request_schema(api_key, version)
     header_cls = cls.__header_schema__
     header, used = entity_reader(header_cls)(payload, 0)
-    body, _ = entity_reader(cls)(payload, used)
+    body, size = entity_reader(cls)(payload, used)
+    if used + size != len(payload):
+        # Bytes the schema does not account for mean the client and we disagree on
+        # the layout; answering would be a guess.
+        raise ValueError(f"{len(payload) - used - size} bytes after the request body")
     return header, body
 
 

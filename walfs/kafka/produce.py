@@ -11,6 +11,7 @@ from typing import Any
 
 from walfs.kafka.api import Api
 from walfs.kafka.broker import Broker, Connection, log
+from walfs.kafka.metadata import valid_new_topic
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.record_batch import BatchError, UnsupportedCompression, decode_batches
 from walfs.kafka.wal_errors import error_code_for
@@ -21,7 +22,12 @@ def _append_partition(
 ) -> tuple[ErrorCode, int, int]:
     """(error, base offset, log start offset); runs in a worker thread."""
     wal = broker.wal
-    if partition < 0 or partition >= broker.catalog.partition_count(topic):
+    count = broker.catalog.partition_count(topic)
+    # A first produce to partition 0 creates the topic, as an append through the
+    # mount does (clients usually auto-create through Metadata first anyway).
+    if count == 0 and partition == 0 and valid_new_topic(topic):
+        count = 1
+    if partition < 0 or partition >= count:
         return ErrorCode.unknown_topic_or_partition, -1, -1
     try:
         batches = decode_batches(data or b"")
