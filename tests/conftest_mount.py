@@ -23,13 +23,22 @@ PYTHON = sys.executable
 DEFAULT_OPTIONS = ("--segment-size", "16M", "--block-size", "1M")
 
 
-def cli(verb: str, *args: str, check: bool = True, timeout: float = 60,
-        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    verb: str,
+    *args: str,
+    check: bool = True,
+    timeout: float = 60,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Runs `walfs <verb> ...` as a separate process (module form: no install needed)."""
     return subprocess.run(
         [PYTHON, "-m", f"walfs.cli.{verb}", *args],
-        capture_output=True, text=True, check=check, timeout=timeout,
-        env=env, cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=timeout,
+        env=env,
+        cwd=str(REPO),
     )
 
 
@@ -71,8 +80,17 @@ class Mount:
     def start(self, *options: str) -> None:
         if options:
             self.options = DEFAULT_OPTIONS + options
-        res = cli("mount", str(self.data), str(self.path), "--log-file", str(self.log),
-                  "--log-level", "info", *self.options, check=False)
+        res = cli(
+            "mount",
+            str(self.data),
+            str(self.path),
+            "--log-file",
+            str(self.log),
+            "--log-level",
+            "info",
+            *self.options,
+            check=False,
+        )
         assert res.returncode == 0, f"mount failed: {res.stderr}\n{self.read_log()}"
         assert is_mounted(self.path)
         self.pid = int(os.getxattr(self.path, "user.walfs.pid"))
@@ -96,8 +114,7 @@ class Mount:
         if is_mounted(self.path) and self.pid is not None and daemon_alive(self.pid):
             cli("umount", str(self.path), "--timeout", "20", check=False)
         if is_mounted(self.path):
-            subprocess.run(["fusermount3", "-uz", str(self.path)], check=False,
-                           capture_output=True)
+            subprocess.run(["fusermount3", "-uz", str(self.path)], check=False, capture_output=True)
         if self.pid is not None and daemon_alive(self.pid):
             os.kill(self.pid, signal.SIGKILL)
         self.pid = None
@@ -108,11 +125,17 @@ class Mount:
         except FileNotFoundError:
             return ""
 
-    def sh(self, script: str, check: bool = True, timeout: float = 120,
-           input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    def sh(
+        self, script: str, check: bool = True, timeout: float = 120, input: bytes | None = None
+    ) -> subprocess.CompletedProcess[bytes]:
         """Runs a bash script with the mount as working directory."""
-        res = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=self.path,
-                             capture_output=True, timeout=timeout, input=input)
+        res = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=self.path,
+            capture_output=True,
+            timeout=timeout,
+            input=input,
+        )
         if check and res.returncode != 0:
             raise AssertionError(
                 f"script failed ({res.returncode}): {script}\nstdout: {res.stdout[-2000:]!r}\n"

@@ -6,10 +6,12 @@ import os
 import subprocess
 import threading
 
-from conftest_mount import Mount, make_mount, mount  # noqa: F401
+from conftest_mount import Mount
+
+pytest_plugins = ["conftest_mount"]
 
 
-def test_concurrent_appenders_never_tear_lines(mount: Mount) -> None:  # noqa: F811
+def test_concurrent_appenders_never_tear_lines(mount: Mount) -> None:
     # Four processes, each writing 2000 lines in pieces (partial writes per line) and in
     # whole-buffer writes, all O_APPEND on one topic.
     writer = r"""
@@ -24,8 +26,7 @@ for i in range(2000):
         os.write(fd, line)
 os.close(fd)
 """
-    procs = [subprocess.Popen(["python3", "-c", writer, f"w{n}"], cwd=mount.path)
-             for n in range(4)]
+    procs = [subprocess.Popen(["python3", "-c", writer, f"w{n}"], cwd=mount.path) for n in range(4)]
     for p in procs:
         assert p.wait(timeout=120) == 0
     lines = (mount.path / "t").read_bytes().split(b"\n")
@@ -41,7 +42,7 @@ os.close(fd)
     assert all(v == list(range(2000)) for v in seen.values()) and len(seen) == 4
 
 
-def test_six_mib_lines_from_concurrent_writers(mount: Mount) -> None:  # noqa: F811
+def test_six_mib_lines_from_concurrent_writers(mount: Mount) -> None:
     # One write() of a 6 MiB line arrives as six 1 MiB WRITE requests; two such writers
     # at once must still give two whole records.
     writer = r"""
@@ -64,10 +65,11 @@ os.close(fd)
     assert mount.out("wc -l < big").strip() == "4"
 
 
-def test_tail_follows_appends(mount: Mount) -> None:  # noqa: F811
+def test_tail_follows_appends(mount: Mount) -> None:
     mount.sh("echo first >> t")
-    tail = subprocess.Popen(["tail", "-n", "+1", "-s", "0.1", "-f", "t"], cwd=mount.path,
-                            stdout=subprocess.PIPE)
+    tail = subprocess.Popen(
+        ["tail", "-n", "+1", "-s", "0.1", "-f", "t"], cwd=mount.path, stdout=subprocess.PIPE
+    )
     try:
         assert tail.stdout is not None
         assert tail.stdout.readline() == b"first\n"
@@ -82,7 +84,7 @@ def test_tail_follows_appends(mount: Mount) -> None:  # noqa: F811
         tail.wait()
 
 
-def test_readers_flow_while_writer_waits_for_fsync(make_mount) -> None:  # noqa: F811
+def test_readers_flow_while_writer_waits_for_fsync(make_mount) -> None:
     m: Mount = make_mount()
     m.start("--fsync", "always")
     m.sh("seq 1 1000 >> nums")

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 
-from conftest_mount import Mount, make_mount, mount  # noqa: F401
+from conftest_mount import Mount
+
+pytest_plugins = ["conftest_mount"]
 
 
-def test_cat_consumes_and_commits_at_close(mount: Mount) -> None:  # noqa: F811
+def test_cat_consumes_and_commits_at_close(mount: Mount) -> None:
     mount.sh("printf 'a\\nb\\nc\\n' >> t")
     assert mount.out("cat .consumers/g1/t") == "a\nb\nc\n"
     assert mount.out("cat .consumers/g1/t") == ""  # all committed at close
@@ -16,13 +18,12 @@ def test_cat_consumes_and_commits_at_close(mount: Mount) -> None:  # noqa: F811
     mount.sh("echo d >> t; echo e >> t")
     assert mount.out("stat -c %s .consumers/g1/t").strip() == "4"
     assert mount.out("cat .consumers/g1/t") == "d\ne\n"
-    assert mount.out("getfattr --only-values -n user.walfs.committed_offset .consumers/g1/t") \
-        == "5"
+    assert mount.out("getfattr --only-values -n user.walfs.committed_offset .consumers/g1/t") == "5"
     assert mount.out("ls .consumers").split() == ["g1", "g2"]
     assert mount.out("ls .consumers/g1").split() == ["partition=0", "t"]
 
 
-def test_partial_read_commits_only_whole_records(mount: Mount) -> None:  # noqa: F811
+def test_partial_read_commits_only_whole_records(mount: Mount) -> None:
     mount.sh("printf 'one\\ntwo\\nthree\\n' >> t")
     with open(mount.path / ".consumers/g/t", "rb", buffering=0) as f:
         assert f.read(6) == b"one\ntw"  # "two" was not returned whole
@@ -33,7 +34,7 @@ def test_partial_read_commits_only_whole_records(mount: Mount) -> None:  # noqa:
     assert mount.out("cat .consumers/g/t") == "four\n"
 
 
-def test_consumer_partitions_and_refusals(mount: Mount) -> None:  # noqa: F811
+def test_consumer_partitions_and_refusals(mount: Mount) -> None:
     mount.sh("mkdir partition=1; echo p1 >> partition=1/t; echo p0 >> t")
     assert mount.out("cat .consumers/g/partition=1/t") == "p1\n"
     assert mount.out("cat .consumers/g/t") == "p0\n"
@@ -43,10 +44,13 @@ def test_consumer_partitions_and_refusals(mount: Mount) -> None:  # noqa: F811
     assert mount.out("stat -c %a .consumers/g/t").strip() == "444"
 
 
-def test_tail_follows_a_consumer_file(mount: Mount) -> None:  # noqa: F811
+def test_tail_follows_a_consumer_file(mount: Mount) -> None:
     mount.sh("echo old >> t")
-    tail = subprocess.Popen(["tail", "-n", "+1", "-s", "0.1", "-f", ".consumers/g/t"],
-                            cwd=mount.path, stdout=subprocess.PIPE)
+    tail = subprocess.Popen(
+        ["tail", "-n", "+1", "-s", "0.1", "-f", ".consumers/g/t"],
+        cwd=mount.path,
+        stdout=subprocess.PIPE,
+    )
     try:
         assert tail.stdout is not None
         assert tail.stdout.readline() == b"old\n"
@@ -60,7 +64,7 @@ def test_tail_follows_a_consumer_file(mount: Mount) -> None:  # noqa: F811
     assert mount.out("cat .consumers/g/t") == ""
 
 
-def test_cursors_persist_across_remount(make_mount) -> None:  # noqa: F811
+def test_cursors_persist_across_remount(make_mount) -> None:
     m: Mount = make_mount()
     m.start()
     m.sh("seq 1 10 >> t")

@@ -8,7 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest_mount import Mount, is_mounted, make_mount  # noqa: F401
+from conftest_mount import Mount, is_mounted
+
+pytest_plugins = ["conftest_mount"]
 
 
 def test_remount_keeps_everything(make_mount) -> None:
@@ -29,7 +31,7 @@ def test_sigkill_keeps_returned_writes(make_mount, fsync: str) -> None:
     m: Mount = make_mount()
     m.start("--fsync", fsync)
     # Each line's write() has returned when the shell moves on.
-    m.sh("for i in $(seq 1 300); do echo \"rec $i\" >> t; done")
+    m.sh('for i in $(seq 1 300); do echo "rec $i" >> t; done')
     m.kill()
     with pytest.raises(OSError) as info:
         os.stat(m.path / "t")

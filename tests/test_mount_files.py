@@ -6,10 +6,12 @@ import errno
 import os
 
 import pytest
-from conftest_mount import Mount, mount  # noqa: F401
+from conftest_mount import Mount
+
+pytest_plugins = ["conftest_mount"]
 
 
-def test_echo_cat_wc_grep(mount: Mount) -> None:  # noqa: F811
+def test_echo_cat_wc_grep(mount: Mount) -> None:
     mount.sh("echo 'order 1 paid' >> orders; echo 'order 2 open' >> orders")
     mount.sh("printf 'order 3 paid\\norder 4 paid\\n' >> orders")
     assert mount.out("cat orders") == "order 1 paid\norder 2 open\norder 3 paid\norder 4 paid\n"
@@ -21,7 +23,7 @@ def test_echo_cat_wc_grep(mount: Mount) -> None:  # noqa: F811
     assert mount.out("cat partition=0/orders") == mount.out("cat orders")
 
 
-def test_partial_line_commits_at_close(mount: Mount) -> None:  # noqa: F811
+def test_partial_line_commits_at_close(mount: Mount) -> None:
     mount.sh("printf 'no newline' >> t")
     assert mount.out("cat t") == "no newline\n"
     # A line written in pieces through one open file is one record.
@@ -30,7 +32,7 @@ def test_partial_line_commits_at_close(mount: Mount) -> None:  # noqa: F811
     assert os.getxattr(mount.path / "t", "user.walfs.high_watermark") == b"3"
 
 
-def test_partial_line_held_until_newline(mount: Mount) -> None:  # noqa: F811
+def test_partial_line_held_until_newline(mount: Mount) -> None:
     fd = os.open(mount.path / "t", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, b"first\nsec")
@@ -45,7 +47,7 @@ def test_partial_line_held_until_newline(mount: Mount) -> None:  # noqa: F811
         os.close(fd)
 
 
-def test_binary_bytes(mount: Mount) -> None:  # noqa: F811
+def test_binary_bytes(mount: Mount) -> None:
     payload = bytes(b for b in range(256) if b != 10)
     with open(mount.path / "bin", "ab") as f:
         f.write(payload + b"\n" + payload[::-1] + b"\n")
@@ -53,7 +55,7 @@ def test_binary_bytes(mount: Mount) -> None:  # noqa: F811
     assert mount.out("wc -c < bin").strip() == str(2 * 256)
 
 
-def test_dd_cp_and_mv_from_outside(mount: Mount, tmp_path) -> None:  # noqa: F811
+def test_dd_cp_and_mv_from_outside(mount: Mount, tmp_path) -> None:
     src = tmp_path / "src.txt"
     src.write_bytes(b"".join(b"line %d\n" % i for i in range(20000)))
     mount.sh(f"cp {src} copied")
@@ -71,7 +73,7 @@ def test_dd_cp_and_mv_from_outside(mount: Mount, tmp_path) -> None:  # noqa: F81
     assert (mount.path / "copied").read_bytes() == src.read_bytes()
 
 
-def test_refused_calls_keep_data(mount: Mount) -> None:  # noqa: F811
+def test_refused_calls_keep_data(mount: Mount) -> None:
     mount.sh("echo keep >> t")
     refused = {
         "echo x > t": "Operation not permitted",
@@ -92,7 +94,7 @@ def test_refused_calls_keep_data(mount: Mount) -> None:  # noqa: F811
     assert mount.out("ls").split() == ["partition=0", "t"]
 
 
-def test_refused_calls_errnos(mount: Mount) -> None:  # noqa: F811
+def test_refused_calls_errnos(mount: Mount) -> None:
     t = mount.path / "t"
     t.write_bytes(b"one\n")  # a new topic: a sequential writer may create it
     assert t.read_bytes() == b"one\n"
@@ -118,10 +120,13 @@ def test_refused_calls_errnos(mount: Mount) -> None:  # noqa: F811
     assert errno_of(os.rmdir, mount.path / "partition=0") == errno.EPERM
     assert errno_of(os.mkdir, mount.path / "x") == errno.EPERM
     assert errno_of(os.mkdir, mount.path / "partition=01") == errno.EPERM
-    assert errno_of(os.open, mount.path / ("n" * 250), os.O_WRONLY | os.O_CREAT | os.O_APPEND
-                    ) == errno.ENAMETOOLONG
-    assert errno_of(os.open, mount.path / "partition=x", os.O_WRONLY | os.O_CREAT | os.O_APPEND
-                    ) == errno.EINVAL
+    assert (
+        errno_of(os.open, mount.path / ("n" * 250), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        == errno.ENAMETOOLONG
+    )
+    assert (
+        errno_of(os.open, mount.path / "partition=x", os.O_WRONLY | os.O_CREAT | os.O_APPEND) == errno.EINVAL
+    )
     assert errno_of(os.open, mount.path / "nope", os.O_RDONLY) == errno.ENOENT
     # Writing at an offset through a sequential writer of a new topic.
     fd = os.open(mount.path / "new", os.O_WRONLY | os.O_CREAT, 0o644)
@@ -138,7 +143,7 @@ def test_refused_calls_errnos(mount: Mount) -> None:  # noqa: F811
     assert (mount.path / name249).read_bytes() == b"long name ok\n"
 
 
-def test_partitions(mount: Mount) -> None:  # noqa: F811
+def test_partitions(mount: Mount) -> None:
     mount.sh("mkdir partition=3 && echo p3 >> partition=3/t && echo p0 >> t")
     mount.sh("echo p0b >> partition=0/t")
     assert mount.out("cat partition=3/t") == "p3\n"
@@ -152,12 +157,17 @@ def test_partitions(mount: Mount) -> None:  # noqa: F811
     assert os.stat(mount.path / "t").st_ino == os.stat(mount.path / "partition=0/t").st_ino
 
 
-def test_xattrs_and_ls_stat(mount: Mount) -> None:  # noqa: F811
+def test_xattrs_and_ls_stat(mount: Mount) -> None:
     mount.sh("printf 'a\\nbb\\nccc\\n' >> t")
     dump = mount.out("getfattr -d t")
-    for line in ('user.walfs.org_id="1"', 'user.walfs.partition="0"',
-                 'user.walfs.low_watermark="0"', 'user.walfs.high_watermark="3"',
-                 'user.walfs.byte_size="9"', "user.walfs.topic_hash="):
+    for line in (
+        'user.walfs.org_id="1"',
+        'user.walfs.partition="0"',
+        'user.walfs.low_watermark="0"',
+        'user.walfs.high_watermark="3"',
+        'user.walfs.byte_size="9"',
+        "user.walfs.topic_hash=",
+    ):
         assert line in dump, dump
     owner = mount.out("stat -c '%U %a %F' t").strip()
     assert owner == f"{mount.out('id -un').strip()} 644 regular file"
@@ -165,14 +175,14 @@ def test_xattrs_and_ls_stat(mount: Mount) -> None:  # noqa: F811
     assert mount.out("ls -l t").startswith("-rw-r--r--")
 
 
-def test_statfs_reports_data_dir(mount: Mount) -> None:  # noqa: F811
+def test_statfs_reports_data_dir(mount: Mount) -> None:
     ours = os.statvfs(mount.path)
     theirs = os.statvfs(mount.data)
     assert ours.f_blocks == theirs.f_blocks and ours.f_frsize == theirs.f_frsize
     assert mount.out("df --output=size . | tail -1").strip()
 
 
-def test_negative_lookups_then_create(mount: Mount) -> None:  # noqa: F811
+def test_negative_lookups_then_create(mount: Mount) -> None:
     # Hadoop probes `.name.crc`; a cached negative entry must not hide a later create,
     # nor a topic created under its other name.
     for _ in range(3):
@@ -184,8 +194,8 @@ def test_negative_lookups_then_create(mount: Mount) -> None:  # noqa: F811
     assert mount.out("cat .t.crc") == "y\n"
 
 
-def test_thousand_topics(mount: Mount) -> None:  # noqa: F811
-    mount.sh("for i in $(seq 1000); do echo \"r$i\" >> \"topic$i\"; done")
+def test_thousand_topics(mount: Mount) -> None:
+    mount.sh('for i in $(seq 1000); do echo "r$i" >> "topic$i"; done')
     names = mount.out("ls").split()
     assert len(names) == 1001 and "topic1000" in names
     assert mount.out("cat topic1 topic500 topic1000") == "r1\nr500\nr1000\n"

@@ -12,12 +12,20 @@ from conftest_mount import PYTHON, REPO, daemon_alive, is_mounted, wait_until
 
 
 def test_unit_verifies() -> None:
-    res = subprocess.run(["systemd-analyze", "verify", str(REPO / "systemd/walfs@.service")],
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        ["systemd-analyze", "verify", str(REPO / "systemd/walfs@.service")],
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stderr
     text = (REPO / "systemd/walfs@.service").read_text()
-    for line in ("Type=notify", "NotifyAccess=main", "Restart=on-failure", "--foreground",
-                 "fusermount3 -u -z"):
+    for line in (
+        "Type=notify",
+        "NotifyAccess=main",
+        "Restart=on-failure",
+        "--foreground",
+        "fusermount3 -u -z",
+    ):
         assert line in text
     for sandbox in ("PrivateTmp", "ProtectSystem", "ProtectHome", "PrivateMounts"):
         assert f"\n{sandbox}=" not in text
@@ -32,9 +40,21 @@ def test_plays_systemd_notify(tmp_path: Path) -> None:
     sock.settimeout(30)
     env = dict(os.environ, NOTIFY_SOCKET=sock_path)
     daemon = subprocess.Popen(
-        [PYTHON, "-m", "walfs.cli.mount", "--foreground", str(data), str(mnt),
-         "--segment-size", "16M", "--block-size", "1M"],
-        env=env, cwd=REPO, stderr=subprocess.PIPE,
+        [
+            PYTHON,
+            "-m",
+            "walfs.cli.mount",
+            "--foreground",
+            str(data),
+            str(mnt),
+            "--segment-size",
+            "16M",
+            "--block-size",
+            "1M",
+        ],
+        env=env,
+        cwd=REPO,
+        stderr=subprocess.PIPE,
     )
     try:
         messages = sock.recv(4096).decode().split("\n")
@@ -57,11 +77,19 @@ def test_plays_systemd_notify(tmp_path: Path) -> None:
         subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
         sock.close()
     # The partial line held by the open file was committed on the way down.
-    res = subprocess.run([PYTHON, "-c", (
-        "import walfs, sys\n"
-        f"with walfs.Wal({str(data)!r}, read_only=True) as w:\n"
-        "    sys.stdout.buffer.write(w.read_bytes('t', 0, 1 << 20))\n")],
-        capture_output=True, cwd=REPO)
+    res = subprocess.run(
+        [
+            PYTHON,
+            "-c",
+            (
+                "import walfs, sys\n"
+                f"with walfs.Wal({str(data)!r}, read_only=True) as w:\n"
+                "    sys.stdout.buffer.write(w.read_bytes('t', 0, 1 << 20))\n"
+            ),
+        ],
+        capture_output=True,
+        cwd=REPO,
+    )
     assert res.returncode == 0, res.stderr
     assert res.stdout.endswith(b"100\ntail\nheld partial\n")
 
@@ -100,8 +128,9 @@ def test_mount_helper_and_fstab(tmp_path: Path) -> None:
     data, mnt = tmp_path / "data", tmp_path / "mnt"
     mnt.mkdir()
     fstab = tmp_path / "fstab"
-    fstab.write_text(f"{data} {mnt} fuse.walfs fsync=always,org_id=7,noatime,nofail,"
-                     "segment_size=16M,block_size=1M 0 0\n")
+    fstab.write_text(
+        f"{data} {mnt} fuse.walfs fsync=always,org_id=7,noatime,nofail,segment_size=16M,block_size=1M 0 0\n"
+    )
     script = f"""
 set -eu
 trap 'fusermount3 -uz {mnt} 2>/dev/null || true' EXIT
@@ -118,13 +147,20 @@ getfattr --only-values -n user.walfs.fsync {mnt}; echo
 cat {mnt}/t
 {shim} umount {mnt}
 """
-    res = subprocess.run(["unshare", "-m", "--propagation", "private", "bash", "-c", script],
-                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    res = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "bash", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert res.returncode == 0, res.stderr
     # org 7 has its own topics: `t` of org 1 is not there, so only "two" shows.
     assert res.stdout.split() == ["one", "always", "two"], res.stdout
-    wait_until(lambda: not any(daemon_alive(int(p)) for p in _walfs_daemons(data)),
-               what="helper daemons to exit")
+    wait_until(
+        lambda: not any(daemon_alive(int(p)) for p in _walfs_daemons(data)),
+        what="helper daemons to exit",
+    )
 
 
 def _walfs_daemons(data: Path) -> list[str]:

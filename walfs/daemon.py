@@ -34,8 +34,21 @@ log = logging.getLogger("walfs.daemon")
 
 # Mount options pyfuse3/libfuse 3.14 accept (others make init fail, see fuse-facts.md).
 FUSE_PASSTHROUGH_OPTIONS = frozenset(
-    {"allow_root", "nosuid", "nodev", "noexec", "suid", "dev", "exec", "sync", "dirsync",
-     "atime", "noatime", "auto_unmount", "debug"}
+    {
+        "allow_root",
+        "nosuid",
+        "nodev",
+        "noexec",
+        "suid",
+        "dev",
+        "exec",
+        "sync",
+        "dirsync",
+        "atime",
+        "noatime",
+        "auto_unmount",
+        "debug",
+    }
 )
 
 
@@ -143,9 +156,7 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
     return 0
 
 
-async def _serve(
-    ops: WalOperations, config: MountConfig, on_ready: Callable[[], None] | None
-) -> None:
+async def _serve(ops: WalOperations, config: MountConfig, on_ready: Callable[[], None] | None) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ops.invalidation_task, name="walfs-invalidate")
         nursery.start_soon(ops.watch_task, name="walfs-watch")

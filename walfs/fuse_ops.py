@@ -420,7 +420,7 @@ class WalOperations(pyfuse3.Operations):
         if stream not in self._streams:
             self._add_stream(stream)
         self._empty_streams.discard(stream)
-        for node, ino in self._stream_inodes(topic, partition):
+        for _node, ino in self._stream_inodes(topic, partition):
             self._dirty_inodes.add(ino)
         self._wakeup.set()
 
@@ -474,9 +474,7 @@ class WalOperations(pyfuse3.Operations):
     async def _append(self, node: Node, records: list[bytes]) -> None:
         with wal_errors_as_errno(f"append to {node.topic!r}/{node.partition}"):
             if self.blocking_appends:
-                await trio.to_thread.run_sync(
-                    self.wal.append_batch, node.topic, records, node.partition
-                )
+                await trio.to_thread.run_sync(self.wal.append_batch, node.topic, records, node.partition)
             else:
                 self.wal.append_batch(node.topic, records, node.partition)
         self._stream_changed(node.topic, node.partition)
@@ -556,9 +554,7 @@ class WalOperations(pyfuse3.Operations):
 
     @staticmethod
     def _parent_of(node: Node) -> Node:
-        if node.kind in ("pdir", "consumers", "topic") and not (
-            node.kind == "topic" and node.partition != 0
-        ):
+        if node.kind in ("pdir", "consumers", "topic") and not (node.kind == "topic" and node.partition != 0):
             return ROOT
         if node.kind == "topic":
             return Node("pdir", node.partition)
@@ -777,9 +773,7 @@ class WalOperations(pyfuse3.Operations):
                 h.frontier = max(h.frontier, off + len(data))
             return data
         with wal_errors_as_errno(f"read {node.topic!r}"):
-            data = await trio.to_thread.run_sync(
-                self.wal.read_bytes, node.topic, off, size, node.partition
-            )
+            data = await trio.to_thread.run_sync(self.wal.read_bytes, node.topic, off, size, node.partition)
         return data
 
     async def write(self, fh: int, off: int, buf: bytes) -> int:
@@ -875,7 +869,7 @@ class WalOperations(pyfuse3.Operations):
             return {
                 "pid": lambda: str(os.getpid()),
                 "data_dir": lambda: self.data_dir,
-                **{k: (lambda v=v: v) for k, v in self.info.items()},
+                **{k: _constant(v) for k, v in self.info.items()},
             }
         if node.kind not in ("topic", "cfile"):
             return {}
@@ -918,11 +912,13 @@ class WalOperations(pyfuse3.Operations):
         node = self._node(inode)
         return [(XATTR_PREFIX + k).encode() for k in self._xattrs(node)]
 
-    async def setxattr(
-        self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext
-    ) -> None:
+    async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext) -> None:
         # ENOTSUP, not EPERM: `cp -a` and friends skip xattrs on that answer.
         raise pyfuse3.FUSEError(errno.ENOTSUP)
 
     async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         raise pyfuse3.FUSEError(errno.ENOTSUP)
+
+
+def _constant(value: str) -> Callable[[], str]:
+    return lambda: value

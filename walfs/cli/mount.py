@@ -16,8 +16,18 @@ import sys
 SIZE_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 # Options mount(8)/fstab pass that concern mount(8) itself, not the file system.
 IGNORED_MOUNT_OPTIONS = frozenset(
-    {"rw", "defaults", "auto", "noauto", "user", "nouser", "users", "_netdev", "nofail",
-     "default_permissions"}
+    {
+        "rw",
+        "defaults",
+        "auto",
+        "noauto",
+        "user",
+        "nouser",
+        "users",
+        "_netdev",
+        "nofail",
+        "default_permissions",
+    }
 )
 
 
@@ -38,20 +48,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fsync", choices=("always", "interval", "never"), default=None)
     p.add_argument("--fsync-interval-ms", type=int, default=None)
     p.add_argument("--org-id", type=int, default=None)
-    p.add_argument("--allow-other", action="store_true", default=None,
-                   help="let other users in (needs user_allow_other in /etc/fuse.conf "
-                        "unless root)")
+    p.add_argument(
+        "--allow-other",
+        action="store_true",
+        default=None,
+        help="let other users in (needs user_allow_other in /etc/fuse.conf unless root)",
+    )
     p.add_argument("--log-level", default=None, help="debug, info, warning (default), error")
     p.add_argument("--log-file", default=None, help="log here when in the background")
     p.add_argument("--segment-size", type=parse_size, default=None, help="e.g. 64M")
     p.add_argument("--block-size", type=parse_size, default=None, help="e.g. 1M")
-    p.add_argument("-o", dest="options", action="append", default=[],
-                   help="comma-separated: fsync=, org_id=, allow_other, log_level=, "
-                        "log_file=, segment_size=, block_size=, fsync_interval_ms=, and "
-                        "FUSE options (nosuid, nodev, noexec, noatime, allow_root, ...)")
+    p.add_argument(
+        "-o",
+        dest="options",
+        action="append",
+        default=[],
+        help="comma-separated: fsync=, org_id=, allow_other, log_level=, "
+        "log_file=, segment_size=, block_size=, fsync_interval_ms=, and "
+        "FUSE options (nosuid, nodev, noexec, noatime, allow_root, ...)",
+    )
     # mount(8) passes these to helpers; they mean nothing here.
-    p.add_argument("-s", "-n", "-v", dest="_ignored", action="store_true",
-                   help=argparse.SUPPRESS)
+    p.add_argument("-s", "-n", "-v", dest="_ignored", action="store_true", help=argparse.SUPPRESS)
     return p
 
 
@@ -68,8 +85,15 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
                 continue
             key, _, value = item.partition("=")
             key = key.replace("-", "_")
-            if key in ("fsync", "org_id", "log_level", "log_file", "segment_size",
-                       "block_size", "fsync_interval_ms"):
+            if key in (
+                "fsync",
+                "org_id",
+                "log_level",
+                "log_file",
+                "segment_size",
+                "block_size",
+                "fsync_interval_ms",
+            ):
                 opts[key] = value
             elif key == "allow_other":
                 opts[key] = "1"

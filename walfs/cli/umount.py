@@ -51,8 +51,12 @@ def wait_gone(pid: int, timeout: float) -> bool:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="walfs umount", description="Unmount a walfs mount.")
     p.add_argument("mountpoint")
-    p.add_argument("--timeout", type=float, default=120.0,
-                   help="seconds to wait for the daemon to finish (default 120)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait for the daemon to finish (default 120)",
+    )
     args = p.parse_args(argv)
     mp = os.path.abspath(args.mountpoint)
     from walfs.daemon import lazy_unmount
@@ -62,8 +66,7 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         if exc.errno in (errno.ENOTCONN, errno.ECONNABORTED):
             lazy_unmount(mp)
-            print(f"walfs umount: {mp}: the daemon was gone; detached the dead mount",
-                  file=sys.stderr)
+            print(f"walfs umount: {mp}: the daemon was gone; detached the dead mount", file=sys.stderr)
             return 0
         if exc.errno in (errno.ENODATA, errno.ENOTSUP, errno.ENOENT):
             print(f"walfs umount: {mp} is not a walfs mount", file=sys.stderr)
@@ -77,8 +80,7 @@ def main(argv: list[str]) -> int:
         # Not ours to signal: unmounting ends the daemon's loop just the same.
         lazy_unmount(mp)
     if not wait_gone(pid, args.timeout):
-        print(f"walfs umount: daemon {pid} still running after {args.timeout:g}s",
-              file=sys.stderr)
+        print(f"walfs umount: daemon {pid} still running after {args.timeout:g}s", file=sys.stderr)
         return 1
     if is_mounted(mp):  # the daemon died without unmounting
         lazy_unmount(mp)
