@@ -102,8 +102,7 @@ class ServeProcess:
 
     def __init__(self, data_dir: Path, *extra: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "walfs.cli.serve", str(data_dir),
-             "--kafka-listen", "127.0.0.1:0", *extra],
+            [sys.executable, "-m", "walfs.cli.serve", str(data_dir), "--kafka-listen", "127.0.0.1:0", *extra],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -184,7 +183,9 @@ def api_versions_request(correlation_id: int = 1) -> bytes:
     from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
     return encode_request(
-        18, 3, correlation_id,
+        18,
+        3,
+        correlation_id,
         ApiVersionsRequest(client_software_name="raw", client_software_version="1"),
     )
 

@@ -6,14 +6,12 @@ from __future__ import annotations
 import logging
 import socket
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
-
 from kafka_harness import (
     Listener,
     api_versions_request,
@@ -24,12 +22,16 @@ from kafka_harness import (
     raw_connect,
     recv_frame,
 )
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+
 from walfs.kafka.dispatch import SUPPORTED
+from walfs.kafka.messages import build
 from walfs.kafka.record_batch import WireRecord, encode_records_for_test
 
 
 @pytest.fixture
-def lst(tmp_path: Path, caplog: pytest.LogCaptureFixture):  # type: ignore[no-untyped-def]
+def lst(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> Iterator[Listener]:
     caplog.set_level(logging.INFO, logger="walfs.kafka")
     with listener(tmp_path, max_request_bytes=64 * 1024) as running:
         yield running
@@ -38,13 +40,17 @@ def lst(tmp_path: Path, caplog: pytest.LogCaptureFixture):  # type: ignore[no-un
 def produce_request(topic: str, records: bytes, acks: int = 1, correlation_id: int = 5) -> bytes:
     import datetime
 
-    body = ProduceRequest(
+    # build() takes plain values where kio's constructors want its phantom types.
+    body = build(
+        ProduceRequest,
         transactional_id=None,
         acks=acks,
         timeout=datetime.timedelta(seconds=5),
         topic_data=(
-            TopicProduceData(
-                name=topic, partition_data=(PartitionProduceData(index=0, records=records),)
+            build(
+                TopicProduceData,
+                name=topic,
+                partition_data=(build(PartitionProduceData, index=0, records=records),),
             ),
         ),
     )
@@ -100,7 +106,7 @@ def test_unsupported_version_of_another_api_closes(lst: Listener) -> None:
 
 def test_garbage_body_closes(lst: Listener, caplog: pytest.LogCaptureFixture) -> None:
     with raw_connect(lst.port) as s:
-        payload = struct.pack(">hhi", 3, 1, 3) + b"\xff" * 7  # Metadata v1, junk
+        payload = struct.pack(">hhi", 3, 1, 3) + b"\x00\x00" + b"\x00\x00\x00\x05"  # 5 topics, none sent
         s.sendall(struct.pack(">i", len(payload)) + payload)
         assert is_closed(s)
     assert "malformed Metadata v1 request" in caplog.text
@@ -146,11 +152,17 @@ def test_disconnect_during_long_poll(lst: Listener, caplog: pytest.LogCaptureFix
     import datetime
 
     lst.wal.append("idle", b"x")
-    body = FetchRequest(
+    body = build(
+        FetchRequest,
         max_wait=datetime.timedelta(milliseconds=300),
         min_bytes=1,
-        topics=(FetchTopic(topic="idle", partitions=(
-            FetchPartition(partition=0, fetch_offset=1, partition_max_bytes=1 << 20),)),),
+        topics=(
+            build(
+                FetchTopic,
+                topic="idle",
+                partitions=(build(FetchPartition, partition=0, fetch_offset=1, partition_max_bytes=1 << 20),),
+            ),
+        ),
         forgotten_topics_data=(),
     )
     s = raw_connect(lst.port)

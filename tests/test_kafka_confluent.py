@@ -17,7 +17,6 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
-
 from kafka_harness import listener
 
 
@@ -29,10 +28,11 @@ def consume(c: Consumer, n: int, timeout: float = 30.0) -> list[Message]:
         m = c.poll(0.5)
         if m is None:
             continue
-        if m.error():
-            if m.error().code() == KafkaError._PARTITION_EOF:
+        err = m.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
                 continue
-            raise KafkaException(m.error())
+            raise KafkaException(err)
         got.append(m)
     return got
 
@@ -53,9 +53,13 @@ def test_produce_consume_keys_headers_timestamps(tmp_path: Path, acks: str) -> N
     with listener(tmp_path) as lst:
         p = Producer({"bootstrap.servers": lst.bootstrap, "acks": acks, "linger.ms": 5})
         for i in range(50):
-            p.produce("orders", value=b"value-%d" % i, key=b"key-%d" % i,
-                      headers=[("i", str(i).encode()), ("empty", None)],
-                      timestamp=1_700_000_000_000 + i)
+            p.produce(
+                "orders",
+                value=b"value-%d" % i,
+                key=b"key-%d" % i,
+                headers=[("i", str(i).encode()), ("empty", None)],
+                timestamp=1_700_000_000_000 + i,
+            )
         p.produce("orders", value=b"no key")
         assert p.flush(30) == 0
         c = consumer(lst.bootstrap, f"g-{acks}")
@@ -146,17 +150,18 @@ def test_offsets_for_times_uses_the_time_index(tmp_path: Path) -> None:
 def test_group_of_two_shares_partitions_commits_and_resumes(tmp_path: Path) -> None:
     with listener(tmp_path) as lst:
         admin = AdminClient({"bootstrap.servers": lst.bootstrap})
-        admin.create_topics([NewTopic("shared", num_partitions=4, replication_factor=1)])[
-            "shared"
-        ].result(timeout=30)
+        admin.create_topics([NewTopic("shared", num_partitions=4, replication_factor=1)])["shared"].result(
+            timeout=30
+        )
         p = Producer({"bootstrap.servers": lst.bootstrap, "acks": "all"})
         for i in range(200):
             p.produce("shared", value=b"m%d" % i, partition=i % 4)
         assert p.flush(30) == 0
 
         def member() -> Consumer:
-            c = consumer(lst.bootstrap, "workers",
-                         **{"session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+            c = consumer(
+                lst.bootstrap, "workers", **{"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+            )
             c.subscribe(["shared"])
             return c
 
@@ -170,21 +175,19 @@ def test_group_of_two_shares_partitions_commits_and_resumes(tmp_path: Path) -> N
                 m = c.poll(0.2)
                 if m is None or m.error():
                     continue
-                seen[name].add(m.partition())
-                values.add(m.value())
+                part, value = m.partition(), m.value()
+                assert part is not None and value is not None
+                seen[name].add(part)
+                values.add(value)
                 c.commit(message=m, asynchronous=False)
         assert len(values) >= 100
         # Both members got partitions, and none was owned by both at the end.
         assert seen["a"] and seen["b"]
-        assert set(tp.partition for tp in a.assignment()).isdisjoint(
-            tp.partition for tp in b.assignment()
-        )
+        assert set(tp.partition for tp in a.assignment()).isdisjoint(tp.partition for tp in b.assignment())
         a.close()
         b.close()
 
-        committed = {
-            part: lst.wal.committed_offset("workers", "shared", part) for part in range(4)
-        }
+        committed = {part: lst.wal.committed_offset("workers", "shared", part) for part in range(4)}
         assert sum(v or 0 for v in committed.values()) == len(values)
 
         # Restart: a new member resumes from the commits and sees exactly the rest.

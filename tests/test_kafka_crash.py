@@ -9,10 +9,10 @@ import signal
 import time
 from pathlib import Path
 
-import walfs
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-
 from kafka_harness import ServeProcess
+
+import walfs
 
 
 def test_acked_records_survive_sigkill(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ def test_acked_records_survive_sigkill(tmp_path: Path) -> None:
         while len(got) < 500 and time.monotonic() < deadline:
             m = c.poll(0.5)
             if m is not None and not m.error():
-                got.append(m.value())
+                got.append(m.value() or b"")
         c.close()
         assert got == [b"record %04d" % i for i in range(500)]
     finally:

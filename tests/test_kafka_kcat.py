@@ -9,9 +9,7 @@ from kafka_harness import listener
 
 
 def kcat(*args: str, stdin: str | None = None) -> str:
-    out = subprocess.run(
-        ["kcat", *args], input=stdin, capture_output=True, text=True, timeout=60
-    )
+    out = subprocess.run(["kcat", *args], input=stdin, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -19,10 +17,19 @@ def kcat(*args: str, stdin: str | None = None) -> str:
 def test_kcat_produce_consume_with_keys_and_headers(tmp_path: Path) -> None:
     with listener(tmp_path) as lst:
         b = lst.bootstrap
-        kcat("-b", b, "-P", "-t", "events", "-K", ":", "-H", "source=kcat",
-             stdin="k1:first\nk2:second\n:no key\n")
-        got = kcat("-b", b, "-C", "-t", "events", "-e", "-Z",
-                   "-f", "%o|%k|%s|%h\n").splitlines()
+        kcat(
+            "-b",
+            b,
+            "-P",
+            "-t",
+            "events",
+            "-K",
+            ":",
+            "-H",
+            "source=kcat",
+            stdin="k1:first\nk2:second\n:no key\n",
+        )
+        got = kcat("-b", b, "-C", "-t", "events", "-e", "-Z", "-f", "%o|%k|%s|%h\n").splitlines()
         assert got == [
             "0|k1|first|source=kcat",
             "1|k2|second|source=kcat",
@@ -39,8 +46,7 @@ def test_kcat_reads_plain_appends_with_null_keys(tmp_path: Path) -> None:
     with listener(tmp_path) as lst:
         lst.wal.append("lines", b"appended by the engine")
         lst.wal.append_batch("lines", [b"a", b"b"])
-        got = kcat("-b", lst.bootstrap, "-C", "-t", "lines", "-e", "-Z",
-                   "-f", "%k:%s\n").splitlines()
+        got = kcat("-b", lst.bootstrap, "-C", "-t", "lines", "-e", "-Z", "-f", "%k:%s\n").splitlines()
         assert got == ["NULL:appended by the engine", "NULL:a", "NULL:b"]
 
 

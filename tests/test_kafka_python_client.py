@@ -6,7 +6,6 @@ from pathlib import Path
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
-
 from kafka_harness import listener
 
 
@@ -17,17 +16,23 @@ def test_kafka_python_round_trip_with_group_commit(tmp_path: Path) -> None:
         admin.close()
         producer = KafkaProducer(bootstrap_servers=lst.bootstrap, acks="all")
         futures = [
-            producer.send("kp", value=b"v%d" % i, key=b"k%d" % i, partition=i % 2,
-                          headers=[("n", str(i).encode())])
+            producer.send(
+                "kp", value=b"v%d" % i, key=b"k%d" % i, partition=i % 2, headers=[("n", str(i).encode())]
+            )
             for i in range(20)
         ]
         metas = [f.get(timeout=30) for f in futures]
         producer.close()
         assert sorted(m.offset for m in metas if m.partition == 0) == list(range(10))
 
-        c = KafkaConsumer("kp", bootstrap_servers=lst.bootstrap, group_id="kpg",
-                          auto_offset_reset="earliest", enable_auto_commit=False,
-                          consumer_timeout_ms=5000)
+        c = KafkaConsumer(
+            "kp",
+            bootstrap_servers=lst.bootstrap,
+            group_id="kpg",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            consumer_timeout_ms=5000,
+        )
         got = []
         for m in c:
             got.append(m)

@@ -28,12 +28,13 @@ class Rec:
     headers: list[tuple[str, bytes | None]]
 
 
+Row = tuple[bytes | None, bytes, list[tuple[str, bytes | None]], int]
+
 records_st = st.lists(
     st.tuples(
         st.one_of(st.none(), st.binary(max_size=40)),
         st.binary(max_size=300),
-        st.lists(st.tuples(st.text(max_size=10), st.one_of(st.none(), st.binary(max_size=20))),
-                 max_size=3),
+        st.lists(st.tuples(st.text(max_size=10), st.one_of(st.none(), st.binary(max_size=20))), max_size=3),
         st.integers(0, 2**41),
     ),
     min_size=1,
@@ -43,7 +44,7 @@ records_st = st.lists(
 
 @settings(max_examples=100, deadline=None)
 @given(records_st, st.integers(0, 2**40))
-def test_fetch_batches_read_back_with_kio(rows: list, base: int) -> None:  # type: ignore[type-arg]
+def test_fetch_batches_read_back_with_kio(rows: list[Row], base: int) -> None:
     recs = [Rec(base + i, ts, k, v, h) for i, (k, v, h, ts) in enumerate(rows)]
     data = encode_batch(recs)
     batch, size = read_batch(data, 0)  # kio checks the CRC-32C and all lengths
@@ -58,7 +59,7 @@ def test_fetch_batches_read_back_with_kio(rows: list, base: int) -> None:  # typ
 
 @settings(max_examples=100, deadline=None)
 @given(records_st, st.sampled_from([0, 1]))
-def test_produce_batches_decode(rows: list, codec: int) -> None:  # type: ignore[type-arg]
+def test_produce_batches_decode(rows: list[Row], codec: int) -> None:
     wire = [WireRecord(k, v, h, ts) for k, v, h, ts in rows]
     [batch] = decode_batches(encode_records_for_test(wire, codec=codec))
     assert batch.records == wire

@@ -6,16 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from confluent_kafka import Producer
+from kafka_harness import Listener, listener
 
 import walfs
-from kafka_harness import Listener, listener
 
 
 def test_produced_records_read_through_the_engine(tmp_path: Path) -> None:
     with listener(tmp_path) as lst:
         p = Producer({"bootstrap.servers": lst.bootstrap, "acks": "all"})
-        p.produce("clicks", value=b"page=/home", key=b"user-1",
-                  headers=[("ua", b"curl"), ("trace", None)], timestamp=1_700_000_000_123)
+        p.produce(
+            "clicks",
+            value=b"page=/home",
+            key=b"user-1",
+            headers=[("ua", b"curl"), ("trace", None)],
+            timestamp=1_700_000_000_123,
+        )
         p.produce("clicks", value=b"page=/about")
         assert p.flush(30) == 0
         wal = lst.wal
@@ -23,7 +28,8 @@ def test_produced_records_read_through_the_engine(tmp_path: Path) -> None:
         assert [r.value for r in recs] == [b"page=/home", b"page=/about"]
         assert recs[0].key == b"user-1" and recs[1].key is None
         assert [(k if isinstance(k, str) else k.decode(), v) for k, v in recs[0].headers] == [
-            ("ua", b"curl"), ("trace", None)
+            ("ua", b"curl"),
+            ("trace", None),
         ]
         assert recs[0].timestamp_ms == 1_700_000_000_123
         # The file view the mount shows: values, one line each.

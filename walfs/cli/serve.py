@@ -13,8 +13,12 @@ import os
 import signal
 import sys
 from functools import partial
+from typing import TYPE_CHECKING
 
 import trio
+
+if TYPE_CHECKING:
+    from walfs import Wal
 
 DEFAULT_LISTEN = "127.0.0.1:9092"
 
@@ -34,13 +38,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fsync-interval-ms", type=int, default=100)
     p.add_argument("--org-id", type=int, default=1)
     p.add_argument("--allow-delete", action="store_true", help="let DeleteTopics delete")
-    p.add_argument("--max-request-bytes", type=int, default=None,
-                   help="close connections sending larger requests (default 100 MiB)")
+    p.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=None,
+        help="close connections sending larger requests (default 100 MiB)",
+    )
     p.add_argument("--log-level", default="info", help="debug, info, warning, error")
     return p
 
 
-async def _run(wal: object, host: str, port: int, args: argparse.Namespace) -> None:
+async def _run(wal: Wal, host: str, port: int, args: argparse.Namespace) -> None:
     from walfs.kafka import serve_kafka
     from walfs.kafka.framing import DEFAULT_MAX_REQUEST_BYTES
 
@@ -49,7 +57,7 @@ async def _run(wal: object, host: str, port: int, args: argparse.Namespace) -> N
         bound = await nursery.start(
             partial(
                 serve_kafka,
-                wal,  # type: ignore[arg-type]
+                wal,
                 host,
                 port,
                 allow_delete=args.allow_delete,
@@ -60,9 +68,7 @@ async def _run(wal: object, host: str, port: int, args: argparse.Namespace) -> N
         print(f"kafka listening on {shown}:{bound}", flush=True)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for signum in signals:
-                logging.getLogger("walfs.kafka").info(
-                    "%s: stopping", signal.Signals(signum).name
-                )
+                logging.getLogger("walfs.kafka").info("%s: stopping", signal.Signals(signum).name)
                 nursery.cancel_scope.cancel()
                 break
 

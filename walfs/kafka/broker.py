@@ -50,9 +50,7 @@ class Broker:
     # Separate limiters: long-poll waits may park many threads for up to max_wait_ms,
     # and they must never starve appends and syncs of threads.
     io_limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(16))
-    wait_limiter: trio.CapacityLimiter = field(
-        default_factory=lambda: trio.CapacityLimiter(256)
-    )
+    wait_limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(256))
 
     def __post_init__(self) -> None:
         self.catalog = TopicCatalog(self.wal)

@@ -15,8 +15,7 @@ from walfs.kafka import fetch, groups, metadata, produce, topics_admin
 from walfs.kafka.api import Api
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.framing import read_preamble
-from walfs.kafka.messages import ErrorCode, build, decode_request, encode_response
-from walfs.kafka.messages import response_module
+from walfs.kafka.messages import ErrorCode, build, decode_request, encode_response, response_module
 
 log = logging.getLogger("walfs.kafka")
 
@@ -67,9 +66,7 @@ async def dispatch(broker: Broker, conn: Connection, payload: bytes) -> bytes | 
     try:
         header, request = decode_request(api_key, version, payload)
     except Exception as e:  # kio raises several types for malformed input
-        raise CloseConnection(
-            f"malformed {api.name} v{version} request: {type(e).__name__}: {e}"
-        ) from e
+        raise CloseConnection(f"malformed {api.name} v{version} request: {type(e).__name__}: {e}") from e
     conn.client_id = header.client_id
     response: Any = await api.handler(broker, conn, version, request)
     if response is None:

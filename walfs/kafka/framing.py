@@ -54,9 +54,7 @@ class FrameReader:
         if size < 0 or size > self._max:
             raise FrameTooLarge(f"frame of {size} bytes (cap {self._max})")
         if not await self._fill(4 + size):
-            raise TruncatedFrame(
-                f"connection closed after {len(self._buf) - 4} of {size} bytes of a frame"
-            )
+            raise TruncatedFrame(f"connection closed after {len(self._buf) - 4} of {size} bytes of a frame")
         payload = bytes(self._buf[4 : 4 + size])
         del self._buf[: 4 + size]
         return payload

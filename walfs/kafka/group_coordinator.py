@@ -172,13 +172,15 @@ class GroupCoordinator:
             protocol_name=protocol,
             leader=g.leader,
             members=[
-                (m.member_id, m.group_instance_id, dict(m.protocols)[protocol])
-                for m in g.members.values()
+                (m.member_id, m.group_instance_id, dict(m.protocols)[protocol]) for m in g.members.values()
             ],
         )
         log.info(
             "group %s: generation %d with %d member(s), protocol %s",
-            g.group_id, g.generation, len(g.members), protocol,
+            g.group_id,
+            g.generation,
+            len(g.members),
+            protocol,
         )
         r.joined.set()
 
@@ -237,10 +239,10 @@ class GroupCoordinator:
                 await r.synced.wait()
                 if g.round is not r or g.state is not State.STABLE:
                     raise GroupError(REBALANCE_IN_PROGRESS)
-        m = g.members.get(member_id)
-        if m is None:
+        current = g.members.get(member_id)
+        if current is None:
             raise GroupError(UNKNOWN_MEMBER_ID)
-        return m.assignment
+        return current.assignment
 
     def _check_member(self, group_id: str, generation: int, member_id: str) -> Group:
         g = self._groups.get(group_id)

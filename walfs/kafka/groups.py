@@ -158,7 +158,11 @@ async def handle_offset_commit(broker: Broker, conn: Connection, version: int, r
                         broker.wal.commit_offset(req.group_id, t.name, p.committed_offset, p.partition_index)
                     except Exception as e:
                         code = error_code_for(e, f"commit {req.group_id} {t.name}/{p.partition_index}")
-                parts.append(build(mod.OffsetCommitResponsePartition, partition_index=p.partition_index, error_code=code))
+                parts.append(
+                    build(
+                        mod.OffsetCommitResponsePartition, partition_index=p.partition_index, error_code=code
+                    )
+                )
             out.append(build(mod.OffsetCommitResponseTopic, name=t.name, partitions=tuple(parts)))
         return out
 

@@ -6,7 +6,6 @@ coordinator, so a long-polling Fetch does not hold up heartbeats)."""
 
 from __future__ import annotations
 
-import errno
 import logging
 from typing import TYPE_CHECKING
 
@@ -41,11 +40,16 @@ def _addr(sockaddr: object) -> tuple[str, int]:
     return "?", 0
 
 
-async def _serve_connection(
-    broker: Broker, stream: trio.SocketStream, max_request_bytes: int
-) -> None:
-    peer_host, peer_port = _addr(stream.socket.getpeername())
-    host, port = _addr(stream.socket.getsockname())
+async def _serve_connection(broker: Broker, stream: trio.SocketStream, max_request_bytes: int) -> None:
+    try:
+        peer_host, peer_port = _addr(stream.socket.getpeername())
+        host, port = _addr(stream.socket.getsockname())
+    except OSError as e:
+        # Reset before we got to it (ENOTCONN): nothing to serve.
+        log.info("connection gone before it was served: %s", e)
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+        return
     conn = Connection(peer=f"{peer_host}:{peer_port}", host=host, port=port)
     reader = FrameReader(stream, max_request_bytes)
     log.debug("%s: connected", conn.peer)
@@ -62,8 +66,6 @@ async def _serve_connection(
     except trio.BrokenResourceError as e:
         log.info("%s: connection lost: %s", conn.peer, e.__cause__ or e)
     except OSError as e:
-        if e.errno not in (errno.ECONNRESET, errno.EPIPE):
-            raise
         log.info("%s: connection lost: %s", conn.peer, e)
     except Exception:
         # A bug in a handler ends this connection only; the listener and the WAL

@@ -51,10 +51,8 @@ def decode_request(api_key: int, version: int, payload: bytes) -> tuple[Any, Any
     header_cls = cls.__header_schema__
     header, used = entity_reader(header_cls)(payload, 0)
     body, size = entity_reader(cls)(payload, used)
-    if used + size != len(payload):
-        # Bytes the schema does not account for mean the client and we disagree on
-        # the layout; answering would be a guess.
-        raise ValueError(f"{len(payload) - used - size} bytes after the request body")
+    # Trailing bytes are tolerated, as Kafka brokers do: librdkafka 2.x sends three
+    # bytes past the end of a Metadata v12 request (fields of an older layout).
     return header, body
 
 

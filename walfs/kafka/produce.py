@@ -11,8 +11,8 @@ from typing import Any
 
 from walfs.kafka.api import Api
 from walfs.kafka.broker import Broker, Connection, log
-from walfs.kafka.metadata import valid_new_topic
 from walfs.kafka.messages import ErrorCode, build, response_module
+from walfs.kafka.metadata import valid_new_topic
 from walfs.kafka.record_batch import BatchError, UnsupportedCompression, decode_batches
 from walfs.kafka.wal_errors import error_code_for
 
@@ -57,9 +57,7 @@ def _append_partition(
         base = wal.append_records(topic, rows, partition)
     except Exception as e:
         return error_code_for(e, f"produce to {topic}/{partition}"), -1, -1
-    broker.producer_ids.remember(
-        first.producer_id, topic, partition, first.base_sequence, len(rows), base
-    )
+    broker.producer_ids.remember(first.producer_id, topic, partition, first.base_sequence, len(rows), base)
     return ErrorCode.none, base, wal.low_watermark(topic, partition)
 
 
@@ -113,9 +111,7 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
     )
 
 
-async def handle_init_producer_id(
-    broker: Broker, conn: Connection, version: int, req: Any
-) -> Any:
+async def handle_init_producer_id(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
     mod = response_module(22, version)
     if req.transactional_id is not None:
         return build(

@@ -32,8 +32,6 @@ class ProducerIds:
             return last[2]
         return None
 
-    def remember(
-        self, pid: int, topic: str, partition: int, seq: int, count: int, base_offset: int
-    ) -> None:
+    def remember(self, pid: int, topic: str, partition: int, seq: int, count: int, base_offset: int) -> None:
         if pid >= 0 and seq >= 0:
             self._last[(pid, topic, partition)] = (seq, count, base_offset)

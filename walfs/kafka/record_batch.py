@@ -238,9 +238,7 @@ def encode_batch(records: Sequence[Any]) -> bytes:
     return head + tail + bytes(body)
 
 
-def encode_records_for_test(
-    records: Sequence[WireRecord], *, base_offset: int = 0, codec: int = 0
-) -> bytes:
+def encode_records_for_test(records: Sequence[WireRecord], *, base_offset: int = 0, codec: int = 0) -> bytes:
     """Build a producer-style batch (used by tests to craft requests by hand)."""
     base_ts = min((r.timestamp_ms or 0) for r in records) if records else 0
     body = bytearray()
@@ -260,9 +258,7 @@ def encode_records_for_test(
         body += rec
     payload = gzip.compress(bytes(body)) if codec == 1 else bytes(body)
     max_ts = max((r.timestamp_ms or 0) for r in records) if records else 0
-    tail = struct.pack(
-        ">hiqqqhii", codec, len(records) - 1, base_ts, max_ts, -1, -1, -1, len(records)
-    )
+    tail = struct.pack(">hiqqqhii", codec, len(records) - 1, base_ts, max_ts, -1, -1, -1, len(records))
     crc = crc32c(tail + payload)
     head = struct.pack(">qiibI", base_offset, BATCH_OVERHEAD - 12 + len(payload), -1, 2, crc)
     return head + tail + payload

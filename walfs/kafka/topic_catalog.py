@@ -33,9 +33,7 @@ class TopicCatalog:
         if n is None:
             # After a restart: probe the cursor store for partitions declared then.
             n = 0
-            while n < MAX_PARTITIONS and (
-                self._wal.committed_offset(DECLARED_GROUP, topic, n) is not None
-            ):
+            while n < MAX_PARTITIONS and (self._wal.committed_offset(DECLARED_GROUP, topic, n) is not None):
                 n += 1
             self._declared[topic] = n
         return n
