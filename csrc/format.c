@@ -1,0 +1,351 @@
+/*
+ * format.c: the walfs on-disk format. Every byte walfs lays down on disk is encoded and
+ * decoded here; this comment is the contract (docs/format.md repeats it with examples).
+ * All integers are little-endian. CRCs are CRC32C (Castagnoli), seeded with
+ * seed = (uint32_t)(uuid ^ (uuid >> 32)) where uuid is the WAL's random 64-bit id, so that
+ * bytes left over from another WAL never validate here.
+ *
+ * FORMAT VERSION 1
+ *
+ * Data directory
+ *   LOCK                     flock()ed by the one process that writes the WAL
+ *   streams.cat              the catalog: stream definitions, trims, floors
+ *   seg-<16 hex digits>.wal  segment files, ids increasing from 1
+ *   index.snap               topic index snapshot (written by the Python layer)
+ *   cursors/                 consumer cursors (written by the Python layer)
+ *
+ * Catalog (streams.cat): a 64-byte header then entries, appended and fdatasync()ed before
+ * the call that wrote them returns.
+ *   header: 0 magic "WALFSCAT" | 8 u32 version=1 | 12 u32 block_size | 16 u64 uuid
+ *           | 24 u64 created_ms | 32 u64 segment_size | 40..60 zero
+ *           | 60 u32 crc (seed 0) of bytes 0..60
+ *   The sizes are the WAL's for life: options given at a later open are ignored.
+ *   entry:  0 u32 crc of bytes 4..len | 4 u16 type | 6 u16 len (whole entry) | 8 payload
+ *     type 1 DEFINE: u32 stream_no | u32 partition | u64 org_id | u8[16] topic_hash
+ *                    | u16 name_len | name bytes
+ *     type 2 TRIM:   u32 stream_no | u32 0 | u64 low_offset
+ *     type 3 FLOOR:  u32 stream_no | u32 0 | u64 next_offset | u64 next_byte | u64 next_gid
+ *     type 4 OPEN:   u64 epoch (one per writer open; gids are epoch << 40 | sequence)
+ *   Stream numbers are dense from 0 in DEFINE order. Entries are valid up to the first one
+ *   whose crc, type or length is wrong; the rest is a torn tail and is cut.
+ *
+ * Segment file: segment_size bytes (fallocate()d at creation, file and directory
+ * fsync()ed before use), a 4096-byte header area, then n_blocks blocks of block_size bytes.
+ *   header: 0 magic "WALFSSEG" | 8 u32 version=1 | 12 u32 block_size | 16 u64 segment_size
+ *           | 24 u64 segment_id | 32 u64 uuid | 40 u64 created_ms | 48 u32 n_blocks
+ *           | 52..60 zero | 60 u32 crc of bytes 0..60
+ *
+ * Block run: one or more consecutive blocks owned by one stream (a run is longer than one
+ * block only when a record needs it). Within a run, relative to its first byte:
+ *   0     open header (128 bytes), written when the run is allocated
+ *   512   seal header (128 bytes), written once the run is full AND its data is durable
+ *   1024  records, packed one after another (no padding)
+ *   end   index slots, 12 bytes each, slot i at run_size - 12*(i+1) (growing downwards)
+ *   open header: 0 magic "WALFSBLK" | 8 u16 version=1 | 10 u16 kind=1 | 12 u32 n_blocks
+ *                | 16 u64 uuid | 24 u64 segment_id | 32 u32 block_index | 36 u32 stream_no
+ *                | 40 u64 first_offset | 48 u64 first_byte | 56 u64 first_gid
+ *                | 64..124 zero | 124 u32 crc of bytes 0..124
+ *   seal header: as the open header up to byte 40 (kind=2), then 40 u64 first_offset
+ *                | 48 u64 count | 56 u64 last_gid | 64 u64 data_end | 72 u64 byte_len
+ *                | 80 i64 first_ts | 88 i64 last_ts | 96..124 zero | 124 u32 crc
+ *   record: 0 u32 crc of bytes 4..32 and of the body | 4 u32 value_len | 8 u64 gid
+ *           | 16 i64 timestamp_ms (append time) | 24 u32 meta_len | 28 u32 batch_left
+ *           | 32 body = meta (meta_len bytes: key and headers, encoded by the Python layer)
+ *             followed by the value (value_len bytes)
+ *     batch_left counts the records of the same append call that follow this one; the
+ *     last record of every append has batch_left = 0.
+ *   index slot i: 0 u32 pos (record's start, relative to the run) | 4 u32 gid - first_gid
+ *                 | 8 u32 view position - first_byte
+ *   The byte view of a stream is, in offset order, each record's value followed by '\n';
+ *   first_byte is the view position of the run's first record.
+ *
+ * Validity rule (recovery):
+ *   - A run exists when its open header is valid (crc, uuid, segment id, block index).
+ *   - A run with a valid seal header holds exactly `count` records: seals are written only
+ *     after an fsync made the whole run durable, so they are trusted without reading data.
+ *   - A run without a seal is verified record by record from byte 1024: a record is valid
+ *     when its crc matches, its gid is the run's first_gid (first record) or above the
+ *     previous one, it ends before the slot area it needs, and its index slot matches it.
+ *     The first invalid record ends the run; later runs of the stream that do not
+ *     continue its offsets are cut. Bytes beyond a run's end are never zeroed: a new
+ *     writer epoch gives every later record a higher gid, so stale records, whose gids
+ *     are lower, can never be taken for a continuation.
+ *   - If a stream then ends in a record with batch_left > 0, its incomplete last append is
+ *     cut back to the last record with batch_left = 0.
+ *   - Runs cut entirely lose their open and seal headers (zeroed), a sealed run cut back
+ *     loses its seal, and all of it is fsync()ed before the WAL accepts appends. A record
+ *     and its slot are both written before the append's sync, so every record reported
+ *     durable passes these checks and no cut can remove it.
+ *
+ * Cost per record, all included: 32-byte header + 12-byte index slot = 44 bytes, plus
+ * 1 KiB per block run and 4 KiB per segment.
+ */
+#include "internal.h"
+
+#include <string.h>
+
+static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+static uint16_t get16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+static const char CAT_MAGIC[8] = {'W', 'A', 'L', 'F', 'S', 'C', 'A', 'T'};
+static const char SEG_MAGIC[8] = {'W', 'A', 'L', 'F', 'S', 'S', 'E', 'G'};
+static const char BLK_MAGIC[8] = {'W', 'A', 'L', 'F', 'S', 'B', 'L', 'K'};
+
+uint32_t crc_seed_for(uint64_t uuid) { return (uint32_t)(uuid ^ (uuid >> 32)); }
+
+/* ---- catalog ---- */
+
+void fmt_cat_header(uint8_t *out, uint64_t uuid, uint64_t created_ms, uint64_t segment_size,
+                    uint32_t block_size)
+{
+    memset(out, 0, CAT_HDR_SIZE);
+    memcpy(out, CAT_MAGIC, 8);
+    put32(out + 8, FORMAT_VERSION);
+    put32(out + 12, block_size);
+    put64(out + 16, uuid);
+    put64(out + 24, created_ms);
+    put64(out + 32, segment_size);
+    /* The header's crc cannot be seeded with the uuid it carries: use seed 0. */
+    put32(out + 60, crc32c(0, out, 60));
+}
+
+int fmt_cat_header_parse(const uint8_t *in, uint64_t *uuid, uint64_t *segment_size,
+                         uint32_t *block_size)
+{
+    if (memcmp(in, CAT_MAGIC, 8) != 0) return -EUCLEAN;
+    if (get32(in + 60) != crc32c(0, in, 60)) return -EBADMSG;
+    if (get32(in + 8) != FORMAT_VERSION) return -EPROTONOSUPPORT;
+    *uuid = get64(in + 16);
+    *block_size = get32(in + 12);
+    *segment_size = get64(in + 32);
+    return 0;
+}
+
+static size_t cat_entry_finish(uint8_t *out, uint32_t seed, uint16_t type, size_t len)
+{
+    put16(out + 4, type);
+    put16(out + 6, (uint16_t)len);
+    put32(out, crc32c(seed, out + 4, len - 4));
+    return len;
+}
+
+size_t fmt_cat_define(uint8_t *out, uint32_t seed, const stream_t *s)
+{
+    put32(out + 8, s->no);
+    put32(out + 12, s->partition);
+    put64(out + 16, s->org_id);
+    memcpy(out + 24, s->hash, 16);
+    put16(out + 40, s->name_len);
+    memcpy(out + 42, s->name, s->name_len);
+    return cat_entry_finish(out, seed, CAT_DEFINE, 42 + (size_t)s->name_len);
+}
+
+size_t fmt_cat_trim(uint8_t *out, uint32_t seed, uint32_t stream_no, uint64_t low_offset)
+{
+    put32(out + 8, stream_no);
+    put32(out + 12, 0);
+    put64(out + 16, low_offset);
+    return cat_entry_finish(out, seed, CAT_TRIM, 24);
+}
+
+size_t fmt_cat_floor(uint8_t *out, uint32_t seed, uint32_t stream_no, uint64_t next_offset,
+                     uint64_t next_byte, uint64_t next_gid)
+{
+    put32(out + 8, stream_no);
+    put32(out + 12, 0);
+    put64(out + 16, next_offset);
+    put64(out + 24, next_byte);
+    put64(out + 32, next_gid);
+    return cat_entry_finish(out, seed, CAT_FLOOR, 40);
+}
+
+size_t fmt_cat_open(uint8_t *out, uint32_t seed, uint64_t epoch)
+{
+    put64(out + 8, epoch);
+    return cat_entry_finish(out, seed, CAT_OPEN, 16);
+}
+
+/* Returns the entry's length, 0 at a torn or invalid tail. */
+size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_entry_t *e)
+{
+    if (avail < 8) return 0;
+    uint16_t type = get16(in + 4), len = get16(in + 6);
+    if (len < 8 || len > avail) return 0;
+    if (get32(in) != crc32c(seed, in + 4, (size_t)len - 4)) return 0;
+    memset(e, 0, sizeof(*e));
+    e->type = type;
+    switch (type) {
+    case CAT_DEFINE:
+        if (len < 42) return 0;
+        e->stream_no = get32(in + 8);
+        e->partition = get32(in + 12);
+        e->org_id = get64(in + 16);
+        memcpy(e->hash, in + 24, 16);
+        e->name_len = get16(in + 40);
+        if (e->name_len > MAX_NAME || 42u + e->name_len != len) return 0;
+        memcpy(e->name, in + 42, e->name_len);
+        return len;
+    case CAT_TRIM:
+        if (len != 24) return 0;
+        e->stream_no = get32(in + 8);
+        e->a = get64(in + 16);
+        return len;
+    case CAT_FLOOR:
+        if (len != 40) return 0;
+        e->stream_no = get32(in + 8);
+        e->a = get64(in + 16);
+        e->b = get64(in + 24);
+        e->c = get64(in + 32);
+        return len;
+    case CAT_OPEN:
+        if (len != 16) return 0;
+        e->a = get64(in + 8);
+        return len;
+    default:
+        return 0;
+    }
+}
+
+/* ---- segment ---- */
+
+void fmt_seg_header(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t n_blocks)
+{
+    memset(out, 0, SEG_HDR_SIZE);
+    memcpy(out, SEG_MAGIC, 8);
+    put32(out + 8, FORMAT_VERSION);
+    put32(out + 12, wal->opt.block_size);
+    put64(out + 16, wal->opt.segment_size);
+    put64(out + 24, seg_id);
+    put64(out + 32, wal->uuid);
+    put64(out + 40, now_ms());
+    put32(out + 48, n_blocks);
+    put32(out + 60, crc32c(wal->crc_seed, out, 60));
+}
+
+int fmt_seg_header_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint64_t *seg_size,
+                         uint32_t *block_size, uint32_t *n_blocks)
+{
+    if (memcmp(in, SEG_MAGIC, 8) != 0) return -EUCLEAN;
+    if (get32(in + 60) != crc32c(wal->crc_seed, in, 60)) return -EBADMSG;
+    if (get32(in + 8) != FORMAT_VERSION) return -EPROTONOSUPPORT;
+    if (get64(in + 24) != seg_id || get64(in + 32) != wal->uuid) return -EUCLEAN;
+    *block_size = get32(in + 12);
+    *seg_size = get64(in + 16);
+    *n_blocks = get32(in + 48);
+    return 0;
+}
+
+/* ---- block headers ---- */
+
+static void blk_common(uint8_t *out, const walfs_t *wal, const block_t *b, uint16_t kind)
+{
+    memset(out, 0, BLK_HDR_SIZE);
+    memcpy(out, BLK_MAGIC, 8);
+    put16(out + 8, FORMAT_VERSION);
+    put16(out + 10, kind);
+    put32(out + 12, b->n_blocks);
+    put64(out + 16, wal->uuid);
+    put64(out + 24, b->seg->id);
+    put32(out + 32, b->index);
+    put32(out + 36, b->stream_no);
+    put64(out + 40, b->first_offset);
+}
+
+void fmt_blk_open(uint8_t *out, const walfs_t *wal, const block_t *b)
+{
+    blk_common(out, wal, b, BLK_KIND_OPEN);
+    put64(out + 48, b->first_byte);
+    put64(out + 56, b->first_gid);
+    put32(out + 124, crc32c(wal->crc_seed, out, 124));
+}
+
+void fmt_blk_seal(uint8_t *out, const walfs_t *wal, const block_t *b)
+{
+    blk_common(out, wal, b, BLK_KIND_SEAL);
+    put64(out + 48, b->count);
+    put64(out + 56, b->last_gid);
+    put64(out + 64, b->data_end);
+    put64(out + 72, b->byte_len);
+    put64(out + 80, (uint64_t)b->first_ts);
+    put64(out + 88, (uint64_t)b->last_ts);
+    put32(out + 124, crc32c(wal->crc_seed, out, 124));
+}
+
+/* Parses either kind; checks that it belongs at (segment, index). */
+int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32_t index, uint16_t kind,
+                  blk_hdr_t *h)
+{
+    if (memcmp(in, BLK_MAGIC, 8) != 0) return -EUCLEAN;
+    if (get32(in + 124) != crc32c(wal->crc_seed, in, 124)) return -EBADMSG;
+    if (get16(in + 8) != FORMAT_VERSION || get16(in + 10) != kind) return -EUCLEAN;
+    if (get64(in + 16) != wal->uuid || get64(in + 24) != seg_id || get32(in + 32) != index)
+        return -EUCLEAN;
+    h->n_blocks = get32(in + 12);
+    h->stream_no = get32(in + 36);
+    h->first_offset = get64(in + 40);
+    if (kind == BLK_KIND_OPEN) {
+        h->first_byte = get64(in + 48);
+        h->first_gid = get64(in + 56);
+    } else {
+        h->count = get64(in + 48);
+        h->last_gid = get64(in + 56);
+        h->data_end = get64(in + 64);
+        h->byte_len = get64(in + 72);
+        h->first_ts = (int64_t)get64(in + 80);
+        h->last_ts = (int64_t)get64(in + 88);
+    }
+    return 0;
+}
+
+/* ---- records and slots ---- */
+
+void fmt_rec_header(uint8_t *out, uint32_t value_len, uint64_t gid, int64_t ts,
+                    uint32_t meta_len, uint32_t batch_left)
+{
+    put32(out + 4, value_len);
+    put64(out + 8, gid);
+    put64(out + 16, (uint64_t)ts);
+    put32(out + 24, meta_len);
+    put32(out + 28, batch_left);
+}
+
+void fmt_rec_seal(uint8_t *hdr, uint32_t seed, const uint8_t *body, size_t body_len)
+{
+    uint32_t c = crc32c(seed, hdr + 4, REC_HDR_SIZE - 4);
+    put32(hdr, crc32c(c, body, body_len));
+}
+
+void fmt_rec_parse(const uint8_t *in, rec_hdr_t *r)
+{
+    r->crc = get32(in);
+    r->value_len = get32(in + 4);
+    r->gid = get64(in + 8);
+    r->ts = (int64_t)get64(in + 16);
+    r->meta_len = get32(in + 24);
+    r->batch_left = get32(in + 28);
+}
+
+int fmt_rec_check(const uint8_t *in, uint32_t seed, const rec_hdr_t *r)
+{
+    uint32_t c = crc32c(seed, in + 4, REC_HDR_SIZE - 4);
+    c = crc32c(c, in + REC_HDR_SIZE, (size_t)r->meta_len + r->value_len);
+    return c == r->crc ? 0 : -EBADMSG;
+}
+
+void fmt_slot(uint8_t *out, uint32_t pos, uint32_t gid_delta, uint32_t view_delta)
+{
+    put32(out, pos);
+    put32(out + 4, gid_delta);
+    put32(out + 8, view_delta);
+}
+
+void fmt_slot_parse(const uint8_t *in, slot_t *s)
+{
+    s->pos = get32(in);
+    s->gid_delta = get32(in + 4);
+    s->view_delta = get32(in + 8);
+}

@@ -1,0 +1,256 @@
+/* internal.h: structures shared by the C files of the core; never seen by Python. */
+#ifndef WALFS_INTERNAL_H
+#define WALFS_INTERNAL_H
+
+#define _GNU_SOURCE
+#include <errno.h>
+#include <liburing.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "walfs.h"
+
+#define FORMAT_VERSION 1
+#define CAT_HDR_SIZE 64
+#define SEG_HDR_SIZE 4096
+#define BLK_HDR_SIZE 128
+#define BLK_SEAL_OFF 512
+#define BLK_DATA_OFF 1024
+#define REC_HDR_SIZE 32
+#define SLOT_SIZE 12
+#define MAX_NAME 255
+#define MAX_SEGMENT_SIZE (2ull << 30)
+#define MIN_BLOCK_SIZE 4096
+#define STREAM_CHUNK 1024
+#define STREAM_CHUNKS 4096
+
+enum { CAT_DEFINE = 1, CAT_TRIM = 2, CAT_FLOOR = 3, CAT_OPEN = 4 };
+/* gid = epoch << GID_EPOCH_SHIFT | sequence: every writer open starts a new epoch, so a
+ * gid never repeats and stale bytes from an earlier epoch never pass as newer records. */
+#define GID_EPOCH_SHIFT 40
+enum { BLK_KIND_OPEN = 1, BLK_KIND_SEAL = 2 };
+enum { BS_FREE = 0, BS_HEAD = 1, BS_TAIL = 2 };
+
+typedef struct walfs walfs_t;
+typedef struct segment segment_t;
+
+/* Test mode: content of 4 KiB pages as of their file's last successful sync. */
+typedef struct page_save {
+    uint64_t page;
+    uint8_t *data;
+} page_save_t;
+
+struct segment {
+    uint64_t id;
+    int fd;
+    uint8_t *map;           /* read-only view of the whole file */
+    uint64_t size;
+    uint32_t n_blocks;
+    uint8_t *block_state;   /* BS_* per block; under wal->lock */
+    atomic_int dirty;
+    /* test mode only; under saves_lock */
+    pthread_mutex_t saves_lock;
+    page_save_t *saves;
+    size_t n_saves, cap_saves;
+};
+
+typedef struct block {
+    segment_t *seg;
+    uint32_t index;         /* first block of the run */
+    uint32_t n_blocks;
+    uint32_t stream_no;
+    uint64_t run_size;
+    uint64_t file_off;      /* of the run in the segment file */
+    uint64_t first_offset, first_byte, first_gid;
+    /* published state, under the stream's lock */
+    uint64_t count, data_end, byte_len, last_gid;
+    int64_t first_ts, last_ts;
+    int sealed;             /* seal header written */
+    int full;               /* takes no more records */
+} block_t;
+
+typedef struct stream {
+    pthread_mutex_t append_lock; /* one append at a time; held across its writes */
+    pthread_mutex_t lock;        /* published state and the blocks array; held briefly */
+    uint32_t no;
+    uint32_t partition;
+    uint64_t org_id;
+    uint8_t hash[16];
+    uint16_t name_len;
+    char name[MAX_NAME + 1];
+    block_t **blocks;       /* in offset order */
+    size_t n_blocks, cap_blocks;
+    uint64_t low_offset;
+    uint64_t next_offset, next_byte;
+    int64_t last_ts;
+    uint64_t inflight_gid;  /* under wal->gid_lock; UINT64_MAX when no append is in flight */
+} stream_t;
+
+typedef struct pending_seal {
+    block_t *block;
+    uint64_t ticket;        /* the run may be sealed once this ticket is durable */
+} pending_seal_t;
+
+typedef struct fault {
+    atomic_llong after;
+    atomic_llong count;
+    atomic_int err;
+} fault_t;
+
+struct walfs {
+    char dir[4096];
+    int dirfd;
+    int lockfd;
+    walfs_options_t opt;
+    uint64_t uuid;
+    uint32_t crc_seed;
+    uint32_t blocks_per_seg;
+
+    /* Lock order: stream append_lock > stream lock > seal_lock; append_lock > wal lock >
+     * stream lock (reclaim). gid_lock and sync_lock are leaves. */
+    pthread_mutex_t lock;   /* segments, allocator, catalog, stream table */
+    pthread_mutex_t seal_lock; /* pending seals, block->sealed */
+    segment_t **segs;
+    size_t n_segs, cap_segs;
+    uint64_t next_seg_id;
+    stream_t **chunks[STREAM_CHUNKS]; /* stream_no -> stream, STREAM_CHUNK per chunk */
+    atomic_size_t n_streams;          /* published after the stream is complete */
+    int cat_fd;
+    uint64_t cat_end;
+    pending_seal_t *seals;
+    size_t n_seals, cap_seals;
+
+    pthread_mutex_t gid_lock;
+    uint64_t next_gid;
+    uint64_t epoch;         /* from the catalog's last OPEN entry */
+
+    /* group commit */
+    pthread_mutex_t sync_lock;
+    pthread_cond_t sync_cond;
+    int sync_running;
+    uint64_t durable_ticket;
+    atomic_ullong ticket;
+    atomic_int failed;
+    struct io_uring ring;
+    int have_ring;
+
+    /* interval syncs */
+    pthread_t syncer;
+    int syncer_started;
+    int syncer_stop;        /* under sync_lock */
+    pthread_cond_t syncer_cond;
+
+    fault_t faults[4];
+    walfs_recovery_report_t report;
+};
+
+typedef struct cat_entry {
+    uint16_t type;
+    uint32_t stream_no, partition;
+    uint64_t org_id;
+    uint8_t hash[16];
+    uint16_t name_len;
+    char name[MAX_NAME + 1];
+    uint64_t a, b, c;
+} cat_entry_t;
+
+typedef struct blk_hdr {
+    uint32_t n_blocks, stream_no;
+    uint64_t first_offset, first_byte, first_gid;
+    uint64_t count, last_gid, data_end, byte_len;
+    int64_t first_ts, last_ts;
+} blk_hdr_t;
+
+typedef struct rec_hdr {
+    uint32_t crc, value_len, meta_len, batch_left;
+    uint64_t gid;
+    int64_t ts;
+} rec_hdr_t;
+
+typedef struct slot {
+    uint32_t pos, gid_delta, view_delta;
+} slot_t;
+
+/* crc32c.c */
+uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
+
+/* format.c */
+uint32_t crc_seed_for(uint64_t uuid);
+void fmt_cat_header(uint8_t *out, uint64_t uuid, uint64_t created_ms, uint64_t segment_size, uint32_t block_size);
+int fmt_cat_header_parse(const uint8_t *in, uint64_t *uuid, uint64_t *segment_size, uint32_t *block_size);
+size_t fmt_cat_define(uint8_t *out, uint32_t seed, const stream_t *s);
+size_t fmt_cat_trim(uint8_t *out, uint32_t seed, uint32_t stream_no, uint64_t low_offset);
+size_t fmt_cat_floor(uint8_t *out, uint32_t seed, uint32_t stream_no, uint64_t next_offset,
+                     uint64_t next_byte, uint64_t next_gid);
+size_t fmt_cat_open(uint8_t *out, uint32_t seed, uint64_t epoch);
+size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_entry_t *e);
+void fmt_seg_header(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t n_blocks);
+int fmt_seg_header_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint64_t *seg_size,
+                         uint32_t *block_size, uint32_t *n_blocks);
+void fmt_blk_open(uint8_t *out, const walfs_t *wal, const block_t *b);
+void fmt_blk_seal(uint8_t *out, const walfs_t *wal, const block_t *b);
+int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32_t index, uint16_t kind,
+                  blk_hdr_t *h);
+void fmt_rec_header(uint8_t *out, uint32_t value_len, uint64_t gid, int64_t ts, uint32_t meta_len,
+                    uint32_t batch_left);
+void fmt_rec_seal(uint8_t *hdr, uint32_t seed, const uint8_t *body, size_t body_len);
+void fmt_rec_parse(const uint8_t *in, rec_hdr_t *r);
+int fmt_rec_check(const uint8_t *in, uint32_t seed, const rec_hdr_t *r);
+void fmt_slot(uint8_t *out, uint32_t pos, uint32_t gid_delta, uint32_t view_delta);
+void fmt_slot_parse(const uint8_t *in, slot_t *s);
+
+/* io.c: every write to a segment goes through here (faults, power-loss tracking) */
+int64_t now_ms(void);
+void wal_log(const walfs_t *wal, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int fault_hit(walfs_t *wal, int op);
+int seg_pwritev(walfs_t *wal, segment_t *seg, const struct iovec *iov, int cnt, uint64_t off);
+int seg_pwrite(walfs_t *wal, segment_t *seg, const void *buf, size_t len, uint64_t off);
+int seg_zero(walfs_t *wal, segment_t *seg, uint64_t off, uint64_t len);
+void seg_synced(walfs_t *wal, segment_t *seg, size_t n_saves_before);
+int fsync_dir(int dirfd);
+void saves_free(segment_t *seg);
+
+/* segment.c */
+int seg_create(walfs_t *wal, segment_t **out);
+int seg_open(walfs_t *wal, uint64_t id, segment_t **out);
+void seg_free(segment_t *seg);
+int seg_delete(walfs_t *wal, segment_t *seg);
+int seg_add(walfs_t *wal, segment_t *seg);
+void seg_path(const walfs_t *wal, uint64_t id, char *out, size_t outlen);
+
+/* catalog.c */
+int cat_open(walfs_t *wal);
+int cat_append(walfs_t *wal, const uint8_t *buf, size_t len);
+int cat_new_epoch(walfs_t *wal);
+stream_t *stream_get(walfs_t *wal, uint32_t no);
+stream_t *stream_new(walfs_t *wal);
+void stream_free(stream_t *s);
+int stream_add_block(stream_t *s, block_t *b);
+
+/* allocator.c */
+int alloc_run(walfs_t *wal, uint32_t stream_no, uint32_t n_blocks, block_t **out);
+void release_run(walfs_t *wal, block_t *b);
+uint32_t blocks_needed(const walfs_t *wal, uint64_t bytes);
+
+/* sync.c */
+int sync_init(walfs_t *wal);
+void sync_shutdown(walfs_t *wal);
+int wait_durable(walfs_t *wal, uint64_t ticket);
+uint64_t take_ticket(walfs_t *wal);
+void seal_later(walfs_t *wal, block_t *b, uint64_t ticket);
+int sync_force(walfs_t *wal);
+int exclusive_begin(walfs_t *wal);
+void exclusive_end(walfs_t *wal);
+
+/* reader.c */
+const uint8_t *run_ptr(const block_t *b, uint64_t rel);
+void slot_get(const block_t *b, uint64_t i, slot_t *s);
+size_t find_block_by_offset(const stream_t *s, uint64_t offset);
+uint64_t stream_low_byte(const stream_t *s);
+
+/* recovery.c */
+int recover(walfs_t *wal);
+
+#endif

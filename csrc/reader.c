@@ -1,0 +1,293 @@
+/* reader.c: reads by offset, by gid, by view byte position and by time. Every record is
+ * checked against its CRC before its bytes are handed out. Reads hold the stream's short
+ * lock (not its append lock), so they run while an append is writing. */
+#include "internal.h"
+
+#include <string.h>
+
+const uint8_t *run_ptr(const block_t *b, uint64_t rel)
+{
+    return b->seg->map + b->file_off + rel;
+}
+
+void slot_get(const block_t *b, uint64_t i, slot_t *s)
+{
+    fmt_slot_parse(run_ptr(b, b->run_size - (i + 1) * SLOT_SIZE), s);
+}
+
+/* The last run whose first_offset <= offset (0 if none). */
+size_t find_block_by_offset(const stream_t *s, uint64_t offset)
+{
+    size_t lo = 0, hi = s->n_blocks;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (s->blocks[mid]->first_offset <= offset)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Locates record idx of run b and checks it. */
+static int record_at(walfs_t *wal, const block_t *b, uint64_t idx, const uint8_t **p, rec_hdr_t *r)
+{
+    slot_t sl;
+    slot_get(b, idx, &sl);
+    uint64_t limit = b->run_size - b->count * SLOT_SIZE;
+    if (sl.pos < BLK_DATA_OFF || (uint64_t)sl.pos + REC_HDR_SIZE > limit) return -EBADMSG;
+    *p = run_ptr(b, sl.pos);
+    fmt_rec_parse(*p, r);
+    if ((uint64_t)sl.pos + REC_HDR_SIZE + r->meta_len + r->value_len > limit) return -EBADMSG;
+    if (r->gid != b->first_gid + sl.gid_delta) return -EBADMSG;
+    return fmt_rec_check(*p, wal->crc_seed, r);
+}
+
+static int64_t read_from(walfs_t *wal, const stream_t *s, size_t bi, uint64_t idx, uint32_t max_records,
+                         uint64_t max_bytes, uint8_t *buf, uint64_t buflen, walfs_rec_t *recs, uint64_t *needed)
+{
+    int64_t n = 0;
+    uint64_t used = 0;
+    while ((uint64_t)n < max_records && bi < s->n_blocks) {
+        const block_t *b = s->blocks[bi];
+        if (idx >= b->count) {
+            bi++;
+            idx = 0;
+            continue;
+        }
+        const uint8_t *p;
+        rec_hdr_t r;
+        if (record_at(wal, b, idx, &p, &r)) {
+            if (n > 0) return n; /* hand out the good ones; the next call reports this one */
+            *needed = b->first_offset + idx;
+            return -EBADMSG;
+        }
+        uint64_t body = (uint64_t)r.meta_len + r.value_len;
+        if (used + body > buflen || (n > 0 && used + body > max_bytes)) {
+            if (n == 0) {
+                *needed = body;
+                return -ENOBUFS;
+            }
+            break;
+        }
+        memcpy(buf + used, p + REC_HDR_SIZE, body);
+        recs[n] = (walfs_rec_t){r.gid, b->first_offset + idx, r.ts, r.meta_len, r.value_len, used};
+        used += body;
+        n++;
+        idx++;
+    }
+    return n;
+}
+
+int64_t walfs_read_offset(walfs_t *wal, uint32_t stream_no, uint64_t offset, uint32_t max_records,
+                          uint64_t max_bytes, uint8_t *buf, uint64_t buflen, walfs_rec_t *recs, uint64_t *needed)
+{
+    stream_t *s = stream_get(wal, stream_no);
+    if (!s) return -ENOENT;
+    pthread_mutex_lock(&s->lock);
+    int64_t rc;
+    if (offset < s->low_offset || offset > s->next_offset)
+        rc = -ERANGE;
+    else if (offset == s->next_offset || max_records == 0)
+        rc = 0;
+    else {
+        size_t bi = find_block_by_offset(s, offset);
+        const block_t *b = s->blocks[bi];
+        if (offset < b->first_offset)
+            rc = -ERANGE;
+        else
+            rc = read_from(wal, s, bi, offset - b->first_offset, max_records, max_bytes, buf, buflen, recs, needed);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+int64_t walfs_read(walfs_t *wal, uint32_t stream_no, uint64_t start_gid, uint32_t max_records, uint64_t max_bytes,
+                   uint8_t *buf, uint64_t buflen, walfs_rec_t *recs, uint64_t *needed)
+{
+    stream_t *s = stream_get(wal, stream_no);
+    if (!s) return -ENOENT;
+    pthread_mutex_lock(&s->lock);
+    int64_t rc = -ENOENT;
+    /* The last run that starts at or before the gid. */
+    size_t lo = 0, hi = s->n_blocks;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (s->blocks[mid]->first_gid <= start_gid)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    if (s->n_blocks && s->blocks[lo]->first_gid <= start_gid && s->blocks[lo]->count) {
+        const block_t *b = s->blocks[lo];
+        uint64_t delta = start_gid - b->first_gid;
+        uint64_t l = 0, h = b->count; /* slots hold increasing gid deltas */
+        while (l < h) {
+            uint64_t m = (l + h) / 2;
+            slot_t sl;
+            slot_get(b, m, &sl);
+            if (sl.gid_delta < delta)
+                l = m + 1;
+            else
+                h = m;
+        }
+        slot_t sl;
+        if (l < b->count && (slot_get(b, l, &sl), sl.gid_delta == delta)) {
+            if (b->first_offset + l < s->low_offset)
+                rc = -ERANGE;
+            else
+                rc = read_from(wal, s, lo, l, max_records, max_bytes, buf, buflen, recs, needed);
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* Index of the last record of b whose view position is <= rel. */
+static uint64_t find_view(const block_t *b, uint64_t rel)
+{
+    uint64_t l = 0, h = b->count;
+    while (h - l > 1) {
+        uint64_t m = (l + h) / 2;
+        slot_t sl;
+        slot_get(b, m, &sl);
+        if (sl.view_delta <= rel)
+            l = m;
+        else
+            h = m;
+    }
+    return l;
+}
+
+/* View position of the first retained record (or the end). Under s->lock. */
+static uint64_t low_byte(const stream_t *s)
+{
+    if (s->low_offset >= s->next_offset || !s->n_blocks) return s->next_byte;
+    size_t bi = find_block_by_offset(s, s->low_offset);
+    const block_t *b = s->blocks[bi];
+    if (s->low_offset < b->first_offset || s->low_offset - b->first_offset >= b->count) return s->next_byte;
+    slot_t sl;
+    slot_get(b, s->low_offset - b->first_offset, &sl);
+    return b->first_byte + sl.view_delta;
+}
+
+uint64_t stream_low_byte(const stream_t *s)
+{
+    return low_byte(s);
+}
+
+int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t *buf, uint64_t len)
+{
+    stream_t *s = stream_get(wal, stream_no);
+    if (!s) return -ENOENT;
+    pthread_mutex_lock(&s->lock);
+    int64_t rc = 0;
+    if (pos < low_byte(s)) {
+        rc = -ERANGE;
+        goto out;
+    }
+    if (pos >= s->next_byte || len == 0 || !s->n_blocks) goto out;
+    size_t lo = 0, hi = s->n_blocks;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (s->blocks[mid]->first_byte <= pos)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    size_t bi = lo;
+    uint64_t idx = find_view(s->blocks[bi], pos - s->blocks[bi]->first_byte);
+    uint64_t got = 0;
+    while (got < len && bi < s->n_blocks) {
+        const block_t *b = s->blocks[bi];
+        if (idx >= b->count) {
+            bi++;
+            idx = 0;
+            continue;
+        }
+        const uint8_t *p;
+        rec_hdr_t r;
+        if (record_at(wal, b, idx, &p, &r)) {
+            rc = got ? (int64_t)got : -EBADMSG;
+            goto out;
+        }
+        slot_t sl;
+        slot_get(b, idx, &sl);
+        uint64_t start = b->first_byte + sl.view_delta, at = pos + got;
+        uint64_t skip = at > start ? at - start : 0;
+        uint64_t vlen = r.value_len;
+        if (skip < vlen) {
+            uint64_t n = vlen - skip < len - got ? vlen - skip : len - got;
+            memcpy(buf + got, p + REC_HDR_SIZE + r.meta_len + skip, n);
+            got += n;
+            skip += n;
+        }
+        if (got < len && skip == vlen) buf[got++] = '\n';
+        idx++;
+    }
+    rc = (int64_t)got;
+out:
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+int walfs_offset_for_time(walfs_t *wal, uint32_t stream_no, int64_t ts, uint64_t *offset)
+{
+    stream_t *s = stream_get(wal, stream_no);
+    if (!s) return -ENOENT;
+    pthread_mutex_lock(&s->lock);
+    uint64_t result = s->next_offset;
+    int rc = 0;
+    for (size_t bi = find_block_by_offset(s, s->low_offset); bi < s->n_blocks; bi++) {
+        const block_t *b = s->blocks[bi];
+        if (!b->count || b->last_ts < ts) continue;
+        /* Append times never decrease within a stream: binary search the run. */
+        uint64_t l = 0, h = b->count;
+        while (l < h) {
+            uint64_t m = (l + h) / 2;
+            const uint8_t *p;
+            rec_hdr_t r;
+            if ((rc = record_at(wal, b, m, &p, &r))) goto out;
+            if (r.ts < ts)
+                l = m + 1;
+            else
+                h = m;
+        }
+        result = b->first_offset + l;
+        break;
+    }
+    if (result < s->low_offset) result = s->low_offset;
+    *offset = result;
+out:
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+int64_t walfs_verify(walfs_t *wal, walfs_fsck_cb cb, void *ctx)
+{
+    int64_t bad = 0;
+    size_t ns = atomic_load(&wal->n_streams);
+    for (size_t i = 0; i < ns; i++) {
+        stream_t *s = stream_get(wal, (uint32_t)i);
+        pthread_mutex_lock(&s->lock);
+        uint64_t expected = s->n_blocks ? s->blocks[0]->first_offset : 0;
+        for (size_t bi = 0; bi < s->n_blocks; bi++) {
+            const block_t *b = s->blocks[bi];
+            if (b->first_offset != expected) {
+                bad++;
+                if (cb) cb(ctx, s->no, expected, "missing records before this run");
+            }
+            expected = b->first_offset + b->count;
+            for (uint64_t k = 0; k < b->count; k++) {
+                const uint8_t *p;
+                rec_hdr_t r;
+                if (record_at(wal, b, k, &p, &r)) {
+                    bad++;
+                    if (cb) cb(ctx, s->no, b->first_offset + k, "record fails its checksum or index slot");
+                }
+            }
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    return bad;
+}

@@ -1,0 +1,134 @@
+/* reclaim.c: trims (a durable low watermark per stream), reclamation of segment files whose
+ * every run is sealed and below its stream's low watermark, and the full check (fsck).
+ * Reclamation works the same for files written before a restart: it looks only at what
+ * recovery rebuilt, never at in-memory history. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int walfs_trim(walfs_t *wal, uint32_t stream_no, uint64_t low_offset)
+{
+    if (wal->opt.read_only) return -EROFS;
+    stream_t *s = stream_get(wal, stream_no);
+    if (!s) return -ENOENT;
+    pthread_mutex_lock(&s->lock);
+    int rc = low_offset > s->next_offset ? -ERANGE : 0;
+    int needed = low_offset > s->low_offset;
+    pthread_mutex_unlock(&s->lock);
+    if (rc || !needed) return rc;
+    uint8_t buf[32];
+    size_t len = fmt_cat_trim(buf, wal->crc_seed, stream_no, low_offset);
+    pthread_mutex_lock(&wal->lock);
+    rc = cat_append(wal, buf, len);
+    pthread_mutex_unlock(&wal->lock);
+    if (rc) return rc;
+    pthread_mutex_lock(&s->lock);
+    if (low_offset > s->low_offset) s->low_offset = low_offset;
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+typedef struct seg_tally {
+    size_t runs;       /* published runs in the segment */
+    int keep;          /* some run is still needed */
+} seg_tally_t;
+
+static size_t seg_index(const walfs_t *wal, const segment_t *seg)
+{
+    for (size_t i = 0; i < wal->n_segs; i++)
+        if (wal->segs[i] == seg) return i;
+    return SIZE_MAX;
+}
+
+int walfs_reclaim(walfs_t *wal)
+{
+    if (wal->opt.read_only) return -EROFS;
+    exclusive_begin(wal); /* no fsync may hold a file we delete */
+    pthread_mutex_lock(&wal->lock);
+    int rc = 0, deleted = 0;
+    size_t nseg = wal->n_segs;
+    if (nseg < 2) goto out;
+    seg_tally_t *t = calloc(nseg, sizeof(*t));
+    if (!t) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    size_t ns = atomic_load(&wal->n_streams);
+    for (size_t i = 0; i < ns; i++) {
+        stream_t *s = stream_get(wal, (uint32_t)i);
+        pthread_mutex_lock(&s->lock);
+        for (size_t k = 0; k < s->n_blocks; k++) {
+            block_t *b = s->blocks[k];
+            size_t si = seg_index(wal, b->seg);
+            if (si == SIZE_MAX) continue;
+            t[si].runs++;
+            pthread_mutex_lock(&wal->seal_lock);
+            int sealed = b->sealed;
+            pthread_mutex_unlock(&wal->seal_lock);
+            if (!sealed || b->first_offset + b->count > s->low_offset) t[si].keep = 1;
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    /* The newest segment is where runs are being allocated; a segment with more used
+     * runs than published ones has an append in flight. */
+    t[nseg - 1].keep = 1;
+    for (size_t si = 0; si + 1 < nseg; si++) {
+        size_t heads = 0;
+        for (uint32_t k = 0; k < wal->segs[si]->n_blocks; k++) heads += wal->segs[si]->block_state[k] == BS_HEAD;
+        if (heads != t[si].runs) t[si].keep = 1;
+    }
+    /* Floors first: a stream whose every run goes must still know its next offset. */
+    uint64_t next_gid = __atomic_load_n(&wal->next_gid, __ATOMIC_RELAXED);
+    for (size_t i = 0; i < ns && !rc; i++) {
+        stream_t *s = stream_get(wal, (uint32_t)i);
+        int affected = 0;
+        pthread_mutex_lock(&s->lock);
+        for (size_t k = 0; k < s->n_blocks && !affected; k++) {
+            size_t si = seg_index(wal, s->blocks[k]->seg);
+            affected = si != SIZE_MAX && !t[si].keep;
+        }
+        uint8_t buf[64];
+        size_t len = affected ? fmt_cat_floor(buf, wal->crc_seed, s->no, s->next_offset, s->next_byte, next_gid) : 0;
+        pthread_mutex_unlock(&s->lock);
+        if (affected) rc = cat_append(wal, buf, len);
+    }
+    if (rc) {
+        free(t);
+        goto out;
+    }
+    for (size_t i = 0; i < ns; i++) {
+        stream_t *s = stream_get(wal, (uint32_t)i);
+        pthread_mutex_lock(&s->lock);
+        size_t keep = 0;
+        for (size_t k = 0; k < s->n_blocks; k++) {
+            block_t *b = s->blocks[k];
+            size_t si = seg_index(wal, b->seg);
+            if (si != SIZE_MAX && !t[si].keep)
+                free(b);
+            else
+                s->blocks[keep++] = b;
+        }
+        s->n_blocks = keep;
+        pthread_mutex_unlock(&s->lock);
+    }
+    segment_t **gone = malloc(nseg * sizeof(*gone));
+    size_t n_gone = 0;
+    for (size_t si = 0; gone && si < nseg; si++)
+        if (!t[si].keep) gone[n_gone++] = wal->segs[si];
+    for (size_t i = 0; i < n_gone; i++) {
+        int drc = seg_delete(wal, gone[i]);
+        if (drc && !rc) rc = drc;
+        deleted++;
+    }
+    free(gone);
+    free(t);
+    if (deleted) {
+        int drc = fsync_dir(wal->dirfd);
+        if (drc && !rc) rc = drc;
+    }
+out:
+    pthread_mutex_unlock(&wal->lock);
+    exclusive_end(wal);
+    return rc ? rc : deleted;
+}

@@ -1,0 +1,346 @@
+/* recovery.c: rebuilds the in-memory state from the catalog and the segment files (see the
+ * validity rule in format.c). Sealed runs are trusted from their seal header; unsealed
+ * runs are verified record by record; each stream is then cut after its last complete
+ * append. Damage that a crash cannot explain (a hole before a sealed run) is reported,
+ * never skipped. */
+#include "internal.h"
+
+#include <dirent.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cmp_block(const void *a, const void *b)
+{
+    const block_t *x = *(block_t *const *)a, *y = *(block_t *const *)b;
+    if (x->first_offset != y->first_offset) return x->first_offset < y->first_offset ? -1 : 1;
+    return x->first_gid < y->first_gid ? -1 : x->first_gid > y->first_gid;
+}
+
+static int list_segments(walfs_t *wal, uint64_t **ids, size_t *n)
+{
+    DIR *d = fdopendir(dup(wal->dirfd));
+    if (!d) return -errno;
+    size_t cap = 16;
+    *ids = malloc(cap * sizeof(**ids));
+    *n = 0;
+    struct dirent *e;
+    while (*ids && (e = readdir(d))) {
+        uint64_t id;
+        char tail[8];
+        if (strlen(e->d_name) != 24 || sscanf(e->d_name, "seg-%16" SCNx64 ".%3s", &id, tail) != 2 ||
+            strcmp(tail, "wal") != 0)
+            continue;
+        if (*n == cap) {
+            cap *= 2;
+            uint64_t *m = realloc(*ids, cap * sizeof(**ids));
+            if (!m) {
+                free(*ids);
+                *ids = NULL;
+                break;
+            }
+            *ids = m;
+        }
+        (*ids)[(*n)++] = id;
+    }
+    closedir(d);
+    if (!*ids) return -ENOMEM;
+    qsort(*ids, *n, sizeof(**ids), cmp_u64);
+    return 0;
+}
+
+/* Verifies an unsealed run record by record; sets count, data_end, byte_len, ... */
+static void verify_run(walfs_t *wal, block_t *b, uint32_t *last_batch_left)
+{
+    uint64_t pos = BLK_DATA_OFF, i = 0, view = 0;
+    uint64_t prev = 0;
+    *last_batch_left = 0;
+    for (;;) {
+        if (pos + REC_HDR_SIZE + (i + 1) * SLOT_SIZE > b->run_size) break;
+        const uint8_t *p = run_ptr(b, pos);
+        rec_hdr_t r;
+        fmt_rec_parse(p, &r);
+        uint64_t end = pos + REC_HDR_SIZE + (uint64_t)r.meta_len + r.value_len;
+        if (end + (i + 1) * SLOT_SIZE > b->run_size) break;
+        if (i == 0 ? r.gid != b->first_gid : r.gid <= prev) break;
+        if (r.gid - b->first_gid > UINT32_MAX) break;
+        slot_t sl;
+        slot_get(b, i, &sl);
+        if (sl.pos != pos || sl.gid_delta != r.gid - b->first_gid || sl.view_delta != view) break;
+        if (fmt_rec_check(p, wal->crc_seed, &r)) break;
+        if (i == 0) b->first_ts = r.ts;
+        b->last_ts = r.ts;
+        b->last_gid = r.gid;
+        *last_batch_left = r.batch_left;
+        prev = r.gid;
+        view += r.value_len + 1ull;
+        pos = end;
+        i++;
+    }
+    b->count = i;
+    b->data_end = pos;
+    b->byte_len = view;
+    wal->report.verified_records += i;
+}
+
+/* Record idx of run b: its header (the run is known good up to count). */
+static void header_at(const block_t *b, uint64_t idx, rec_hdr_t *r, uint64_t *pos)
+{
+    slot_t sl;
+    slot_get(b, idx, &sl);
+    fmt_rec_parse(run_ptr(b, sl.pos), r);
+    *pos = sl.pos;
+}
+
+/* Shortens run b to `keep` records (keep < count). */
+static void shorten(walfs_t *wal, block_t *b, uint64_t keep)
+{
+    wal->report.cut_records += b->count - keep;
+    uint64_t end = BLK_DATA_OFF, view = 0;
+    if (keep > 0) {
+        rec_hdr_t r;
+        uint64_t pos;
+        header_at(b, keep - 1, &r, &pos);
+        slot_t sl;
+        slot_get(b, keep - 1, &sl);
+        end = pos + REC_HDR_SIZE + r.meta_len + r.value_len;
+        view = sl.view_delta + r.value_len + 1ull;
+        b->last_gid = r.gid;
+        b->last_ts = r.ts;
+    }
+    wal->report.cut_bytes += b->data_end - end;
+    b->count = keep;
+    b->data_end = end;
+    b->byte_len = view;
+}
+
+/* Forgets a run entirely (its headers are zeroed by the caller in writer mode). */
+static int drop_header(walfs_t *wal, block_t *b)
+{
+    wal->report.cut_records += b->count;
+    wal->report.cut_bytes += b->data_end - BLK_DATA_OFF;
+    wal->report.freed_blocks += b->n_blocks;
+    if (wal->opt.read_only) return 0;
+    int rc = seg_zero(wal, b->seg, b->file_off, BLK_HDR_SIZE);
+    if (!rc) rc = seg_zero(wal, b->seg, b->file_off + BLK_SEAL_OFF, BLK_HDR_SIZE);
+    return rc;
+}
+
+static int unseal(walfs_t *wal, block_t *b)
+{
+    b->sealed = 0;
+    if (wal->opt.read_only) return 0;
+    return seg_zero(wal, b->seg, b->file_off + BLK_SEAL_OFF, BLK_HDR_SIZE);
+}
+
+/* Orders a stream's runs, checks that they continue each other, and cuts the tail. */
+static int settle_stream(walfs_t *wal, stream_t *s)
+{
+    int rc = 0;
+    if (!s->n_blocks) return 0;
+    qsort(s->blocks, s->n_blocks, sizeof(*s->blocks), cmp_block);
+    size_t keep = s->n_blocks;
+    uint32_t last_batch_left = 0;
+    /* The first run starts at or below the low watermark (reclaim only removes runs wholly
+     * below it); starting above it means a lost run at the front. */
+    uint64_t expected = s->blocks[0]->first_offset < s->low_offset ? s->blocks[0]->first_offset : s->low_offset;
+    if (s->next_offset > expected && s->next_offset <= s->blocks[0]->first_offset) expected = s->next_offset;
+    for (size_t i = 0; i < s->n_blocks; i++) {
+        block_t *b = s->blocks[i];
+        if (b->first_offset != expected || (i > 0 && b->first_gid <= s->blocks[i - 1]->last_gid)) {
+            /* A hole or an overlap: a crash explains it only if nothing after it is sealed. */
+            for (size_t j = i; j < s->n_blocks; j++) {
+                if (s->blocks[j]->sealed) {
+                    wal_log(wal, "stream %u (%.*s): run at offset %" PRIu64 " does not follow offset %" PRIu64
+                                 " but later data is sealed: damaged",
+                            s->no, (int)s->name_len, s->name, b->first_offset, expected);
+                    return -EUCLEAN;
+                }
+            }
+            keep = i;
+            break;
+        }
+        if (!b->sealed) {
+            uint32_t bl;
+            verify_run(wal, b, &bl);
+            last_batch_left = bl;
+            /* A short unsealed run ends the stream: the runs after it did not continue it. */
+            expected = b->first_offset + b->count;
+            if (i + 1 < s->n_blocks && s->blocks[i + 1]->first_offset != expected) {
+                keep = i + 1;
+                for (size_t j = i + 1; j < s->n_blocks; j++)
+                    if (s->blocks[j]->sealed) {
+                        wal_log(wal, "stream %u: unsealed run ends at offset %" PRIu64 " before sealed data",
+                                s->no, expected);
+                        return -EUCLEAN;
+                    }
+                break;
+            }
+        } else {
+            rec_hdr_t r;
+            uint64_t pos;
+            header_at(b, b->count - 1, &r, &pos);
+            last_batch_left = b->count ? r.batch_left : 0;
+            expected = b->first_offset + b->count;
+        }
+    }
+    for (size_t j = keep; j < s->n_blocks; j++) {
+        if ((rc = drop_header(wal, s->blocks[j]))) return rc;
+        pthread_mutex_lock(&wal->lock);
+        release_run(wal, s->blocks[j]);
+        pthread_mutex_unlock(&wal->lock);
+    }
+    s->n_blocks = keep;
+
+    /* An append that did not finish is cut back to the previous complete one. */
+    while (last_batch_left > 0 && s->n_blocks > 0) {
+        block_t *b = s->blocks[s->n_blocks - 1];
+        uint64_t k = b->count;
+        int found = 0;
+        while (k > 0) {
+            rec_hdr_t r;
+            uint64_t pos;
+            header_at(b, k - 1, &r, &pos);
+            if (r.batch_left == 0) {
+                found = 1;
+                break;
+            }
+            k--;
+        }
+        if (k < b->count) {
+            if (b->sealed && (rc = unseal(wal, b))) return rc;
+            shorten(wal, b, k);
+        }
+        if (found) break;
+        if (b->count == 0 && s->n_blocks > 1) {
+            /* Empty now: forget it and look in the run before. */
+            if ((rc = drop_header(wal, b))) return rc;
+            pthread_mutex_lock(&wal->lock);
+            release_run(wal, b);
+            pthread_mutex_unlock(&wal->lock);
+            s->n_blocks--;
+        } else {
+            break;
+        }
+    }
+
+    if (!s->n_blocks) return 0;
+    block_t *last = s->blocks[s->n_blocks - 1];
+    s->next_offset = last->first_offset + last->count > s->next_offset ? last->first_offset + last->count
+                                                                        : s->next_offset;
+    uint64_t nb = last->first_byte + last->byte_len;
+    if (nb > s->next_byte) s->next_byte = nb;
+    s->last_ts = last->last_ts;
+    for (size_t i = 0; i < s->n_blocks; i++) {
+        block_t *b = s->blocks[i];
+        wal->report.records += b->count;
+        if (b->count && b->last_gid >= wal->next_gid) wal->next_gid = b->last_gid + 1;
+        /* Full unsealed runs get their seal after the sync that ends recovery. */
+        if (i + 1 < s->n_blocks) {
+            b->full = 1;
+            if (!b->sealed && !wal->opt.read_only) seal_later(wal, b, 0);
+        }
+        if (b->sealed) b->full = 1;
+    }
+    return 0;
+}
+
+static int scan_segment(walfs_t *wal, segment_t *seg)
+{
+    uint32_t i = 0;
+    while (i < seg->n_blocks) {
+        uint64_t off = SEG_HDR_SIZE + (uint64_t)i * wal->opt.block_size;
+        blk_hdr_t h, sh;
+        if (fmt_blk_parse(seg->map + off, wal, seg->id, i, BLK_KIND_OPEN, &h) != 0 || h.n_blocks == 0 ||
+            h.n_blocks > seg->n_blocks - i) {
+            i++;
+            continue;
+        }
+        stream_t *s = stream_get(wal, h.stream_no);
+        if (!s) {
+            /* A run of a stream whose definition never became durable cannot hold
+             * acknowledged data (definitions are synced first): free it. */
+            i++;
+            continue;
+        }
+        block_t *b = calloc(1, sizeof(*b));
+        if (!b) return -ENOMEM;
+        b->seg = seg;
+        b->index = i;
+        b->n_blocks = h.n_blocks;
+        b->stream_no = h.stream_no;
+        b->run_size = (uint64_t)h.n_blocks * wal->opt.block_size;
+        b->file_off = off;
+        b->first_offset = h.first_offset;
+        b->first_byte = h.first_byte;
+        b->first_gid = h.first_gid;
+        b->data_end = BLK_DATA_OFF;
+        if (fmt_blk_parse(seg->map + off + BLK_SEAL_OFF, wal, seg->id, i, BLK_KIND_SEAL, &sh) == 0 &&
+            sh.n_blocks == h.n_blocks && sh.stream_no == h.stream_no && sh.first_offset == h.first_offset &&
+            sh.count > 0) {
+            b->sealed = 1;
+            b->count = sh.count;
+            b->last_gid = sh.last_gid;
+            b->data_end = sh.data_end;
+            b->byte_len = sh.byte_len;
+            b->first_ts = sh.first_ts;
+            b->last_ts = sh.last_ts;
+        }
+        int rc = stream_add_block(s, b);
+        if (rc) {
+            free(b);
+            return rc;
+        }
+        seg->block_state[i] = BS_HEAD;
+        for (uint32_t k = 1; k < h.n_blocks; k++) seg->block_state[i + k] = BS_TAIL;
+        wal->report.blocks++;
+        i += h.n_blocks;
+    }
+    return 0;
+}
+
+int recover(walfs_t *wal)
+{
+    uint64_t *ids = NULL;
+    size_t n = 0;
+    int rc = list_segments(wal, &ids, &n);
+    if (rc) return rc;
+    for (size_t k = 0; k < n; k++) {
+        segment_t *seg;
+        rc = seg_open(wal, ids[k], &seg);
+        if (rc == -EUCLEAN || rc == -EBADMSG) {
+            if (k + 1 == n) {
+                /* Only the newest file can be a creation cut short (headers are synced
+                 * before a segment is used): it holds nothing. */
+                char name[64];
+                seg_path(wal, ids[k], name, sizeof(name));
+                wal_log(wal, "removing %s: its header never became durable", name);
+                if (!wal->opt.read_only) unlinkat(wal->dirfd, name, 0);
+                if (ids[k] >= wal->next_seg_id) wal->next_seg_id = ids[k] + 1;
+                rc = 0;
+                continue;
+            }
+            wal_log(wal, "segment %" PRIx64 " has a damaged header", ids[k]);
+        }
+        if (rc) break;
+        if ((rc = seg_add(wal, seg))) {
+            seg_free(seg);
+            break;
+        }
+        if (ids[k] >= wal->next_seg_id) wal->next_seg_id = ids[k] + 1;
+        wal->report.segments++;
+        if ((rc = scan_segment(wal, seg))) break;
+    }
+    free(ids);
+    if (rc) return rc;
+    size_t ns = atomic_load(&wal->n_streams);
+    for (size_t i = 0; i < ns && !rc; i++) rc = settle_stream(wal, stream_get(wal, (uint32_t)i));
+    return rc;
+}

@@ -1,0 +1,263 @@
+/* sync.c: durability. Group commit: an appender that needs durability either finds its
+ * ticket already durable, waits for the sync in flight, or leads the next one, which
+ * fsyncs every dirty segment at once through io_uring. A failed fsync is final: it is
+ * reported to every waiter and the WAL refuses appends until reopened, because the
+ * kernel may already have dropped the dirty pages that failed to reach the disk. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t take_ticket(walfs_t *wal)
+{
+    return atomic_fetch_add(&wal->ticket, 1) + 1;
+}
+
+void seal_later(walfs_t *wal, block_t *b, uint64_t ticket)
+{
+    pthread_mutex_lock(&wal->seal_lock);
+    if (wal->n_seals == wal->cap_seals) {
+        size_t cap = wal->cap_seals ? wal->cap_seals * 2 : 16;
+        pending_seal_t *n = realloc(wal->seals, cap * sizeof(*n));
+        if (!n) {
+            /* The run stays unsealed: recovery verifies it instead of trusting it. */
+            pthread_mutex_unlock(&wal->seal_lock);
+            return;
+        }
+        wal->seals = n;
+        wal->cap_seals = cap;
+    }
+    wal->seals[wal->n_seals++] = (pending_seal_t){b, ticket};
+    pthread_mutex_unlock(&wal->seal_lock);
+}
+
+/* Seals every full run whose data the sync that covered `durable` made durable. */
+static void write_seals(walfs_t *wal, uint64_t durable)
+{
+    pthread_mutex_lock(&wal->seal_lock);
+    size_t keep = 0;
+    for (size_t i = 0; i < wal->n_seals; i++) {
+        pending_seal_t p = wal->seals[i];
+        if (p.ticket > durable) {
+            wal->seals[keep++] = p;
+            continue;
+        }
+        uint8_t hdr[BLK_HDR_SIZE];
+        fmt_blk_seal(hdr, wal, p.block);
+        if (seg_pwrite(wal, p.block->seg, hdr, sizeof(hdr), p.block->file_off + BLK_SEAL_OFF) == 0)
+            p.block->sealed = 1;
+    }
+    wal->n_seals = keep;
+    pthread_mutex_unlock(&wal->seal_lock);
+}
+
+static int fsync_ring(walfs_t *wal, segment_t **segs, size_t n)
+{
+    int first_err = 0;
+    size_t done = 0;
+    while (done < n) {
+        size_t batch = 0;
+        struct io_uring_sqe *sqe;
+        while (done + batch < n && (sqe = io_uring_get_sqe(&wal->ring))) {
+            io_uring_prep_fsync(sqe, segs[done + batch]->fd, IORING_FSYNC_DATASYNC);
+            sqe->user_data = done + batch;
+            batch++;
+        }
+        int rc = io_uring_submit_and_wait(&wal->ring, (unsigned)batch);
+        if (rc < 0) return rc;
+        for (size_t i = 0; i < batch; i++) {
+            struct io_uring_cqe *cqe;
+            rc = io_uring_wait_cqe(&wal->ring, &cqe);
+            if (rc < 0) return rc;
+            if (cqe->res < 0 && !first_err) first_err = cqe->res;
+            io_uring_cqe_seen(&wal->ring, cqe);
+        }
+        done += batch;
+    }
+    return first_err;
+}
+
+static int fsync_segments(walfs_t *wal, segment_t **segs, size_t n)
+{
+    if (n == 0) return 0;
+    int rc = fault_hit(wal, WALFS_FAULT_SYNC);
+    if (rc) return rc;
+    if (wal->have_ring) return fsync_ring(wal, segs, n);
+    for (size_t i = 0; i < n; i++)
+        if (fdatasync(segs[i]->fd) != 0) return -errno;
+    return 0;
+}
+
+/* Called with sync_lock held and no sync running; returns with sync_lock held. */
+static int lead_sync(walfs_t *wal)
+{
+    wal->sync_running = 1;
+    uint64_t target = atomic_load(&wal->ticket);
+    pthread_mutex_unlock(&wal->sync_lock);
+
+    /* Read the ticket before taking the dirty flags: an append marks its segment dirty
+     * before it takes its ticket, so every ticket <= target is covered. */
+    pthread_mutex_lock(&wal->lock);
+    size_t n = 0;
+    segment_t **segs = malloc((wal->n_segs + 1) * sizeof(*segs));
+    size_t *saves = malloc((wal->n_segs + 1) * sizeof(*saves));
+    int rc = segs && saves ? 0 : -ENOMEM;
+    for (size_t i = 0; !rc && i < wal->n_segs; i++) {
+        segment_t *seg = wal->segs[i];
+        if (!atomic_exchange(&seg->dirty, 0)) continue;
+        pthread_mutex_lock(&seg->saves_lock);
+        saves[n] = seg->n_saves;
+        pthread_mutex_unlock(&seg->saves_lock);
+        segs[n++] = seg;
+    }
+    pthread_mutex_unlock(&wal->lock);
+    if (!rc) rc = fsync_segments(wal, segs, n);
+    if (!rc) {
+        for (size_t i = 0; i < n; i++) seg_synced(wal, segs[i], saves[i]);
+        write_seals(wal, target);
+    } else {
+        wal_log(wal, "fsync failed (%s): refusing appends until reopened", strerror(-rc));
+    }
+    free(segs);
+    free(saves);
+
+    pthread_mutex_lock(&wal->sync_lock);
+    wal->sync_running = 0;
+    if (rc)
+        atomic_store(&wal->failed, rc == -ENOMEM ? -ENOMEM : -EIO);
+    else if (target > wal->durable_ticket)
+        wal->durable_ticket = target;
+    pthread_cond_broadcast(&wal->sync_cond);
+    return rc;
+}
+
+int wait_durable(walfs_t *wal, uint64_t ticket)
+{
+    int rc;
+    pthread_mutex_lock(&wal->sync_lock);
+    for (;;) {
+        if ((rc = atomic_load(&wal->failed))) break;
+        if (wal->durable_ticket >= ticket) break;
+        if (!wal->sync_running)
+            lead_sync(wal);
+        else
+            pthread_cond_wait(&wal->sync_cond, &wal->sync_lock);
+    }
+    pthread_mutex_unlock(&wal->sync_lock);
+    return rc;
+}
+
+/* A sync even when no ticket is waiting (seals, recovery's zeroing, close). */
+int sync_force(walfs_t *wal)
+{
+    pthread_mutex_lock(&wal->sync_lock);
+    while (wal->sync_running) pthread_cond_wait(&wal->sync_cond, &wal->sync_lock);
+    int rc = atomic_load(&wal->failed);
+    if (!rc) rc = lead_sync(wal);
+    pthread_mutex_unlock(&wal->sync_lock);
+    return rc;
+}
+
+int exclusive_begin(walfs_t *wal)
+{
+    pthread_mutex_lock(&wal->sync_lock);
+    while (wal->sync_running) pthread_cond_wait(&wal->sync_cond, &wal->sync_lock);
+    wal->sync_running = 1;
+    pthread_mutex_unlock(&wal->sync_lock);
+    return 0;
+}
+
+void exclusive_end(walfs_t *wal)
+{
+    pthread_mutex_lock(&wal->sync_lock);
+    wal->sync_running = 0;
+    pthread_cond_broadcast(&wal->sync_cond);
+    pthread_mutex_unlock(&wal->sync_lock);
+}
+
+static int any_dirty(walfs_t *wal)
+{
+    int dirty = 0;
+    pthread_mutex_lock(&wal->lock);
+    for (size_t i = 0; i < wal->n_segs && !dirty; i++) dirty = atomic_load(&wal->segs[i]->dirty);
+    pthread_mutex_unlock(&wal->lock);
+    return dirty;
+}
+
+static void *syncer_main(void *arg)
+{
+    walfs_t *wal = arg;
+    pthread_mutex_lock(&wal->sync_lock);
+    while (!wal->syncer_stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)wal->opt.fsync_interval_ms * 1000000ull;
+        until.tv_sec += (time_t)(ns / 1000000000ull);
+        until.tv_nsec = (long)(ns % 1000000000ull);
+        pthread_cond_timedwait(&wal->syncer_cond, &wal->sync_lock, &until);
+        if (wal->syncer_stop) break;
+        if (wal->sync_running || atomic_load(&wal->failed)) continue;
+        pthread_mutex_unlock(&wal->sync_lock);
+        int dirty = any_dirty(wal);
+        pthread_mutex_lock(&wal->sync_lock);
+        if (dirty && !wal->sync_running && !wal->syncer_stop) lead_sync(wal);
+    }
+    pthread_mutex_unlock(&wal->sync_lock);
+    return NULL;
+}
+
+int sync_init(walfs_t *wal)
+{
+    if (wal->opt.read_only) return 0;
+    if (!wal->opt.no_io_uring) {
+        int rc = io_uring_queue_init(64, &wal->ring, 0);
+        if (rc == 0)
+            wal->have_ring = 1;
+        else
+            wal_log(wal, "io_uring unavailable (%s): syncing with fdatasync", strerror(-rc));
+    }
+    if (wal->opt.fsync_mode == WALFS_FSYNC_INTERVAL) {
+        if (pthread_create(&wal->syncer, NULL, syncer_main, wal) != 0) return -EAGAIN;
+        wal->syncer_started = 1;
+    }
+    return 0;
+}
+
+void sync_shutdown(walfs_t *wal)
+{
+    if (wal->syncer_started) {
+        pthread_mutex_lock(&wal->sync_lock);
+        wal->syncer_stop = 1;
+        pthread_cond_signal(&wal->syncer_cond);
+        pthread_mutex_unlock(&wal->sync_lock);
+        pthread_join(wal->syncer, NULL);
+        wal->syncer_started = 0;
+    }
+    if (wal->have_ring) {
+        io_uring_queue_exit(&wal->ring);
+        wal->have_ring = 0;
+    }
+}
+
+int walfs_sync(walfs_t *wal)
+{
+    if (wal->opt.read_only) return 0;
+    return wait_durable(wal, atomic_load(&wal->ticket));
+}
+
+int walfs_durable_gid(walfs_t *wal, uint64_t *gid)
+{
+    pthread_mutex_lock(&wal->gid_lock);
+    uint64_t g = wal->next_gid;
+    size_t n = atomic_load(&wal->n_streams);
+    for (size_t i = 0; i < n; i++) {
+        stream_t *s = stream_get(wal, (uint32_t)i);
+        if (s && s->inflight_gid < g) g = s->inflight_gid;
+    }
+    pthread_mutex_unlock(&wal->gid_lock);
+    int rc = walfs_sync(wal);
+    if (!rc) *gid = g;
+    return rc;
+}

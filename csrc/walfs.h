@@ -1,0 +1,139 @@
+/*
+ * walfs.h: the one boundary between the C core and Python.
+ *
+ * Every function returns 0 (or a count) on success and a negative errno on failure.
+ * No process-global state: every piece of state hangs off a walfs_t, so several WALs
+ * can be open in one process and different streams append in parallel.
+ *
+ * Error codes with a walfs meaning:
+ *   -EAGAIN   the data directory is locked by another process
+ *   -EBADMSG  a record or header failed its CRC (corruption)
+ *   -EUCLEAN  the directory is damaged in a way recovery will not guess about
+ *   -EIO      an I/O error; after a failed fsync every append returns -EIO until reopen
+ *   -ENOSPC   no space for a new segment; the WAL stays usable
+ *   -EMSGSIZE a record does not fit in a segment
+ *   -ERANGE   an offset or byte position outside the stream's retained range
+ *   -EROFS    a write on a read-only WAL
+ */
+#ifndef WALFS_H
+#define WALFS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct walfs walfs_t;
+
+enum walfs_fsync_mode { WALFS_FSYNC_NEVER = 0, WALFS_FSYNC_INTERVAL = 1, WALFS_FSYNC_ALWAYS = 2 };
+
+typedef struct walfs_options {
+    uint64_t segment_size;       /* bytes per segment file (default 1 GiB, max 2 GiB) */
+    uint32_t block_size;         /* bytes per block (default 10 MiB) */
+    int32_t fsync_mode;          /* enum walfs_fsync_mode */
+    uint32_t fsync_interval_ms;  /* for WALFS_FSYNC_INTERVAL (default 100) */
+    int32_t read_only;           /* no lock, no writes, in-memory recovery only */
+    int32_t test_mode;           /* track unsynced writes for walfs_debug_power_cut */
+    int32_t no_io_uring;         /* force the fdatasync fallback */
+} walfs_options_t;
+
+typedef struct walfs_stream_info {
+    uint32_t stream_no;
+    uint32_t partition;
+    uint64_t org_id;
+    uint8_t topic_hash[16];
+    uint16_t name_len;
+    char name[256];
+    uint64_t low_offset;    /* trimmed below this */
+    uint64_t first_offset;  /* first record still stored (>= low_offset after reclaim) */
+    uint64_t next_offset;   /* high watermark */
+    uint64_t low_byte;      /* view byte position of low_offset (or first stored record) */
+    uint64_t next_byte;     /* view byte size */
+    uint64_t first_gid;     /* gid of the first stored record (UINT64_MAX if none) */
+} walfs_stream_info_t;
+
+/* One record returned by a read. data points into the caller's buffer. */
+typedef struct walfs_rec {
+    uint64_t gid;
+    uint64_t offset;
+    int64_t timestamp_ms;
+    uint32_t meta_len;   /* bytes of key/headers encoding before the value */
+    uint32_t value_len;
+    uint64_t buf_pos;    /* where meta || value starts in the caller's buffer */
+} walfs_rec_t;
+
+typedef struct walfs_recovery_report {
+    uint64_t segments;
+    uint64_t blocks;
+    uint64_t records;
+    uint64_t verified_records;   /* records checked by CRC at open (unsealed tails) */
+    uint64_t cut_records;        /* torn or incomplete-batch records removed from tails */
+    uint64_t cut_bytes;
+    uint64_t freed_blocks;
+} walfs_recovery_report_t;
+
+void walfs_default_options(walfs_options_t *opts);
+int walfs_open(const char *dir, const walfs_options_t *opts, walfs_t **out, char *err, size_t errlen);
+/* Makes everything durable, writes seals and frees the handle (also on error). */
+int walfs_close(walfs_t *wal);
+int walfs_recovery_report(walfs_t *wal, walfs_recovery_report_t *out);
+/* 0 while healthy; the negative errno of the fsync that failed otherwise. */
+int walfs_failed(walfs_t *wal);
+
+/* Streams: (org_id, partition, topic_hash) identifies one; name is kept for listing. */
+int walfs_stream_open(walfs_t *wal, uint64_t org_id, uint32_t partition, const uint8_t *topic_hash,
+                      const char *name, uint32_t name_len, int create, uint32_t *stream_no);
+int walfs_stream_count(walfs_t *wal);
+int walfs_stream_info(walfs_t *wal, uint32_t stream_no, walfs_stream_info_t *out);
+/* Runs [start, end) of gids of stored records with gid >= since_gid, in order.
+ * Returns the number of runs written (at most cap), or -ENOBUFS with *needed set. */
+int64_t walfs_stream_gid_runs(walfs_t *wal, uint32_t stream_no, uint64_t since_gid, uint64_t *runs,
+                              uint64_t cap, uint64_t *needed);
+
+/* Appends n records: body i is meta_i || value_i, bodies concatenated in data.
+ * Each record is stamped with its append time (ms, never decreasing within a stream).
+ * The records form one batch: a crash keeps all or none.
+ * Gids are first_gid .. first_gid+n-1 and offsets first_offset .. first_offset+n-1.
+ * With WALFS_FSYNC_ALWAYS it returns once the batch is durable. */
+int walfs_append(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *data,
+                 const uint32_t *meta_lens, const uint32_t *value_lens, uint64_t *first_gid,
+                 uint64_t *first_offset);
+/* Makes every append that returned before this call durable (group commit). */
+int walfs_sync(walfs_t *wal);
+/* Syncs and returns G: every record with gid < G is durable and complete. */
+int walfs_durable_gid(walfs_t *wal, uint64_t *gid);
+
+/* Reads records from the one with gid start_gid on (it must belong to the stream).
+ * Stops at max_records, before exceeding max_bytes of buf (at least one record if buflen
+ * allows), or at the end. Returns the number of records; -ENOBUFS if the first record does
+ * not fit in buf (*needed set). Every record's CRC is checked (-EBADMSG). */
+int64_t walfs_read(walfs_t *wal, uint32_t stream_no, uint64_t start_gid, uint32_t max_records,
+                   uint64_t max_bytes, uint8_t *buf, uint64_t buflen, walfs_rec_t *recs,
+                   uint64_t *needed);
+/* Same, addressed by record offset. */
+int64_t walfs_read_offset(walfs_t *wal, uint32_t stream_no, uint64_t offset, uint32_t max_records,
+                          uint64_t max_bytes, uint8_t *buf, uint64_t buflen, walfs_rec_t *recs,
+                          uint64_t *needed);
+/* The byte view: values each followed by '\n'. Returns bytes copied (short only at end). */
+int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t *buf, uint64_t len);
+/* First offset with timestamp >= ts (next_offset if none). */
+int walfs_offset_for_time(walfs_t *wal, uint32_t stream_no, int64_t ts, uint64_t *offset);
+
+/* Durable low watermark; blocks wholly below it become reclaimable once sealed. */
+int walfs_trim(walfs_t *wal, uint32_t stream_no, uint64_t low_offset);
+/* Deletes reclaimable segment files; returns how many. */
+int walfs_reclaim(walfs_t *wal);
+
+/* Full check of every stored record (fsck). Returns the number of bad records found;
+ * details go to the callback if given. */
+typedef void (*walfs_fsck_cb)(void *ctx, uint32_t stream_no, uint64_t offset, const char *what);
+int64_t walfs_verify(walfs_t *wal, walfs_fsck_cb cb, void *ctx);
+
+/* Test mode only. */
+enum walfs_fault_op { WALFS_FAULT_WRITE = 1, WALFS_FAULT_SYNC = 2, WALFS_FAULT_ALLOC = 3 };
+/* After `after` more successful ops of that kind, fail the next `count` (-1: all) with -err. */
+int walfs_debug_fail(walfs_t *wal, int op, int err, int64_t after, int64_t count);
+/* Simulates power loss: every 4 KiB page written since its file's last successful sync
+ * reverts to its synced content, except pages kept by chance (keep_permille / 1000);
+ * then the handle is freed without syncing. */
+int walfs_debug_power_cut(walfs_t *wal, uint64_t seed, uint32_t keep_permille);
+
+#endif

@@ -1,0 +1,265 @@
+/* writer.c: the append path. An append plans where every record goes (allocating runs),
+ * writes records and index slots with few syscalls, and only then publishes them: a
+ * failed append leaves nothing visible and nothing that recovery would bring back. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define GROUP 512 /* records per pwritev: two iovecs each, IOV_MAX is 1024 */
+
+typedef struct chunk {
+    block_t *b;
+    int is_new;
+    uint32_t first;        /* first record of the append in this run */
+    uint32_t n;
+    uint64_t data_start;   /* where the chunk's records start, relative to the run */
+    uint64_t count_before; /* records in the run before the chunk */
+    uint64_t bytes_before; /* view bytes in the run before the chunk */
+    int data_written, slots_written;
+} chunk_t;
+
+static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bodies, const uint32_t *meta_lens,
+                       const uint32_t *value_lens, uint64_t first_gid, int64_t ts, uint32_t n_total,
+                       uint8_t *slots)
+{
+    block_t *b = c->b;
+    int rc;
+    if (c->is_new) {
+        uint8_t hdr[BLK_HDR_SIZE];
+        fmt_blk_open(hdr, wal, b);
+        if ((rc = seg_pwrite(wal, b->seg, hdr, sizeof(hdr), b->file_off))) return rc;
+    }
+    uint8_t hdrs[GROUP][REC_HDR_SIZE];
+    struct iovec iov[2 * GROUP];
+    uint64_t pos = c->data_start, view = c->bytes_before;
+    uint64_t group_pos = pos;
+    int k = 0;
+    for (uint32_t j = 0; j < c->n; j++) {
+        uint32_t i = c->first + j;
+        uint64_t gid = first_gid + i;
+        size_t body = (size_t)meta_lens[i] + value_lens[i];
+        fmt_rec_header(hdrs[k], value_lens[i], gid, ts, meta_lens[i], n_total - 1 - i);
+        fmt_rec_seal(hdrs[k], wal->crc_seed, bodies[i], body);
+        iov[2 * k] = (struct iovec){hdrs[k], REC_HDR_SIZE};
+        iov[2 * k + 1] = (struct iovec){(void *)bodies[i], body};
+        fmt_slot(slots + (size_t)(c->n - 1 - j) * SLOT_SIZE, (uint32_t)pos, (uint32_t)(gid - b->first_gid),
+                 (uint32_t)view);
+        pos += REC_HDR_SIZE + body;
+        view += value_lens[i] + 1u;
+        if (++k == GROUP || j + 1 == c->n) {
+            if ((rc = seg_pwritev(wal, b->seg, iov, 2 * k, b->file_off + group_pos))) return rc;
+            group_pos = pos;
+            k = 0;
+        }
+    }
+    uint64_t slot_off = b->run_size - (c->count_before + c->n) * SLOT_SIZE;
+    return seg_pwrite(wal, b->seg, slots, (size_t)c->n * SLOT_SIZE, b->file_off + slot_off);
+}
+
+/* Puts back zeros where a failed append wrote, so that recovery can never resurrect it. */
+static int undo_chunk(walfs_t *wal, const chunk_t *c, uint64_t data_end)
+{
+    block_t *b = c->b;
+    int rc = 0;
+    if (c->is_new) rc = seg_zero(wal, b->seg, b->file_off, BLK_HDR_SIZE);
+    if (!rc) rc = seg_zero(wal, b->seg, b->file_off + c->data_start, data_end - c->data_start);
+    uint64_t slot_off = b->run_size - (c->count_before + c->n) * SLOT_SIZE;
+    if (!rc) rc = seg_zero(wal, b->seg, b->file_off + slot_off, (uint64_t)c->n * SLOT_SIZE);
+    return rc;
+}
+
+int walfs_append(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *data, const uint32_t *meta_lens,
+                 const uint32_t *value_lens, uint64_t *first_gid_out, uint64_t *first_offset_out)
+{
+    if (wal->opt.read_only) return -EROFS;
+    int rc = atomic_load(&wal->failed);
+    if (rc) return rc;
+    stream_t *s = stream_get(wal, stream_no);
+    if (!s) return -ENOENT;
+    if (n == 0) return -EINVAL;
+    uint64_t max_body = (uint64_t)wal->blocks_per_seg * wal->opt.block_size - BLK_DATA_OFF - REC_HDR_SIZE - SLOT_SIZE;
+    const uint8_t **bodies = malloc((size_t)n * sizeof(*bodies));
+    chunk_t *chunks = NULL;
+    size_t n_chunks = 0, cap_chunks = 0;
+    uint8_t *slots = NULL;
+    if (!bodies) {
+        rc = -ENOMEM;
+        goto out_free;
+    }
+    uint64_t at = 0, view_total = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t body = (uint64_t)meta_lens[i] + value_lens[i];
+        if (body > max_body) {
+            rc = -EMSGSIZE;
+            goto out_free;
+        }
+        bodies[i] = data + at;
+        at += body;
+        view_total += value_lens[i] + 1ull;
+    }
+
+    pthread_mutex_lock(&s->append_lock);
+    if ((rc = atomic_load(&wal->failed))) goto out_unlock;
+
+    pthread_mutex_lock(&wal->gid_lock);
+    if (wal->next_gid + n > (wal->epoch + 1) << GID_EPOCH_SHIFT) {
+        pthread_mutex_lock(&wal->lock);
+        rc = cat_new_epoch(wal);
+        pthread_mutex_unlock(&wal->lock);
+        if (rc) {
+            pthread_mutex_unlock(&wal->gid_lock);
+            goto out_unlock;
+        }
+    }
+    uint64_t first_gid = wal->next_gid;
+    wal->next_gid += n;
+    s->inflight_gid = first_gid;
+    pthread_mutex_unlock(&wal->gid_lock);
+
+    pthread_mutex_lock(&s->lock);
+    block_t *cur = s->n_blocks && !s->blocks[s->n_blocks - 1]->full ? s->blocks[s->n_blocks - 1] : NULL;
+    uint64_t offset = s->next_offset, byte = s->next_byte;
+    int64_t ts = now_ms();
+    if (ts < s->last_ts) ts = s->last_ts;
+    pthread_mutex_unlock(&s->lock);
+
+    /* Plan: which run each record goes to. */
+    uint64_t d_end = cur ? cur->data_end : 0, cnt = cur ? cur->count : 0, blen = cur ? cur->byte_len : 0;
+    size_t max_slots = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t need = REC_HDR_SIZE + (uint64_t)meta_lens[i] + value_lens[i];
+        int fits = cur && d_end + need + (cnt + 1) * SLOT_SIZE <= cur->run_size &&
+                   first_gid + i - cur->first_gid <= UINT32_MAX;
+        if (!fits) {
+            block_t *b;
+            pthread_mutex_lock(&wal->lock);
+            rc = alloc_run(wal, stream_no, blocks_needed(wal, need + SLOT_SIZE), &b);
+            pthread_mutex_unlock(&wal->lock);
+            if (rc) goto out_release;
+            b->first_offset = offset + i;
+            b->first_byte = byte;
+            b->first_gid = first_gid + i;
+            cur = b;
+            d_end = BLK_DATA_OFF;
+            cnt = blen = 0;
+        }
+        if (!n_chunks || chunks[n_chunks - 1].b != cur) {
+            if (n_chunks == cap_chunks) {
+                cap_chunks = cap_chunks ? cap_chunks * 2 : 4;
+                chunk_t *nc = realloc(chunks, cap_chunks * sizeof(*nc));
+                if (!nc) {
+                    if (!fits) {
+                        pthread_mutex_lock(&wal->lock);
+                        release_run(wal, cur);
+                        pthread_mutex_unlock(&wal->lock);
+                    }
+                    rc = -ENOMEM;
+                    goto out_release;
+                }
+                chunks = nc;
+            }
+            chunks[n_chunks++] = (chunk_t){cur, !fits, i, 0, d_end, cnt, blen, 0, 0};
+        }
+        chunk_t *c = &chunks[n_chunks - 1];
+        c->n++;
+        if (c->n > max_slots) max_slots = c->n;
+        d_end += need;
+        cnt++;
+        blen += value_lens[i] + 1ull;
+        byte += value_lens[i] + 1ull;
+    }
+
+    slots = malloc(max_slots * SLOT_SIZE);
+    if (!slots) {
+        rc = -ENOMEM;
+        goto out_release;
+    }
+    size_t done;
+    for (done = 0; done < n_chunks; done++) {
+        rc = write_chunk(wal, &chunks[done], bodies, meta_lens, value_lens, first_gid, ts, n, slots);
+        if (rc) break;
+    }
+    if (rc) {
+        /* Undo every chunk that may have reached the file, the failed one included. */
+        for (size_t i = 0; i <= done && i < n_chunks; i++) {
+            const chunk_t *c = &chunks[i];
+            uint64_t end = c->data_start;
+            for (uint32_t j = 0; j < c->n; j++)
+                end += REC_HDR_SIZE + (uint64_t)meta_lens[c->first + j] + value_lens[c->first + j];
+            int urc = undo_chunk(wal, c, end);
+            if (urc) {
+                /* Unknown bytes may stay on disk: refuse appends until a reopen recovers. */
+                wal_log(wal, "could not undo a failed append (%d): failing the WAL", urc);
+                atomic_store(&wal->failed, -EIO);
+            }
+        }
+        goto out_release;
+    }
+
+    uint64_t ticket = take_ticket(wal);
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < n_chunks; i++) {
+        chunk_t *c = &chunks[i];
+        block_t *b = c->b;
+        if (c->is_new) {
+            if (s->n_blocks) {
+                block_t *prev = s->blocks[s->n_blocks - 1];
+                if (!prev->full) {
+                    prev->full = 1;
+                    seal_later(wal, prev, ticket);
+                }
+            }
+            if ((rc = stream_add_block(s, b))) {
+                /* Out of memory while publishing: the data is on disk; recovery will find it. */
+                atomic_store(&wal->failed, rc);
+                break;
+            }
+            b->first_ts = ts;
+        }
+        for (uint32_t j = 0; j < c->n; j++) {
+            uint32_t r = c->first + j;
+            b->data_end += REC_HDR_SIZE + (uint64_t)meta_lens[r] + value_lens[r];
+            b->byte_len += value_lens[r] + 1ull;
+        }
+        b->count += c->n;
+        b->last_gid = first_gid + c->first + c->n - 1;
+        b->last_ts = ts;
+        if (i + 1 < n_chunks) {
+            b->full = 1;
+            seal_later(wal, b, ticket);
+        }
+    }
+    s->next_offset = offset + n;
+    s->next_byte += view_total;
+    s->last_ts = ts;
+    pthread_mutex_unlock(&s->lock);
+    pthread_mutex_lock(&wal->gid_lock);
+    s->inflight_gid = UINT64_MAX;
+    pthread_mutex_unlock(&wal->gid_lock);
+    pthread_mutex_unlock(&s->append_lock);
+    free(chunks);
+    free(slots);
+    free(bodies);
+    if (rc) return rc;
+    *first_gid_out = first_gid;
+    *first_offset_out = offset;
+    if (wal->opt.fsync_mode == WALFS_FSYNC_ALWAYS) return wait_durable(wal, ticket);
+    return 0;
+
+out_release:
+    pthread_mutex_lock(&wal->lock);
+    for (size_t i = 0; i < n_chunks; i++)
+        if (chunks[i].is_new) release_run(wal, chunks[i].b);
+    pthread_mutex_unlock(&wal->lock);
+    pthread_mutex_lock(&wal->gid_lock);
+    s->inflight_gid = UINT64_MAX;
+    pthread_mutex_unlock(&wal->gid_lock);
+out_unlock:
+    pthread_mutex_unlock(&s->append_lock);
+out_free:
+    free(chunks);
+    free(slots);
+    free(bodies);
+    return rc;
+}

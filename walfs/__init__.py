@@ -1,0 +1,43 @@
+"""walfs: a write-ahead log you use through plain files.
+
+    import walfs
+    with walfs.Wal("/var/lib/walfs") as wal:
+        wal.append("orders", b"order 42 paid")
+"""
+
+from walfs.consumer import Consumer
+from walfs.errors import (
+    CorruptRecordError,
+    InvalidPartitionError,
+    InvalidTopicError,
+    OffsetOutOfRangeError,
+    ReadOnlyError,
+    RecordTooLargeError,
+    WalClosedError,
+    WalCorruptError,
+    WalError,
+    WalFailedError,
+    WalIOError,
+    WalLockedError,
+)
+from walfs.records import Record
+from walfs.wal import StreamInfo, Wal
+
+__all__ = [
+    "Consumer",
+    "CorruptRecordError",
+    "InvalidPartitionError",
+    "InvalidTopicError",
+    "OffsetOutOfRangeError",
+    "ReadOnlyError",
+    "Record",
+    "RecordTooLargeError",
+    "StreamInfo",
+    "Wal",
+    "WalClosedError",
+    "WalCorruptError",
+    "WalError",
+    "WalFailedError",
+    "WalIOError",
+    "WalLockedError",
+]

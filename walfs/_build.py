@@ -1,0 +1,33 @@
+"""Builds walfs._core, the cffi binding of the C core (csrc/), at install time.
+
+csrc/walfs.h is the whole boundary: its declarations are fed to cffi as they are."""
+
+import pathlib
+import re
+
+from cffi import FFI
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CSRC = ROOT / "csrc"
+
+
+def _declarations() -> str:
+    text = (CSRC / "walfs.h").read_text()
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+
+
+ffibuilder = FFI()
+ffibuilder.cdef(_declarations())
+ffibuilder.set_source(
+    "walfs._core",
+    '#include "walfs.h"',
+    sources=[f"csrc/{p.name}" for p in sorted(CSRC.glob("*.c"))],
+    include_dirs=["csrc"],
+    libraries=["uring", "pthread"],
+    extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror"],
+    depends=[f"csrc/{p.name}" for p in sorted(CSRC.glob("*.h"))],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

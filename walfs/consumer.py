@@ -1,0 +1,120 @@
+"""Consumers: named cursors per stream (Walrus's readers, Kafka's committed offsets).
+
+A cursor is a small file, cursors/<group>/<stream key>, replaced atomically (write, fsync,
+rename, fsync directory) so that a crash leaves the old or the new offset, never a mix.
+"""
+
+import os
+import struct
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import blake3
+
+from walfs.names import topic_bytes
+
+if TYPE_CHECKING:
+    from walfs.records import Record
+    from walfs.wal import Wal
+
+_MAGIC = b"WALFSCUR"
+
+
+class CursorStore:
+    def __init__(self, dir_path: str, read_only: bool = False) -> None:
+        self.root = os.path.join(dir_path, "cursors")
+        self.read_only = read_only
+        self._lock = threading.Lock()
+
+    def _path(self, group: str, key: str) -> str:
+        topic_bytes(group)  # groups obey the same rules as topics
+        return os.path.join(self.root, group, key)
+
+    def get(self, group: str, key: str) -> int | None:
+        try:
+            with open(self._path(group, key), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        if len(data) != 32 or data[:8] != _MAGIC or blake3.blake3(data[:16]).digest(length=16) != data[16:]:
+            raise ValueError(f"cursor file {self._path(group, key)} is damaged")
+        return int(struct.unpack_from("<Q", data, 8)[0])
+
+    def put(self, group: str, key: str, offset: int) -> None:
+        path = self._path(group, key)
+        head = _MAGIC + struct.pack("<Q", offset)
+        data = head + blake3.blake3(head).digest(length=16)
+        gdir = os.path.dirname(path)
+        with self._lock:
+            new_dir = not os.path.isdir(gdir)
+            os.makedirs(gdir, exist_ok=True)
+            tmp = f"{path}.tmp.{threading.get_ident()}"
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            for d in (gdir, self.root) if new_dir else (gdir,):
+                fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+
+    def groups(self) -> list[str]:
+        try:
+            return sorted(e.name for e in os.scandir(self.root) if e.is_dir())
+        except FileNotFoundError:
+            return []
+
+    def keys(self, group: str) -> Iterator[str]:
+        try:
+            yield from sorted(e.name for e in os.scandir(os.path.join(self.root, group)) if ".tmp." not in e.name)
+        except FileNotFoundError:
+            return
+
+
+class Consumer:
+    """A group's cursor on one stream.
+
+    mode "at_least_once": read_next advances `position` in memory and commit() makes it
+    durable (every `persist_every` reads it commits by itself); after a crash, records
+    read since the last commit are delivered again.
+    mode "strictly_once": read_next makes the new position durable before it returns:
+    a record is never delivered twice, and one read just before a crash is lost to the
+    group (Walrus's StrictlyAtOnce).
+    """
+
+    def __init__(
+        self, wal: "Wal", group: str, topic: str, partition: int, mode: str = "at_least_once", persist_every: int = 0
+    ) -> None:
+        if mode not in ("at_least_once", "strictly_once"):
+            raise ValueError(f"mode must be 'at_least_once' or 'strictly_once', not {mode!r}")
+        topic_bytes(group)
+        self.wal, self.group, self.topic, self.partition = wal, group, topic, partition
+        self.mode = mode
+        self.persist_every = persist_every
+        self._reads = 0
+        committed = wal.committed_offset(group, topic, partition)
+        self.committed = committed
+        self.position = max(committed or 0, wal.low_watermark(topic, partition))
+
+    def read_next(self, max_records: int = 1000, max_bytes: int = 16 << 20) -> "list[Record]":
+        self.position = max(self.position, self.wal.low_watermark(self.topic, self.partition))
+        recs = self.wal.read_records(self.topic, self.position, self.partition, max_records, max_bytes)
+        if not recs:
+            return recs
+        self.position = recs[-1].offset + 1
+        self._reads += 1
+        if self.mode == "strictly_once" or (self.persist_every and self._reads % self.persist_every == 0):
+            self.commit()
+        return recs
+
+    def commit(self, offset: int | None = None) -> None:
+        target = self.position if offset is None else offset
+        self.wal.commit_offset(self.group, self.topic, target, self.partition)
+        self.committed = target
+
+    def seek(self, offset: int) -> None:
+        self.position = offset

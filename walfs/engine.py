@@ -1,0 +1,338 @@
+"""Engine: the C core (walfs._core) as Python methods. It translates arguments into C
+buffers and negative errnos into exceptions, and nothing more: offsets, the topic index
+and consumers live in wal.py and its neighbours. The GIL is released in every C call."""
+
+import array
+import errno
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from walfs._core import ffi, lib  # type: ignore[import-not-found]
+from walfs.errors import WalClosedError, WalFailedError, from_errno
+
+FSYNC_MODES = {"never": lib.WALFS_FSYNC_NEVER, "interval": lib.WALFS_FSYNC_INTERVAL, "always": lib.WALFS_FSYNC_ALWAYS}
+NO_GID = 2**64 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class CStreamInfo:
+    stream_no: int
+    org_id: int
+    partition: int
+    topic_hash: bytes
+    name: str
+    low_offset: int
+    first_offset: int
+    next_offset: int
+    low_byte: int
+    next_byte: int
+    first_gid: int
+
+
+@dataclass(frozen=True, slots=True)
+class RawRecord:
+    gid: int
+    offset: int
+    timestamp_ms: int
+    meta: bytes
+    value: bytes
+
+
+class Engine:
+    def __init__(
+        self,
+        path: str,
+        *,
+        fsync: str = "interval",
+        fsync_interval_ms: int = 100,
+        segment_size: int = 1 << 30,
+        block_size: int = 10 << 20,
+        read_only: bool = False,
+        test_mode: bool = False,
+        io_uring: bool = True,
+    ) -> None:
+        if fsync not in FSYNC_MODES:
+            raise ValueError(f"fsync must be one of {sorted(FSYNC_MODES)}, not {fsync!r}")
+        opts = ffi.new("walfs_options_t *")
+        lib.walfs_default_options(opts)
+        opts.segment_size = segment_size
+        opts.block_size = block_size
+        opts.fsync_mode = FSYNC_MODES[fsync]
+        opts.fsync_interval_ms = fsync_interval_ms
+        opts.read_only = int(read_only)
+        opts.test_mode = int(test_mode)
+        opts.no_io_uring = int(not io_uring)
+        out = ffi.new("walfs_t **")
+        err = ffi.new("char[512]")
+        rc = lib.walfs_open(path.encode(), opts, out, err, 512)
+        if rc < 0:
+            raise from_errno(rc, ffi.string(err).decode(errors="replace") or f"cannot open {path}")
+        self._h: Any = out[0]
+        self.path = path
+        self.read_only = read_only
+        # Held shared by every call and exclusively by close(): the handle cannot vanish
+        # under a call running in another thread.
+        self._users = 0
+        self._cv = threading.Condition()
+
+    # -- lifetime -----------------------------------------------------------------
+    def _enter(self) -> Any:
+        with self._cv:
+            if self._h is None:
+                raise WalClosedError(f"WAL {self.path} is closed")
+            self._users += 1
+            return self._h
+
+    def _exit(self) -> None:
+        with self._cv:
+            self._users -= 1
+            if self._users == 0:
+                self._cv.notify_all()
+
+    def _detach(self) -> Any:
+        with self._cv:
+            h = self._h
+            self._h = None
+            while self._users:
+                self._cv.wait()
+            return h
+
+    def close(self) -> None:
+        h = self._detach()
+        if h is not None:
+            rc = lib.walfs_close(h)
+            if rc < 0:
+                raise from_errno(rc, f"closing {self.path}")
+
+    def power_cut(self, seed: int, keep_permille: int = 0) -> None:
+        """Test mode: drops what was written since the last sync, then abandons the handle."""
+        h = self._detach()
+        if h is not None:
+            self._check(lib.walfs_debug_power_cut(h, seed, keep_permille), "power cut")
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    def _check(self, rc: int, what: str) -> int:
+        if rc < 0:
+            if rc == -errno.EIO and self._h is not None and lib.walfs_failed(self._h):
+                raise WalFailedError(f"{what}: an fsync failed earlier; reopen the WAL")
+            raise from_errno(rc, what)
+        return rc
+
+    # -- streams ------------------------------------------------------------------
+    def stream_open(self, org_id: int, partition: int, thash: bytes, name: bytes, create: bool) -> int | None:
+        h = self._enter()
+        try:
+            out = ffi.new("uint32_t *")
+            rc = lib.walfs_stream_open(h, org_id, partition, thash, name, len(name), int(create), out)
+            if rc == -errno.ENOENT:
+                return None
+            self._check(rc, f"opening stream {name!r}")
+            return int(out[0])
+        finally:
+            self._exit()
+
+    def stream_count(self) -> int:
+        h = self._enter()
+        try:
+            return int(lib.walfs_stream_count(h))
+        finally:
+            self._exit()
+
+    def stream_info(self, stream_no: int) -> CStreamInfo:
+        h = self._enter()
+        try:
+            i = ffi.new("walfs_stream_info_t *")
+            self._check(lib.walfs_stream_info(h, stream_no, i), "stream info")
+            return CStreamInfo(
+                stream_no=i.stream_no,
+                org_id=i.org_id,
+                partition=i.partition,
+                topic_hash=bytes(ffi.buffer(i.topic_hash, 16)),
+                name=bytes(ffi.buffer(i.name, i.name_len)).decode("utf-8", "surrogateescape"),
+                low_offset=i.low_offset,
+                first_offset=i.first_offset,
+                next_offset=i.next_offset,
+                low_byte=i.low_byte,
+                next_byte=i.next_byte,
+                first_gid=i.first_gid,
+            )
+        finally:
+            self._exit()
+
+    def gid_runs(self, stream_no: int, since_gid: int) -> list[tuple[int, int]]:
+        h = self._enter()
+        try:
+            cap = 64
+            while True:
+                runs = ffi.new("uint64_t[]", 2 * cap)
+                needed = ffi.new("uint64_t *")
+                rc = lib.walfs_stream_gid_runs(h, stream_no, since_gid, runs, cap, needed)
+                if rc == -errno.ENOBUFS:
+                    cap = int(needed[0])
+                    continue
+                n = self._check(rc, "gid runs")
+                flat = ffi.unpack(runs, 2 * n)
+                return list(zip(flat[0::2], flat[1::2], strict=True))
+        finally:
+            self._exit()
+
+    # -- writing ------------------------------------------------------------------
+    def append(self, stream_no: int, bodies: list[bytes], meta_lens: array.array, value_lens: array.array) -> tuple[int, int]:
+        """Appends len(bodies) records (body = meta || value); returns (first gid, first offset)."""
+        data = b"".join(bodies) if len(bodies) != 1 else bodies[0]
+        h = self._enter()
+        try:
+            gid = ffi.new("uint64_t *")
+            off = ffi.new("uint64_t *")
+            rc = lib.walfs_append(
+                h,
+                stream_no,
+                len(bodies),
+                ffi.from_buffer(data),
+                ffi.from_buffer("uint32_t[]", meta_lens),
+                ffi.from_buffer("uint32_t[]", value_lens),
+                gid,
+                off,
+            )
+            self._check(rc, "append")
+            return int(gid[0]), int(off[0])
+        finally:
+            self._exit()
+
+    def sync(self) -> None:
+        h = self._enter()
+        try:
+            self._check(lib.walfs_sync(h), "sync")
+        finally:
+            self._exit()
+
+    def durable_gid(self) -> int:
+        h = self._enter()
+        try:
+            out = ffi.new("uint64_t *")
+            self._check(lib.walfs_durable_gid(h, out), "sync")
+            return int(out[0])
+        finally:
+            self._exit()
+
+    def trim(self, stream_no: int, low_offset: int) -> None:
+        h = self._enter()
+        try:
+            self._check(lib.walfs_trim(h, stream_no, low_offset), "trim")
+        finally:
+            self._exit()
+
+    def reclaim(self) -> int:
+        h = self._enter()
+        try:
+            return self._check(lib.walfs_reclaim(h), "reclaim")
+        finally:
+            self._exit()
+
+    # -- reading ------------------------------------------------------------------
+    def read(
+        self, stream_no: int, *, gid: int | None = None, offset: int | None = None, max_records: int, max_bytes: int
+    ) -> list[RawRecord]:
+        """Records from the one with this gid (or offset) on; at least one if any exists."""
+        max_records = max(0, min(max_records, 1 << 20))
+        buflen = max(min(max_bytes, 64 << 20), 4096)
+        h = self._enter()
+        try:
+            while True:
+                buf = bytearray(buflen)
+                recs = ffi.new("walfs_rec_t[]", max(max_records, 1))
+                needed = ffi.new("uint64_t *")
+                cbuf = ffi.from_buffer(buf)
+                if gid is not None:
+                    rc = lib.walfs_read(h, stream_no, gid, max_records, max_bytes, cbuf, buflen, recs, needed)
+                else:
+                    rc = lib.walfs_read_offset(h, stream_no, offset, max_records, max_bytes, cbuf, buflen, recs, needed)
+                if rc == -errno.ENOBUFS:
+                    buflen = int(needed[0])
+                    continue
+                if rc == -errno.EBADMSG:
+                    raise from_errno(rc, f"record at offset {int(needed[0])} of stream {stream_no} is corrupt")
+                if rc == -errno.ENOENT:
+                    raise from_errno(-errno.ERANGE, f"gid {gid} is not in stream {stream_no}")
+                n = self._check(rc, "read")
+                mv = memoryview(buf)
+                out = []
+                for k in range(n):
+                    r = recs[k]
+                    pos = r.buf_pos
+                    split = pos + r.meta_len
+                    out.append(
+                        RawRecord(
+                            r.gid,
+                            r.offset,
+                            r.timestamp_ms,
+                            mv[pos:split].tobytes() if r.meta_len else b"",
+                            mv[split : split + r.value_len].tobytes(),
+                        )
+                    )
+                return out
+        finally:
+            self._exit()
+
+    def read_values(self, stream_no: int, gid: int, max_records: int, max_bytes: int) -> list[bytes]:
+        """Like read, but only values: the fast path for wal.read()."""
+        return [r.value for r in self.read(stream_no, gid=gid, max_records=max_records, max_bytes=max_bytes)]
+
+    def read_bytes(self, stream_no: int, position: int, size: int) -> bytes:
+        h = self._enter()
+        try:
+            buf = bytearray(size)
+            n = lib.walfs_read_bytes(h, stream_no, position, ffi.from_buffer(buf), size)
+            if n == -errno.EBADMSG:
+                raise from_errno(n, f"a record near byte {position} of stream {stream_no} is corrupt")
+            self._check(n, "read_bytes")
+            if n < size:
+                del buf[n:]
+            return bytes(buf)
+        finally:
+            self._exit()
+
+    def offset_for_time(self, stream_no: int, ts: int) -> int:
+        h = self._enter()
+        try:
+            out = ffi.new("uint64_t *")
+            self._check(lib.walfs_offset_for_time(h, stream_no, ts, out), "offset_for_timestamp")
+            return int(out[0])
+        finally:
+            self._exit()
+
+    def recovery_report(self) -> dict[str, int]:
+        h = self._enter()
+        try:
+            r = ffi.new("walfs_recovery_report_t *")
+            lib.walfs_recovery_report(h, r)
+            return {k: int(getattr(r, k)) for k in dir(r)}
+        finally:
+            self._exit()
+
+    def verify(self) -> list[tuple[int, int, str]]:
+        """Checks every stored record; returns (stream_no, offset, problem) for each bad one."""
+        problems: list[tuple[int, int, str]] = []
+
+        @ffi.callback("void(void *, uint32_t, uint64_t, const char *)")
+        def report(_ctx: Any, stream_no: int, offset: int, what: Any) -> None:
+            problems.append((int(stream_no), int(offset), ffi.string(what).decode()))
+
+        h = self._enter()
+        try:
+            self._check(int(lib.walfs_verify(h, report, ffi.NULL)), "verify")
+        finally:
+            self._exit()
+        return problems
+
+    def inject_fault(self, op: str, err: int, after: int = 0, count: int = -1) -> None:
+        ops = {"write": lib.WALFS_FAULT_WRITE, "sync": lib.WALFS_FAULT_SYNC, "alloc": lib.WALFS_FAULT_ALLOC}
+        h = self._enter()
+        try:
+            self._check(lib.walfs_debug_fail(h, ops[op], err, after, count), "inject fault")
+        finally:
+            self._exit()

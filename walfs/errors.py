@@ -1,0 +1,72 @@
+"""Exceptions raised by walfs. Every one derives from WalError; where a builtin fits too
+(ValueError, IndexError, OSError) the exception is also that builtin."""
+
+import errno
+import os
+
+
+class WalError(Exception):
+    """Base of every walfs error."""
+
+
+class InvalidTopicError(WalError, ValueError):
+    """A topic or group name that walfs cannot store."""
+
+
+class InvalidPartitionError(WalError, ValueError):
+    """A partition outside 0..2**31-1."""
+
+
+class OffsetOutOfRangeError(WalError, IndexError):
+    """An offset or byte position outside what the stream holds."""
+
+
+class RecordTooLargeError(WalError, ValueError):
+    """A record that cannot fit in a segment."""
+
+
+class WalLockedError(WalError):
+    """Another process holds the data directory."""
+
+
+class CorruptRecordError(WalError):
+    """A stored record failed its checksum."""
+
+
+class WalCorruptError(WalError):
+    """The data directory is damaged in a way recovery does not guess about."""
+
+
+class WalFailedError(WalError):
+    """An fsync failed: the WAL refuses appends until it is reopened."""
+
+
+class ReadOnlyError(WalError):
+    """A write on a WAL opened read_only."""
+
+
+class WalClosedError(WalError):
+    """A call on a closed WAL."""
+
+
+class WalIOError(WalError, OSError):
+    """An operating-system error such as ENOSPC; the WAL stays usable."""
+
+
+def from_errno(rc: int, what: str) -> WalError:
+    """Maps a negative errno from the C core to the exception a caller should see."""
+    code = -rc
+    message = f"{what}: {os.strerror(code)}"
+    if code == errno.EAGAIN:
+        return WalLockedError(message)
+    if code == errno.EBADMSG:
+        return CorruptRecordError(message)
+    if code == errno.EUCLEAN:
+        return WalCorruptError(message)
+    if code == errno.EMSGSIZE:
+        return RecordTooLargeError(message)
+    if code == errno.ERANGE:
+        return OffsetOutOfRangeError(message)
+    if code == errno.EROFS:
+        return ReadOnlyError(message)
+    return WalIOError(code, message)

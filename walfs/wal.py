@@ -1,0 +1,367 @@
+"""Wal: the public face of walfs. See docs/api.md.
+
+It owns the engine (C core), the topic index (bitmaps), the cursor store, and two
+background duties: index snapshots and segment reclamation."""
+
+import array
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from walfs.consumer import Consumer, CursorStore
+from walfs.engine import Engine
+from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError, WalClosedError
+from walfs.names import check_partition, stream_key, topic_bytes, topic_hash
+from walfs.records import Header, Record, decode_meta, encode_meta
+from walfs.topic_index import SNAPSHOT_NAME, StreamIndex, load_stream, read_snapshot, write_snapshot
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BYTES = 16 << 20
+MAX_U32 = 2**32 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    org_id: int
+    topic: str
+    topic_hash: str
+    partition: int
+    low_watermark: int
+    high_watermark: int
+    low_byte: int
+    byte_size: int
+
+
+class Wal:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        fsync: str = "interval",
+        org_id: int = 1,
+        *,
+        fsync_interval_ms: int = 100,
+        segment_size: int = 1 << 30,
+        block_size: int = 10 << 20,
+        read_only: bool = False,
+        snapshot_interval_s: float = 60.0,
+        reclaim_interval_s: float = 10.0,
+        test_mode: bool = False,
+        io_uring: bool = True,
+    ) -> None:
+        if not isinstance(org_id, int) or not 0 <= org_id < 2**63:
+            raise ValueError(f"org_id must be an int in 0..2**63-1, not {org_id!r}")
+        self.path = os.fspath(path)
+        self.org_id = org_id
+        self.read_only = read_only
+        self.engine = Engine(
+            self.path,
+            fsync=fsync,
+            fsync_interval_ms=fsync_interval_ms,
+            segment_size=segment_size,
+            block_size=block_size,
+            read_only=read_only,
+            test_mode=test_mode,
+            io_uring=io_uring,
+        )
+        self.fsync = fsync
+        self.cursors = CursorStore(self.path, read_only)
+        self._lock = threading.Lock()  # the stream maps
+        self._data = threading.Condition()  # notified after every append (wait_for)
+        self._streams: dict[int, StreamIndex] = {}
+        self._by_name: dict[tuple[int, str, int], StreamIndex] = {}
+        self._appended_since_snapshot = False
+        snap_gid, snap = read_snapshot(os.path.join(self.path, SNAPSHOT_NAME))
+        for no in range(self.engine.stream_count()):
+            self._register(load_stream(self.engine, no, snap_gid, snap))
+        self._stop = threading.Event()
+        self._worker: threading.Thread | None = None
+        if not read_only:
+            self._worker = threading.Thread(
+                target=self._background, args=(snapshot_interval_s, reclaim_interval_s), name="walfs-bg", daemon=True
+            )
+            self._worker.start()
+
+    # -- lifetime -------------------------------------------------------------------
+    def __enter__(self) -> "Wal":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Makes everything durable, writes the index snapshot and releases the lock."""
+        if self.engine.closed:
+            return
+        self._stop.set()
+        if self._worker is not None:
+            self._worker.join()
+        try:
+            if not self.read_only:
+                self.snapshot()
+        finally:
+            self.engine.close()
+            with self._data:
+                self._data.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        return self.engine.closed
+
+    def _background(self, snapshot_every: float, reclaim_every: float) -> None:
+        last_snap = last_reclaim = time.monotonic()
+        while not self._stop.wait(min(snapshot_every, reclaim_every, 1.0)):
+            now = time.monotonic()
+            try:
+                if now - last_reclaim >= reclaim_every:
+                    last_reclaim = now
+                    self.engine.reclaim()
+                if now - last_snap >= snapshot_every and self._appended_since_snapshot:
+                    last_snap = now
+                    self.snapshot()
+            except WalClosedError:
+                return
+            except Exception:  # a background failure must not kill the worker silently
+                log.exception("walfs background work failed")
+
+    def snapshot(self) -> None:
+        """Writes index.snap: a sync, then every stream's bitmap up to the durable gid."""
+        self._appended_since_snapshot = False
+        gid = self.engine.durable_gid()
+        with self._lock:
+            streams = list(self._streams.values())
+        write_snapshot(self.path, gid, streams)
+
+    # -- streams --------------------------------------------------------------------
+    def _register(self, s: StreamIndex) -> None:
+        self._streams[s.stream_no] = s
+        self._by_name[(s.org_id, s.name, s.partition)] = s
+
+    def _stream(self, topic: str, partition: int, create: bool) -> StreamIndex | None:
+        check_partition(partition)
+        s = self._by_name.get((self.org_id, topic, partition))
+        if s is not None or not create:
+            if s is None:
+                topic_bytes(topic)
+            return s
+        raw = topic_bytes(topic)
+        with self._lock:
+            s = self._by_name.get((self.org_id, topic, partition))
+            if s is None:
+                thash = topic_hash(self.org_id, topic)
+                no = self.engine.stream_open(self.org_id, partition, thash, raw, True)
+                assert no is not None
+                s = StreamIndex(no, self.org_id, partition, thash, topic)
+                self._register(s)
+            return s
+
+    def create_partition(self, topic: str, partition: int = 0) -> None:
+        """Makes an empty stream exist (it shows as an empty file; Kafka's CreateTopics)."""
+        self._stream(topic, partition, True)
+
+    def topics(self) -> list[str]:
+        return sorted({name for (org, name, _p) in self._by_name if org == self.org_id})
+
+    def partitions(self, topic: str) -> list[int]:
+        return sorted(p for (org, name, p) in self._by_name if org == self.org_id and name == topic)
+
+    def stream_info(self, topic: str, partition: int = 0) -> StreamInfo:
+        s = self._stream(topic, partition, False)
+        thash = topic_hash(self.org_id, topic)
+        if s is None:
+            return StreamInfo(self.org_id, topic, thash.hex(), partition, 0, 0, 0, 0)
+        info = self.engine.stream_info(s.stream_no)
+        return StreamInfo(
+            self.org_id, topic, thash.hex(), partition, s.low, s.high, info.low_byte, info.next_byte
+        )
+
+    def stream_key(self, topic: str, partition: int = 0) -> str:
+        return stream_key(self.org_id, topic_hash(self.org_id, topic), check_partition(partition))
+
+    # -- appending ------------------------------------------------------------------
+    def append(
+        self,
+        topic: str,
+        data: bytes,
+        partition: int = 0,
+        *,
+        key: bytes | None = None,
+        headers: Sequence[Header] | None = None,
+        timestamp_ms: int | None = None,
+    ) -> int:
+        if key is None and not headers and timestamp_ms is None:
+            return self.append_batch(topic, [data], partition)
+        return self.append_records(topic, [(key, data, headers, timestamp_ms)], partition)
+
+    def append_batch(self, topic: str, records: Sequence[bytes], partition: int = 0) -> int:
+        """Appends values as one batch (all or none survive a crash); returns the first offset."""
+        if isinstance(records, bytes | bytearray | memoryview):
+            raise TypeError("append_batch takes a sequence of records; use append() for one")
+        n = len(records)
+        if n == 0:
+            raise ValueError("append_batch needs at least one record")
+        lens = array.array("I", map(len, records)) if n > 1 else array.array("I", [len(records[0])])
+        if max(lens) >= MAX_U32:
+            raise RecordTooLargeError("a record is larger than 4 GiB")
+        return self._append(topic, partition, list(records), array.array("I", bytes(4 * n)), lens)
+
+    def append_records(self, topic: str, records: Iterable[Any], partition: int = 0) -> int:
+        """Appends (key, value, headers, timestamp_ms) tuples or Record-like objects as one batch."""
+        bodies: list[bytes] = []
+        metas = array.array("I")
+        values = array.array("I")
+        for r in records:
+            if isinstance(r, tuple):
+                key, value, headers, ts = r
+            else:
+                key, value, headers, ts = r.key, r.value, r.headers, getattr(r, "timestamp_ms", None)
+            meta = encode_meta(key, headers, ts)
+            bodies.append(meta + bytes(value) if meta else bytes(value))
+            metas.append(len(meta))
+            if len(value) >= MAX_U32:
+                raise RecordTooLargeError("a record is larger than 4 GiB")
+            values.append(len(value))
+        if not bodies:
+            raise ValueError("append_records needs at least one record")
+        return self._append(topic, partition, bodies, metas, values)
+
+    def _append(self, topic: str, partition: int, bodies: list[bytes], metas: array.array, values: array.array) -> int:
+        s = self._stream(topic, partition, True)
+        assert s is not None
+        with s.lock:  # bitmap order must follow the core's order
+            gid, offset = self.engine.append(s.stream_no, bodies, metas, values)
+            s.add(gid, len(bodies))
+            assert offset + len(bodies) == s.high, (offset, len(bodies), s.high)
+        self._appended_since_snapshot = True
+        with self._data:
+            self._data.notify_all()
+        return offset
+
+    def sync(self) -> None:
+        """Makes every append that returned before this call durable."""
+        self.engine.sync()
+
+    # -- reading --------------------------------------------------------------------
+    def high_watermark(self, topic: str, partition: int = 0) -> int:
+        s = self._stream(topic, partition, False)
+        return s.high if s else 0
+
+    def low_watermark(self, topic: str, partition: int = 0) -> int:
+        s = self._stream(topic, partition, False)
+        return s.low if s else 0
+
+    def _start_gid(self, topic: str, offset: int, partition: int) -> tuple[StreamIndex | None, int | None]:
+        if not isinstance(offset, int) or offset < 0:
+            raise OffsetOutOfRangeError(f"offset {offset!r} is negative or not an int")
+        s = self._stream(topic, partition, False)
+        if s is None:
+            if offset == 0:
+                return None, None
+            raise OffsetOutOfRangeError(f"offset {offset} is beyond the end of {topic!r} (empty)")
+        with s.lock:
+            low, high = s.low, s.high
+            if offset < low or offset > high:
+                raise OffsetOutOfRangeError(f"offset {offset} is outside {low}..{high} of {topic!r}[{partition}]")
+            return s, (s.gid_at(offset) if offset < high else None)
+
+    def read(
+        self, topic: str, offset: int, partition: int = 0, max_records: int = 1000, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> list[bytes]:
+        s, gid = self._start_gid(topic, offset, partition)
+        if s is None or gid is None:
+            return []
+        return self.engine.read_values(s.stream_no, gid, max_records, max_bytes)
+
+    def read_records(
+        self, topic: str, offset: int, partition: int = 0, max_records: int = 1000, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> list[Record]:
+        s, gid = self._start_gid(topic, offset, partition)
+        if s is None or gid is None:
+            return []
+        out = []
+        for r in self.engine.read(s.stream_no, gid=gid, max_records=max_records, max_bytes=max_bytes):
+            key, headers, ts = decode_meta(r.meta)
+            out.append(Record(r.offset, r.timestamp_ms if ts is None else ts, r.value, key, headers, r.gid))
+        return out
+
+    def byte_size(self, topic: str, partition: int = 0) -> int:
+        s = self._stream(topic, partition, False)
+        return self.engine.stream_info(s.stream_no).next_byte if s else 0
+
+    def read_bytes(self, topic: str, position: int, size: int, partition: int = 0) -> bytes:
+        if position < 0 or size < 0:
+            raise OffsetOutOfRangeError("position and size must not be negative")
+        s = self._stream(topic, partition, False)
+        if s is None:
+            return b""
+        return self.engine.read_bytes(s.stream_no, position, size)
+
+    def offset_for_timestamp(self, topic: str, timestamp_ms: int, partition: int = 0) -> int:
+        s = self._stream(topic, partition, False)
+        return self.engine.offset_for_time(s.stream_no, timestamp_ms) if s else 0
+
+    def wait_for(self, topic: str, offset: int, partition: int = 0, timeout: float | None = None) -> bool:
+        """Blocks until the high watermark passes `offset`; False on timeout or close."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._data:
+            while self.high_watermark(topic, partition) <= offset:
+                if self.closed:
+                    return False
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._data.wait(left)
+            return True
+
+    # -- consumers ------------------------------------------------------------------
+    def consumer(
+        self, group: str, topic: str, partition: int = 0, mode: str = "at_least_once", persist_every: int = 0
+    ) -> Consumer:
+        return Consumer(self, group, topic, partition, mode, persist_every)
+
+    def committed_offset(self, group: str, topic: str, partition: int = 0) -> int | None:
+        return self.cursors.get(group, self.stream_key(topic, partition))
+
+    def commit_offset(self, group: str, topic: str, offset: int, partition: int = 0) -> None:
+        if offset < 0 or offset > self.high_watermark(topic, partition):
+            raise OffsetOutOfRangeError(f"cannot commit offset {offset} of {topic!r}[{partition}]")
+        self.cursors.put(group, self.stream_key(topic, partition), offset)
+
+    def consumer_groups(self) -> list[str]:
+        return self.cursors.groups()
+
+    # -- trim and reclamation -------------------------------------------------------
+    def trim(self, topic: str, before_offset: int, partition: int = 0) -> None:
+        """Raises the low watermark to before_offset (durable when this returns)."""
+        s = self._stream(topic, partition, False)
+        if s is None:
+            if before_offset == 0:
+                return
+            raise OffsetOutOfRangeError(f"cannot trim empty topic {topic!r} to {before_offset}")
+        with s.lock:
+            if before_offset < 0 or before_offset > s.high:
+                raise OffsetOutOfRangeError(f"cannot trim {topic!r}[{partition}] to {before_offset} (0..{s.high})")
+            if before_offset <= s.low:
+                return
+            self.engine.trim(s.stream_no, before_offset)
+            s.trim(before_offset)
+
+    def reclaim(self) -> int:
+        """Deletes segment files that hold only trimmed data; returns how many."""
+        return self.engine.reclaim()
+
+    # -- checks -----------------------------------------------------------------------
+    def recovery_report(self) -> dict[str, int]:
+        return self.engine.recovery_report()
+
+    def verify(self) -> list[tuple[str, int, int, str]]:
+        """Reads every stored record; returns (topic, partition, offset, problem) per bad one."""
+        out = []
+        for no, offset, what in self.engine.verify():
+            s = self._streams.get(no)
+            out.append((s.name if s else f"#{no}", s.partition if s else -1, offset, what))
+        return out
