@@ -1,0 +1,171 @@
+"""How much does the Kafka wire cost? confluent-kafka producer and consumer throughput
+against `walfs serve`, beside the engine's own append_batch and read in the same run.
+
+    .venv/bin/python bench/bench_kafka.py [--records-100 N] [--records-1k N] > out.json
+
+Prints one JSON object. The listener runs in its own process (`walfs serve`, fsync
+interval, acks=1), as it does in production; the engine figures come from this
+process on a separate data directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+import walfs
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def rate(n: int, size: int, seconds: float) -> dict[str, float]:
+    return {
+        "records": n,
+        "seconds": round(seconds, 3),
+        "records_per_s": round(n / seconds),
+        "mb_per_s": round(n * size / seconds / 1e6, 1),
+    }
+
+
+def engine(data_dir: Path, n: int, size: int) -> dict[str, Any]:
+    payload = os.urandom(size)
+    batch = 1000
+    with walfs.Wal(str(data_dir), fsync="interval") as wal:
+        t0 = time.perf_counter()
+        for i in range(0, n, batch):
+            wal.append_batch("bench", [payload] * min(batch, n - i))
+        wal.sync()
+        appended = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        off = got = 0
+        while got < n:
+            vals = wal.read("bench", off, max_records=10_000)
+            got += len(vals)
+            off += len(vals)
+        read = time.perf_counter() - t0
+    return {"append_batch": rate(n, size, appended), "read": rate(n, size, read)}
+
+
+def start_server(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "walfs.cli.serve",
+            str(data_dir),
+            "--kafka-listen",
+            "127.0.0.1:0",
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.stdout is not None
+    m = re.search(r"listening on (\S+)", proc.stdout.readline())
+    if not m:
+        proc.kill()
+        raise SystemExit("walfs serve did not start")
+    return proc, m.group(1)
+
+
+def kafka(bootstrap: str, topic: str, n: int, size: int) -> dict[str, Any]:
+    payload = os.urandom(size)
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "1",
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    t0 = time.perf_counter()
+    for _ in range(n):
+        while True:
+            try:
+                p.produce(topic, payload)
+                break
+            except BufferError:
+                p.poll(0.01)  # local queue full: let deliveries drain
+    if p.flush(300) != 0:
+        raise SystemExit("producer did not flush")
+    produced = time.perf_counter() - t0
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 50 * 1024 * 1024,
+            "max.partition.fetch.bytes": 8 * 1024 * 1024,
+        }
+    )
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    t0 = time.perf_counter()
+    got = 0
+    deadline = time.monotonic() + 300
+    while got < n and time.monotonic() < deadline:
+        msgs = c.consume(10_000, 1.0)
+        got += sum(1 for m in msgs if not m.error())
+    consumed = time.perf_counter() - t0
+    c.close()
+    if got < n:
+        raise SystemExit(f"consumer got {got} of {n}")
+    return {"produce": rate(n, size, produced), "consume": rate(n, size, consumed)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records-100", type=int, default=200_000)
+    ap.add_argument("--records-1k", type=int, default=100_000)
+    args = ap.parse_args()
+    result: dict[str, Any] = {
+        "machine": {
+            "nproc": os.cpu_count(),
+            "kernel": platform.release(),
+            "python": platform.python_version(),
+        },
+        "settings": {"fsync": "interval", "acks": "1", "producer_linger_ms": 5},
+        "sizes": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="walfs-bench-") as tmp:
+        proc, bootstrap = start_server(Path(tmp) / "served")
+        try:
+            for label, size, n in (("100B", 100, args.records_100), ("1KiB", 1024, args.records_1k)):
+                eng = engine(Path(tmp) / f"engine-{label}", n, size)
+                wire = kafka(bootstrap, f"bench-{label}", n, size)
+                result["sizes"][label] = {
+                    "engine": eng,
+                    "kafka": wire,
+                    "wire_cost": {
+                        "produce_vs_append_batch": round(
+                            eng["append_batch"]["records_per_s"] / wire["produce"]["records_per_s"], 2
+                        ),
+                        "consume_vs_read": round(
+                            eng["read"]["records_per_s"] / wire["consume"]["records_per_s"], 2
+                        ),
+                    },
+                }
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    json.dump(result, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
