@@ -1,8 +1,8 @@
 """walfs: a write-ahead log you use through plain files.
 
-    import walfs
-    with walfs.Wal("/var/lib/walfs") as wal:
-        wal.append("orders", b"order 42 paid")
+import walfs
+with walfs.Wal("/var/lib/walfs") as wal:
+    wal.append("orders", b"order 42 paid")
 """
 
 from walfs.consumer import Consumer

@@ -70,7 +70,9 @@ class CursorStore:
 
     def keys(self, group: str) -> Iterator[str]:
         try:
-            yield from sorted(e.name for e in os.scandir(os.path.join(self.root, group)) if ".tmp." not in e.name)
+            yield from sorted(
+                e.name for e in os.scandir(os.path.join(self.root, group)) if ".tmp." not in e.name
+            )
         except FileNotFoundError:
             return
 
@@ -87,7 +89,13 @@ class Consumer:
     """
 
     def __init__(
-        self, wal: "Wal", group: str, topic: str, partition: int, mode: str = "at_least_once", persist_every: int = 0
+        self,
+        wal: "Wal",
+        group: str,
+        topic: str,
+        partition: int,
+        mode: str = "at_least_once",
+        persist_every: int = 0,
     ) -> None:
         if mode not in ("at_least_once", "strictly_once"):
             raise ValueError(f"mode must be 'at_least_once' or 'strictly_once', not {mode!r}")

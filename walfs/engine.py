@@ -8,10 +8,14 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from walfs._core import ffi, lib  # type: ignore[import-not-found]
+from walfs._core import ffi, lib
 from walfs.errors import WalClosedError, WalFailedError, from_errno
 
-FSYNC_MODES = {"never": lib.WALFS_FSYNC_NEVER, "interval": lib.WALFS_FSYNC_INTERVAL, "always": lib.WALFS_FSYNC_ALWAYS}
+FSYNC_MODES = {
+    "never": lib.WALFS_FSYNC_NEVER,
+    "interval": lib.WALFS_FSYNC_INTERVAL,
+    "always": lib.WALFS_FSYNC_ALWAYS,
+}
 NO_GID = 2**64 - 1
 
 
@@ -181,7 +185,9 @@ class Engine:
             self._exit()
 
     # -- writing ------------------------------------------------------------------
-    def append(self, stream_no: int, bodies: list[bytes], meta_lens: array.array, value_lens: array.array) -> tuple[int, int]:
+    def append(
+        self, stream_no: int, bodies: list[bytes], meta_lens: array.array, value_lens: array.array
+    ) -> tuple[int, int]:
         """Appends len(bodies) records (body = meta || value); returns (first gid, first offset)."""
         data = b"".join(bodies) if len(bodies) != 1 else bodies[0]
         h = self._enter()
@@ -235,7 +241,13 @@ class Engine:
 
     # -- reading ------------------------------------------------------------------
     def read(
-        self, stream_no: int, *, gid: int | None = None, offset: int | None = None, max_records: int, max_bytes: int
+        self,
+        stream_no: int,
+        *,
+        gid: int | None = None,
+        offset: int | None = None,
+        max_records: int,
+        max_bytes: int,
     ) -> list[RawRecord]:
         """Records from the one with this gid (or offset) on; at least one if any exists."""
         max_records = max(0, min(max_records, 1 << 20))
@@ -250,12 +262,16 @@ class Engine:
                 if gid is not None:
                     rc = lib.walfs_read(h, stream_no, gid, max_records, max_bytes, cbuf, buflen, recs, needed)
                 else:
-                    rc = lib.walfs_read_offset(h, stream_no, offset, max_records, max_bytes, cbuf, buflen, recs, needed)
+                    rc = lib.walfs_read_offset(
+                        h, stream_no, offset, max_records, max_bytes, cbuf, buflen, recs, needed
+                    )
                 if rc == -errno.ENOBUFS:
                     buflen = int(needed[0])
                     continue
                 if rc == -errno.EBADMSG:
-                    raise from_errno(rc, f"record at offset {int(needed[0])} of stream {stream_no} is corrupt")
+                    raise from_errno(
+                        rc, f"record at offset {int(needed[0])} of stream {stream_no} is corrupt"
+                    )
                 if rc == -errno.ENOENT:
                     raise from_errno(-errno.ERANGE, f"gid {gid} is not in stream {stream_no}")
                 n = self._check(rc, "read")

@@ -202,10 +202,8 @@ class WalOperations(pyfuse3.Operations):
         self._handles: dict[int, Handle] = {}
         self._next_fh = 1
 
-        # Streams (topic, partition) known to exist, incl. topics created by open(O_CREAT)
-        # that have no record yet (they live only in this mount until their first append).
+        # Streams (topic, partition) known to exist (a cache of the Wal's list).
         self._streams: set[tuple[str, int]] = set()
-        self._empty_streams: set[tuple[str, int]] = set()
         self._made_partitions: set[int] = set()  # mkdir partition=<n> without streams yet
         self._groups: set[str] = set()
         self._mtime_ns: dict[tuple[str, int], int] = {}
@@ -271,9 +269,9 @@ class WalOperations(pyfuse3.Operations):
     def _stream_exists(self, topic: str, partition: int) -> bool:
         if (topic, partition) in self._streams:
             return True
-        # Appends that did not come through this mount (e.g. an in-process Kafka
+        # Streams that did not come through this mount (e.g. an in-process Kafka
         # listener) are found here before the watcher's next round.
-        if self.wal.high_watermark(topic, partition) > 0:
+        if partition in self.wal.partitions(topic):
             self._add_stream((topic, partition))
             return True
         return False
@@ -419,7 +417,6 @@ class WalOperations(pyfuse3.Operations):
         self._mtime_ns[stream] = time.time_ns()
         if stream not in self._streams:
             self._add_stream(stream)
-        self._empty_streams.discard(stream)
         for _node, ino in self._stream_inodes(topic, partition):
             self._dirty_inodes.add(ino)
         self._wakeup.set()
@@ -756,7 +753,9 @@ class WalOperations(pyfuse3.Operations):
         # A new topic may be filled by `>` or cp (no O_APPEND, maybe O_TRUNC): their
         # writes are accepted as long as they run sequentially from 0.
         h = Handle(node, writable=writable, append=bool(flags & os.O_APPEND))
-        self._empty_streams.add((topic, partition))
+        # The empty stream is made durable now, so that `touch t` leaves a topic behind.
+        with wal_errors_as_errno(f"create {topic!r}"):
+            await trio.to_thread.run_sync(self.wal.create_partition, topic, partition)
         self._add_stream((topic, partition))
         fh = self._new_handle(h)
         return pyfuse3.FileInfo(fh=fh, direct_io=writable, keep_cache=False), self._entry(node)
@@ -877,8 +876,6 @@ class WalOperations(pyfuse3.Operations):
 
         def info(name: str) -> Callable[[], str]:
             def get() -> str:
-                if (t, p) in self._empty_streams and self.wal.high_watermark(t, p) == 0:
-                    return "0"
                 return str(getattr(self.wal.stream_info(t, p), name))
 
             return get

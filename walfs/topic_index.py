@@ -143,5 +143,7 @@ def load_stream(engine: Engine, stream_no: int, snap_gid: int, snap: dict) -> St
         if entry is not None:
             log.warning("snapshot disagrees with the segments for %s: rebuilding it", info.name)
             return load_stream(engine, stream_no, 0, {})
-        raise RuntimeError(f"index of {info.name!r} has {len(s.gids)} records past {s.low}, core says {info.next_offset}")
+        raise RuntimeError(
+            f"index of {info.name!r} has {len(s.gids)} records past {s.low}, core says {info.next_offset}"
+        )
     return s

@@ -82,7 +82,10 @@ class Wal:
         self._worker: threading.Thread | None = None
         if not read_only:
             self._worker = threading.Thread(
-                target=self._background, args=(snapshot_interval_s, reclaim_interval_s), name="walfs-bg", daemon=True
+                target=self._background,
+                args=(snapshot_interval_s, reclaim_interval_s),
+                name="walfs-bg",
+                daemon=True,
             )
             self._worker.start()
 
@@ -229,7 +232,9 @@ class Wal:
             raise ValueError("append_records needs at least one record")
         return self._append(topic, partition, bodies, metas, values)
 
-    def _append(self, topic: str, partition: int, bodies: list[bytes], metas: array.array, values: array.array) -> int:
+    def _append(
+        self, topic: str, partition: int, bodies: list[bytes], metas: array.array, values: array.array
+    ) -> int:
         s = self._stream(topic, partition, True)
         assert s is not None
         with s.lock:  # bitmap order must follow the core's order
@@ -265,11 +270,18 @@ class Wal:
         with s.lock:
             low, high = s.low, s.high
             if offset < low or offset > high:
-                raise OffsetOutOfRangeError(f"offset {offset} is outside {low}..{high} of {topic!r}[{partition}]")
+                raise OffsetOutOfRangeError(
+                    f"offset {offset} is outside {low}..{high} of {topic!r}[{partition}]"
+                )
             return s, (s.gid_at(offset) if offset < high else None)
 
     def read(
-        self, topic: str, offset: int, partition: int = 0, max_records: int = 1000, max_bytes: int = DEFAULT_MAX_BYTES
+        self,
+        topic: str,
+        offset: int,
+        partition: int = 0,
+        max_records: int = 1000,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> list[bytes]:
         s, gid = self._start_gid(topic, offset, partition)
         if s is None or gid is None:
@@ -277,7 +289,12 @@ class Wal:
         return self.engine.read_values(s.stream_no, gid, max_records, max_bytes)
 
     def read_records(
-        self, topic: str, offset: int, partition: int = 0, max_records: int = 1000, max_bytes: int = DEFAULT_MAX_BYTES
+        self,
+        topic: str,
+        offset: int,
+        partition: int = 0,
+        max_records: int = 1000,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> list[Record]:
         s, gid = self._start_gid(topic, offset, partition)
         if s is None or gid is None:
@@ -344,7 +361,9 @@ class Wal:
             raise OffsetOutOfRangeError(f"cannot trim empty topic {topic!r} to {before_offset}")
         with s.lock:
             if before_offset < 0 or before_offset > s.high:
-                raise OffsetOutOfRangeError(f"cannot trim {topic!r}[{partition}] to {before_offset} (0..{s.high})")
+                raise OffsetOutOfRangeError(
+                    f"cannot trim {topic!r}[{partition}] to {before_offset} (0..{s.high})"
+                )
             if before_offset <= s.low:
                 return
             self.engine.trim(s.stream_no, before_offset)
