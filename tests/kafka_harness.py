@@ -93,6 +93,7 @@ class Listener:
 @contextmanager
 def listener(tmp_path: Path, **kwargs: Any) -> Iterator[Listener]:
     wal_kwargs = kwargs.pop("wal_kwargs", {})
+    tmp_path.mkdir(parents=True, exist_ok=True)
     with walfs.Wal(str(tmp_path / "data"), **wal_kwargs) as wal, Listener(wal, **kwargs) as lst:
         yield lst
 

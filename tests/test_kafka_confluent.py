@@ -134,13 +134,17 @@ def test_delete_topics_refused_unless_allowed(tmp_path: Path) -> None:
 
 def test_offsets_for_times_uses_the_time_index(tmp_path: Path) -> None:
     with listener(tmp_path) as lst:
-        base = 1_600_000_000_000
         for i in range(20):
-            lst.wal.append("timed", b"r%d" % i, timestamp_ms=base + i * 1000)
+            lst.wal.append("timed", b"r%d" % i)
+            time.sleep(0.003)  # distinct append times, so each record has its own ms
+        stamps = [r.timestamp_ms for r in lst.wal.read_records("timed", 0)]
+        assert stamps == sorted(set(stamps))
         c = consumer(lst.bootstrap, "t")
-        got = c.offsets_for_times([TopicPartition("timed", 0, base + 7500)], timeout=30)
+        got = c.offsets_for_times([TopicPartition("timed", 0, stamps[8])], timeout=30)
         assert got[0].offset == 8
-        past_end = c.offsets_for_times([TopicPartition("timed", 0, base + 10**9)], timeout=30)
+        got = c.offsets_for_times([TopicPartition("timed", 0, stamps[8] - 1)], timeout=30)
+        assert got[0].offset == 8
+        past_end = c.offsets_for_times([TopicPartition("timed", 0, stamps[-1] + 1)], timeout=30)
         assert past_end[0].offset == -1  # no record that new: Kafka answers -1 (end)
         low, high = c.get_watermark_offsets(TopicPartition("timed", 0), timeout=30)
         assert (low, high) == (0, 20)
