@@ -75,8 +75,7 @@ def timed(cmd: list[str] | str, **kw: Any) -> float:
 
 def dd_append(src: Path, dst: Path, bs: str) -> float:
     return timed(
-        ["dd", f"if={src}", f"of={dst}", f"bs={bs}", "oflag=append", "conv=notrunc,fsync",
-         "status=none"]
+        ["dd", f"if={src}", f"of={dst}", f"bs={bs}", "oflag=append", "conv=notrunc,fsync", "status=none"]
     )
 
 
@@ -134,8 +133,7 @@ def main(argv: list[str]) -> int:
     make_source(big, args.size_mib << 20)
     make_source(small, args.small_mib << 20)
 
-    mount_cmd = [sys.executable, "-m", "walfs.cli.mount", str(data), str(mnt),
-                 "--fsync", args.fsync]
+    mount_cmd = [sys.executable, "-m", "walfs.cli.mount", str(data), str(mnt), "--fsync", args.fsync]
     subprocess.run(mount_cmd, check=True, cwd=REPO)
     results: dict[str, Any] = {"machine": machine(base), "fsync": args.fsync}
     try:
@@ -180,8 +178,7 @@ def main(argv: list[str]) -> int:
             "poll_0.1s": tail_latency(mnt / "tailed", 30, "0.1"),
         }
     finally:
-        subprocess.run([sys.executable, "-m", "walfs.cli.umount", str(mnt)], cwd=REPO,
-                       check=False)
+        subprocess.run([sys.executable, "-m", "walfs.cli.umount", str(mnt)], cwd=REPO, check=False)
         shutil.rmtree(shm, ignore_errors=True)
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)

@@ -101,6 +101,7 @@ class Handle:
     base_offset: int = 0
     base_byte: int = 0
     frontier: int = 0
+    committed_frontier: int = 0  # the frontier at the last commit (flush repeats)
 
 
 def parse_partition_dir(name: str) -> int | None:
@@ -801,9 +802,13 @@ class WalOperations(pyfuse3.Operations):
         return len(buf)
 
     async def flush(self, fh: int) -> None:
+        # FLUSH is what close() waits for; RELEASE comes later, asynchronously. Commit
+        # here so that the next open (by the same shell script, say) sees the result.
         h = self._handle(fh)
         if h.writable:
             await self._commit_partial(h)
+        elif h.node.kind == "cfile" and h.frontier > h.committed_frontier:
+            await self._commit_consumer(h)
 
     async def fsync(self, fh: int, datasync: bool) -> None:
         h = self._handle(fh)
@@ -821,7 +826,7 @@ class WalOperations(pyfuse3.Operations):
         try:
             if h.writable:
                 await self._commit_partial(h)
-            elif h.node.kind == "cfile" and h.frontier > 0:
+            elif h.node.kind == "cfile" and h.frontier > h.committed_frontier:
                 await self._commit_consumer(h)
         finally:
             self._handles.pop(fh, None)
@@ -839,8 +844,10 @@ class WalOperations(pyfuse3.Operations):
                     self.wal.commit_offset(node.group, node.topic, new, node.partition)
             return n
 
+        frontier = h.frontier
         with wal_errors_as_errno("commit consumer offset"):
             n = await trio.to_thread.run_sync(commit)
+        h.committed_frontier = frontier
         if n:
             ino = self._inodes.get(node)
             if ino is not None:
