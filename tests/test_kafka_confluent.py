@@ -201,3 +201,15 @@ def test_group_of_two_shares_partitions_commits_and_resumes(tmp_path: Path) -> N
         assert len(rest) == 200 - len(values)
         assert values.isdisjoint(m.value() for m in rest)
         assert values | {m.value() for m in rest} == {b"m%d" % i for i in range(200)}
+
+
+def test_created_topics_survive_a_restart(tmp_path: Path) -> None:
+    with listener(tmp_path) as lst:
+        admin = AdminClient({"bootstrap.servers": lst.bootstrap})
+        admin.create_topics([NewTopic("empty3", num_partitions=3, replication_factor=1)])[
+            "empty3"
+        ].result(timeout=30)
+    with listener(tmp_path) as lst:
+        assert lst.wal.partitions("empty3") == [0, 1, 2]
+        md = AdminClient({"bootstrap.servers": lst.bootstrap}).list_topics(timeout=30)
+        assert sorted(md.topics["empty3"].partitions) == [0, 1, 2]

@@ -67,7 +67,6 @@ def _delete_topic(broker: Broker, topic: str) -> None:
         # drops the data (reclamation frees the space); the names stay listed, empty.
         for p in wal.partitions(topic):
             wal.trim(topic, wal.high_watermark(topic, p), p)
-    broker.catalog.forget(topic)
 
 
 async def handle_delete_topics(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
