@@ -206,9 +206,9 @@ def test_group_of_two_shares_partitions_commits_and_resumes(tmp_path: Path) -> N
 def test_created_topics_survive_a_restart(tmp_path: Path) -> None:
     with listener(tmp_path) as lst:
         admin = AdminClient({"bootstrap.servers": lst.bootstrap})
-        admin.create_topics([NewTopic("empty3", num_partitions=3, replication_factor=1)])[
-            "empty3"
-        ].result(timeout=30)
+        admin.create_topics([NewTopic("empty3", num_partitions=3, replication_factor=1)])["empty3"].result(
+            timeout=30
+        )
     with listener(tmp_path) as lst:
         assert lst.wal.partitions("empty3") == [0, 1, 2]
         md = AdminClient({"bootstrap.servers": lst.bootstrap}).list_topics(timeout=30)
