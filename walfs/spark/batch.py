@@ -1,0 +1,42 @@
+"""Batch reads: spark.read.format("walfs")."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from walfs.spark import wal_cache
+from walfs.spark.columnar import read_range
+from walfs.spark.options import EARLIEST, LATEST, WalfsOptions
+from walfs.spark.ranges import WalfsInputPartition, check_data_loss, resolve, split, stream_bounds
+
+
+class WalfsBatchReader(DataSourceReader):
+    def __init__(self, opts: WalfsOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> Sequence[InputPartition]:
+        # The offsets are fixed here, once, from a fresh view: every task then reads
+        # exactly its planned range even while a writer keeps appending.
+        with wal_cache.open_fresh(self.opts.path, self.opts.org_id) as wal:
+            bounds = stream_bounds(wal, self.opts)
+        starts = resolve(self.opts.starting, bounds, EARLIEST)
+        ends = resolve(self.opts.ending, bounds, LATEST)
+        starts = {
+            sid: check_data_loss(sid, off, bounds[sid].low, self.opts.fail_on_data_loss)
+            for sid, off in starts.items()
+        }
+        return split(self.opts, starts, ends, bounds)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield from read_partition(partition)
+
+
+def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """One task's rows (shared by batch and stream readers)."""
+    assert isinstance(partition, WalfsInputPartition), partition
+    p = partition
+    wal = wal_cache.wal_covering(p.path, p.org_id, p.topic, p.partition, p.end)
+    yield from read_range(wal, p.topic, p.partition, p.start, p.end)

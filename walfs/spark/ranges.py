@@ -1,0 +1,121 @@
+"""Planning: which records of which streams a query reads, cut into input partitions.
+
+Offsets here are per-stream record offsets, keyed by (topic, partition) in Python and
+serialised as Kafka's source does: {"topic": {"0": 23}}. One input partition is one Spark
+task; a stream is cut into ranges bounded both in records and in (estimated) bytes so a
+single large stream still spreads over all cores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import InputPartition
+
+from walfs import OffsetOutOfRangeError, Wal
+from walfs.spark.options import EARLIEST, LATEST, OffsetSpec, StreamId, WalfsOptions
+
+Offsets = dict[StreamId, int]
+
+
+@dataclass(frozen=True)
+class StreamBounds:
+    low: int  # first record still stored (below it: trimmed)
+    high: int  # high watermark: one past the last complete record
+    bytes_per_record: float  # mean size in the byte view, for byte-bounded splits
+
+
+class WalfsInputPartition(InputPartition):
+    """Records start..end-1 of topic[partition] in the data directory `path`.
+
+    Carries everything a task needs (it is pickled to an executor that shares nothing
+    else with the driver but the data directory)."""
+
+    def __init__(self, path: str, org_id: int, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.path = path
+        self.org_id = org_id
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+    def __repr__(self) -> str:
+        return f"WalfsInputPartition({self.topic!r}[{self.partition}] {self.start}..{self.end})"
+
+
+def stream_bounds(wal: Wal, opts: WalfsOptions) -> dict[StreamId, StreamBounds]:
+    """Every selected stream as the read-only handle `wal` sees it."""
+    out: dict[StreamId, StreamBounds] = {}
+    for topic in opts.select(wal.topics()):
+        for p in wal.partitions(topic):
+            info = wal.stream_info(topic, p)
+            n = info.high_watermark - info.low_watermark
+            per = (info.byte_size - info.low_byte) / n if n > 0 else 0.0
+            out[(topic, p)] = StreamBounds(info.low_watermark, info.high_watermark, per)
+    return out
+
+
+def resolve(spec: OffsetSpec, bounds: Mapping[StreamId, StreamBounds], missing: int) -> Offsets:
+    """Turns earliest/latest/explicit into concrete offsets for every stream in `bounds`.
+
+    Explicit offsets are clamped to the high watermark (Kafka does the same for an end
+    offset past the log); offsets below the low watermark are left as given so the reader
+    can apply failOnDataLoss."""
+    out: Offsets = {}
+    for sid, b in bounds.items():
+        want = spec.for_stream(sid, missing)
+        if want == EARLIEST:
+            out[sid] = b.low
+        elif want == LATEST:
+            out[sid] = b.high
+        else:
+            out[sid] = min(want, b.high)
+    return out
+
+
+def check_data_loss(sid: StreamId, start: int, low: int, fail: bool) -> int:
+    """The first offset to read: `start`, or the low watermark if records were trimmed
+    away and the query accepts that (failOnDataLoss=false)."""
+    if start >= low:
+        return start
+    if fail:
+        raise OffsetOutOfRangeError(
+            f"{sid[0]!r}[{sid[1]}]: offsets {start}..{low - 1} were trimmed before Spark read them; "
+            'set .option("failOnDataLoss", "false") to skip them'
+        )
+    return low
+
+
+def split(
+    opts: WalfsOptions,
+    starts: Mapping[StreamId, int],
+    ends: Mapping[StreamId, int],
+    bounds: Mapping[StreamId, StreamBounds],
+) -> list[WalfsInputPartition]:
+    """Input partitions covering starts[s]..ends[s] for every stream, in bounded ranges."""
+    parts: list[WalfsInputPartition] = []
+    for sid in sorted(ends):
+        start, end = starts.get(sid, 0), ends[sid]
+        if end <= start:
+            continue
+        per = bounds[sid].bytes_per_record if sid in bounds else 0.0
+        step = opts.max_records_per_partition
+        if per > 0:
+            step = max(1, min(step, int(opts.max_bytes_per_partition // per)))
+        for lo in range(start, end, step):
+            parts.append(WalfsInputPartition(opts.path, opts.org_id, sid[0], sid[1], lo, min(lo + step, end)))
+    return parts
+
+
+def to_json(offsets: Mapping[StreamId, int]) -> dict[str, dict[str, int]]:
+    """Kafka's offset layout, which Spark stores in the checkpoint as JSON."""
+    out: dict[str, dict[str, int]] = {}
+    for (topic, p), off in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(p)] = off
+    return out
+
+
+def from_json(doc: Mapping[str, Mapping[str, int]]) -> Offsets:
+    return {(topic, int(p)): int(off) for topic, parts in doc.items() for p, off in parts.items()}
