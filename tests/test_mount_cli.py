@@ -1,0 +1,77 @@
+"""`walfs mount` / `walfs umount` edge cases: failures are clean, permissions hold."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest_mount import Mount, cli, is_mounted
+
+pytest_plugins = ["conftest_mount"]
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def test_second_mount_of_a_locked_data_dir_fails_cleanly(mount: Mount, tmp_path: Path) -> None:
+    other = tmp_path / "other-mnt"
+    other.mkdir()
+    res = cli("mount", str(mount.data), str(other), check=False)
+    assert res.returncode == 1
+    assert "walfs mount:" in res.stderr
+    assert not is_mounted(other)
+    mount.sh("echo still >> t")  # the first mount is unharmed
+    assert mount.out("cat t") == "still\n"
+
+
+def test_mount_on_missing_directory_fails(tmp_path: Path) -> None:
+    res = cli("mount", str(tmp_path / "d"), str(tmp_path / "missing"), check=False)
+    assert res.returncode == 1 and "not a directory" in res.stderr
+
+
+def test_umount_of_something_else_fails(tmp_path: Path) -> None:
+    res = cli("umount", str(tmp_path), check=False)
+    assert res.returncode == 1 and "not a walfs mount" in res.stderr
+
+
+def test_umount_clears_a_dead_mount(make_mount) -> None:
+    m: Mount = make_mount()
+    m.start()
+    m.sh("echo x >> t")
+    m.kill()
+    res = cli("umount", str(m.path), check=False)
+    assert res.returncode == 0, res.stderr
+    assert not is_mounted(m.path)
+
+
+@pytest.fixture
+def open_base() -> Iterator[Path]:
+    """A directory every user may traverse (pytest's tmp_path is private to root)."""
+    base = Path(tempfile.mkdtemp(prefix="walfs-perm-"))
+    base.chmod(0o755)
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("allow_other", [False, True])
+def test_permissions_for_other_users(open_base: Path, allow_other: bool) -> None:
+    m = Mount(open_base)
+    try:
+        m.start(*(["--allow-other"] if allow_other else []))
+        m.sh("echo shared >> t")
+        assert subprocess.run([*NOBODY, "ls", str(open_base)], capture_output=True).returncode == 0
+        read = subprocess.run([*NOBODY, "cat", str(m.path / "t")], capture_output=True)
+        write = subprocess.run([*NOBODY, "bash", "-c", f"echo nope >> {m.path / 't'}"], capture_output=True)
+        if allow_other:
+            assert read.returncode == 0 and read.stdout == b"shared\n", read.stderr
+        else:
+            assert read.returncode != 0 and b"Permission denied" in read.stderr
+        assert write.returncode != 0 and b"Permission denied" in write.stderr
+        assert m.out("cat t") == "shared\n"
+    finally:
+        m.cleanup()
