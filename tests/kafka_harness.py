@@ -26,6 +26,10 @@ from walfs.kafka import serve_kafka
 from walfs.kafka.framing import DEFAULT_MAX_REQUEST_BYTES
 
 REPO = Path(__file__).resolve().parent.parent
+# Small geometry: the default 1 GiB segments are allocated up front, and each test
+# opens its own WAL.
+SMALL_WAL = {"segment_size": 16 << 20, "block_size": 1 << 20}
+SMALL_WAL_ARGS = ("--segment-size", str(16 << 20), "--block-size", str(1 << 20))
 
 
 class Listener:
@@ -92,7 +96,7 @@ class Listener:
 
 @contextmanager
 def listener(tmp_path: Path, **kwargs: Any) -> Iterator[Listener]:
-    wal_kwargs = kwargs.pop("wal_kwargs", {})
+    wal_kwargs = {**SMALL_WAL, **kwargs.pop("wal_kwargs", {})}
     tmp_path.mkdir(parents=True, exist_ok=True)
     with walfs.Wal(str(tmp_path / "data"), **wal_kwargs) as wal, Listener(wal, **kwargs) as lst:
         yield lst

@@ -38,9 +38,12 @@ def test_produced_records_read_through_the_engine(tmp_path: Path) -> None:
 
 def test_org_ids_are_separate_tenants(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    with walfs.Wal(str(data), org_id=7) as wal7:
+    with walfs.Wal(str(data), org_id=7, segment_size=16 << 20, block_size=1 << 20) as wal7:
         wal7.append("shared-name", b"org 7 only")
-    with walfs.Wal(str(data), org_id=8) as wal8, Listener(wal8) as lst:
+    with (
+        walfs.Wal(str(data), org_id=8, segment_size=16 << 20, block_size=1 << 20) as wal8,
+        Listener(wal8) as lst,
+    ):
         p = Producer({"bootstrap.servers": lst.bootstrap, "acks": "all"})
         p.produce("shared-name", value=b"org 8 only")
         assert p.flush(30) == 0

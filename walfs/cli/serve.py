@@ -23,6 +23,12 @@ if TYPE_CHECKING:
 DEFAULT_LISTEN = "127.0.0.1:9092"
 
 
+def _size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    return int(t[:-1]) * units[t[-1]] if t and t[-1] in units else int(t)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="walfs serve", description="Serve a walfs data directory to Kafka clients."
@@ -37,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fsync", choices=("always", "interval", "never"), default="interval")
     p.add_argument("--fsync-interval-ms", type=int, default=100)
     p.add_argument("--org-id", type=int, default=1)
+    p.add_argument("--segment-size", type=_size, default=None, help="bytes, or with K/M/G")
+    p.add_argument("--block-size", type=_size, default=None, help="bytes, or with K/M/G")
     p.add_argument("--allow-delete", action="store_true", help="let DeleteTopics delete")
     p.add_argument(
         "--max-request-bytes",
@@ -91,11 +99,15 @@ def main(argv: list[str]) -> int:
 
     os.makedirs(args.data_dir, exist_ok=True)
     try:
+        geometry = {
+            k: v for k, v in (("segment_size", args.segment_size), ("block_size", args.block_size)) if v
+        }
         wal = walfs.Wal(
             args.data_dir,
             fsync=args.fsync,
             org_id=args.org_id,
             fsync_interval_ms=args.fsync_interval_ms,
+            **geometry,
         )
     except Exception as e:
         print(f"walfs serve: cannot open {args.data_dir}: {e}", file=sys.stderr)
