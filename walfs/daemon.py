@@ -64,7 +64,6 @@ class MountConfig:
     block_size: int | None = None
     fuse_options: set[str] = field(default_factory=set)
     max_tasks: int = 99
-    read_ahead_kb: int = 1024
 
 
 def sd_notify(message: str) -> bool:
@@ -162,8 +161,6 @@ async def _serve(ops: WalOperations, config: MountConfig, on_ready: Callable[[],
         nursery.start_soon(ops.invalidation_task, name="walfs-invalidate")
         nursery.start_soon(ops.watch_task, name="walfs-watch")
         nursery.start_soon(_signals, name="walfs-signals")
-        if config.read_ahead_kb:
-            nursery.start_soon(_raise_read_ahead, config, name="walfs-readahead")
         # The mount exists since pyfuse3.init; requests wait in /dev/fuse until main runs,
         # which starts without yielding after this point.
         log.info("walfs serving %s on %s", config.data_dir, config.mountpoint)
@@ -177,23 +174,6 @@ async def _serve(ops: WalOperations, config: MountConfig, on_ready: Callable[[],
             with trio.CancelScope(shield=True):
                 await ops.commit_all_partials()
             nursery.cancel_scope.cancel()
-
-
-async def _raise_read_ahead(config: MountConfig) -> None:
-    """Lets the kernel read ahead in 1 MiB READ requests instead of 128 KiB ones.
-
-    Each FUSE request costs a fixed ~0.1-0.2 ms in Python; bigger reads make `cat` of a
-    large topic markedly faster. The knob is the mount's BDI in sysfs (root only; a failure
-    costs speed, nothing else). stat() runs in a thread: the mount answers it from this
-    very loop.
-    """
-    try:
-        st = await trio.to_thread.run_sync(os.stat, config.mountpoint)
-        knob = f"/sys/class/bdi/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/read_ahead_kb"
-        with open(knob, "w") as f:
-            f.write(str(config.read_ahead_kb))
-    except OSError as exc:
-        log.info("read-ahead left at the kernel default: %s", exc)
 
 
 async def _signals() -> None:

@@ -421,9 +421,14 @@ class WalOperations(pyfuse3.Operations):
 
     # ----------------------------------------------------------------- invalidation
 
-    def _stream_changed(self, topic: str, partition: int) -> None:
+    def _stream_changed(self, topic: str, partition: int, *, seen: bool = True) -> None:
+        """Records growth of a stream. `seen`: the growth came through this mount, so the
+        watcher must not count it again (a second mtime change would make the kernel drop
+        the file's cached pages for nothing)."""
         stream = (topic, partition)
         self._mtime_ns[stream] = time.time_ns()
+        if seen:
+            self._seen_size.pop(stream, None)  # the watcher re-reads it quietly
         if stream not in self._streams:
             self._add_stream(stream)
         for _node, ino in self._stream_inodes(topic, partition):
@@ -470,7 +475,7 @@ class WalOperations(pyfuse3.Operations):
                     size = self.wal.byte_size(*stream)
                     if self._seen_size.get(stream) != size:
                         if stream in self._seen_size:
-                            self._stream_changed(*stream)
+                            self._stream_changed(*stream, seen=False)
                         self._seen_size[stream] = size
             except Exception:
                 log.exception("watcher round failed")

@@ -59,12 +59,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--segment-size", type=parse_size, default=None, help="e.g. 64M")
     p.add_argument("--block-size", type=parse_size, default=None, help="e.g. 1M")
     p.add_argument(
-        "--read-ahead-kb",
-        type=int,
-        default=None,
-        help="kernel read-ahead for the mount (default 1024; 0 keeps the kernel's)",
-    )
-    p.add_argument(
         "-o",
         dest="options",
         action="append",
@@ -99,7 +93,6 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
                 "segment_size",
                 "block_size",
                 "fsync_interval_ms",
-                "read_ahead_kb",
             ):
                 opts[key] = value
             elif key == "allow_other":
@@ -131,7 +124,6 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
         segment_size=parse_size(str(seg)) if seg is not None else None,
         block_size=parse_size(str(blk)) if blk is not None else None,
         fuse_options=fuse,
-        read_ahead_kb=int(pick(args.read_ahead_kb, "read_ahead_kb", "1024") or 0),
     )
     log_opts = {
         "level": pick(args.log_level, "log_level", "warning") or "warning",
