@@ -797,20 +797,20 @@ class WalOperations(pyfuse3.Operations):
         if not h.append:
             if off != h.next_pos:
                 raise pyfuse3.FUSEError(errno.EPERM)  # writing at an offset
-        nl = buf.rfind(b"\n")
-        if nl < 0:
+        if b"\n" not in buf:
             # No line ends here: keep it with the handle (a long line spans requests).
             h.partial += buf
             h.next_pos += len(buf)
             return len(buf)
+        # One split, no other copy of the request: the last piece is the next partial line.
+        lines = buf.split(b"\n")
+        rest = lines.pop()
         if h.partial:
-            chunk = bytes(h.partial) + buf[:nl]
-        else:
-            chunk = bytes(buf[:nl])
+            lines[0] = bytes(h.partial) + lines[0]
         # All complete lines of this request go in as one batch: no other writer's line
         # can land between them, and a crash keeps all or none.
-        await self._append(h.node, chunk.split(b"\n"))
-        h.partial = bytearray(buf[nl + 1 :])
+        await self._append(h.node, lines)
+        h.partial = bytearray(rest)
         h.next_pos += len(buf)
         h.appended = True
         return len(buf)
