@@ -36,7 +36,10 @@ class WalfsBatchReader(DataSourceReader):
 
 def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
     """One task's rows (shared by batch and stream readers)."""
-    assert isinstance(partition, WalfsInputPartition), partition
+    if not isinstance(partition, WalfsInputPartition):
+        # When partitions() returns none, Spark still runs one task with
+        # InputPartition(None): nothing is selected, so there is nothing to read.
+        return
     p = partition
     wal = wal_cache.wal_covering(p.path, p.org_id, p.topic, p.partition, p.end)
     yield from read_range(wal, p.topic, p.partition, p.start, p.end)
