@@ -56,6 +56,20 @@ static int list_segments(walfs_t *wal, uint64_t **ids, size_t *n)
     return 0;
 }
 
+/* Returns 1 if bytes follow the run's last record, and zeroes the header they would form
+ * (writer mode) so that later opens do not meet them again. They could never validate (see
+ * the epoch rule in format.c); this keeps the report of later opens clean. */
+static int clear_tail(walfs_t *wal, const block_t *b)
+{
+    static const uint8_t zero[REC_HDR_SIZE];
+    uint64_t pos = b->data_end;
+    if (pos + REC_HDR_SIZE > b->run_size - b->count * SLOT_SIZE) return 0;
+    if (memcmp(run_ptr(b, pos), zero, REC_HDR_SIZE) == 0) return 0;
+    if (!wal->opt.read_only && seg_zero(wal, b->seg, b->file_off + pos, REC_HDR_SIZE) != 0)
+        wal_log(wal, "could not clear the tail of a run");
+    return 1;
+}
+
 /* Verifies an unsealed run record by record; sets count, data_end, byte_len, ... */
 static void verify_run(walfs_t *wal, block_t *b, uint32_t *last_batch_left)
 {
@@ -88,6 +102,12 @@ static void verify_run(walfs_t *wal, block_t *b, uint32_t *last_batch_left)
     b->data_end = pos;
     b->byte_len = view;
     wal->report.verified_records += i;
+    /* Bytes where the next record would start: a torn or damaged record, unless zero. */
+    if (clear_tail(wal, b)) {
+        wal->report.cut_records++;
+        wal_log(wal, "stream %u: record %" PRIu64 " at the tail is torn or damaged: cut", b->stream_no,
+                b->first_offset + i);
+    }
 }
 
 /* Record idx of run b: its header (the run is known good up to count). */
@@ -119,6 +139,7 @@ static void shorten(walfs_t *wal, block_t *b, uint64_t keep)
     b->count = keep;
     b->data_end = end;
     b->byte_len = view;
+    clear_tail(wal, b);
 }
 
 /* Forgets a run entirely (its headers are zeroed by the caller in writer mode). */
@@ -170,7 +191,7 @@ static int settle_stream(walfs_t *wal, stream_t *s)
         if (!b->sealed) {
             uint32_t bl;
             verify_run(wal, b, &bl);
-            last_batch_left = bl;
+            if (b->count) last_batch_left = bl; /* an empty run says nothing of the batch */
             /* A short unsealed run ends the stream: the runs after it did not continue it. */
             expected = b->first_offset + b->count;
             if (i + 1 < s->n_blocks && s->blocks[i + 1]->first_offset != expected) {

@@ -22,6 +22,10 @@ from walfs.topic_index import SNAPSHOT_NAME, StreamIndex, load_stream, read_snap
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 16 << 20
+# Geometry of a new WAL (an existing one keeps what it was created with). The environment
+# can change the defaults: WALFS_SEGMENT_SIZE, WALFS_BLOCK_SIZE (bytes).
+DEFAULT_SEGMENT_SIZE = 1 << 30
+DEFAULT_BLOCK_SIZE = 10 << 20
 MAX_U32 = 2**32 - 1
 
 
@@ -45,8 +49,8 @@ class Wal:
         org_id: int = 1,
         *,
         fsync_interval_ms: int = 100,
-        segment_size: int = 1 << 30,
-        block_size: int = 10 << 20,
+        segment_size: int | None = None,
+        block_size: int | None = None,
         read_only: bool = False,
         snapshot_interval_s: float = 60.0,
         reclaim_interval_s: float = 10.0,
@@ -62,8 +66,8 @@ class Wal:
             self.path,
             fsync=fsync,
             fsync_interval_ms=fsync_interval_ms,
-            segment_size=segment_size,
-            block_size=block_size,
+            segment_size=segment_size or int(os.environ.get("WALFS_SEGMENT_SIZE", DEFAULT_SEGMENT_SIZE)),
+            block_size=block_size or int(os.environ.get("WALFS_BLOCK_SIZE", DEFAULT_BLOCK_SIZE)),
             read_only=read_only,
             test_mode=test_mode,
             io_uring=io_uring,
@@ -114,6 +118,15 @@ class Wal:
     @property
     def closed(self) -> bool:
         return self.engine.closed
+
+    def debug_power_cut(self, seed: int, keep_permille: int = 0) -> None:
+        """Test mode only: simulates power loss. Every page written since its file's last
+        sync reverts (except keep_permille/1000 of them, chosen by seed), and the WAL is
+        abandoned without syncing, snapshotting or closing cleanly."""
+        self._stop.set()
+        if self._worker is not None:
+            self._worker.join()
+        self.engine.power_cut(seed, keep_permille)
 
     def _background(self, snapshot_every: float, reclaim_every: float) -> None:
         last_snap = last_reclaim = time.monotonic()
