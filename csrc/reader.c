@@ -273,6 +273,7 @@ int64_t walfs_verify(walfs_t *wal, walfs_fsck_cb cb, void *ctx)
         uint64_t expected = s->n_blocks ? s->blocks[0]->first_offset : 0;
         for (size_t bi = 0; bi < s->n_blocks; bi++) {
             const block_t *b = s->blocks[bi];
+            if (b->first_offset > expected && b->first_offset <= s->low_offset) expected = b->first_offset;
             if (b->first_offset != expected) {
                 bad++;
                 if (cb) cb(ctx, s->no, expected, "missing records before this run");

@@ -175,6 +175,8 @@ static int settle_stream(walfs_t *wal, stream_t *s)
     if (s->next_offset > expected && s->next_offset <= s->blocks[0]->first_offset) expected = s->next_offset;
     for (size_t i = 0; i < s->n_blocks; i++) {
         block_t *b = s->blocks[i];
+        /* Reclamation leaves holes below the low watermark: those are expected. */
+        if (b->first_offset > expected && b->first_offset <= s->low_offset) expected = b->first_offset;
         if (b->first_offset != expected || (i > 0 && b->first_gid <= s->blocks[i - 1]->last_gid)) {
             /* A hole or an overlap: a crash explains it only if nothing after it is sealed. */
             for (size_t j = i; j < s->n_blocks; j++) {
@@ -194,7 +196,8 @@ static int settle_stream(walfs_t *wal, stream_t *s)
             if (b->count) last_batch_left = bl; /* an empty run says nothing of the batch */
             /* A short unsealed run ends the stream: the runs after it did not continue it. */
             expected = b->first_offset + b->count;
-            if (i + 1 < s->n_blocks && s->blocks[i + 1]->first_offset != expected) {
+            if (i + 1 < s->n_blocks && s->blocks[i + 1]->first_offset != expected &&
+                !(s->blocks[i + 1]->first_offset > expected && s->blocks[i + 1]->first_offset <= s->low_offset)) {
                 keep = i + 1;
                 for (size_t j = i + 1; j < s->n_blocks; j++)
                     if (s->blocks[j]->sealed) {
