@@ -73,7 +73,11 @@ def test_wal_matches_model(sequence):
 headers = st.lists(st.tuples(st.text(max_size=20), st.one_of(st.none(), st.binary(max_size=50))), max_size=5)
 
 
-@given(st.one_of(st.none(), st.binary(max_size=100)), headers, st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)))
+@given(
+    st.one_of(st.none(), st.binary(max_size=100)),
+    headers,
+    st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)),
+)
 def test_meta_round_trip(key, hdrs, ts):
     meta = encode_meta(key, hdrs, ts)
     k, h, t = decode_meta(meta)

@@ -11,9 +11,7 @@ from conftest import REPO, SMALL
 import walfs
 
 
-@pytest.mark.parametrize(
-    "topic", ["", "a/b", "nul\0byte", ".", "..", "x" * 250, "é" * 125, b"bytes", None]
-)
+@pytest.mark.parametrize("topic", ["", "a/b", "nul\0byte", ".", "..", "x" * 250, "é" * 125, b"bytes", None])
 def test_bad_topic_names(open_wal, topic):
     w = open_wal()
     with pytest.raises(walfs.InvalidTopicError):
@@ -83,7 +81,9 @@ def test_second_process_gets_a_lock_error(open_wal, wal_dir):
         "import sys, walfs\n"
         "try:\n    walfs.Wal(sys.argv[1])\nexcept walfs.WalLockedError as e:\n    print('locked', e)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code, wal_dir], capture_output=True, text=True, cwd=REPO, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code, wal_dir], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
     assert out.stdout.startswith("locked"), out.stderr
     # A read-only open takes no lock and sees what was appended.
     ro = walfs.Wal(wal_dir, read_only=True)

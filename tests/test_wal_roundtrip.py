@@ -14,9 +14,26 @@ REC_HDR, SLOT, BLK_DATA = 32, 12, 1024
 # Largest record that fits a fresh one-block run, and sizes around it.
 ONE_BLOCK_MAX = BLOCK - BLK_DATA - REC_HDR - SLOT
 
-SIZES = [0, 1, 2, REC_HDR - 1, REC_HDR, REC_HDR + 1, REC_HDR + SLOT, 4095, 4096, 4097,
-         ONE_BLOCK_MAX - 1, ONE_BLOCK_MAX, ONE_BLOCK_MAX + 1, BLOCK - 1, BLOCK, BLOCK + 1,
-         3 * BLOCK + 17, 10 * BLOCK]
+SIZES = [
+    0,
+    1,
+    2,
+    REC_HDR - 1,
+    REC_HDR,
+    REC_HDR + 1,
+    REC_HDR + SLOT,
+    4095,
+    4096,
+    4097,
+    ONE_BLOCK_MAX - 1,
+    ONE_BLOCK_MAX,
+    ONE_BLOCK_MAX + 1,
+    BLOCK - 1,
+    BLOCK,
+    BLOCK + 1,
+    3 * BLOCK + 17,
+    10 * BLOCK,
+]
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -45,7 +62,9 @@ def test_all_sizes_in_one_stream_interleaved_with_another(open_wal):
     w.close()
     w = open_wal()
     assert w.read("big", 0, max_records=10_000, max_bytes=1 << 30) == expected
-    assert [w.read("small", i)[0] for i in range(len(expected))] == [payload("small", i, 3) for i in range(len(expected))]
+    assert [w.read("small", i)[0] for i in range(len(expected))] == [
+        payload("small", i, 3) for i in range(len(expected))
+    ]
 
 
 def test_hundred_mebibyte_record(open_wal):
@@ -144,7 +163,11 @@ def test_keys_headers_and_producer_timestamps(open_wal):
     assert [r.value for r in recs] == [b"plain", b"v1", b"v2", b"v3"]
     assert [r.offset for r in recs] == [0, 1, 2, 3]
     assert recs[0].key is None and recs[0].headers == ()
-    assert recs[1].key == b"key" and recs[1].headers == (("h1", b"x"), ("h2", None)) and recs[1].timestamp_ms == 1234
+    assert (
+        recs[1].key == b"key"
+        and recs[1].headers == (("h1", b"x"), ("h2", None))
+        and recs[1].timestamp_ms == 1234
+    )
     assert recs[2].key is None and recs[2].headers == (("a", b""),)
     assert recs[3].key == b"" and recs[3].timestamp_ms == 99
     assert w.read("k", 0) == [b"plain", b"v1", b"v2", b"v3"]  # values only
