@@ -8,6 +8,7 @@ daemon: umount, then fusermount3 -uz, then SIGKILL of a daemon still running.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -172,3 +173,27 @@ def make_mount(tmp_path: Path) -> Iterator[object]:
     finally:
         for m in made:
             m.cleanup()
+
+
+class LineReader:
+    """Reads lines from a child's stdout with a deadline, so a missing line fails the test
+    instead of hanging the suite (the timeout bounds a hang; it is not a timing check)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+        assert proc.stdout is not None
+        self.fd = proc.stdout.fileno()
+        self.timeout = timeout
+        self.buf = b""
+
+    def readline(self) -> bytes:
+        deadline = time.monotonic() + self.timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                raise AssertionError(f"no line within {self.timeout}s (have {self.buf!r})")
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                raise AssertionError(f"output ended (have {self.buf!r})")
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return line + b"\n"

@@ -6,7 +6,7 @@ import os
 import subprocess
 import threading
 
-from conftest_mount import Mount
+from conftest_mount import LineReader, Mount
 
 pytest_plugins = ["conftest_mount"]
 
@@ -71,14 +71,14 @@ def test_tail_follows_appends(mount: Mount) -> None:
         ["tail", "-n", "+1", "-s", "0.1", "-f", "t"], cwd=mount.path, stdout=subprocess.PIPE
     )
     try:
-        assert tail.stdout is not None
-        assert tail.stdout.readline() == b"first\n"
+        lines = LineReader(tail)
+        assert lines.readline() == b"first\n"
         for n in range(5):
             mount.sh(f"echo line{n} >> t")
-            assert tail.stdout.readline() == f"line{n}\n".encode()
+            assert lines.readline() == f"line{n}\n".encode()
         # Growth through the other name and a partial line committed at close.
         mount.sh("printf partial >> partition=0/t")
-        assert tail.stdout.readline() == b"partial\n"
+        assert lines.readline() == b"partial\n"
     finally:
         tail.kill()
         tail.wait()

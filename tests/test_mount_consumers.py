@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from conftest_mount import Mount
+from conftest_mount import LineReader, Mount
 
 pytest_plugins = ["conftest_mount"]
 
@@ -52,11 +52,11 @@ def test_tail_follows_a_consumer_file(mount: Mount) -> None:
         stdout=subprocess.PIPE,
     )
     try:
-        assert tail.stdout is not None
-        assert tail.stdout.readline() == b"old\n"
+        lines = LineReader(tail)
+        assert lines.readline() == b"old\n"
         for n in range(3):
             mount.sh(f"echo new{n} >> t")
-            assert tail.stdout.readline() == f"new{n}\n".encode()
+            assert lines.readline() == f"new{n}\n".encode()
     finally:
         tail.terminate()
         tail.wait()
