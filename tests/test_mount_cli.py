@@ -75,3 +75,10 @@ def test_permissions_for_other_users(open_base: Path, allow_other: bool) -> None
         assert m.out("cat t") == "shared\n"
     finally:
         m.cleanup()
+
+
+def test_mount_on_a_live_mount_is_refused(mount: Mount) -> None:
+    res = cli("mount", str(mount.data) + "-2", str(mount.path), check=False)
+    assert res.returncode == 1 and "already a mount point" in res.stderr
+    mount.sh("echo ok >> t")
+    assert mount.out("cat t") == "ok\n"

@@ -148,12 +148,16 @@ def main(argv: list[str]) -> int:
     from walfs.daemon import MountConfig, run
 
     assert isinstance(config, MountConfig)
-    if not os.path.isdir(config.mountpoint):
-        from walfs.daemon import is_dead_mount
+    from walfs.daemon import is_dead_mount
 
-        if not is_dead_mount(config.mountpoint):
-            print(f"walfs mount: {config.mountpoint} is not a directory", file=sys.stderr)
-            return 1
+    dead = is_dead_mount(config.mountpoint)
+    if not dead and not os.path.isdir(config.mountpoint):
+        print(f"walfs mount: {config.mountpoint} is not a directory", file=sys.stderr)
+        return 1
+    if not dead and os.path.ismount(config.mountpoint):
+        # A second mount on top would hide the first one's tree without stopping it.
+        print(f"walfs mount: {config.mountpoint} is already a mount point", file=sys.stderr)
+        return 1
     os.makedirs(config.data_dir, exist_ok=True)
 
     if log_opts["foreground"]:
