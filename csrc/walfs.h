@@ -92,10 +92,14 @@ int64_t walfs_stream_gid_runs(walfs_t *wal, uint32_t stream_no, uint64_t since_g
  * Each record is stamped with its append time (ms, never decreasing within a stream).
  * The records form one batch: a crash keeps all or none.
  * Gids are first_gid .. first_gid+n-1 and offsets first_offset .. first_offset+n-1.
- * With WALFS_FSYNC_ALWAYS it returns once the batch is durable. */
+ * *ticket names the append for walfs_wait_durable. With WALFS_FSYNC_ALWAYS and wait != 0
+ * it returns once the batch is durable; with wait == 0 the caller waits itself (so that
+ * it can release its own locks first and let other appenders join the same fsync). */
 int walfs_append(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *data,
-                 const uint32_t *meta_lens, const uint32_t *value_lens, uint64_t *first_gid,
-                 uint64_t *first_offset);
+                 const uint32_t *meta_lens, const uint32_t *value_lens, int wait, uint64_t *first_gid,
+                 uint64_t *first_offset, uint64_t *ticket);
+/* Waits until the append with this ticket is durable (group commit). */
+int walfs_wait_durable(walfs_t *wal, uint64_t ticket);
 /* Makes every append that returned before this call durable (group commit). */
 int walfs_sync(walfs_t *wal);
 /* Syncs and returns G: every record with gid < G is durable and complete. */

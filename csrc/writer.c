@@ -70,7 +70,8 @@ static int undo_chunk(walfs_t *wal, const chunk_t *c, uint64_t data_end)
 }
 
 int walfs_append(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *data, const uint32_t *meta_lens,
-                 const uint32_t *value_lens, uint64_t *first_gid_out, uint64_t *first_offset_out)
+                 const uint32_t *value_lens, int wait, uint64_t *first_gid_out, uint64_t *first_offset_out,
+                 uint64_t *ticket_out)
 {
     if (wal->opt.read_only) return -EROFS;
     int rc = atomic_load(&wal->failed);
@@ -244,7 +245,8 @@ int walfs_append(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *da
     if (rc) return rc;
     *first_gid_out = first_gid;
     *first_offset_out = offset;
-    if (wal->opt.fsync_mode == WALFS_FSYNC_ALWAYS) return wait_durable(wal, ticket);
+    *ticket_out = ticket;
+    if (wait && wal->opt.fsync_mode == WALFS_FSYNC_ALWAYS) return wait_durable(wal, ticket);
     return 0;
 
 out_release:

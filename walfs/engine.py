@@ -79,6 +79,7 @@ class Engine:
         # under a call running in another thread.
         self._users = 0
         self._cv = threading.Condition()
+        self._tls = threading.local()
 
     # -- lifetime -----------------------------------------------------------------
     def _enter(self) -> Any:
@@ -187,13 +188,13 @@ class Engine:
     # -- writing ------------------------------------------------------------------
     def append(
         self, stream_no: int, bodies: list[bytes], meta_lens: array.array, value_lens: array.array
-    ) -> tuple[int, int]:
-        """Appends len(bodies) records (body = meta || value); returns (first gid, first offset)."""
+    ) -> tuple[int, int, int]:
+        """Appends len(bodies) records (body = meta || value) without waiting for durability;
+        returns (first gid, first offset, ticket for wait_durable)."""
         data = b"".join(bodies) if len(bodies) != 1 else bodies[0]
         h = self._enter()
         try:
-            gid = ffi.new("uint64_t *")
-            off = ffi.new("uint64_t *")
+            out = ffi.new("uint64_t[3]")
             rc = lib.walfs_append(
                 h,
                 stream_no,
@@ -201,11 +202,21 @@ class Engine:
                 ffi.from_buffer(data),
                 ffi.from_buffer("uint32_t[]", meta_lens),
                 ffi.from_buffer("uint32_t[]", value_lens),
-                gid,
-                off,
+                0,
+                out,
+                out + 1,
+                out + 2,
             )
             self._check(rc, "append")
-            return int(gid[0]), int(off[0])
+            return int(out[0]), int(out[1]), int(out[2])
+        finally:
+            self._exit()
+
+    def wait_durable(self, ticket: int) -> None:
+        """Returns once the append with this ticket is durable (one fsync for many waiters)."""
+        h = self._enter()
+        try:
+            self._check(lib.walfs_wait_durable(h, ticket), "fsync")
         finally:
             self._exit()
 
@@ -240,30 +251,35 @@ class Engine:
             self._exit()
 
     # -- reading ------------------------------------------------------------------
-    def read(
-        self,
-        stream_no: int,
-        *,
-        gid: int | None = None,
-        offset: int | None = None,
-        max_records: int,
-        max_bytes: int,
-    ) -> list[RawRecord]:
-        """Records from the one with this gid (or offset) on; at least one if any exists."""
-        max_records = max(0, min(max_records, 1 << 20))
-        buflen = max(min(max_bytes, 64 << 20), 4096)
+    def _buffers(self, buflen: int, max_records: int) -> tuple[bytearray, Any]:
+        """This thread's read buffers, grown as needed: no allocation per read."""
+        tl = self._tls
+        if getattr(tl, "buf", None) is None or len(tl.buf) < buflen:
+            tl.buf = bytearray(buflen)
+        if getattr(tl, "nrecs", 0) < max_records:
+            tl.recs = ffi.new("walfs_rec_t[]", max_records)
+            tl.nrecs = max_records
+        return tl.buf, tl.recs
+
+    def _read_raw(
+        self, stream_no: int, gid: int | None, offset: int | None, max_records: int, max_bytes: int
+    ) -> tuple[int, memoryview, list[int]]:
+        """Runs one C read; returns (n, buffer, the walfs_rec_t array as 64-bit words)."""
+        max_records = max(1, min(max_records, 1 << 20))
+        buflen = max(min(max_bytes, 16 << 20), 64 << 10)
         h = self._enter()
         try:
             while True:
-                buf = bytearray(buflen)
-                recs = ffi.new("walfs_rec_t[]", max(max_records, 1))
+                buf, recs = self._buffers(buflen, max_records)
                 needed = ffi.new("uint64_t *")
                 cbuf = ffi.from_buffer(buf)
                 if gid is not None:
-                    rc = lib.walfs_read(h, stream_no, gid, max_records, max_bytes, cbuf, buflen, recs, needed)
+                    rc = lib.walfs_read(
+                        h, stream_no, gid, max_records, max_bytes, cbuf, len(buf), recs, needed
+                    )
                 else:
                     rc = lib.walfs_read_offset(
-                        h, stream_no, offset, max_records, max_bytes, cbuf, buflen, recs, needed
+                        h, stream_no, offset, max_records, max_bytes, cbuf, len(buf), recs, needed
                     )
                 if rc == -errno.ENOBUFS:
                     buflen = int(needed[0])
@@ -275,28 +291,46 @@ class Engine:
                 if rc == -errno.ENOENT:
                     raise from_errno(-errno.ERANGE, f"gid {gid} is not in stream {stream_no}")
                 n = self._check(rc, "read")
-                mv = memoryview(buf)
-                out = []
-                for k in range(n):
-                    r = recs[k]
-                    pos = r.buf_pos
-                    split = pos + r.meta_len
-                    out.append(
-                        RawRecord(
-                            r.gid,
-                            r.offset,
-                            r.timestamp_ms,
-                            mv[pos:split].tobytes() if r.meta_len else b"",
-                            mv[split : split + r.value_len].tobytes(),
-                        )
-                    )
-                return out
+                # walfs_rec_t is five 64-bit words: gid, offset, ts, meta_len | value_len << 32, pos.
+                words = memoryview(ffi.buffer(recs, n * ffi.sizeof("walfs_rec_t"))).cast("Q").tolist()
+                return n, memoryview(buf), words
         finally:
             self._exit()
 
+    def read(
+        self,
+        stream_no: int,
+        *,
+        gid: int | None = None,
+        offset: int | None = None,
+        max_records: int,
+        max_bytes: int,
+    ) -> list[RawRecord]:
+        """Records from the one with this gid (or offset) on; at least one if any exists."""
+        n, mv, w = self._read_raw(stream_no, gid, offset, max_records, max_bytes)
+        out = []
+        for k in range(0, 5 * n, 5):
+            pos, lens = w[k + 4], w[k + 3]
+            split = pos + (lens & 0xFFFFFFFF)
+            out.append(
+                RawRecord(
+                    w[k],
+                    w[k + 1],
+                    w[k + 2] - (1 << 64) if w[k + 2] >= 1 << 63 else w[k + 2],
+                    mv[pos:split].tobytes(),
+                    mv[split : split + (lens >> 32)].tobytes(),
+                )
+            )
+        return out
+
     def read_values(self, stream_no: int, gid: int, max_records: int, max_bytes: int) -> list[bytes]:
-        """Like read, but only values: the fast path for wal.read()."""
-        return [r.value for r in self.read(stream_no, gid=gid, max_records=max_records, max_bytes=max_bytes)]
+        """Only the values: the fast path for wal.read()."""
+        n, mv, w = self._read_raw(stream_no, gid, None, max_records, max_bytes)
+        out = []
+        for k in range(3, 5 * n, 5):
+            start = w[k + 1] + (w[k] & 0xFFFFFFFF)
+            out.append(mv[start : start + (w[k] >> 32)].tobytes())
+        return out
 
     def read_bytes(self, stream_no: int, position: int, size: int) -> bytes:
         h = self._enter()

@@ -251,12 +251,15 @@ class Wal:
         s = self._stream(topic, partition, True)
         assert s is not None
         with s.lock:  # bitmap order must follow the core's order
-            gid, offset = self.engine.append(s.stream_no, bodies, metas, values)
+            gid, offset, ticket = self.engine.append(s.stream_no, bodies, metas, values)
             s.add(gid, len(bodies))
             assert offset + len(bodies) == s.high, (offset, len(bodies), s.high)
         self._appended_since_snapshot = True
         with self._data:
             self._data.notify_all()
+        if self.fsync == "always":
+            # Outside the stream's lock: appenders of the same stream share the next fsync.
+            self.engine.wait_durable(ticket)
         return offset
 
     def sync(self) -> None:
