@@ -84,9 +84,13 @@ def sd_notify(message: str) -> bool:
 
 
 def is_dead_mount(path: str) -> bool:
-    """True for a FUSE mount whose daemon is gone (stat gives ENOTCONN or ECONNABORTED)."""
+    """True for a FUSE mount whose daemon is gone (ENOTCONN or ECONNABORTED).
+
+    statfs, not stat: the kernel answers stat from cached attributes for a while after
+    the daemon died, but always sends statfs to the daemon.
+    """
     try:
-        os.stat(path)
+        os.statvfs(path)
     except OSError as exc:
         return exc.errno in (errno.ENOTCONN, errno.ECONNABORTED)
     return False
