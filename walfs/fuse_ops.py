@@ -373,7 +373,7 @@ class WalOperations(pyfuse3.Operations):
                     if hw2 != hw:
                         return self._byte_position_forward(topic, partition, offset)
             pos = size - tail
-        self._byte_pos_cache[key] = pos
+        self._remember_byte_position(key, pos)
         return pos
 
     def _byte_position_forward(self, topic: str, partition: int, offset: int) -> int:
@@ -386,8 +386,14 @@ class WalOperations(pyfuse3.Operations):
                 break
             pos += sum(len(v) + 1 for v in values)
             off += len(values)
-        self._byte_pos_cache[(topic, partition, offset)] = pos
+        self._remember_byte_position((topic, partition, offset), pos)
         return pos
+
+    def _remember_byte_position(self, key: tuple[str, int, int], pos: int) -> None:
+        # Every commit makes a new key; old ones are rarely asked for again.
+        if len(self._byte_pos_cache) >= 100_000:
+            self._byte_pos_cache.clear()
+        self._byte_pos_cache[key] = pos
 
     def _committed_byte(self, node: Node) -> int:
         offset = self._committed(node)
