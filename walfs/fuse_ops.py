@@ -60,17 +60,6 @@ WATCH_INTERVAL = 1.0
 INVALIDATE_COALESCE = 0.02
 
 XATTR_PREFIX = "user.walfs."
-TOPIC_XATTRS = (
-    "org_id",
-    "topic",
-    "topic_hash",
-    "partition",
-    "low_watermark",
-    "high_watermark",
-    "byte_size",
-)
-CONSUMER_XATTRS = TOPIC_XATTRS + ("group", "committed_offset")
-ROOT_XATTRS = ("pid", "data_dir", "org_id", "fsync")
 
 
 class Node(NamedTuple):
@@ -100,7 +89,6 @@ class Handle:
     # from 0; next_pos is where its next write must start.
     next_pos: int = 0
     partial: bytearray = field(default_factory=bytearray)
-    appended: bool = False  # fsync has something to make durable
     # Consumer files: where this handle's view starts and how far it has been read
     # contiguously from its start (only that much is committed at close).
     base_offset: int = 0
@@ -502,7 +490,6 @@ class WalOperations(pyfuse3.Operations):
         record = bytes(h.partial)
         await self._append(h.node, [record])
         h.partial.clear()
-        h.appended = True
 
     async def commit_all_partials(self) -> None:
         """At shutdown: partial lines whose write() returned must not be lost."""
@@ -818,7 +805,6 @@ class WalOperations(pyfuse3.Operations):
         await self._append(h.node, lines)
         h.partial = bytearray(rest)
         h.next_pos += len(buf)
-        h.appended = True
         return len(buf)
 
     async def flush(self, fh: int) -> None:
