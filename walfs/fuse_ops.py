@@ -209,7 +209,8 @@ class WalOperations(pyfuse3.Operations):
         # Work for the invalidation task (cache notifications must not come from handlers).
         self._dirty_inodes: set[int] = set()
         self._dirty_entries: set[tuple[int, bytes]] = set()
-        self._wakeup = trio.Event()
+        self._wakeup = trio.Event()  # sizes changed (batched)
+        self._entries_wakeup = trio.Event()  # names appeared (at once)
 
         self.refresh_streams()
 
@@ -258,7 +259,7 @@ class WalOperations(pyfuse3.Operations):
                 self._dirty_entries.add((ino, name))
         root_name = f"{PARTITION_PREFIX}{partition}".encode()
         self._dirty_entries.add((pyfuse3.ROOT_INODE, root_name))
-        self._wakeup.set()
+        self._entries_wakeup.set()
 
     def _stream_exists(self, topic: str, partition: int) -> bool:
         if (topic, partition) in self._streams:
@@ -443,11 +444,15 @@ class WalOperations(pyfuse3.Operations):
 
     async def invalidation_task(self) -> None:
         """Tells the kernel about new sizes and names, outside any request handler."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._invalidate_sizes)
+            nursery.start_soon(self._invalidate_names)
+
+    async def _invalidate_sizes(self) -> None:
         while True:
             await self._wakeup.wait()
             self._wakeup = trio.Event()
             inodes, self._dirty_inodes = self._dirty_inodes, set()
-            entries, self._dirty_entries = self._dirty_entries, set()
             for ino in inodes:
                 try:
                     pyfuse3.invalidate_inode(ino, attr_only=True)
@@ -455,9 +460,19 @@ class WalOperations(pyfuse3.Operations):
                     # ENOENT: the kernel has forgotten the inode; nothing to do.
                     if exc.errno != errno.ENOENT:
                         log.warning("invalidate_inode(%d): %s", ino, exc)
+            await trio.sleep(INVALIDATE_COALESCE)
+
+    async def _invalidate_names(self) -> None:
+        # Not batched: a name created under one path (partition=0/t) must stop being a
+        # cached negative entry under its other path (t) before the next command runs.
+        # invalidate_entry_async queues to pyfuse3's own thread, which waits out any
+        # request that holds the directory.
+        while True:
+            await self._entries_wakeup.wait()
+            self._entries_wakeup = trio.Event()
+            entries, self._dirty_entries = self._dirty_entries, set()
             for parent, name in entries:
                 pyfuse3.invalidate_entry_async(parent, name, ignore_enoent=True)
-            await trio.sleep(INVALIDATE_COALESCE)
 
     async def watch_task(self, interval: float = WATCH_INTERVAL) -> None:
         """Finds growth and topics that did not come through this mount's handlers."""
