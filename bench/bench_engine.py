@@ -35,7 +35,12 @@ def machine() -> dict[str, object]:
         "kernel": platform.release(),
         "python": platform.python_version(),
         "cpu": next(
-            (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?"
+            (
+                line.split(":", 1)[1].strip()
+                for line in open("/proc/cpuinfo")
+                if line.startswith("model name")
+            ),
+            "?",
         ),
     }
 
@@ -103,12 +108,12 @@ def bench_always(base: str, seconds: float) -> dict[str, object]:
         stop = time.perf_counter() + seconds
         counts = [0] * threads
 
-        def writer(i: int) -> None:
+        def writer(i: int, w: walfs.Wal, stop: float, counts: list[int]) -> None:
             while time.perf_counter() < stop:
                 w.append(f"t{i % 4}", rec)
                 counts[i] += 1
 
-        ts = [threading.Thread(target=writer, args=(i,)) for i in range(threads)]
+        ts = [threading.Thread(target=writer, args=(i, w, stop, counts)) for i in range(threads)]
         t0 = time.perf_counter()
         for t in ts:
             t.start()
@@ -215,8 +220,8 @@ def bench_recovery(base: str, n: int) -> dict[str, float]:
         "open_after_clean_close_s": clean_s,
         "open_after_sigkill_s": kill_s,
         "segment_bytes_preallocated": used,
-        # 32-byte header + 12-byte slot per record, 1 KiB per 10 MiB block: see docs/format.md
-        "format_overhead_bytes_per_record": 44 + 1024 / ((10 << 20) // (100 + 44)),
+        # 36-byte header + 12-byte slot per record, 1 KiB per 10 MiB block: see docs/format.md
+        "format_overhead_bytes_per_record": 48 + 1024 / ((10 << 20) // (100 + 48)),
         "max_rss_MB": rss_mb,
     }
 

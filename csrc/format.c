@@ -48,9 +48,10 @@
  *   seal header: as the open header up to byte 40 (kind=2), then 40 u64 first_offset
  *                | 48 u64 count | 56 u64 last_gid | 64 u64 data_end | 72 u64 byte_len
  *                | 80 i64 first_ts | 88 i64 last_ts | 96..124 zero | 124 u32 crc
- *   record: 0 u32 crc of bytes 4..32 and of the body | 4 u32 value_len | 8 u64 gid
+ *   record: 0 u32 crc of bytes 4..36 and of the body | 4 u32 value_len | 8 u64 gid
  *           | 16 i64 timestamp_ms (append time) | 24 u32 meta_len | 28 u32 batch_left
- *           | 32 body = meta (meta_len bytes: key and headers, encoded by the Python layer)
+ *           | 32 u32 stream_no
+ *           | 36 body = meta (meta_len bytes: key and headers, encoded by the Python layer)
  *             followed by the value (value_len bytes)
  *     batch_left counts the records of the same append call that follow this one; the
  *     last record of every append has batch_left = 0.
@@ -64,7 +65,7 @@
  *   - A run with a valid seal header holds exactly `count` records: seals are written only
  *     after an fsync made the whole run durable, so they are trusted without reading data.
  *   - A run without a seal is verified record by record from byte 1024: a record is valid
- *     when its crc matches, its gid is the run's first_gid (first record) or above the
+ *     when its crc matches, it names the run's stream, its gid is the run's first_gid (first record) or above the
  *     previous one, it ends before the slot area it needs, and its index slot matches it.
  *     The first invalid record ends the run; later runs of the stream that do not
  *     continue its offsets are cut. Bytes beyond a run's end are never zeroed: a new
@@ -77,7 +78,7 @@
  *     and its slot are both written before the append's sync, so every record reported
  *     durable passes these checks and no cut can remove it.
  *
- * Cost per record, all included: 32-byte header + 12-byte index slot = 44 bytes, plus
+ * Cost per record, all included: 36-byte header + 12-byte index slot = 48 bytes, plus
  * 1 KiB per block run and 4 KiB per segment.
  */
 #include "internal.h"
@@ -304,13 +305,14 @@ int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32
 /* ---- records and slots ---- */
 
 void fmt_rec_header(uint8_t *out, uint32_t value_len, uint64_t gid, int64_t ts,
-                    uint32_t meta_len, uint32_t batch_left)
+                    uint32_t meta_len, uint32_t batch_left, uint32_t stream_no)
 {
     put32(out + 4, value_len);
     put64(out + 8, gid);
     put64(out + 16, (uint64_t)ts);
     put32(out + 24, meta_len);
     put32(out + 28, batch_left);
+    put32(out + 32, stream_no);
 }
 
 void fmt_rec_seal(uint8_t *hdr, uint32_t seed, const uint8_t *body, size_t body_len)
@@ -327,6 +329,7 @@ void fmt_rec_parse(const uint8_t *in, rec_hdr_t *r)
     r->ts = (int64_t)get64(in + 16);
     r->meta_len = get32(in + 24);
     r->batch_left = get32(in + 28);
+    r->stream_no = get32(in + 32);
 }
 
 int fmt_rec_check(const uint8_t *in, uint32_t seed, const rec_hdr_t *r)

@@ -18,7 +18,7 @@
 #define BLK_HDR_SIZE 128
 #define BLK_SEAL_OFF 512
 #define BLK_DATA_OFF 1024
-#define REC_HDR_SIZE 32
+#define REC_HDR_SIZE 36
 #define SLOT_SIZE 12
 #define MAX_NAME 255
 #define MAX_SEGMENT_SIZE (2ull << 30)
@@ -164,7 +164,7 @@ typedef struct blk_hdr {
 } blk_hdr_t;
 
 typedef struct rec_hdr {
-    uint32_t crc, value_len, meta_len, batch_left;
+    uint32_t crc, value_len, meta_len, batch_left, stream_no;
     uint64_t gid;
     int64_t ts;
 } rec_hdr_t;
@@ -194,7 +194,7 @@ void fmt_blk_seal(uint8_t *out, const walfs_t *wal, const block_t *b);
 int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32_t index, uint16_t kind,
                   blk_hdr_t *h);
 void fmt_rec_header(uint8_t *out, uint32_t value_len, uint64_t gid, int64_t ts, uint32_t meta_len,
-                    uint32_t batch_left);
+                    uint32_t batch_left, uint32_t stream_no);
 void fmt_rec_seal(uint8_t *hdr, uint32_t seed, const uint8_t *body, size_t body_len);
 void fmt_rec_parse(const uint8_t *in, rec_hdr_t *r);
 int fmt_rec_check(const uint8_t *in, uint32_t seed, const rec_hdr_t *r);

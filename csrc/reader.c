@@ -39,7 +39,7 @@ static int record_at(walfs_t *wal, const block_t *b, uint64_t idx, const uint8_t
     *p = run_ptr(b, sl.pos);
     fmt_rec_parse(*p, r);
     if ((uint64_t)sl.pos + REC_HDR_SIZE + r->meta_len + r->value_len > limit) return -EBADMSG;
-    if (r->gid != b->first_gid + sl.gid_delta) return -EBADMSG;
+    if (r->gid != b->first_gid + sl.gid_delta || r->stream_no != b->stream_no) return -EBADMSG;
     return fmt_rec_check(*p, wal->crc_seed, r);
 }
 

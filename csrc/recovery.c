@@ -83,7 +83,7 @@ static void verify_run(walfs_t *wal, block_t *b, uint32_t *last_batch_left)
         fmt_rec_parse(p, &r);
         uint64_t end = pos + REC_HDR_SIZE + (uint64_t)r.meta_len + r.value_len;
         if (end + (i + 1) * SLOT_SIZE > b->run_size) break;
-        if (i == 0 ? r.gid != b->first_gid : r.gid <= prev) break;
+        if (r.stream_no != b->stream_no || (i == 0 ? r.gid != b->first_gid : r.gid <= prev)) break;
         if (r.gid - b->first_gid > UINT32_MAX) break;
         slot_t sl;
         slot_get(b, i, &sl);

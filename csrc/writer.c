@@ -39,7 +39,7 @@ static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bod
         uint32_t i = c->first + j;
         uint64_t gid = first_gid + i;
         size_t body = (size_t)meta_lens[i] + value_lens[i];
-        fmt_rec_header(hdrs[k], value_lens[i], gid, ts, meta_lens[i], n_total - 1 - i);
+        fmt_rec_header(hdrs[k], value_lens[i], gid, ts, meta_lens[i], n_total - 1 - i, b->stream_no);
         fmt_rec_seal(hdrs[k], wal->crc_seed, bodies[i], body);
         iov[2 * k] = (struct iovec){hdrs[k], REC_HDR_SIZE};
         iov[2 * k + 1] = (struct iovec){(void *)bodies[i], body};

@@ -220,7 +220,7 @@ def test_torn_record_header_in_active_block(open_wal, wal_dir):
         w.append("t", b"value-%02d" % i)
     w.close()
     path, pos = find(wal_dir, b"value-15")
-    flip(path, pos - 20)  # inside record 15's header (its gid)
+    flip(path, pos - 20)  # inside record 15's header
     w = open_wal()
     assert w.high_watermark("t") == 15
     assert w.read("t", 14) == [b"value-14"]

@@ -10,7 +10,7 @@ from conftest import SMALL, payload
 import walfs
 
 BLOCK = SMALL["block_size"]
-REC_HDR, SLOT, BLK_DATA = 32, 12, 1024
+REC_HDR, SLOT, BLK_DATA = 36, 12, 1024
 # Largest record that fits a fresh one-block run, and sizes around it.
 ONE_BLOCK_MAX = BLOCK - BLK_DATA - REC_HDR - SLOT
 
