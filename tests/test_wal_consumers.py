@@ -40,6 +40,8 @@ def test_groups_are_independent_and_listed(open_wal):
     assert w.committed_offset("two", "t", 2) == 5
     assert w.committed_offset("three", "t", 2) is None
     assert w.consumer_groups() == ["one", "two"]
+    assert w.committed_offsets("one") == {("t", 2): 2}
+    assert w.committed_offsets("nobody") == {}
 
 
 def test_persist_every_and_seek(open_wal):

@@ -367,6 +367,18 @@ class Wal:
     def consumer_groups(self) -> list[str]:
         return self.cursors.groups()
 
+    def committed_offsets(self, group: str) -> dict[tuple[str, int], int]:
+        """Every committed offset of a group in this org: {(topic, partition): offset}."""
+        keys = set(self.cursors.keys(group))
+        out = {}
+        for (org, topic, partition), s in list(self._by_name.items()):
+            key = stream_key(org, s.topic_hash, partition)
+            if org == self.org_id and key in keys:
+                offset = self.cursors.get(group, key)
+                if offset is not None:
+                    out[(topic, partition)] = offset
+        return out
+
     # -- trim and reclamation -------------------------------------------------------
     def trim(self, topic: str, before_offset: int, partition: int = 0) -> None:
         """Raises the low watermark to before_offset (durable when this returns)."""
