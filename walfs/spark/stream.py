@@ -64,7 +64,8 @@ class WalfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark < 4.2 calls latestOffset() without arguments: then there is no start to
         # limit against, and every available record is offered.
         begin = from_json(start or {})
-        latest = {sid: b.high for sid, b in self._bounds().items()}
+        bounds = self._bounds()
+        latest = {sid: b.high for sid, b in bounds.items()}
         if self._cap is not None:
             latest = {sid: min(high, self._cap[sid]) for sid, high in latest.items() if sid in self._cap}
         # A stream never goes backwards, also if it vanished from the listing (a topic
@@ -72,7 +73,10 @@ class WalfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for sid, off in begin.items():
             latest[sid] = max(latest.get(sid, off), off)
         if isinstance(limit, ReadMaxRows) and start is not None:
-            latest = cap_rows(begin, latest, limit.max_rows)
+            # A stream new to this query starts at its first stored record (partitions()
+            # reads it from there), so its backlog counts from there too.
+            base = {sid: begin[sid] if sid in begin else bounds[sid].low for sid in latest}
+            latest = cap_rows(base, latest, limit.max_rows)
         return to_json(latest)
 
     def reportLatestOffset(self) -> dict | None:
@@ -102,9 +106,10 @@ class WalfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def cap_rows(begin: Mapping[StreamId, int], latest: Mapping[StreamId, int], max_rows: int) -> Offsets:
-    """Advances each stream from `begin` toward `latest`, at most max_rows in all, shared
-    in proportion to what each stream has waiting (so no stream starves)."""
-    waiting = {sid: high - begin.get(sid, 0) for sid, high in latest.items()}
+    """Advances each stream from `begin` (which names every stream of `latest`) toward
+    `latest`, at most max_rows in all, shared in proportion to what each stream has
+    waiting (so no stream starves)."""
+    waiting = {sid: high - begin[sid] for sid, high in latest.items()}
     total = sum(w for w in waiting.values() if w > 0)
     if total <= max_rows:
         return dict(latest)
@@ -113,7 +118,7 @@ def cap_rows(begin: Mapping[StreamId, int], latest: Mapping[StreamId, int], max_
     for sid in sorted(latest):
         w = max(0, waiting[sid])
         take = w * max_rows // total
-        out[sid] = begin.get(sid, 0) + take
+        out[sid] = begin[sid] + take
         given += take
     # Hand the rounding leftovers out in order, so a batch always makes progress.
     for sid in sorted(latest):
