@@ -384,6 +384,18 @@ class WalOperations(pyfuse3.Operations):
             self._byte_pos_cache.clear()
         self._byte_pos_cache[key] = pos
 
+    async def _warm(self, node: Node) -> None:
+        """Computes a consumer file's start in a thread when it is not cached yet: without
+        Wal support for offset -> byte position it may read the group's whole backlog."""
+        if node.kind != "cfile":
+            return
+        offset = self._committed(node)
+        if offset >= self.wal.high_watermark(node.topic, node.partition):
+            return  # caught up: the start is the end, no walk needed
+        if (node.topic, node.partition, offset) not in self._byte_pos_cache:
+            with wal_errors_as_errno("consumer position"):
+                await trio.to_thread.run_sync(self._committed_byte, node)
+
     def _committed_byte(self, node: Node) -> int:
         offset = self._committed(node)
         key = (node.topic, node.partition, offset)
@@ -524,6 +536,7 @@ class WalOperations(pyfuse3.Operations):
         node = self._child(parent, name)
         if node is None:
             return self._negative()
+        await self._warm(node)
         return self._entry(node)
 
     def _child(self, parent: Node, name: bytes) -> Node | None:
@@ -594,6 +607,7 @@ class WalOperations(pyfuse3.Operations):
 
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         node = self._node(inode)
+        await self._warm(node)
         with wal_errors_as_errno("getattr"):
             return self._attrs(node, inode)
 
@@ -697,6 +711,7 @@ class WalOperations(pyfuse3.Operations):
             entries = self._listing(h.node)
             for i in range(start_id, len(entries)):
                 name, node = entries[i]
+                await self._warm(node)
                 if not pyfuse3.readdir_reply(token, name, self._entry(node), i + 1):
                     return
 
