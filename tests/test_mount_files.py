@@ -128,6 +128,9 @@ def test_refused_calls_errnos(mount: Mount) -> None:
         errno_of(os.open, mount.path / "partition=x", os.O_WRONLY | os.O_CREAT | os.O_APPEND) == errno.EINVAL
     )
     assert errno_of(os.open, mount.path / "nope", os.O_RDONLY) == errno.ENOENT
+    assert errno_of(os.setxattr, t, "user.x", b"1") == errno.ENOTSUP
+    assert errno_of(os.mkfifo, mount.path / "fifo") == errno.EPERM
+    assert errno_of(os.chown, t, 1, 1) == errno.EPERM
     # Writing at an offset through a sequential writer of a new topic.
     fd = os.open(mount.path / "new", os.O_WRONLY | os.O_CREAT, 0o644)
     try:
