@@ -55,6 +55,8 @@ ATTR_TIMEOUT = 1.0
 NEGATIVE_TIMEOUT = 30.0
 # How often the watcher looks for growth and topics that did not come through this mount.
 WATCH_INTERVAL = 1.0
+# Every this many watcher rounds, look for new partitions of known topics too.
+FULL_REFRESH_ROUNDS = 30
 # Invalidations are batched over this long: one per append would cost a kernel round trip
 # per write, and tail -f polls once a second anyway.
 INVALIDATE_COALESCE = 0.02
@@ -231,9 +233,16 @@ class WalOperations(pyfuse3.Operations):
         except KeyError:
             raise pyfuse3.FUSEError(errno.ENOENT) from None
 
-    def refresh_streams(self) -> list[tuple[str, int]]:
-        """Re-reads the Wal's stream list; returns the streams that are new to the mount."""
-        found = [(t, p) for t in self.wal.topics() for p in self.wal.partitions(t)]
+    def refresh_streams(self, full: bool = True) -> list[tuple[str, int]]:
+        """Re-reads the Wal's stream list; returns the streams that are new to the mount.
+
+        Wal.partitions() scans every stream, so asking it for every topic costs
+        O(streams^2) (60 ms for 1,000 topics): unless `full`, only topics new to the mount
+        are asked. New partitions of known topics show up with the next full refresh,
+        and at once when they come through this mount.
+        """
+        known = {t for t, _ in self._streams}
+        found = [(t, p) for t in self.wal.topics() if full or t not in known for p in self.wal.partitions(t)]
         new = [s for s in found if s not in self._streams]
         for s in new:
             self._add_stream(s)
@@ -488,10 +497,12 @@ class WalOperations(pyfuse3.Operations):
 
     async def watch_task(self, interval: float = WATCH_INTERVAL) -> None:
         """Finds growth and topics that did not come through this mount's handlers."""
+        rounds = 0
         while True:
             await trio.sleep(interval)
+            rounds += 1
             try:
-                self.refresh_streams()
+                self.refresh_streams(full=rounds % FULL_REFRESH_ROUNDS == 0)
                 for stream in list(self._streams):
                     size = self.wal.byte_size(*stream)
                     if self._seen_size.get(stream) != size:
@@ -705,7 +716,7 @@ class WalOperations(pyfuse3.Operations):
         h = self._handle(fh)
         with wal_errors_as_errno("readdir"):
             if start_id == 0:
-                self.refresh_streams()
+                self.refresh_streams(full=len(self._streams) < 200)
             # A fresh listing per call is fine: names only ever get added, in sorted
             # groups, so positions from an earlier call stay valid except for additions.
             entries = self._listing(h.node)
