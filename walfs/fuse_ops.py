@@ -24,6 +24,7 @@ hop (~100 us here) would cost more than the call.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import stat
@@ -973,3 +974,32 @@ class WalOperations(pyfuse3.Operations):
 
 def _constant(value: str) -> Callable[[], str]:
     return lambda: value
+
+
+# Every FUSE request handler. pyfuse3 answers FUSEError with its errno, but any other
+# exception escapes its worker task, ends pyfuse3.main() and takes the whole mount down
+# with the request unanswered. A bug or an unexpected WAL error must cost one request
+# (EIO, logged with its traceback), never the mount.
+_HANDLERS = (
+    "lookup", "getattr", "setattr", "mkdir", "unlink", "rmdir", "rename", "link", "symlink",
+    "mknod", "opendir", "readdir", "releasedir", "open", "create", "read", "write", "flush",
+    "fsync", "release", "statfs", "getxattr", "listxattr", "setxattr", "removexattr",
+)  # fmt: skip
+
+
+def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    async def guarded(self: WalOperations, *args: Any) -> Any:
+        try:
+            return await fn(self, *args)
+        except pyfuse3.FUSEError:
+            raise
+        except Exception as exc:
+            log.exception("%s%r failed", fn.__name__, args[:2])
+            raise fuse_error_for(exc) from exc
+
+    return guarded
+
+
+for _name in _HANDLERS:
+    setattr(WalOperations, _name, _guard(getattr(WalOperations, _name)))
