@@ -231,6 +231,64 @@ out:
     return rc;
 }
 
+int walfs_byte_position(walfs_t *wal, uint32_t stream_no, uint64_t offset, uint64_t *pos)
+{
+    stream_t *s = stream_get(wal, stream_no);
+    if (!s) return -ENOENT;
+    pthread_mutex_lock(&s->lock);
+    int rc = 0;
+    if (offset == s->next_offset) {
+        *pos = s->next_byte;
+    } else if (offset < s->low_offset || offset > s->next_offset || !s->n_blocks) {
+        rc = -ERANGE;
+    } else {
+        const block_t *b = s->blocks[find_block_by_offset(s, offset)];
+        if (offset < b->first_offset || offset - b->first_offset >= b->count) {
+            rc = -ERANGE;
+        } else {
+            slot_t sl;
+            slot_get(b, offset - b->first_offset, &sl);
+            *pos = b->first_byte + sl.view_delta;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+int walfs_offset_at_byte(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint64_t *offset)
+{
+    stream_t *s = stream_get(wal, stream_no);
+    if (!s) return -ENOENT;
+    pthread_mutex_lock(&s->lock);
+    int rc = 0;
+    if (pos >= s->next_byte) {
+        *offset = s->next_offset;
+    } else if (pos < low_byte(s)) {
+        rc = -ERANGE;
+    } else {
+        size_t lo = 0, hi = s->n_blocks;
+        while (hi - lo > 1) {
+            size_t mid = (lo + hi) / 2;
+            if (s->blocks[mid]->first_byte <= pos)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        const block_t *b = s->blocks[lo];
+        while (!b->count && lo + 1 < s->n_blocks) b = s->blocks[++lo];
+        uint64_t idx = find_view(b, pos - b->first_byte);
+        slot_t sl;
+        uint64_t end = b->first_byte + b->byte_len;
+        if (idx + 1 < b->count) {
+            slot_get(b, idx + 1, &sl);
+            end = b->first_byte + sl.view_delta;
+        }
+        *offset = b->first_offset + idx + (end <= pos ? 1 : 0);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
 int walfs_offset_for_time(walfs_t *wal, uint32_t stream_no, int64_t ts, uint64_t *offset)
 {
     stream_t *s = stream_get(wal, stream_no);

@@ -98,6 +98,10 @@ int64_t walfs_stream_gid_runs(walfs_t *wal, uint32_t stream_no, uint64_t since_g
 int walfs_append(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *data,
                  const uint32_t *meta_lens, const uint32_t *value_lens, int wait, uint64_t *first_gid,
                  uint64_t *first_offset, uint64_t *ticket);
+/* Appends the lines of data (split on '\n'; a final '\n' ends the last line, it does not
+ * start an empty one) as one batch of plain records; *n_out is the number of lines. */
+int walfs_append_lines(walfs_t *wal, uint32_t stream_no, const uint8_t *data, uint64_t len, int wait,
+                       uint64_t *first_gid, uint64_t *first_offset, uint64_t *ticket, uint32_t *n_out);
 /* Waits until the append with this ticket is durable (group commit). */
 int walfs_wait_durable(walfs_t *wal, uint64_t ticket);
 /* Makes every append that returned before this call durable (group commit). */
@@ -118,6 +122,11 @@ int64_t walfs_read_offset(walfs_t *wal, uint32_t stream_no, uint64_t offset, uin
                           uint64_t *needed);
 /* The byte view: values each followed by '\n'. Returns bytes copied (short only at end). */
 int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t *buf, uint64_t len);
+/* View byte position where record `offset` starts (next_byte for next_offset). */
+int walfs_byte_position(walfs_t *wal, uint32_t stream_no, uint64_t offset, uint64_t *pos);
+/* Number of records that end (newline included) at or before view position pos, i.e. the
+ * offset of the record that holds byte pos (next_offset at or past the end). */
+int walfs_offset_at_byte(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint64_t *offset);
 /* First offset with timestamp >= ts (next_offset if none). */
 int walfs_offset_for_time(walfs_t *wal, uint32_t stream_no, int64_t ts, uint64_t *offset);
 

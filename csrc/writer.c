@@ -69,34 +69,23 @@ static int undo_chunk(walfs_t *wal, const chunk_t *c, uint64_t data_end)
     return rc;
 }
 
-int walfs_append(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *data, const uint32_t *meta_lens,
-                 const uint32_t *value_lens, int wait, uint64_t *first_gid_out, uint64_t *first_offset_out,
-                 uint64_t *ticket_out)
+/* The append path proper; bodies[i] points at record i's meta || value. */
+static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **bodies, const uint32_t *meta_lens,
+                         const uint32_t *value_lens, int wait, uint64_t *first_gid_out, uint64_t *first_offset_out,
+                         uint64_t *ticket_out)
 {
-    if (wal->opt.read_only) return -EROFS;
-    int rc = atomic_load(&wal->failed);
-    if (rc) return rc;
-    stream_t *s = stream_get(wal, stream_no);
-    if (!s) return -ENOENT;
-    if (n == 0) return -EINVAL;
+    uint32_t stream_no = s->no;
+    int rc = 0;
     uint64_t max_body = (uint64_t)wal->blocks_per_seg * wal->opt.block_size - BLK_DATA_OFF - REC_HDR_SIZE - SLOT_SIZE;
-    const uint8_t **bodies = malloc((size_t)n * sizeof(*bodies));
     chunk_t *chunks = NULL;
     size_t n_chunks = 0, cap_chunks = 0;
     uint8_t *slots = NULL;
-    if (!bodies) {
-        rc = -ENOMEM;
-        goto out_free;
-    }
-    uint64_t at = 0, view_total = 0;
+    uint64_t view_total = 0;
     for (uint32_t i = 0; i < n; i++) {
-        uint64_t body = (uint64_t)meta_lens[i] + value_lens[i];
-        if (body > max_body) {
+        if ((uint64_t)meta_lens[i] + value_lens[i] > max_body) {
             rc = -EMSGSIZE;
             goto out_free;
         }
-        bodies[i] = data + at;
-        at += body;
         view_total += value_lens[i] + 1ull;
     }
 
@@ -241,7 +230,6 @@ int walfs_append(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *da
     pthread_mutex_unlock(&s->append_lock);
     free(chunks);
     free(slots);
-    free(bodies);
     if (rc) return rc;
     *first_gid_out = first_gid;
     *first_offset_out = offset;
@@ -262,6 +250,76 @@ out_unlock:
 out_free:
     free(chunks);
     free(slots);
+    return rc;
+}
+
+static int append_checks(walfs_t *wal, uint32_t stream_no, stream_t **s)
+{
+    if (wal->opt.read_only) return -EROFS;
+    int rc = atomic_load(&wal->failed);
+    if (rc) return rc;
+    if (!(*s = stream_get(wal, stream_no))) return -ENOENT;
+    return 0;
+}
+
+int walfs_append(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *data, const uint32_t *meta_lens,
+                 const uint32_t *value_lens, int wait, uint64_t *first_gid_out, uint64_t *first_offset_out,
+                 uint64_t *ticket_out)
+{
+    stream_t *s;
+    int rc = append_checks(wal, stream_no, &s);
+    if (rc) return rc;
+    if (n == 0) return -EINVAL;
+    const uint8_t **bodies = malloc((size_t)n * sizeof(*bodies));
+    if (!bodies) return -ENOMEM;
+    uint64_t at = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        bodies[i] = data + at;
+        at += (uint64_t)meta_lens[i] + value_lens[i];
+    }
+    rc = append_bodies(wal, s, n, bodies, meta_lens, value_lens, wait, first_gid_out, first_offset_out, ticket_out);
     free(bodies);
+    return rc;
+}
+
+int walfs_append_lines(walfs_t *wal, uint32_t stream_no, const uint8_t *data, uint64_t len, int wait,
+                       uint64_t *first_gid_out, uint64_t *first_offset_out, uint64_t *ticket_out, uint32_t *n_out)
+{
+    stream_t *s;
+    int rc = append_checks(wal, stream_no, &s);
+    if (rc) return rc;
+    if (len == 0) return -EINVAL;
+    /* Lines are the pieces between newlines; a final newline ends the last line. */
+    uint64_t n = 0;
+    for (const uint8_t *p = data, *end = data + len; p < end; n++) {
+        const uint8_t *nl = memchr(p, '\n', (size_t)(end - p));
+        p = nl ? nl + 1 : end;
+    }
+    if (n > UINT32_MAX) return -EMSGSIZE;
+    const uint8_t **bodies = malloc(n * sizeof(*bodies));
+    uint32_t *lens = malloc(n * sizeof(*lens));
+    uint32_t *metas = calloc(n, sizeof(*metas));
+    if (!bodies || !lens || !metas) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    const uint8_t *p = data, *end = data + len;
+    for (uint64_t i = 0; i < n; i++) {
+        const uint8_t *nl = memchr(p, '\n', (size_t)(end - p));
+        const uint8_t *stop = nl ? nl : end;
+        if ((uint64_t)(stop - p) > UINT32_MAX) {
+            rc = -EMSGSIZE;
+            goto out;
+        }
+        bodies[i] = p;
+        lens[i] = (uint32_t)(stop - p);
+        p = nl ? nl + 1 : end;
+    }
+    rc = append_bodies(wal, s, (uint32_t)n, bodies, metas, lens, wait, first_gid_out, first_offset_out, ticket_out);
+    if (!rc) *n_out = (uint32_t)n;
+out:
+    free(bodies);
+    free(lens);
+    free(metas);
     return rc;
 }

@@ -268,3 +268,24 @@ def test_two_wals_in_one_process(tmp_path):
     assert a.read("t", 0) == [b"in a"] and b.read("t", 0) == [b"in b"]
     a.close()
     b.close()
+
+
+def test_append_lines_and_byte_positions(open_wal):
+    w = open_wal()
+    assert w.append_lines("l", b"a\nbb\n\nccc") == (0, 4)
+    assert w.append_lines("l", b"dd\n") == (4, 1)
+    assert w.read("l", 0) == [b"a", b"bb", b"", b"ccc", b"dd"]
+    view = b"a\nbb\n\nccc\ndd\n"
+    assert w.read_bytes("l", 0, 100) == view
+    starts = [0, 2, 5, 6, 10, 13]
+    assert [w.byte_position("l", i) for i in range(6)] == starts
+    for pos in range(len(view) + 3):
+        expected = sum(1 for s in starts[1:] if s <= pos)
+        assert w.offset_at_byte("l", pos) == expected, pos
+    assert w.streams() == [("l", 0)]
+    with pytest.raises(ValueError):
+        w.append_lines("l", b"")
+    big = b"".join(b"line %d\n" % i for i in range(20_000))  # crosses many blocks
+    first, n = w.append_lines("l", big)
+    assert (first, n) == (5, 20_000)
+    assert w.read("l", 5 + 19_999) == [b"line 19999"]

@@ -212,6 +212,40 @@ class Engine:
         finally:
             self._exit()
 
+    def append_lines(self, stream_no: int, data: bytes) -> tuple[int, int, int, int]:
+        """Appends the lines of data as one batch; returns (first gid, first offset, ticket, n)."""
+        h = self._enter()
+        try:
+            out = ffi.new("uint64_t[3]")
+            n = ffi.new("uint32_t *")
+            rc = lib.walfs_append_lines(
+                h, stream_no, ffi.from_buffer(data), len(data), 0, out, out + 1, out + 2, n
+            )
+            self._check(rc, "append")
+            return int(out[0]), int(out[1]), int(out[2]), int(n[0])
+        finally:
+            self._exit()
+
+    def byte_position(self, stream_no: int, offset: int) -> int:
+        h = self._enter()
+        try:
+            out = ffi.new("uint64_t *")
+            self._check(
+                lib.walfs_byte_position(h, stream_no, offset, out), f"byte position of offset {offset}"
+            )
+            return int(out[0])
+        finally:
+            self._exit()
+
+    def offset_at_byte(self, stream_no: int, position: int) -> int:
+        h = self._enter()
+        try:
+            out = ffi.new("uint64_t *")
+            self._check(lib.walfs_offset_at_byte(h, stream_no, position, out), f"offset at byte {position}")
+            return int(out[0])
+        finally:
+            self._exit()
+
     def wait_durable(self, ticket: int) -> None:
         """Returns once the append with this ticket is durable (one fsync for many waiters)."""
         h = self._enter()
@@ -335,14 +369,14 @@ class Engine:
     def read_bytes(self, stream_no: int, position: int, size: int) -> bytes:
         h = self._enter()
         try:
-            buf = bytearray(size)
-            n = lib.walfs_read_bytes(h, stream_no, position, ffi.from_buffer(buf), size)
+            tl = self._tls
+            if getattr(tl, "view", None) is None or len(tl.view) < size:
+                tl.view = bytearray(max(size, 128 << 10))
+            n = lib.walfs_read_bytes(h, stream_no, position, ffi.from_buffer(tl.view), size)
             if n == -errno.EBADMSG:
                 raise from_errno(n, f"a record near byte {position} of stream {stream_no} is corrupt")
             self._check(n, "read_bytes")
-            if n < size:
-                del buf[n:]
-            return bytes(buf)
+            return bytes(memoryview(tl.view)[:n])
         finally:
             self._exit()
 

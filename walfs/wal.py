@@ -182,6 +182,10 @@ class Wal:
     def topics(self) -> list[str]:
         return sorted({name for (org, name, _p) in self._by_name if org == self.org_id})
 
+    def streams(self) -> list[tuple[str, int]]:
+        """Every (topic, partition) of this org, in one pass."""
+        return sorted((name, p) for (org, name, p) in list(self._by_name) if org == self.org_id)
+
     def partitions(self, topic: str) -> list[int]:
         return sorted(p for (org, name, p) in self._by_name if org == self.org_id and name == topic)
 
@@ -225,6 +229,20 @@ class Wal:
             raise RecordTooLargeError("a record is larger than 4 GiB")
         return self._append(topic, partition, list(records), array.array("I", bytes(4 * n)), lens)
 
+    def append_lines(self, topic: str, data: bytes, partition: int = 0) -> tuple[int, int]:
+        """Appends each line of data (split on b"\\n" in C; a final newline ends the last line)
+        as one batch of plain records; returns (first offset, number of records)."""
+        if not data:
+            raise ValueError("append_lines needs at least one byte")
+        s = self._stream(topic, partition, True)
+        assert s is not None
+        with s.lock:
+            gid, offset, ticket, n = self.engine.append_lines(s.stream_no, data)
+            s.add(gid, n)
+            assert offset + n == s.high, (offset, n, s.high)
+        self._appended(ticket)
+        return offset, n
+
     def append_records(self, topic: str, records: Iterable[Any], partition: int = 0) -> int:
         """Appends (key, value, headers, timestamp_ms) tuples or Record-like objects as one batch."""
         bodies: list[bytes] = []
@@ -254,13 +272,16 @@ class Wal:
             gid, offset, ticket = self.engine.append(s.stream_no, bodies, metas, values)
             s.add(gid, len(bodies))
             assert offset + len(bodies) == s.high, (offset, len(bodies), s.high)
+        self._appended(ticket)
+        return offset
+
+    def _appended(self, ticket: int) -> None:
         self._appended_since_snapshot = True
         with self._data:
             self._data.notify_all()
         if self.fsync == "always":
             # Outside the stream's lock: appenders of the same stream share the next fsync.
             self.engine.wait_durable(ticket)
-        return offset
 
     def sync(self) -> None:
         """Makes every append that returned before this call durable."""
@@ -332,6 +353,23 @@ class Wal:
         if s is None:
             return b""
         return self.engine.read_bytes(s.stream_no, position, size)
+
+    def byte_position(self, topic: str, offset: int, partition: int = 0) -> int:
+        """Where record `offset` starts in the byte view (byte_size for the high watermark)."""
+        s = self._stream(topic, partition, False)
+        if s is None:
+            if offset == 0:
+                return 0
+            raise OffsetOutOfRangeError(f"offset {offset} is beyond the end of {topic!r} (empty)")
+        return self.engine.byte_position(s.stream_no, offset)
+
+    def offset_at_byte(self, topic: str, position: int, partition: int = 0) -> int:
+        """The offset of the record holding byte `position` of the view (the number of
+        records that end at or before it); the high watermark at or past the end."""
+        if position < 0:
+            raise OffsetOutOfRangeError("position must not be negative")
+        s = self._stream(topic, partition, False)
+        return self.engine.offset_at_byte(s.stream_no, position) if s else 0
 
     def offset_for_timestamp(self, topic: str, timestamp_ms: int, partition: int = 0) -> int:
         s = self._stream(topic, partition, False)
