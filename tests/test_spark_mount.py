@@ -93,7 +93,10 @@ def small_splits(spark: SparkSession) -> Iterator[None]:
     try:
         yield
     finally:
-        spark.conf.set("spark.sql.files.maxPartitionBytes", old)
+        if old is None:
+            spark.conf.unset("spark.sql.files.maxPartitionBytes")
+        else:
+            spark.conf.set("spark.sql.files.maxPartitionBytes", old)
 
 
 def test_growing_topic_reads_a_prefix_of_whole_records(
