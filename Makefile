@@ -4,7 +4,7 @@ DATA_DIR  ?= /var/lib/walfs/main
 MOUNTPOINT ?= /mnt/wal
 # make install START=0 installs without mounting (CI does this).
 START     ?= 1
-APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux
+APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd
 
 .PHONY: install deps venv start test lint ctest bench clean
 

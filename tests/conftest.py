@@ -10,6 +10,9 @@ import pytest
 
 import walfs
 
+# The mount and Spark fixtures are plugins, loaded once for the whole session.
+pytest_plugins = ["conftest_mount", "spark_fixtures"]
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 
