@@ -5,6 +5,8 @@ that resumes exactly where it stopped leaves every record in it exactly once."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -52,7 +54,7 @@ def wait_for_batches(q: StreamingQuery, n: int, timeout: float = 120.0) -> None:
 
 
 def expected(topic: str, partition: int, start: int, end: int) -> list[tuple[str, int, int, str]]:
-    return [(topic, partition, i, f"{topic}-{partition}-{i}") for i in range(start, end)]
+    return sorted((topic, partition, i, f"{topic}-{partition}-{i}") for i in range(start, end))
 
 
 def append(wal: walfs.Wal, topic: str, partition: int, start: int, end: int) -> None:
@@ -123,3 +125,37 @@ def test_explicit_starting_offsets(spark: SparkSession, tmp_path: Path) -> None:
     q = to_files(df, sink, ckpt).trigger(availableNow=True).start()  # type: ignore[attr-defined]
     assert q.awaitTermination(180)
     assert sink_rows(spark, sink) == expected("t", 0, 7, 10)
+
+
+WRITER = """
+import sys, time, walfs
+path = sys.argv[1]
+with walfs.Wal(path) as wal:
+    for b in range(60):
+        for p in (0, 1):
+            wal.append_batch("live", [f"live-{p}-{i}".encode() for i in range(b * 50, b * 50 + 50)], p)
+        if b == 0:
+            print("started", flush=True)
+        time.sleep(0.05)  # a few seconds of appends, while micro-batches run
+"""
+
+
+def test_stream_follows_a_writer_in_another_process(spark: SparkSession, tmp_path: Path) -> None:
+    data, sink, ckpt = tmp_path / "data", tmp_path / "sink", tmp_path / "ckpt"
+    with walfs.Wal(data) as wal:
+        wal.create_partition("live", 0)
+        wal.create_partition("live", 1)
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(data)], stdout=subprocess.PIPE, text=True)
+    df = stream(spark, data, topic="live", startingOffsets="earliest")
+    q = to_files(df, sink, ckpt).trigger(processingTime="0 seconds").start()  # type: ignore[attr-defined]
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "started"
+        assert writer.wait(timeout=120) == 0
+        # Everything the writer appended is now in the WAL: let the query drain it.
+        q.processAllAvailable()
+    finally:
+        q.stop()
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+    assert sink_rows(spark, sink) == expected("live", 0, 0, 3000) + expected("live", 1, 0, 3000)
