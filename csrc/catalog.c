@@ -163,6 +163,30 @@ int cat_open(walfs_t *wal)
     return 0;
 }
 
+/* Read-only opens: applies entries a live writer appended since the catalog was read
+ * (a trim written just before its segments were reclaimed, say). */
+int cat_refresh(walfs_t *wal)
+{
+    struct stat st;
+    if (fstat(wal->cat_fd, &st) != 0) return -errno;
+    if ((uint64_t)st.st_size <= wal->cat_end) return 0;
+    size_t size = (size_t)st.st_size - wal->cat_end;
+    uint8_t *buf = malloc(size);
+    if (!buf) return -ENOMEM;
+    ssize_t n = pread(wal->cat_fd, buf, size, (off_t)wal->cat_end);
+    size_t pos = 0;
+    int rc = 0;
+    cat_entry_t e;
+    while (n > 0 && pos < (size_t)n) {
+        size_t len = fmt_cat_entry_parse(buf + pos, (size_t)n - pos, wal->crc_seed, &e);
+        if (len == 0 || (rc = apply(wal, &e))) break;
+        pos += len;
+    }
+    wal->cat_end += pos;
+    free(buf);
+    return rc;
+}
+
 /* Under wal->lock. */
 int cat_append(walfs_t *wal, const uint8_t *buf, size_t len)
 {

@@ -224,6 +224,7 @@ void seg_path(const walfs_t *wal, uint64_t id, char *out, size_t outlen);
 int cat_open(walfs_t *wal);
 int cat_append(walfs_t *wal, const uint8_t *buf, size_t len);
 int cat_new_epoch(walfs_t *wal);
+int cat_refresh(walfs_t *wal);
 stream_t *stream_get(walfs_t *wal, uint32_t no);
 stream_t *stream_new(walfs_t *wal);
 void stream_free(stream_t *s);

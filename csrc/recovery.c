@@ -339,6 +339,12 @@ int recover(walfs_t *wal)
     for (size_t k = 0; k < n; k++) {
         segment_t *seg;
         rc = seg_open(wal, ids[k], &seg);
+        if (rc == -ENOENT) {
+            /* Reclaimed by the writer between the listing and the open (read-only opens
+             * run beside a live writer): its runs were all below their low watermarks. */
+            rc = 0;
+            continue;
+        }
         if (rc == -EUCLEAN || rc == -EBADMSG) {
             if (k + 1 == n) {
                 /* Only the newest file can be a creation cut short (headers are synced
@@ -364,6 +370,7 @@ int recover(walfs_t *wal)
     }
     free(ids);
     if (rc) return rc;
+    if (wal->opt.read_only && (rc = cat_refresh(wal))) return rc;
     size_t ns = atomic_load(&wal->n_streams);
     for (size_t i = 0; i < ns && !rc; i++) rc = settle_stream(wal, stream_get(wal, (uint32_t)i));
     return rc;
