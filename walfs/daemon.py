@@ -16,6 +16,7 @@ Lifecycle (the order matters):
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import signal
@@ -64,6 +65,10 @@ class MountConfig:
     block_size: int | None = None
     fuse_options: set[str] = field(default_factory=set)
     max_tasks: int = 99
+    # "HOST:PORT" for a Kafka-wire listener on the same Wal (docs/kafka.md); None: off.
+    kafka_listen: str | None = None
+    # Let Kafka's DeleteTopics delete. Off by default: the mount itself refuses unlink.
+    kafka_allow_delete: bool = False
 
 
 def sd_notify(message: str) -> bool:
@@ -165,6 +170,10 @@ async def _serve(ops: WalOperations, config: MountConfig, on_ready: Callable[[],
         nursery.start_soon(ops.invalidation_task, name="walfs-invalidate")
         nursery.start_soon(ops.watch_task, name="walfs-watch")
         nursery.start_soon(_signals, name="walfs-signals")
+        if config.kafka_listen:
+            # Before readiness: a port that cannot be bound fails the mount (the finally
+            # in run() unmounts), instead of a mount that silently lacks its listener.
+            await _start_kafka(nursery, ops, config.kafka_listen, config.kafka_allow_delete)
         # The mount exists since pyfuse3.init; requests wait in /dev/fuse until main runs,
         # which starts without yielding after this point.
         log.info("walfs serving %s on %s", config.data_dir, config.mountpoint)
@@ -178,6 +187,20 @@ async def _serve(ops: WalOperations, config: MountConfig, on_ready: Callable[[],
             with trio.CancelScope(shield=True):
                 await ops.commit_all_partials()
             nursery.cancel_scope.cancel()
+
+
+async def _start_kafka(nursery: trio.Nursery, ops: WalOperations, listen: str, allow_delete: bool) -> None:
+    """Runs serve_kafka on the mount's own Wal, in the daemon's nursery: it stops with the
+    mount (the nursery is cancelled once pyfuse3.main returns), before Wal.close()."""
+    from walfs.kafka import parse_listen_address, serve_kafka
+
+    host, port = parse_listen_address(listen)
+    bound = await nursery.start(
+        functools.partial(serve_kafka, ops.wal, host, port, allow_delete=allow_delete),
+        name="walfs-kafka",
+    )
+    shown = f"[{host}]" if ":" in host else host
+    log.info("kafka listening on %s:%d", shown, bound)
 
 
 async def _signals() -> None:

@@ -59,12 +59,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--segment-size", type=parse_size, default=None, help="e.g. 64M")
     p.add_argument("--block-size", type=parse_size, default=None, help="e.g. 1M")
     p.add_argument(
+        "--kafka-listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="also serve Kafka clients on HOST:PORT (off by default; e.g. 127.0.0.1:9092)",
+    )
+    p.add_argument(
+        "--kafka-allow-delete",
+        action="store_true",
+        default=None,
+        help="let Kafka's DeleteTopics delete topics (off: the mount never deletes)",
+    )
+    p.add_argument(
         "-o",
         dest="options",
         action="append",
         default=[],
         help="comma-separated: fsync=, org_id=, allow_other, log_level=, "
-        "log_file=, segment_size=, block_size=, fsync_interval_ms=, and "
+        "log_file=, segment_size=, block_size=, fsync_interval_ms=, "
+        "kafka_listen=HOST:PORT, kafka_allow_delete, and "
         "FUSE options (nosuid, nodev, noexec, noatime, allow_root, ...)",
     )
     # mount(8) passes these to helpers; they mean nothing here.
@@ -93,9 +106,10 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
                 "segment_size",
                 "block_size",
                 "fsync_interval_ms",
+                "kafka_listen",
             ):
                 opts[key] = value
-            elif key == "allow_other":
+            elif key in ("allow_other", "kafka_allow_delete"):
                 opts[key] = "1"
             elif key == "foreground":
                 opts[key] = "1"
@@ -114,6 +128,14 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
         raise SystemExit(f"walfs mount: fsync must be always, interval or never, not {fsync!r}")
     seg = args.segment_size if args.segment_size is not None else opts.get("segment_size")
     blk = args.block_size if args.block_size is not None else opts.get("block_size")
+    kafka_listen = pick(args.kafka_listen, "kafka_listen", None)
+    if kafka_listen:
+        from walfs.kafka.listener import parse_listen_address
+
+        try:
+            parse_listen_address(kafka_listen)
+        except ValueError as exc:
+            raise SystemExit(f"walfs mount: kafka_listen: {exc}") from None
     config = MountConfig(
         data_dir=os.path.abspath(args.data_dir),
         mountpoint=os.path.abspath(args.mountpoint),
@@ -124,6 +146,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
         segment_size=parse_size(str(seg)) if seg is not None else None,
         block_size=parse_size(str(blk)) if blk is not None else None,
         fuse_options=fuse,
+        kafka_listen=kafka_listen or None,
+        kafka_allow_delete=bool(args.kafka_allow_delete) or "kafka_allow_delete" in opts,
     )
     log_opts = {
         "level": pick(args.log_level, "log_level", "warning") or "warning",
