@@ -16,9 +16,10 @@ kernel cache timeouts and when blocking work leaves the trio loop.
 
 pyfuse3 runs every request as a trio task on one thread, so a handler must never wait for
 the disk: appends that wait for fsync (fsync=always), fsync itself, topic creation and
-consumer bookkeeping run in worker threads (walfs.Wal is thread-safe and its C calls
-release the GIL). Reads and non-durable appends are memory copies and run inline: a thread
-hop (~100 us here) would cost more than the call.
+consumer commits run in worker threads (walfs.Wal is thread-safe and its C calls release
+the GIL). Reads, non-durable appends and the engine's index look-ups (byte_position,
+offset_at_byte) are memory work and run inline: a thread hop (~100 us here) would cost
+more than the call.
 """
 
 from __future__ import annotations
@@ -56,8 +57,6 @@ ATTR_TIMEOUT = 1.0
 NEGATIVE_TIMEOUT = 30.0
 # How often the watcher looks for growth and topics that did not come through this mount.
 WATCH_INTERVAL = 1.0
-# Every this many watcher rounds, look for new partitions of known topics too.
-FULL_REFRESH_ROUNDS = 30
 # Invalidations are batched over this long: one per append would cost a kernel round trip
 # per write, and tail -f polls once a second anyway.
 INVALIDATE_COALESCE = 0.02
@@ -205,9 +204,6 @@ class WalOperations(pyfuse3.Operations):
         self._groups: set[str] = set()
         self._mtime_ns: dict[tuple[str, int], int] = {}
         self._seen_size: dict[tuple[str, int], int] = {}
-        # Byte position of a committed offset never changes: cache it (computing it may
-        # mean reading the records behind it).
-        self._byte_pos_cache: dict[tuple[str, int, int], int] = {}
 
         # Work for the invalidation task (cache notifications must not come from handlers).
         self._dirty_inodes: set[int] = set()
@@ -234,19 +230,11 @@ class WalOperations(pyfuse3.Operations):
         except KeyError:
             raise pyfuse3.FUSEError(errno.ENOENT) from None
 
-    def refresh_streams(self, full: bool = True) -> list[tuple[str, int]]:
-        """Re-reads the Wal's stream list; returns the streams that are new to the mount.
-
-        Wal.partitions() scans every stream, so asking it for every topic costs
-        O(streams^2) (60 ms for 1,000 topics): unless `full`, only topics new to the mount
-        are asked. New partitions of known topics show up with the next full refresh,
-        and at once when they come through this mount.
-        """
-        known = {t for t, _ in self._streams}
-        found = [(t, p) for t in self.wal.topics() if full or t not in known for p in self.wal.partitions(t)]
-        new = [s for s in found if s not in self._streams]
-        for s in new:
-            self._add_stream(s)
+    def refresh_streams(self) -> list[tuple[str, int]]:
+        """Re-reads the Wal's stream list (one pass); returns the streams new to the mount."""
+        new = [st for st in self.wal.streams() if st not in self._streams]
+        for st in new:
+            self._add_stream(st)
         self._groups.update(self.wal.consumer_groups())
         return new
 
@@ -344,97 +332,18 @@ class WalOperations(pyfuse3.Operations):
         low = self.wal.low_watermark(node.topic, node.partition)
         return max(committed or 0, low)
 
-    def _byte_position(self, topic: str, partition: int, offset: int) -> int:
-        """Byte position in the view where record `offset` starts."""
-        key = (topic, partition, offset)
-        cached = self._byte_pos_cache.get(key)
-        if cached is not None:
-            return cached
-        fast = getattr(self.wal, "byte_position", None)
-        if fast is not None:
-            pos = int(fast(topic, offset, partition))
-        else:
-            # Stand-in until walfs.Wal offers offset->byte: count back from the end over
-            # the records after `offset` (the backlog a consumer is about to read anyway).
-            hw = self.wal.high_watermark(topic, partition)
-            size = self.wal.byte_size(topic, partition)
-            tail = 0
-            off = offset
-            while off < hw:
-                values = self.wal.read(topic, off, partition, max_records=10000)
-                if not values:
-                    break
-                tail += sum(len(v) + 1 for v in values)
-                off += len(values)
-                if off >= hw:
-                    # Records appended while counting: measure up to a fixed end instead.
-                    hw2 = self.wal.high_watermark(topic, partition)
-                    if hw2 != hw:
-                        return self._byte_position_forward(topic, partition, offset)
-            pos = size - tail
-        self._remember_byte_position(key, pos)
-        return pos
-
-    def _byte_position_forward(self, topic: str, partition: int, offset: int) -> int:
-        info = self.wal.stream_info(topic, partition)
-        pos = int(info.low_byte)
-        off = int(info.low_watermark)
-        while off < offset:
-            values = self.wal.read(topic, off, partition, max_records=min(10000, offset - off))
-            if not values:
-                break
-            pos += sum(len(v) + 1 for v in values)
-            off += len(values)
-        self._remember_byte_position((topic, partition, offset), pos)
-        return pos
-
-    def _remember_byte_position(self, key: tuple[str, int, int], pos: int) -> None:
-        # Every commit makes a new key; old ones are rarely asked for again.
-        if len(self._byte_pos_cache) >= 100_000:
-            self._byte_pos_cache.clear()
-        self._byte_pos_cache[key] = pos
-
-    async def _warm(self, node: Node) -> None:
-        """Computes a consumer file's start in a thread when it is not cached yet: without
-        Wal support for offset -> byte position it may read the group's whole backlog."""
-        if node.kind != "cfile":
-            return
-        offset = self._committed(node)
-        if offset >= self.wal.high_watermark(node.topic, node.partition):
-            return  # caught up: the start is the end, no walk needed
-        if (node.topic, node.partition, offset) not in self._byte_pos_cache:
-            with wal_errors_as_errno("consumer position"):
-                await trio.to_thread.run_sync(self._committed_byte, node)
-
     def _committed_byte(self, node: Node) -> int:
+        """Byte position in the topic's view where the group's next record starts."""
         offset = self._committed(node)
-        key = (node.topic, node.partition, offset)
-        cached = self._byte_pos_cache.get(key)
-        if cached is not None:
-            return cached
         if offset >= self.wal.high_watermark(node.topic, node.partition):
             return int(self.wal.byte_size(node.topic, node.partition))
-        return self._byte_position(node.topic, node.partition, offset)
+        return int(self.wal.byte_position(node.topic, offset, node.partition))
 
     def _records_within(self, h: Handle) -> int:
         """How many whole records lie in the first h.frontier bytes of a consumer view."""
-        fast = getattr(self.wal, "offset_at_byte", None)
         node = h.node
-        if fast is not None:
-            return int(fast(node.topic, h.base_byte + h.frontier, node.partition)) - h.base_offset
-        count = 0
-        consumed = 0
-        off = h.base_offset
-        while True:
-            values = self.wal.read(node.topic, off, node.partition, max_records=10000)
-            if not values:
-                return count
-            for v in values:
-                if consumed + len(v) + 1 > h.frontier:
-                    return count
-                consumed += len(v) + 1
-                count += 1
-            off += len(values)
+        end = int(self.wal.offset_at_byte(node.topic, h.base_byte + h.frontier, node.partition))
+        return end - h.base_offset
 
     # ----------------------------------------------------------------- invalidation
 
@@ -498,12 +407,10 @@ class WalOperations(pyfuse3.Operations):
 
     async def watch_task(self, interval: float = WATCH_INTERVAL) -> None:
         """Finds growth and topics that did not come through this mount's handlers."""
-        rounds = 0
         while True:
             await trio.sleep(interval)
-            rounds += 1
             try:
-                self.refresh_streams(full=rounds % FULL_REFRESH_ROUNDS == 0)
+                self.refresh_streams()
                 for stream in list(self._streams):
                     size = self.wal.byte_size(*stream)
                     if self._seen_size.get(stream) != size:
@@ -515,19 +422,25 @@ class WalOperations(pyfuse3.Operations):
 
     # ----------------------------------------------------------------- appending
 
-    async def _append(self, node: Node, records: list[bytes]) -> None:
+    async def _append(self, node: Node, lines: bytes | bytearray | memoryview) -> None:
+        """Appends newline-terminated lines (each one record) as one batch."""
         with wal_errors_as_errno(f"append to {node.topic!r}/{node.partition}"):
             if self.blocking_appends:
-                await trio.to_thread.run_sync(self.wal.append_batch, node.topic, records, node.partition)
+                await trio.to_thread.run_sync(self.wal.append_lines, node.topic, lines, node.partition)
             else:
-                self.wal.append_batch(node.topic, records, node.partition)
+                self.wal.append_lines(node.topic, lines, node.partition)
         self._stream_changed(node.topic, node.partition)
 
     async def _commit_partial(self, h: Handle) -> None:
         if not h.partial:
             return
-        record = bytes(h.partial)
-        await self._append(h.node, [record])
+        # The record is the partial line as it stands; its newline is the view's own.
+        h.partial += b"\n"
+        try:
+            await self._append(h.node, h.partial)
+        except BaseException:
+            del h.partial[-1:]
+            raise
         h.partial.clear()
 
     async def commit_all_partials(self) -> None:
@@ -548,7 +461,6 @@ class WalOperations(pyfuse3.Operations):
         node = self._child(parent, name)
         if node is None:
             return self._negative()
-        await self._warm(node)
         return self._entry(node)
 
     def _child(self, parent: Node, name: bytes) -> Node | None:
@@ -619,7 +531,6 @@ class WalOperations(pyfuse3.Operations):
 
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         node = self._node(inode)
-        await self._warm(node)
         with wal_errors_as_errno("getattr"):
             return self._attrs(node, inode)
 
@@ -717,13 +628,12 @@ class WalOperations(pyfuse3.Operations):
         h = self._handle(fh)
         with wal_errors_as_errno("readdir"):
             if start_id == 0:
-                self.refresh_streams(full=len(self._streams) < 200)
+                self.refresh_streams()
             # A fresh listing per call is fine: names only ever get added, in sorted
             # groups, so positions from an earlier call stay valid except for additions.
             entries = self._listing(h.node)
             for i in range(start_id, len(entries)):
                 name, node = entries[i]
-                await self._warm(node)
                 if not pyfuse3.readdir_reply(token, name, self._entry(node), i + 1):
                     return
 
@@ -764,12 +674,9 @@ class WalOperations(pyfuse3.Operations):
         return pyfuse3.FileInfo(fh=self._new_handle(h), direct_io=writable, keep_cache=not writable)
 
     async def _open_consumer(self, node: Node) -> pyfuse3.FileInfo:
-        def position() -> tuple[int, int]:
-            offset = self._committed(node)
-            return offset, self._byte_position(node.topic, node.partition, offset)
-
         with wal_errors_as_errno("open consumer file"):
-            base_offset, base_byte = await trio.to_thread.run_sync(position)
+            base_offset = self._committed(node)
+            base_byte = int(self.wal.byte_position(node.topic, base_offset, node.partition))
         h = Handle(node, base_offset=base_offset, base_byte=base_byte)
         # direct_io: the view's start moves with each commit, so cached pages of another
         # open would be stale.
@@ -837,15 +744,21 @@ class WalOperations(pyfuse3.Operations):
             h.partial += buf
             h.next_pos += len(buf)
             return len(buf)
-        # One split, no other copy of the request: the last piece is the next partial line.
-        lines = buf.split(b"\n")
-        rest = lines.pop()
+        # The complete lines go in as one batch (split in C, Wal.append_lines): no other
+        # writer's line can land between them, and a crash keeps all or none. What follows
+        # the last newline is the next partial line.
+        end = buf.rfind(b"\n") + 1
         if h.partial:
-            lines[0] = bytes(h.partial) + lines[0]
-        # All complete lines of this request go in as one batch: no other writer's line
-        # can land between them, and a crash keeps all or none.
-        await self._append(h.node, lines)
-        h.partial = bytearray(rest)
+            held = len(h.partial)
+            h.partial += memoryview(buf)[:end]
+            try:
+                await self._append(h.node, h.partial)
+            except BaseException:
+                del h.partial[held:]  # refused: the handle keeps what it had
+                raise
+        else:
+            await self._append(h.node, buf if end == len(buf) else memoryview(buf)[:end])
+        h.partial = bytearray(memoryview(buf)[end:])
         h.next_pos += len(buf)
         return len(buf)
 
