@@ -22,6 +22,7 @@ from walfs.topic_index import SNAPSHOT_NAME, StreamIndex, load_stream, read_snap
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 16 << 20
+_ZERO = array.array("I", (0,))  # meta lengths of one plain record
 # Geometry of a new WAL (an existing one keeps what it was created with). The environment
 # can change the defaults: WALFS_SEGMENT_SIZE, WALFS_BLOCK_SIZE (bytes).
 DEFAULT_SEGMENT_SIZE = 1 << 30
@@ -75,7 +76,8 @@ class Wal:
         self.fsync = fsync
         self.cursors = CursorStore(self.path, read_only)
         self._lock = threading.Lock()  # the stream maps
-        self._data = threading.Condition()  # notified after every append (wait_for)
+        self._data = threading.Condition()  # notified after appends while someone waits
+        self._waiting = 0  # threads in wait_for (changed under self._data)
         self._streams: dict[int, StreamIndex] = {}
         self._by_name: dict[tuple[int, str, int], StreamIndex] = {}
         self._appended_since_snapshot = False
@@ -214,7 +216,9 @@ class Wal:
         timestamp_ms: int | None = None,
     ) -> int:
         if key is None and not headers and timestamp_ms is None:
-            return self.append_batch(topic, [data], partition)
+            if len(data) >= MAX_U32:
+                raise RecordTooLargeError("a record is larger than 4 GiB")
+            return self._append(topic, partition, [data], _ZERO, array.array("I", (len(data),)))
         return self.append_records(topic, [(key, data, headers, timestamp_ms)], partition)
 
     def append_batch(self, topic: str, records: Sequence[bytes], partition: int = 0) -> int:
@@ -277,8 +281,9 @@ class Wal:
 
     def _appended(self, ticket: int) -> None:
         self._appended_since_snapshot = True
-        with self._data:
-            self._data.notify_all()
+        if self._waiting:  # most appends have no one in wait_for to wake
+            with self._data:
+                self._data.notify_all()
         if self.fsync == "always":
             # Outside the stream's lock: appenders of the same stream share the next fsync.
             self.engine.wait_durable(ticket)
@@ -379,14 +384,20 @@ class Wal:
         """Blocks until the high watermark passes `offset`; False on timeout or close."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._data:
-            while self.high_watermark(topic, partition) <= offset:
-                if self.closed:
-                    return False
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._data.wait(left)
-            return True
+            self._waiting += 1
+            try:
+                while self.high_watermark(topic, partition) <= offset:
+                    if self.closed:
+                        return False
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    # Bounded wait: an append that checked _waiting just before we
+                    # incremented it does not notify; we see its record on the next turn.
+                    self._data.wait(0.05 if left is None else min(left, 0.05))
+                return True
+            finally:
+                self._waiting -= 1
 
     # -- consumers ------------------------------------------------------------------
     def consumer(
