@@ -60,10 +60,10 @@ class WalfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
         return ReadAllAvailable()
 
-    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
-        # Spark < 4.2 calls latestOffset() without arguments: then there is no start to
-        # limit against, and every available record is offered.
-        begin = from_json(start or {})
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        # This signature (PySpark >= 4.2) tells Spark the source supports read limits
+        # (maxOffsetsPerTrigger) and Trigger.AvailableNow.
+        begin = from_json(start)
         bounds = self._bounds()
         latest = {sid: b.high for sid, b in bounds.items()}
         if self._cap is not None:
@@ -72,7 +72,7 @@ class WalfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # filter, an older copy of the directory): keep what was already planned.
         for sid, off in begin.items():
             latest[sid] = max(latest.get(sid, off), off)
-        if isinstance(limit, ReadMaxRows) and start is not None:
+        if isinstance(limit, ReadMaxRows):
             # A stream new to this query starts at its first stored record (partitions()
             # reads it from there), so its backlog counts from there too.
             base = {sid: begin[sid] if sid in begin else bounds[sid].low for sid in latest}
