@@ -119,6 +119,7 @@ def bench_always(base: str, seconds: float) -> dict[str, object]:
         for t in ts:
             t.join()
         out[f"threads_{threads}_records_per_s"] = sum(counts) / (time.perf_counter() - t0)
+        out[f"threads_{threads}_records_per_fsync"] = sum(counts) / max(1, w.recovery_report()["syncs"])
         w.close()
         shutil.rmtree(path)
     plain = os.path.join(base, "plain-sync")

@@ -133,6 +133,7 @@ struct walfs {
     uint64_t durable_ticket;
     atomic_ullong ticket;
     atomic_int failed;
+    atomic_ullong syncs;
     struct io_uring ring;
     int have_ring;
 

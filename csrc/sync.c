@@ -116,6 +116,7 @@ static int lead_sync(walfs_t *wal)
     }
     pthread_mutex_unlock(&wal->lock);
     if (!rc) rc = fsync_segments(wal, segs, n);
+    if (n) atomic_fetch_add(&wal->syncs, 1);
     if (!rc) {
         for (size_t i = 0; i < n; i++) seg_synced(wal, segs[i], saves[i]);
         write_seals(wal, target);

@@ -139,6 +139,7 @@ int walfs_close(walfs_t *wal)
 int walfs_recovery_report(walfs_t *wal, walfs_recovery_report_t *out)
 {
     *out = wal->report;
+    out->syncs = atomic_load(&wal->syncs);
     return 0;
 }
 

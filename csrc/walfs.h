@@ -68,6 +68,7 @@ typedef struct walfs_recovery_report {
     uint64_t cut_records;        /* torn or incomplete-batch records removed from tails */
     uint64_t cut_bytes;
     uint64_t freed_blocks;
+    uint64_t syncs;              /* since open: fsync rounds (one round syncs every dirty file) */
 } walfs_recovery_report_t;
 
 void walfs_default_options(walfs_options_t *opts);
