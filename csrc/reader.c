@@ -143,6 +143,32 @@ int64_t walfs_read(walfs_t *wal, uint32_t stream_no, uint64_t start_gid, uint32_
     return rc;
 }
 
+/* The last run whose first_byte <= pos (0 if none). */
+static size_t find_block_by_byte(const stream_t *s, uint64_t pos)
+{
+    size_t lo = 0, hi = s->n_blocks;
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (s->blocks[mid]->first_byte <= pos)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* View position of stored record `offset` (< next_offset); -ERANGE if not stored. */
+static int view_pos(const stream_t *s, uint64_t offset, uint64_t *pos)
+{
+    if (!s->n_blocks) return -ERANGE;
+    const block_t *b = s->blocks[find_block_by_offset(s, offset)];
+    if (offset < b->first_offset || offset - b->first_offset >= b->count) return -ERANGE;
+    slot_t sl;
+    slot_get(b, offset - b->first_offset, &sl);
+    *pos = b->first_byte + sl.view_delta;
+    return 0;
+}
+
 /* Index of the last record of b whose view position is <= rel. */
 static uint64_t find_view(const block_t *b, uint64_t rel)
 {
@@ -162,13 +188,9 @@ static uint64_t find_view(const block_t *b, uint64_t rel)
 /* View position of the first retained record (or the end). Under s->lock. */
 static uint64_t low_byte(const stream_t *s)
 {
-    if (s->low_offset >= s->next_offset || !s->n_blocks) return s->next_byte;
-    size_t bi = find_block_by_offset(s, s->low_offset);
-    const block_t *b = s->blocks[bi];
-    if (s->low_offset < b->first_offset || s->low_offset - b->first_offset >= b->count) return s->next_byte;
-    slot_t sl;
-    slot_get(b, s->low_offset - b->first_offset, &sl);
-    return b->first_byte + sl.view_delta;
+    uint64_t pos;
+    if (s->low_offset >= s->next_offset || view_pos(s, s->low_offset, &pos)) return s->next_byte;
+    return pos;
 }
 
 uint64_t stream_low_byte(const stream_t *s)
@@ -187,15 +209,7 @@ int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t
         goto out;
     }
     if (pos >= s->next_byte || len == 0 || !s->n_blocks) goto out;
-    size_t lo = 0, hi = s->n_blocks;
-    while (hi - lo > 1) {
-        size_t mid = (lo + hi) / 2;
-        if (s->blocks[mid]->first_byte <= pos)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    size_t bi = lo;
+    size_t bi = find_block_by_byte(s, pos);
     uint64_t idx = find_view(s->blocks[bi], pos - s->blocks[bi]->first_byte);
     uint64_t got = 0;
     while (got < len && bi < s->n_blocks) {
@@ -237,20 +251,12 @@ int walfs_byte_position(walfs_t *wal, uint32_t stream_no, uint64_t offset, uint6
     if (!s) return -ENOENT;
     pthread_mutex_lock(&s->lock);
     int rc = 0;
-    if (offset == s->next_offset) {
+    if (offset == s->next_offset)
         *pos = s->next_byte;
-    } else if (offset < s->low_offset || offset > s->next_offset || !s->n_blocks) {
+    else if (offset < s->low_offset || offset > s->next_offset)
         rc = -ERANGE;
-    } else {
-        const block_t *b = s->blocks[find_block_by_offset(s, offset)];
-        if (offset < b->first_offset || offset - b->first_offset >= b->count) {
-            rc = -ERANGE;
-        } else {
-            slot_t sl;
-            slot_get(b, offset - b->first_offset, &sl);
-            *pos = b->first_byte + sl.view_delta;
-        }
-    }
+    else
+        rc = view_pos(s, offset, pos);
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -266,14 +272,7 @@ int walfs_offset_at_byte(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint64_
     } else if (pos < low_byte(s)) {
         rc = -ERANGE;
     } else {
-        size_t lo = 0, hi = s->n_blocks;
-        while (hi - lo > 1) {
-            size_t mid = (lo + hi) / 2;
-            if (s->blocks[mid]->first_byte <= pos)
-                lo = mid;
-            else
-                hi = mid;
-        }
+        size_t lo = find_block_by_byte(s, pos);
         const block_t *b = s->blocks[lo];
         while (!b->count && lo + 1 < s->n_blocks) b = s->blocks[++lo];
         uint64_t idx = find_view(b, pos - b->first_byte);
