@@ -43,6 +43,27 @@ async def test_lines_partials_and_stale_append_offsets(ops: WalOperations) -> No
     assert await ops.read((await ops.open(ino, os.O_RDONLY, CTX)).fh, 4, 100) == b"two\nthr\n"
 
 
+async def test_requests_that_end_mid_line_join_the_held_partial(ops: WalOperations) -> None:
+    """dd bs=1M of text: every request ends mid-line, so each append joins the held
+    partial with the request's complete lines (one batch, through a reused buffer)."""
+    fh, _ino = await create(ops, b"dd", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    text = b"".join(b"line %05d %s\n" % (i, b"x" * (i % 37)) for i in range(3000))
+    expected = text.split(b"\n")[:-1]
+    for size in (1, 7, 4096, 50_000):  # growing requests: the buffer grows too
+        pos = 0
+        while pos < len(text):
+            assert await ops.write(fh, 0, text[pos : pos + size]) == len(text[pos : pos + size])
+            pos += size
+    await ops.release(fh)
+    assert ops.wal.read("dd", 0, max_records=100_000) == expected * 4
+    # Empty lines are records too, also right after a held partial.
+    fh, _ino = await create(ops, b"empty", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    await ops.write(fh, 0, b"a")
+    await ops.write(fh, 0, b"\n\n\nb")
+    await ops.release(fh)
+    assert ops.wal.read("empty", 0) == [b"a", b"", b"", b"b"]
+
+
 async def test_sequential_writer_of_a_new_topic(ops: WalOperations) -> None:
     fh, ino = await create(ops, b"new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     assert await ops.write(fh, 0, b"a\n") == 2
