@@ -210,7 +210,12 @@ int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t
     }
     if (pos >= s->next_byte || len == 0 || !s->n_blocks) goto out;
     size_t bi = find_block_by_byte(s, pos);
-    uint64_t idx = find_view(s->blocks[bi], pos - s->blocks[bi]->first_byte);
+    const block_t *first = s->blocks[bi];
+    uint64_t idx = find_view(first, pos - first->first_byte);
+    slot_t sl;
+    slot_get(first, idx, &sl);
+    /* Only the first record can start before pos; the rest are copied whole. */
+    uint64_t skip = pos - (first->first_byte + sl.view_delta);
     uint64_t got = 0;
     while (got < len && bi < s->n_blocks) {
         const block_t *b = s->blocks[bi];
@@ -225,10 +230,6 @@ int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t
             rc = got ? (int64_t)got : -EBADMSG;
             goto out;
         }
-        slot_t sl;
-        slot_get(b, idx, &sl);
-        uint64_t start = b->first_byte + sl.view_delta, at = pos + got;
-        uint64_t skip = at > start ? at - start : 0;
         uint64_t vlen = r.value_len;
         if (skip < vlen) {
             uint64_t n = vlen - skip < len - got ? vlen - skip : len - got;
@@ -237,6 +238,7 @@ int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t
             skip += n;
         }
         if (got < len && skip == vlen) buf[got++] = '\n';
+        skip = 0;
         idx++;
     }
     rc = (int64_t)got;
