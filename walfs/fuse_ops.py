@@ -222,7 +222,14 @@ class WalOperations(pyfuse3.Operations):
         self._entries_wakeup = trio.Event()  # names appeared (at once)
 
         self.refresh_streams()
+        # Set once the kernel's INIT has been answered (settings such as the read-ahead
+        # must be changed after it: INIT resets them).
+        self.initialized = trio.Event()
 
+    def init(self) -> None:
+        # Called by pyfuse3 while it handles INIT; the answer goes out before this task
+        # next yields, so whoever waits on `initialized` runs after it.
+        self.initialized.set()
     # ----------------------------------------------------------------- inodes and nodes
 
     def _ino(self, node: Node) -> int:

@@ -59,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--segment-size", type=parse_size, default=None, help="e.g. 64M")
     p.add_argument("--block-size", type=parse_size, default=None, help="e.g. 1M")
     p.add_argument(
+        "--read-ahead-kb",
+        type=int,
+        default=None,
+        help="the kernel's read-ahead for the mount in KiB (default 1024; 0: kernel default)",
+    )
+    p.add_argument(
         "--kafka-listen",
         default=None,
         metavar="HOST:PORT",
@@ -77,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="comma-separated: fsync=, org_id=, allow_other, log_level=, "
         "log_file=, segment_size=, block_size=, fsync_interval_ms=, "
-        "kafka_listen=HOST:PORT, kafka_allow_delete, and "
+        "read_ahead_kb=, kafka_listen=HOST:PORT, kafka_allow_delete, and "
         "FUSE options (nosuid, nodev, noexec, noatime, allow_root, ...)",
     )
     # mount(8) passes these to helpers; they mean nothing here.
@@ -107,6 +113,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
                 "block_size",
                 "fsync_interval_ms",
                 "kafka_listen",
+                "read_ahead_kb",
             ):
                 opts[key] = value
             elif key in ("allow_other", "kafka_allow_delete"):
@@ -146,6 +153,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
         segment_size=parse_size(str(seg)) if seg is not None else None,
         block_size=parse_size(str(blk)) if blk is not None else None,
         fuse_options=fuse,
+        read_ahead_kb=int(pick(args.read_ahead_kb, "read_ahead_kb", "1024") or 0),
         kafka_listen=kafka_listen or None,
         kafka_allow_delete=bool(args.kafka_allow_delete) or "kafka_allow_delete" in opts,
     )
