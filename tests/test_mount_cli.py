@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -82,3 +83,20 @@ def test_mount_on_a_live_mount_is_refused(mount: Mount) -> None:
     assert res.returncode == 1 and "already a mount point" in res.stderr
     mount.sh("echo ok >> t")
     assert mount.out("cat t") == "ok\n"
+
+
+def _read_ahead_kb(path: Path) -> int:
+    dev = path.stat().st_dev
+    return int(Path(f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb").read_text())
+
+
+def test_read_ahead_default_and_option(make_mount) -> None:
+    m: Mount = make_mount()
+    m.start()
+    assert _read_ahead_kb(m.path) == 1024
+    m.stop()
+    m.start("-o", "read_ahead_kb=256")
+    assert _read_ahead_kb(m.path) == 256
+    m.sh("seq 1 100000 >> t")
+    assert m.out("cat t | wc -l").strip() == "100000"
+    m.stop()
