@@ -6,7 +6,7 @@ MOUNTPOINT ?= /mnt/wal
 START     ?= 1
 APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd
 
-.PHONY: install deps venv start test lint ctest bench clean
+.PHONY: install deps venv start testdeps test lint ctest bench clean
 
 install: deps venv
 	install -m 755 mount/mount.fuse.walfs /sbin/mount.fuse.walfs
@@ -30,12 +30,13 @@ start:
 		mkdir -p $(DATA_DIR) $(MOUNTPOINT) && .venv/bin/walfs mount $(DATA_DIR) $(MOUNTPOINT) && \
 		echo "walfs: $(DATA_DIR) mounted at $(MOUNTPOINT); try: echo hello >> $(MOUNTPOINT)/orders"; fi
 
-test: lint ctest
-	$(PY) -m pip install -q -e '.[test]'
+test: testdeps lint ctest
 	$(PY) -m pytest -q tests
 
-lint:
+testdeps:
 	$(PY) -m pip install -q -e '.[test]'
+
+lint: testdeps
 	$(PY) -m ruff check walfs pyspark_walfs tests bench
 	$(PY) -m mypy walfs pyspark_walfs
 
