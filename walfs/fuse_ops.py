@@ -380,9 +380,10 @@ class WalOperations(pyfuse3.Operations):
 
     def _stream_inodes(self, topic: str, partition: int) -> list[tuple[Node, int]]:
         out = []
-        ino = self._inodes.get(Node("topic", partition, topic))
+        node = Node("topic", partition, topic)
+        ino = self._inodes.get(node)
         if ino is not None:
-            out.append((Node("topic", partition, topic), ino))
+            out.append((node, ino))
         for group in self._groups:
             node = Node("cfile", partition, topic, group)
             ino = self._inodes.get(node)
@@ -780,7 +781,10 @@ class WalOperations(pyfuse3.Operations):
                 await self._append(h.node, joined[:need])
         else:
             await self._append(h.node, buf if end == len(buf) else memoryview(buf)[:end])
-        h.partial = bytearray(memoryview(buf)[end:])
+        if end == len(buf):
+            h.partial.clear()
+        else:
+            h.partial = bytearray(memoryview(buf)[end:])
         h.next_pos += len(buf)
         return len(buf)
 
