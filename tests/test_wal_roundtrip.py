@@ -289,3 +289,28 @@ def test_append_lines_and_byte_positions(open_wal):
     first, n = w.append_lines("l", big)
     assert (first, n) == (5, 20_000)
     assert w.read("l", 5 + 19_999) == [b"line 19999"]
+
+
+def test_read_into_caller_buffers(open_wal):
+    import array
+
+    from walfs.engine import REC_SIZE
+
+    w = open_wal()
+    w.append_batch("z", [b"one", b"two", b"three"])
+    w.append("z", b"keyed", key=b"k")
+    buf = bytearray(1 << 16)
+    recs = bytearray(REC_SIZE * 10)
+    n = w.read_into("z", 1, buf, recs)
+    assert n == 3
+    words = array.array("Q", recs[: n * REC_SIZE])
+    bodies = []
+    for k in range(n):
+        offset, lens, pos = words[5 * k + 1], words[5 * k + 3], words[5 * k + 4]
+        meta, vlen = lens & 0xFFFFFFFF, lens >> 32
+        bodies.append((offset, bytes(buf[pos + meta : pos + meta + vlen]), meta > 0))
+    assert bodies == [(1, b"two", False), (2, b"three", False), (3, b"keyed", True)]
+    with pytest.raises(walfs.BufferTooSmallError) as e:
+        w.read_into("z", 0, bytearray(1), recs)
+    assert e.value.needed == 3
+    assert w.read_into("empty", 0, buf, recs) == 0

@@ -7,6 +7,7 @@ with walfs.Wal("/var/lib/walfs") as wal:
 
 from walfs.consumer import Consumer
 from walfs.errors import (
+    BufferTooSmallError,
     CorruptRecordError,
     InvalidPartitionError,
     InvalidTopicError,
@@ -24,6 +25,7 @@ from walfs.records import Record
 from walfs.wal import StreamInfo, Wal
 
 __all__ = [
+    "BufferTooSmallError",
     "Consumer",
     "CorruptRecordError",
     "InvalidPartitionError",

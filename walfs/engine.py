@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from walfs._core import ffi, lib
-from walfs.errors import WalClosedError, WalFailedError, from_errno
+from walfs.errors import BufferTooSmallError, WalClosedError, WalFailedError, from_errno
 
 FSYNC_MODES = {
     "never": lib.WALFS_FSYNC_NEVER,
@@ -17,6 +17,18 @@ FSYNC_MODES = {
     "always": lib.WALFS_FSYNC_ALWAYS,
 }
 NO_GID = 2**64 - 1
+# walfs_rec_t (csrc/walfs.h) as numpy-style fields, for callers of read_into that view the
+# descriptor array as a structured array; its size is checked against the C layout here.
+REC_LAYOUT = [
+    ("gid", "<u8"),
+    ("offset", "<u8"),
+    ("timestamp_ms", "<i8"),
+    ("meta_len", "<u4"),
+    ("value_len", "<u4"),
+    ("buf_pos", "<u8"),
+]
+REC_SIZE = 40
+assert ffi.sizeof("walfs_rec_t") == REC_SIZE and ffi.offsetof("walfs_rec_t", "buf_pos") == 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,6 +340,35 @@ class Engine:
                 # walfs_rec_t is five 64-bit words: gid, offset, ts, meta_len | value_len << 32, pos.
                 words = memoryview(ffi.buffer(recs, n * ffi.sizeof("walfs_rec_t"))).cast("Q").tolist()
                 return n, memoryview(buf), words
+        finally:
+            self._exit()
+
+    def read_into(
+        self, stream_no: int, offset: int, buf: Any, recs: Any, max_records: int, max_bytes: int
+    ) -> int:
+        """Reads records from `offset` into caller-owned writable buffers: record bodies
+        (meta || value) into `buf`, one REC_LAYOUT descriptor each into `recs`."""
+        max_records = min(max_records, len(memoryview(recs).cast("B")) // REC_SIZE)
+        h = self._enter()
+        try:
+            needed = ffi.new("uint64_t *")
+            cbuf = ffi.from_buffer(buf, require_writable=True)
+            rc = lib.walfs_read_offset(
+                h,
+                stream_no,
+                offset,
+                max_records,
+                max_bytes,
+                cbuf,
+                len(cbuf),
+                ffi.from_buffer("walfs_rec_t[]", recs, require_writable=True),
+                needed,
+            )
+            if rc == -errno.ENOBUFS:
+                raise BufferTooSmallError(int(needed[0]))
+            if rc == -errno.EBADMSG:
+                raise from_errno(rc, f"record at offset {int(needed[0])} of stream {stream_no} is corrupt")
+            return self._check(rc, "read")
         finally:
             self._exit()
 

@@ -49,6 +49,14 @@ class WalClosedError(WalError):
     """A call on a closed WAL."""
 
 
+class BufferTooSmallError(WalError):
+    """read_into: the first record does not fit; `needed` is the buffer size it takes."""
+
+    def __init__(self, needed: int) -> None:
+        super().__init__(f"the next record needs a {needed}-byte buffer")
+        self.needed = needed
+
+
 class WalIOError(WalError, OSError):
     """An operating-system error such as ENOSPC; the WAL stays usable."""
 

@@ -347,6 +347,30 @@ class Wal:
             out.append(Record(r.offset, r.timestamp_ms if ts is None else ts, r.value, key, headers, r.gid))
         return out
 
+    def read_into(
+        self,
+        topic: str,
+        offset: int,
+        buf: Any,
+        recs: Any,
+        partition: int = 0,
+        max_records: int = 1 << 20,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> int:
+        """Zero-copy reads for columnar consumers (the Spark source): fills `buf` with the
+        records' bodies (meta || value, back to back) and `recs` with one descriptor per
+        record (walfs.engine.REC_LAYOUT, 40 bytes: gid, offset, timestamp_ms, meta_len,
+        value_len, buf_pos); returns how many. Raises BufferTooSmallError(needed) when the
+        first record does not fit in `buf`."""
+        if not isinstance(offset, int) or offset < 0:
+            raise OffsetOutOfRangeError(f"offset {offset!r} is negative or not an int")
+        s = self._stream(topic, partition, False)
+        if s is None:
+            if offset == 0:
+                return 0
+            raise OffsetOutOfRangeError(f"offset {offset} is beyond the end of {topic!r} (empty)")
+        return self.engine.read_into(s.stream_no, offset, buf, recs, max_records, max_bytes)
+
     def byte_size(self, topic: str, partition: int = 0) -> int:
         s = self._stream(topic, partition, False)
         return self.engine.stream_info(s.stream_no).next_byte if s else 0

@@ -5,46 +5,31 @@ Why not Wal.read_records: it builds a Python Record per row (~6 µs each), which
 core at ~150k rows/s, while the C read itself costs ~0.25 µs per record. The fast path
 below calls the C reader into one Arrow buffer and turns the record table it fills
 (walfs_rec_t[]) into columns with numpy, so values of file-appended records reach Spark
-without a per-row Python object. It reaches into Wal/Engine internals (stream numbers,
-the C handle) until the engine offers a columnar read (see docs/spark.md, "Engine
-needs"); if those internals change, the slow path keeps reading correctly.
+without a per-row Python object: Wal.read_into fills an Arrow buffer with the record
+bodies and a numpy array with one descriptor per record (walfs.engine.REC_LAYOUT).
 """
 
 from __future__ import annotations
 
-import errno
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from walfs import Record, Wal
-from walfs.errors import OffsetOutOfRangeError, from_errno
+from walfs import BufferTooSmallError, Record, Wal
+from walfs.engine import REC_LAYOUT, REC_SIZE
+from walfs.errors import OffsetOutOfRangeError
 from walfs.records import decode_meta
 from walfs.spark.schema import ARROW_SCHEMA, CREATE_TIME, HEADER_TYPE, LOG_APPEND_TIME
 
 BATCH_RECORDS = 65536
 BATCH_BYTES = 16 << 20
 
-# walfs_rec_t from csrc/walfs.h; checked against the C compiler's layout at import.
-REC_DTYPE = np.dtype(
-    [
-        ("gid", "<u8"),
-        ("offset", "<u8"),
-        ("timestamp_ms", "<i8"),
-        ("meta_len", "<u4"),
-        ("value_len", "<u4"),
-        ("buf_pos", "<u8"),
-    ]
-)
+REC_DTYPE = np.dtype(REC_LAYOUT)
 
-try:
-    from walfs._core import ffi, lib
-
-    _FAST = ffi.sizeof("walfs_rec_t") == REC_DTYPE.itemsize and ffi.offsetof("walfs_rec_t", "buf_pos") == 32
-except (ImportError, AttributeError):  # pragma: no cover - an engine without the C layout
-    _FAST = False
+# walfs_rec_t from csrc/walfs.h, as the engine describes it (checked against C there).
+_FAST = REC_DTYPE.itemsize == REC_SIZE
 
 
 def read_range(
@@ -79,41 +64,16 @@ def read_range(
 def _read_fast(
     wal: Wal, topic: str, partition: int, offset: int, want: int, max_bytes: int
 ) -> pa.RecordBatch | None:
-    stream = getattr(wal, "_stream", None)
-    engine = getattr(wal, "engine", None)
-    if stream is None or engine is None or not hasattr(engine, "_enter"):
-        return None
-    s = stream(topic, partition, False)
-    if s is None:
-        return None
     recs = np.empty(want, REC_DTYPE)
     buflen = max_bytes
     while True:
         # An Arrow buffer, so the values column can point into it without a copy.
         buf = pa.allocate_buffer(buflen)
-        needed = ffi.new("uint64_t *")
-        h = engine._enter()
         try:
-            n = lib.walfs_read_offset(
-                h,
-                s.stream_no,
-                offset,
-                want,
-                max_bytes,
-                ffi.from_buffer(buf),
-                buflen,
-                ffi.from_buffer("walfs_rec_t[]", recs),
-                needed,
-            )
-        finally:
-            engine._exit()
-        if n == -errno.ENOBUFS:  # one record larger than the buffer: read it alone
-            buflen = max_bytes = int(needed[0])
+            n = wal.read_into(topic, offset, buf, recs, partition, want, max_bytes)
+        except BufferTooSmallError as e:  # one record larger than the buffer: read it alone
+            buflen = max_bytes = e.needed
             continue
-        if n == -errno.EBADMSG:
-            raise from_errno(n, f"record at offset {int(needed[0])} of {topic!r}[{partition}] is corrupt")
-        if n < 0:
-            raise from_errno(n, f"reading {topic!r}[{partition}] at offset {offset}")
         return _columns_to_batch(topic, partition, recs[:n], buf)
 
 
