@@ -205,6 +205,7 @@ async def _serve(ops: WalOperations, config: MountConfig, on_ready: Callable[[],
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ops.invalidation_task, name="walfs-invalidate")
         nursery.start_soon(ops.watch_task, name="walfs-watch")
+        ops.wal.add_append_listener(ops.poke_watcher)
         nursery.start_soon(_signals, name="walfs-signals")
         nursery.start_soon(_after_init, ops, config, name="walfs-after-init")
         if config.kafka_listen:

@@ -217,6 +217,9 @@ class WalOperations(pyfuse3.Operations):
 
         # Work for the invalidation task (cache notifications must not come from handlers).
         self._dirty_inodes: set[int] = set()
+        self._poked: set[tuple[str, int]] = set()  # streams grown outside the handlers
+        self._watch_poke = trio.Event()
+        self._trio_token: trio.lowlevel.TrioToken | None = None
         self._dirty_entries: set[tuple[int, bytes]] = set()
         self._wakeup = trio.Event()  # sizes changed (batched)
         self._entries_wakeup = trio.Event()  # names appeared (at once)
@@ -423,10 +426,34 @@ class WalOperations(pyfuse3.Operations):
             for parent, name in entries:
                 pyfuse3.invalidate_entry_async(parent, name, ignore_enoent=True)
 
+    def poke_watcher(self, topic: str, partition: int) -> None:
+        """Any thread: a stream grew (an append by the Kafka listener, say). The watcher
+        looks at it now instead of at its next round."""
+        first = not self._poked
+        self._poked.add((topic, partition))
+        if first and self._trio_token is not None:
+            self._trio_token.run_sync_soon(self._watch_poke.set)
+
     async def watch_task(self, interval: float = WATCH_INTERVAL) -> None:
         """Finds growth and topics that did not come through this mount's handlers."""
+        self._trio_token = trio.lowlevel.current_trio_token()
         while True:
-            await trio.sleep(interval)
+            with trio.move_on_after(interval) as timer:
+                await self._watch_poke.wait()
+            self._watch_poke = trio.Event()
+            poked, self._poked = self._poked, set()
+            if not timer.cancelled_caught:
+                # Poked: only the streams that grew (the mount's own appends included, whose
+                # size the watcher then takes quietly).
+                for stream in poked:
+                    if stream not in self._streams:
+                        self._add_stream(stream)
+                    size = self.wal.byte_size(*stream)
+                    if self._seen_size.get(stream) != size:
+                        if stream in self._seen_size:
+                            self._stream_changed(*stream, seen=False)
+                        self._seen_size[stream] = size
+                continue
             try:
                 self.refresh_streams()
                 for stream in list(self._streams):

@@ -8,7 +8,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +78,7 @@ class Wal:
         self._lock = threading.Lock()  # the stream maps
         self._data = threading.Condition()  # notified after appends while someone waits
         self._waiting = 0  # threads in wait_for (changed under self._data)
+        self._listeners: list[Callable[[str, int], None]] = []
         self._streams: dict[int, StreamIndex] = {}
         self._by_name: dict[tuple[int, str, int], StreamIndex] = {}
         self._appended_since_snapshot = False
@@ -244,7 +245,7 @@ class Wal:
             gid, offset, ticket, n = self.engine.append_lines(s.stream_no, data)
             s.add(gid, n)
             assert offset + n == s.high, (offset, n, s.high)
-        self._appended(ticket)
+        self._appended(s, ticket)
         return offset, n
 
     def append_records(self, topic: str, records: Iterable[Any], partition: int = 0) -> int:
@@ -276,10 +277,18 @@ class Wal:
             gid, offset, ticket = self.engine.append(s.stream_no, bodies, metas, values)
             s.add(gid, len(bodies))
             assert offset + len(bodies) == s.high, (offset, len(bodies), s.high)
-        self._appended(ticket)
+        self._appended(s, ticket)
         return offset
 
-    def _appended(self, ticket: int) -> None:
+    def add_append_listener(self, fn: Callable[[str, int], None]) -> None:
+        """Calls fn(topic, partition) after every append of this org's streams, in the
+        appending thread, once the records are readable. It must be quick and must not
+        raise (the mount uses it to notice appends made by its Kafka listener)."""
+        self._listeners.append(fn)
+
+    def _appended(self, s: StreamIndex, ticket: int) -> None:
+        for fn in self._listeners:
+            fn(s.name, s.partition)
         self._appended_since_snapshot = True
         if self._waiting:  # most appends have no one in wait_for to wake
             with self._data:
