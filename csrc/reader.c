@@ -186,17 +186,13 @@ static uint64_t find_view(const block_t *b, uint64_t rel)
 }
 
 /* View position of the first retained record (or the end). Under s->lock. */
-static uint64_t low_byte(const stream_t *s)
+uint64_t stream_low_byte(const stream_t *s)
 {
     uint64_t pos;
     if (s->low_offset >= s->next_offset || view_pos(s, s->low_offset, &pos)) return s->next_byte;
     return pos;
 }
 
-uint64_t stream_low_byte(const stream_t *s)
-{
-    return low_byte(s);
-}
 
 int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t *buf, uint64_t len)
 {
@@ -204,7 +200,7 @@ int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t
     if (!s) return -ENOENT;
     pthread_mutex_lock(&s->lock);
     int64_t rc = 0;
-    if (pos < low_byte(s)) {
+    if (pos < stream_low_byte(s)) {
         rc = -ERANGE;
         goto out;
     }
@@ -271,7 +267,7 @@ int walfs_offset_at_byte(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint64_
     int rc = 0;
     if (pos >= s->next_byte) {
         *offset = s->next_offset;
-    } else if (pos < low_byte(s)) {
+    } else if (pos < stream_low_byte(s)) {
         rc = -ERANGE;
     } else {
         size_t lo = find_block_by_byte(s, pos);

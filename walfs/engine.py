@@ -5,6 +5,7 @@ and consumers live in wal.py and its neighbours. The GIL is released in every C 
 import array
 import errno
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,7 +200,7 @@ class Engine:
 
     # -- writing ------------------------------------------------------------------
     def append(
-        self, stream_no: int, bodies: list[bytes], meta_lens: array.array, value_lens: array.array
+        self, stream_no: int, bodies: Sequence[bytes], meta_lens: array.array, value_lens: array.array
     ) -> tuple[int, int, int]:
         """Appends len(bodies) records (body = meta || value) without waiting for durability;
         returns (first gid, first offset, ticket for wait_durable)."""
@@ -308,7 +309,7 @@ class Engine:
         return tl.buf, tl.recs
 
     def _read_raw(
-        self, stream_no: int, gid: int | None, offset: int | None, max_records: int, max_bytes: int
+        self, stream_no: int, gid: int, max_records: int, max_bytes: int
     ) -> tuple[int, memoryview, list[int]]:
         """Runs one C read; returns (n, buffer, the walfs_rec_t array as 64-bit words)."""
         max_records = max(1, min(max_records, 1 << 20))
@@ -319,14 +320,7 @@ class Engine:
                 buf, recs = self._buffers(buflen, max_records)
                 needed = ffi.new("uint64_t *")
                 cbuf = ffi.from_buffer(buf)
-                if gid is not None:
-                    rc = lib.walfs_read(
-                        h, stream_no, gid, max_records, max_bytes, cbuf, len(buf), recs, needed
-                    )
-                else:
-                    rc = lib.walfs_read_offset(
-                        h, stream_no, offset, max_records, max_bytes, cbuf, len(buf), recs, needed
-                    )
+                rc = lib.walfs_read(h, stream_no, gid, max_records, max_bytes, cbuf, len(buf), recs, needed)
                 if rc == -errno.ENOBUFS:
                     buflen = int(needed[0])
                     continue
@@ -372,17 +366,9 @@ class Engine:
         finally:
             self._exit()
 
-    def read(
-        self,
-        stream_no: int,
-        *,
-        gid: int | None = None,
-        offset: int | None = None,
-        max_records: int,
-        max_bytes: int,
-    ) -> list[RawRecord]:
-        """Records from the one with this gid (or offset) on; at least one if any exists."""
-        n, mv, w = self._read_raw(stream_no, gid, offset, max_records, max_bytes)
+    def read(self, stream_no: int, gid: int, max_records: int, max_bytes: int) -> list[RawRecord]:
+        """Records from the one with this gid on; at least one if any exists."""
+        n, mv, w = self._read_raw(stream_no, gid, max_records, max_bytes)
         out = []
         for k in range(0, 5 * n, 5):
             pos, lens = w[k + 4], w[k + 3]
@@ -400,7 +386,7 @@ class Engine:
 
     def read_values(self, stream_no: int, gid: int, max_records: int, max_bytes: int) -> list[bytes]:
         """Only the values: the fast path for wal.read()."""
-        n, mv, w = self._read_raw(stream_no, gid, None, max_records, max_bytes)
+        n, mv, w = self._read_raw(stream_no, gid, max_records, max_bytes)
         out = []
         for k in range(3, 5 * n, 5):
             start = w[k + 1] + (w[k] & 0xFFFFFFFF)

@@ -47,9 +47,6 @@ class StreamIndex:
     def gid_at(self, offset: int) -> int:
         return int(self.gids[offset - self.low])
 
-    def offset_of(self, gid: int) -> int:
-        return self.low + self.gids.rank(gid) - 1
-
     def add(self, first_gid: int, n: int) -> None:
         self.gids.add_range(first_gid, first_gid + n)
 

@@ -232,7 +232,7 @@ class Wal:
         lens = array.array("I", map(len, records)) if n > 1 else array.array("I", [len(records[0])])
         if max(lens) >= MAX_U32:
             raise RecordTooLargeError("a record is larger than 4 GiB")
-        return self._append(topic, partition, list(records), array.array("I", bytes(4 * n)), lens)
+        return self._append(topic, partition, records, array.array("I", bytes(4 * n)), lens)
 
     def append_lines(self, topic: str, data: bytes, partition: int = 0) -> tuple[int, int]:
         """Appends each line of data (split on b"\\n" in C; a final newline ends the last line)
@@ -269,7 +269,7 @@ class Wal:
         return self._append(topic, partition, bodies, metas, values)
 
     def _append(
-        self, topic: str, partition: int, bodies: list[bytes], metas: array.array, values: array.array
+        self, topic: str, partition: int, bodies: Sequence[bytes], metas: array.array, values: array.array
     ) -> int:
         s = self._stream(topic, partition, True)
         assert s is not None
@@ -351,7 +351,7 @@ class Wal:
         if s is None or gid is None:
             return []
         out = []
-        for r in self.engine.read(s.stream_no, gid=gid, max_records=max_records, max_bytes=max_bytes):
+        for r in self.engine.read(s.stream_no, gid, max_records, max_bytes):
             key, headers, ts = decode_meta(r.meta)
             out.append(Record(r.offset, r.timestamp_ms if ts is None else ts, r.value, key, headers, r.gid))
         return out
