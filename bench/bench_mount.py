@@ -2,11 +2,14 @@
 
     python bench/bench_mount.py [--dir DIR] [--size-mib 1024] [--small-mib 64] [--out F.json]
 
-Every figure is measured in the same run, on the same disk, with the same tools:
-- `dd bs=1M oflag=append conv=fsync` into a topic vs into a plain file (MB/s, durable at end);
+Every figure is measured in the same run, on the same disk, with the same tools, each
+test alternating its targets for --rounds rounds (medians and per-round ratios reported):
+- `dd bs=1M oflag=append conv=fsync` into a topic vs into a plain file (MB/s, durable at
+  end), with bench/fuse_floor.py (pyfuse3 storing nothing) as the FUSE ceiling;
 - the same with bs=4k (small appends, bound by FUSE requests);
-- `cat` of the topic written by the 1 MiB test vs of the plain file (first pass through
-  the daemon, second pass from the kernel's page cache);
+- `cat` of the topic written by the 1 MiB test vs of the plain file: cold (all caches
+  dropped, root only), through the daemon (the topic's kernel pages dropped, the data in
+  memory) and warm (from the kernel's page cache);
 - a bash loop of `echo line >> file` (one open, write, close per record): appends/s;
 - `tail -f` latency: time from a write() returning to tail printing the line, with the
   default 1 s poll and with `-s 0.1`.
@@ -113,11 +116,56 @@ def tail_latency(path: Path, samples: int, poll: str | None) -> dict[str, float]
         tail.wait()
 
 
+def mbps(mib: int, seconds: float) -> float:
+    return round(mib * 1.048576 / seconds, 1)
+
+
+def drop_page_cache(path: Path | None = None) -> bool:
+    """Drops one file's cached pages (fadvise), or every clean page of the machine (root:
+    drop_caches). Returns False when the whole-machine drop is not allowed."""
+    if path is not None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+        return True
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        return False
+    return True
+
+
+def summary(samples: dict[str, list[float]], base: str) -> dict[str, Any]:
+    """Median MB/s per target over the rounds, and the median of the per-round ratios
+    (each round ran its targets back to back, so a ratio compares like with like)."""
+    out: dict[str, Any] = {f"{k}_MBps": round(statistics.median(v), 1) for k, v in samples.items()}
+    out["rounds"] = {k: v for k, v in samples.items()}
+    for k, v in samples.items():
+        if k != base:
+            ratios = [a / b for a, b in zip(v, samples[base], strict=True)]
+            out[f"ratio_{k}_vs_{base}"] = round(statistics.median(ratios), 2)
+    return out
+
+
+def start_floor(mnt: Path) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, str(REPO / "bench" / "fuse_floor.py"), str(mnt)])
+    for _ in range(100):
+        if os.path.ismount(mnt):
+            return proc
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("the floor server did not mount")
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--dir", default=None, help="where data dir, mount and plain files go")
     p.add_argument("--size-mib", type=int, default=1024, help="1 MiB test and cat size")
     p.add_argument("--small-mib", type=int, default=64, help="4 KiB test size")
+    p.add_argument("--rounds", type=int, default=3, help="each test alternates its targets this often")
     p.add_argument("--echo-count", type=int, default=2000)
     p.add_argument("--fsync", default="interval", choices=("always", "interval", "never"))
     p.add_argument("--out", default=None)
@@ -125,8 +173,8 @@ def main(argv: list[str]) -> int:
 
     base = Path(args.dir or tempfile.mkdtemp(prefix="walfs-bench-", dir="/var/tmp"))
     base.mkdir(parents=True, exist_ok=True)
-    data, mnt, plain = base / "data", base / "mnt", base / "plain"
-    for d in (mnt, plain):
+    data, mnt, plain, floor = base / "data", base / "mnt", base / "plain", base / "floor"
+    for d in (mnt, plain, floor):
         d.mkdir(exist_ok=True)
     shm = Path(tempfile.mkdtemp(prefix="walfs-bench-src-", dir="/dev/shm"))
     big, small = shm / "big.txt", shm / "small.txt"
@@ -135,36 +183,49 @@ def main(argv: list[str]) -> int:
 
     mount_cmd = [sys.executable, "-m", "walfs.cli.mount", str(data), str(mnt), "--fsync", args.fsync]
     subprocess.run(mount_cmd, check=True, cwd=REPO)
-    results: dict[str, Any] = {"machine": machine(base), "fsync": args.fsync}
+    floor_proc = start_floor(floor)
+    results: dict[str, Any] = {"machine": machine(base), "fsync": args.fsync, "rounds": args.rounds}
     try:
-        mib = args.size_mib
-        t_mount = dd_append(big, mnt / "big", "1M")
-        t_plain = dd_append(big, plain / "big", "1M")
-        results["append_1MiB"] = {
+        mib, smib = args.size_mib, args.small_mib
+        # Appends: a new topic / file per round, the three targets back to back.
+        for label, src, bs, size in (("append_1MiB", big, "1M", mib), ("append_4KiB", small, "4k", smib)):
+            runs: dict[str, list[float]] = {"mount": [], "floor": [], "plain": []}
+            for r in range(args.rounds):
+                name = f"{label}_{r}"
+                runs["mount"].append(mbps(size, dd_append(src, mnt / name, bs)))
+                runs["floor"].append(mbps(size, dd_append(src, floor / "f", bs)))
+                runs["plain"].append(mbps(size, dd_append(src, plain / name, bs)))
+            results[label] = {"mib": size, **summary(runs, "plain")}
+        topic, plain_file = mnt / "append_1MiB_0", plain / "append_1MiB_0"
+        assert os.stat(topic).st_size == os.stat(plain_file).st_size
+        assert subprocess.run(["cmp", str(topic), str(plain_file)], check=False).returncode == 0
+
+        # cat, three ways: cold (every cache dropped: the first read of old data), through
+        # the daemon (the topic's kernel pages dropped, its segments and the plain file in
+        # memory), and warm (the second cat, from the kernel's page cache).
+        cold: dict[str, list[float]] = {"mount": [], "plain": []}
+        daemon: dict[str, list[float]] = {"mount": [], "floor": [], "plain": []}
+        warm: dict[str, list[float]] = {"mount": [], "plain": []}
+        can_drop = True
+        for _ in range(args.rounds):
+            for name, path in (("mount", topic), ("plain", plain_file)):
+                can_drop = drop_page_cache() and can_drop
+                cold[name].append(mbps(mib, timed(["cat", str(path)])))
+            for name, path in (("mount", topic), ("floor", floor / "f"), ("plain", plain_file)):
+                timed(["cat", str(path)])  # in memory
+                if name != "plain":
+                    drop_page_cache(path)
+                size_mib = os.stat(path).st_size / 2**20  # the floor's file holds every test's bytes
+                daemon[name].append(round(size_mib * 1.048576 / timed(["cat", str(path)]), 1))
+            for name, path in (("mount", topic), ("plain", plain_file)):
+                timed(["cat", str(path)])
+                warm[name].append(mbps(mib, timed(["cat", str(path)])))
+        results["cat"] = {
             "mib": mib,
-            "mount_MBps": round(mib * 1.048576 / t_mount, 1),
-            "plain_MBps": round(mib * 1.048576 / t_plain, 1),
-            "ratio": round(t_plain / t_mount, 2),
+            "cold": summary(cold, "plain") if can_drop else "not measured: needs root for drop_caches",
+            "through_daemon": summary(daemon, "plain"),
+            "warm": summary(warm, "plain"),
         }
-        smib = args.small_mib
-        t_mount = dd_append(small, mnt / "small", "4k")
-        t_plain = dd_append(small, plain / "small", "4k")
-        results["append_4KiB"] = {
-            "mib": smib,
-            "mount_MBps": round(smib * 1.048576 / t_mount, 1),
-            "plain_MBps": round(smib * 1.048576 / t_plain, 1),
-            "ratio": round(t_plain / t_mount, 2),
-        }
-        assert os.stat(mnt / "big").st_size == os.stat(plain / "big").st_size
-        cat = {}
-        for name, path in (("mount", mnt / "big"), ("plain", plain / "big")):
-            first = timed(["cat", str(path)])
-            second = timed(["cat", str(path)])
-            cat[f"{name}_first_MBps"] = round(mib * 1.048576 / first, 1)
-            cat[f"{name}_cached_MBps"] = round(mib * 1.048576 / second, 1)
-        cat["ratio_first"] = round(cat["mount_first_MBps"] / cat["plain_first_MBps"], 2)
-        cat["ratio_cached"] = round(cat["mount_cached_MBps"] / cat["plain_cached_MBps"], 2)
-        results["cat"] = {"mib": mib, **cat}
         n = args.echo_count
         t_mount = echo_loop(mnt / "echo", n)
         t_plain = echo_loop(plain / "echo", n)
@@ -178,6 +239,8 @@ def main(argv: list[str]) -> int:
             "poll_0.1s": tail_latency(mnt / "tailed", 30, "0.1"),
         }
     finally:
+        subprocess.run(["fusermount3", "-u", str(floor)], check=False)
+        floor_proc.wait(timeout=30)
         subprocess.run([sys.executable, "-m", "walfs.cli.umount", str(mnt)], cwd=REPO, check=False)
         shutil.rmtree(shm, ignore_errors=True)
         if not args.dir:

@@ -176,6 +176,8 @@ typedef struct slot {
 
 /* crc32c.c */
 uint32_t crc32c(uint32_t crc, const void *buf, size_t len);
+/* out[k] = crc32c(crc, bufs[k], lens[k]) for k < 4, computed interleaved (~3x faster). */
+void crc32c_x4(uint32_t crc, const uint8_t *const *bufs, const size_t *lens, uint32_t *out);
 
 /* format.c */
 uint32_t crc_seed_for(uint64_t uuid);
@@ -197,8 +199,10 @@ int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32
 void fmt_rec_header(uint8_t *out, uint32_t value_len, uint64_t gid, int64_t ts, uint32_t meta_len,
                     uint32_t batch_left, uint32_t stream_no);
 void fmt_rec_seal(uint8_t *hdr, uint32_t seed, const uint8_t *body, size_t body_len);
+void fmt_rec_seal_x4(uint8_t *const *hdr, uint32_t seed, const size_t *body_len);
 void fmt_rec_parse(const uint8_t *in, rec_hdr_t *r);
 int fmt_rec_check(const uint8_t *in, uint32_t seed, const rec_hdr_t *r);
+int fmt_rec_check_x4(const uint8_t *const *in, uint32_t seed, const rec_hdr_t *r);
 void fmt_slot(uint8_t *out, uint32_t pos, uint32_t gid_delta, uint32_t view_delta);
 void fmt_slot_parse(const uint8_t *in, slot_t *s);
 

@@ -29,8 +29,8 @@ size_t find_block_by_offset(const stream_t *s, uint64_t offset)
     return lo;
 }
 
-/* Locates record idx of run b and checks it. */
-static int record_at(walfs_t *wal, const block_t *b, uint64_t idx, const uint8_t **p, rec_hdr_t *r)
+/* Locates record idx of run b and checks that its header fits its slot (not its CRC). */
+static int record_locate(const block_t *b, uint64_t idx, const uint8_t **p, rec_hdr_t *r)
 {
     slot_t sl;
     slot_get(b, idx, &sl);
@@ -40,7 +40,14 @@ static int record_at(walfs_t *wal, const block_t *b, uint64_t idx, const uint8_t
     fmt_rec_parse(*p, r);
     if ((uint64_t)sl.pos + REC_HDR_SIZE + r->meta_len + r->value_len > limit) return -EBADMSG;
     if (r->gid != b->first_gid + sl.gid_delta || r->stream_no != b->stream_no) return -EBADMSG;
-    return fmt_rec_check(*p, wal->crc_seed, r);
+    return 0;
+}
+
+/* Locates record idx of run b and checks it, CRC included. */
+static int record_at(walfs_t *wal, const block_t *b, uint64_t idx, const uint8_t **p, rec_hdr_t *r)
+{
+    int rc = record_locate(b, idx, p, r);
+    return rc ? rc : fmt_rec_check(*p, wal->crc_seed, r);
 }
 
 static int64_t read_from(walfs_t *wal, const stream_t *s, size_t bi, uint64_t idx, uint32_t max_records,
@@ -194,6 +201,39 @@ uint64_t stream_low_byte(const stream_t *s)
 }
 
 
+/* A record read_bytes has located and will copy once its CRC is checked. */
+typedef struct view_piece {
+    const uint8_t *p;
+    rec_hdr_t r;
+    uint64_t skip, take; /* value bytes skipped and copied */
+    int newline;         /* whether the view's '\n' after the value is copied too */
+} view_piece_t;
+
+/* Checks the queued records' CRCs (four at a time when there are four) and copies them
+ * in order up to the first corrupt one. Returns 0, or -EBADMSG with *got counting the
+ * bytes copied before it. */
+static int copy_pieces(walfs_t *wal, const view_piece_t *q, int nq, uint8_t *buf, uint64_t *got)
+{
+    int good = nq;
+    if (nq == 4) {
+        const uint8_t *in[4] = {q[0].p, q[1].p, q[2].p, q[3].p};
+        rec_hdr_t r[4] = {q[0].r, q[1].r, q[2].r, q[3].r};
+        good = fmt_rec_check_x4(in, wal->crc_seed, r);
+    } else {
+        for (int k = 0; k < nq; k++)
+            if (fmt_rec_check(q[k].p, wal->crc_seed, &q[k].r)) {
+                good = k;
+                break;
+            }
+    }
+    for (int k = 0; k < good; k++) {
+        memcpy(buf + *got, q[k].p + REC_HDR_SIZE + q[k].r.meta_len + q[k].skip, q[k].take);
+        *got += q[k].take;
+        if (q[k].newline) buf[(*got)++] = '\n';
+    }
+    return good == nq ? 0 : -EBADMSG;
+}
+
 int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t *buf, uint64_t len)
 {
     stream_t *s = stream_get(wal, stream_no);
@@ -210,34 +250,43 @@ int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t
     uint64_t idx = find_view(first, pos - first->first_byte);
     slot_t sl;
     slot_get(first, idx, &sl);
-    /* Only the first record can start before pos; the rest are copied whole. */
+    /* Only the first record can start before pos; the rest are copied whole. Records are
+     * queued four at a time so that their CRCs are checked in one interleaved pass. */
     uint64_t skip = pos - (first->first_byte + sl.view_delta);
-    uint64_t got = 0;
-    while (got < len && bi < s->n_blocks) {
+    uint64_t planned = 0, got = 0;
+    view_piece_t q[4];
+    int nq = 0, bad = 0;
+    while (planned < len && bi < s->n_blocks) {
         const block_t *b = s->blocks[bi];
         if (idx >= b->count) {
             bi++;
             idx = 0;
             continue;
         }
-        const uint8_t *p;
-        rec_hdr_t r;
-        if (record_at(wal, b, idx, &p, &r)) {
-            rc = got ? (int64_t)got : -EBADMSG;
-            goto out;
+        view_piece_t *v = &q[nq];
+        if (record_locate(b, idx, &v->p, &v->r)) {
+            bad = 1;
+            break;
         }
-        uint64_t vlen = r.value_len;
-        if (skip < vlen) {
-            uint64_t n = vlen - skip < len - got ? vlen - skip : len - got;
-            memcpy(buf + got, p + REC_HDR_SIZE + r.meta_len + skip, n);
-            got += n;
-            skip += n;
-        }
-        if (got < len && skip == vlen) buf[got++] = '\n';
+        uint64_t vlen = v->r.value_len;
+        v->skip = skip;
+        v->take = skip < vlen ? (vlen - skip < len - planned ? vlen - skip : len - planned) : 0;
+        planned += v->take;
+        v->newline = planned < len && skip + v->take == vlen;
+        planned += (uint64_t)v->newline;
         skip = 0;
         idx++;
+        if (++nq == 4) {
+            if (copy_pieces(wal, q, nq, buf, &got)) {
+                nq = 0;
+                bad = 1;
+                break;
+            }
+            nq = 0;
+        }
     }
-    rc = (int64_t)got;
+    if (nq && copy_pieces(wal, q, nq, buf, &got)) bad = 1;
+    rc = bad && !got ? -EBADMSG : (int64_t)got;
 out:
     pthread_mutex_unlock(&s->lock);
     return rc;

@@ -198,6 +198,16 @@ int walfs_stream_count(walfs_t *wal)
     return (int)atomic_load(&wal->n_streams);
 }
 
+int64_t walfs_stream_next_byte(walfs_t *wal, uint32_t stream_no)
+{
+    stream_t *s = stream_get(wal, stream_no);
+    if (!s) return -ENOENT;
+    pthread_mutex_lock(&s->lock);
+    uint64_t next = s->next_byte;
+    pthread_mutex_unlock(&s->lock);
+    return (int64_t)next;
+}
+
 int walfs_stream_info(walfs_t *wal, uint32_t stream_no, walfs_stream_info_t *out)
 {
     stream_t *s = stream_get(wal, stream_no);

@@ -84,6 +84,8 @@ int walfs_stream_open(walfs_t *wal, uint64_t org_id, uint32_t partition, const u
                       const char *name, uint32_t name_len, int create, uint32_t *stream_no);
 int walfs_stream_count(walfs_t *wal);
 int walfs_stream_info(walfs_t *wal, uint32_t stream_no, walfs_stream_info_t *out);
+/* The stream's byte view size (next_byte), or -ENOENT: the cheap call behind st_size. */
+int64_t walfs_stream_next_byte(walfs_t *wal, uint32_t stream_no);
 /* Runs [start, end) of gids of stored records with gid >= since_gid, in order.
  * Returns the number of runs written (at most cap), or -ENOBUFS with *needed set. */
 int64_t walfs_stream_gid_runs(walfs_t *wal, uint32_t stream_no, uint64_t since_gid, uint64_t *runs,

@@ -42,6 +42,10 @@ static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bod
     uint64_t pos = c->data_start, view = c->bytes_before, group_pos = pos;
     size_t used = 0;
     int k = 0;
+    /* Staged records are sealed four at a time (one interleaved CRC pass). */
+    uint8_t *pend[4];
+    size_t pend_len[4];
+    int np = 0;
     rc = 0;
     for (uint32_t j = 0; j < c->n && !rc; j++) {
         uint32_t i = c->first + j;
@@ -50,6 +54,8 @@ static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bod
         int small = body <= SMALL_BODY;
         size_t staged = REC_HDR_SIZE + (small ? body : 0);
         if (used + staged > STAGE_SIZE || k + 2 > IOV_SLOTS) {
+            for (int q = 0; q < np; q++) fmt_rec_seal(pend[q], wal->crc_seed, pend[q] + REC_HDR_SIZE, pend_len[q]);
+            np = 0;
             rc = seg_pwritev(wal, b->seg, iov, k, b->file_off + group_pos);
             group_pos = pos;
             used = 0;
@@ -58,8 +64,17 @@ static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bod
         }
         uint8_t *h = stage + used;
         fmt_rec_header(h, value_lens[i], gid, ts, meta_lens[i], n_total - 1 - i, b->stream_no);
-        if (small) memcpy(h + REC_HDR_SIZE, bodies[i], body);
-        fmt_rec_seal(h, wal->crc_seed, small ? h + REC_HDR_SIZE : bodies[i], body);
+        if (small) {
+            memcpy(h + REC_HDR_SIZE, bodies[i], body);
+            pend[np] = h;
+            pend_len[np++] = body;
+            if (np == 4) {
+                fmt_rec_seal_x4(pend, wal->crc_seed, pend_len);
+                np = 0;
+            }
+        } else {
+            fmt_rec_seal(h, wal->crc_seed, bodies[i], body);
+        }
         if (k > 0 && (uint8_t *)iov[k - 1].iov_base + iov[k - 1].iov_len == h)
             iov[k - 1].iov_len += staged; /* contiguous with the previous staged bytes */
         else
@@ -71,6 +86,7 @@ static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bod
         pos += REC_HDR_SIZE + body;
         view += value_lens[i] + 1u;
     }
+    for (int q = 0; q < np && !rc; q++) fmt_rec_seal(pend[q], wal->crc_seed, pend[q] + REC_HDR_SIZE, pend_len[q]);
     if (!rc && k) rc = seg_pwritev(wal, b->seg, iov, k, b->file_off + group_pos);
     free(stage);
     if (rc) return rc;
@@ -310,31 +326,36 @@ int walfs_append_lines(walfs_t *wal, uint32_t stream_no, const uint8_t *data, ui
     int rc = append_checks(wal, stream_no, &s);
     if (rc) return rc;
     if (len == 0) return -EINVAL;
-    /* Lines are the pieces between newlines; a final newline ends the last line. */
-    uint64_t n = 0;
+    /* Lines are the pieces between newlines; a final newline ends the last line. One
+     * pass: the arrays grow as lines are found. */
+    uint64_t n = 0, cap = 0;
+    const uint8_t **bodies = NULL;
+    uint32_t *lens = NULL, *metas = NULL;
     for (const uint8_t *p = data, *end = data + len; p < end; n++) {
         const uint8_t *nl = memchr(p, '\n', (size_t)(end - p));
-        p = nl ? nl + 1 : end;
-    }
-    if (n > UINT32_MAX) return -EMSGSIZE;
-    const uint8_t **bodies = malloc(n * sizeof(*bodies));
-    uint32_t *lens = malloc(n * sizeof(*lens));
-    uint32_t *metas = calloc(n, sizeof(*metas));
-    if (!bodies || !lens || !metas) {
-        rc = -ENOMEM;
-        goto out;
-    }
-    const uint8_t *p = data, *end = data + len;
-    for (uint64_t i = 0; i < n; i++) {
-        const uint8_t *nl = memchr(p, '\n', (size_t)(end - p));
         const uint8_t *stop = nl ? nl : end;
-        if ((uint64_t)(stop - p) > UINT32_MAX) {
+        if ((uint64_t)(stop - p) > UINT32_MAX || n == UINT32_MAX) {
             rc = -EMSGSIZE;
             goto out;
         }
-        bodies[i] = p;
-        lens[i] = (uint32_t)(stop - p);
+        if (n == cap) {
+            cap = cap ? 2 * cap : 256;
+            const uint8_t **nb = realloc(bodies, cap * sizeof(*bodies));
+            if (nb) bodies = nb;
+            uint32_t *nlens = realloc(lens, cap * sizeof(*lens));
+            if (nlens) lens = nlens;
+            if (!nb || !nlens) {
+                rc = -ENOMEM;
+                goto out;
+            }
+        }
+        bodies[n] = p;
+        lens[n] = (uint32_t)(stop - p);
         p = nl ? nl + 1 : end;
+    }
+    if (!(metas = calloc(n, sizeof(*metas)))) {
+        rc = -ENOMEM;
+        goto out;
     }
     rc = append_bodies(wal, s, (uint32_t)n, bodies, metas, lens, wait, first_gid_out, first_offset_out, ticket_out);
     if (!rc) *n_out = (uint32_t)n;

@@ -246,6 +246,16 @@ def test_flipped_byte_in_sealed_block_is_reported_on_read(open_wal, wal_dir, whe
         w.read("t", 10)
     assert w.read("t", 0, max_records=20) == vals[:10]  # the good ones before it
     assert w.read("t", 11, max_records=5) == vals[11:16]
+    # The byte view checks CRCs four records at a time: it still stops right before the
+    # bad record (third in its group of four), from any start before it.
+    view = b"".join(v + b"\n" for v in vals)
+    bad_at = sum(len(v) + 1 for v in vals[:10])
+    for start in (0, 3, bad_at - len(vals[9]) - 1, bad_at - 1):
+        assert w.read_bytes("t", start, len(view)) == view[start:bad_at]
+    with pytest.raises(walfs.CorruptRecordError):
+        w.read_bytes("t", bad_at, 100)
+    after = bad_at + len(vals[10]) + 1
+    assert w.read_bytes("t", after, 5000) == view[after : after + 5000]
     assert [(t, off) for t, _p, off, _w in w.verify()] == [("t", 10)]
     w.close()
     fsck = subprocess.run([PYTHON, "-m", "walfs", "fsck", wal_dir], capture_output=True, text=True, cwd=REPO)

@@ -91,29 +91,30 @@ class Engine:
         # Held shared by every call and exclusively by close(): the handle cannot vanish
         # under a call running in another thread.
         self._users = 0
-        self._cv = threading.Condition()
+        self._mu = threading.Lock()  # plain lock on the hot path; the condition for close()
+        self._idle = threading.Condition(self._mu)
         self._tls = threading.local()
 
     # -- lifetime -----------------------------------------------------------------
     def _enter(self) -> Any:
-        with self._cv:
+        with self._mu:
             if self._h is None:
                 raise WalClosedError(f"WAL {self.path} is closed")
             self._users += 1
             return self._h
 
     def _exit(self) -> None:
-        with self._cv:
+        with self._mu:
             self._users -= 1
-            if self._users == 0:
-                self._cv.notify_all()
+            if self._users == 0 and self._h is None:
+                self._idle.notify_all()
 
     def _detach(self) -> Any:
-        with self._cv:
+        with self._idle:
             h = self._h
             self._h = None
             while self._users:
-                self._cv.wait()
+                self._idle.wait()
             return h
 
     def close(self) -> None:
@@ -157,6 +158,14 @@ class Engine:
         h = self._enter()
         try:
             return int(lib.walfs_stream_count(h))
+        finally:
+            self._exit()
+
+    def next_byte(self, stream_no: int) -> int:
+        """The stream's byte view size (a cheap call: getattr asks it for every stat)."""
+        h = self._enter()
+        try:
+            return self._check(lib.walfs_stream_next_byte(h, stream_no), "stream size")
         finally:
             self._exit()
 
@@ -229,8 +238,12 @@ class Engine:
         """Appends the lines of data as one batch; returns (first gid, first offset, ticket, n)."""
         h = self._enter()
         try:
-            out = ffi.new("uint64_t[3]")
-            n = ffi.new("uint32_t *")
+            tl = self._tls
+            out = getattr(tl, "lines_out", None)
+            if out is None:  # per thread: two cffi allocations less per call
+                out = tl.lines_out = ffi.new("uint64_t[3]")
+                tl.lines_n = ffi.new("uint32_t *")
+            n = tl.lines_n
             rc = lib.walfs_append_lines(
                 h, stream_no, ffi.from_buffer(data), len(data), 0, out, out + 1, out + 2, n
             )
@@ -394,16 +407,21 @@ class Engine:
         return out
 
     def read_bytes(self, stream_no: int, position: int, size: int) -> bytes:
+        tl = self._tls
+        if getattr(tl, "view", None) is None or len(tl.view) < size:
+            tl.view = bytearray(max(size, 128 << 10))
+        n = self.read_bytes_into(stream_no, position, tl.view, size)
+        return bytes(memoryview(tl.view)[:n])
+
+    def read_bytes_into(self, stream_no: int, position: int, buf: Any, size: int) -> int:
+        """Copies up to size bytes of the view from position into buf; returns the count."""
         h = self._enter()
         try:
-            tl = self._tls
-            if getattr(tl, "view", None) is None or len(tl.view) < size:
-                tl.view = bytearray(max(size, 128 << 10))
-            n = lib.walfs_read_bytes(h, stream_no, position, ffi.from_buffer(tl.view), size)
+            out = ffi.from_buffer(buf, require_writable=True)
+            n = lib.walfs_read_bytes(h, stream_no, position, out, size)
             if n == -errno.EBADMSG:
                 raise from_errno(n, f"a record near byte {position} of stream {stream_no} is corrupt")
-            self._check(n, "read_bytes")
-            return bytes(memoryview(tl.view)[:n])
+            return self._check(n, "read_bytes")
         finally:
             self._exit()
 

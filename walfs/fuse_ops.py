@@ -29,6 +29,7 @@ import functools
 import logging
 import os
 import stat
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -220,6 +221,8 @@ class WalOperations(pyfuse3.Operations):
         self._poked: set[tuple[str, int]] = set()  # streams grown outside the handlers
         self._watch_poke = trio.Event()
         self._trio_token: trio.lowlevel.TrioToken | None = None
+        self._own_append = threading.local()  # .active while a handler appends
+        self._read_buf = bytearray(1 << 20)  # READ replies are built here (see read)
         self._dirty_entries: set[tuple[int, bytes]] = set()
         self._wakeup = trio.Event()  # sizes changed (batched)
         self._entries_wakeup = trio.Event()  # names appeared (at once)
@@ -233,6 +236,7 @@ class WalOperations(pyfuse3.Operations):
         # Called by pyfuse3 while it handles INIT; the answer goes out before this task
         # next yields, so whoever waits on `initialized` runs after it.
         self.initialized.set()
+
     # ----------------------------------------------------------------- inodes and nodes
 
     def _ino(self, node: Node) -> int:
@@ -429,6 +433,8 @@ class WalOperations(pyfuse3.Operations):
     def poke_watcher(self, topic: str, partition: int) -> None:
         """Any thread: a stream grew (an append by the Kafka listener, say). The watcher
         looks at it now instead of at its next round."""
+        if getattr(self._own_append, "active", False):
+            return
         first = not self._poked
         self._poked.add((topic, partition))
         if first and self._trio_token is not None:
@@ -443,8 +449,8 @@ class WalOperations(pyfuse3.Operations):
             self._watch_poke = trio.Event()
             poked, self._poked = self._poked, set()
             if not timer.cancelled_caught:
-                # Poked: only the streams that grew (the mount's own appends included, whose
-                # size the watcher then takes quietly).
+                # Poked: only the streams that grew outside the handlers (the mount's own
+                # appends do not poke; the handlers report them).
                 for stream in poked:
                     if stream not in self._streams:
                         self._add_stream(stream)
@@ -472,12 +478,21 @@ class WalOperations(pyfuse3.Operations):
         # A plain try rather than wal_errors_as_errno: this runs for every write request.
         try:
             if self.blocking_appends:
-                await trio.to_thread.run_sync(self.wal.append_lines, node.topic, lines, node.partition)
+                await trio.to_thread.run_sync(self._append_lines, node, lines)
             else:
-                self.wal.append_lines(node.topic, lines, node.partition)
+                self._append_lines(node, lines)
         except Exception as exc:
             raise logged_fuse_error(f"append to {node.topic!r}/{node.partition}", exc) from exc
         self._stream_changed(node.topic, node.partition)
+
+    def _append_lines(self, node: Node, lines: bytes | bytearray | memoryview) -> None:
+        # Flagged so that the append listener (poke_watcher) leaves this one alone: the
+        # handler reports it itself, and a poke would cost a trio wakeup per write.
+        self._own_append.active = True
+        try:
+            self.wal.append_lines(node.topic, lines, node.partition)
+        finally:
+            self._own_append.active = False
 
     async def _commit_partial(self, h: Handle) -> None:
         if not h.partial:
@@ -764,20 +779,26 @@ class WalOperations(pyfuse3.Operations):
         fh = self._new_handle(h)
         return pyfuse3.FileInfo(fh=fh, direct_io=writable, keep_cache=False), self._entry(node)
 
-    async def read(self, fh: int, off: int, size: int) -> bytes:
-        # Inline, not in a thread: read_bytes copies from the page cache (a 128 KiB READ
-        # takes ~0.1 ms) and a thread hop costs as much again on a busy 2-core machine.
-        # Only fsync waits are long enough to be worth a thread.
+    async def read(self, fh: int, off: int, size: int) -> memoryview:  # type: ignore[override]
+        # Inline, not in a thread: the copy from the segments' pages takes ~0.1 ms per
+        # 128 KiB and a thread hop costs as much again on a busy 2-core machine. Only fsync
+        # waits are long enough to be worth a thread.
+        # The bytes go into one buffer the mount reuses (pyfuse3 takes any buffer, its
+        # stub says bytes): pyfuse3 sends the reply before this task yields (nothing here
+        # awaits), so no other READ can overwrite them first.
         h = self._handle(fh)
         node = h.node
+        if len(self._read_buf) < size:
+            self._read_buf = bytearray(size)
+        out = memoryview(self._read_buf)[:size]
         if node.kind == "cfile":
             with wal_errors_as_errno("read consumer file"):
-                data: bytes = self.wal.read_bytes(node.topic, h.base_byte + off, size, node.partition)
+                n = self.wal.read_bytes_into(node.topic, h.base_byte + off, out, node.partition)
             if off <= h.frontier:
-                h.frontier = max(h.frontier, off + len(data))
-            return data
+                h.frontier = max(h.frontier, off + n)
+            return out[:n]
         try:  # a plain try: this runs for every READ request
-            return self.wal.read_bytes(node.topic, off, size, node.partition)
+            return out[: self.wal.read_bytes_into(node.topic, off, out, node.partition)]
         except Exception as exc:
             raise logged_fuse_error(f"read {node.topic!r}", exc) from exc
 

@@ -382,7 +382,7 @@ class Wal:
 
     def byte_size(self, topic: str, partition: int = 0) -> int:
         s = self._stream(topic, partition, False)
-        return self.engine.stream_info(s.stream_no).next_byte if s else 0
+        return self.engine.next_byte(s.stream_no) if s else 0
 
     def read_bytes(self, topic: str, position: int, size: int, partition: int = 0) -> bytes:
         if position < 0 or size < 0:
@@ -391,6 +391,16 @@ class Wal:
         if s is None:
             return b""
         return self.engine.read_bytes(s.stream_no, position, size)
+
+    def read_bytes_into(self, topic: str, position: int, buf: Any, partition: int = 0) -> int:
+        """read_bytes without the new bytes object: fills the writable buffer buf (up to
+        its length) and returns how many bytes it holds (0 at the end)."""
+        if position < 0:
+            raise OffsetOutOfRangeError("position must not be negative")
+        s = self._stream(topic, partition, False)
+        if s is None:
+            return 0
+        return self.engine.read_bytes_into(s.stream_no, position, buf, len(buf))
 
     def byte_position(self, topic: str, offset: int, partition: int = 0) -> int:
         """Where record `offset` starts in the byte view (byte_size for the high watermark)."""
