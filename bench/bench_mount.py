@@ -5,7 +5,9 @@
 Every figure is measured in the same run, on the same disk, with the same tools, each
 test alternating its targets for --rounds rounds (medians and per-round ratios reported):
 - `dd bs=1M oflag=append conv=fsync` into a topic vs into a plain file (MB/s, durable at
-  end), with bench/fuse_floor.py (pyfuse3 storing nothing) as the FUSE ceiling;
+  end), beside bench/fuse_passthrough.c (a C libfuse server over a plain directory, the
+  baseline fuse-facts.md quotes) and bench/fuse_floor.py (pyfuse3 storing nothing: the
+  ceiling of any pyfuse3 file system);
 - the same with bs=4k (small appends, bound by FUSE requests);
 - `cat` of the topic written by the 1 MiB test vs of the plain file: cold (all caches
   dropped, root only), through the daemon (the topic's kernel pages dropped, the data in
@@ -150,14 +152,29 @@ def summary(samples: dict[str, list[float]], base: str) -> dict[str, Any]:
     return out
 
 
-def start_floor(mnt: Path) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, str(REPO / "bench" / "fuse_floor.py"), str(mnt)])
+def start_passthrough(backing: Path, mnt: Path, build_dir: Path) -> subprocess.Popen[bytes]:
+    """bench/fuse_passthrough.c: a C libfuse server over a plain directory (the baseline
+    fuse-facts.md quotes), built here with the installed libfuse headers."""
+    exe = build_dir / "fuse_passthrough"
+    flags = subprocess.run(
+        ["pkg-config", "--cflags", "--libs", "fuse3"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    src = REPO / "bench" / "fuse_passthrough.c"
+    subprocess.run(
+        ["gcc", "-O2", "-Wall", "-Wextra", "-D_FILE_OFFSET_BITS=64", str(src), "-o", str(exe), *flags],
+        check=True,
+    )
+    return start_server([str(exe), str(backing), str(mnt)], mnt)
+
+
+def start_server(cmd: list[str], mnt: Path) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(cmd)
     for _ in range(100):
         if os.path.ismount(mnt):
             return proc
         time.sleep(0.05)
     proc.kill()
-    raise RuntimeError("the floor server did not mount")
+    raise RuntimeError(f"{cmd[0]} did not mount")
 
 
 def main(argv: list[str]) -> int:
@@ -174,7 +191,8 @@ def main(argv: list[str]) -> int:
     base = Path(args.dir or tempfile.mkdtemp(prefix="walfs-bench-", dir="/var/tmp"))
     base.mkdir(parents=True, exist_ok=True)
     data, mnt, plain, floor = base / "data", base / "mnt", base / "plain", base / "floor"
-    for d in (mnt, plain, floor):
+    pt, pt_back = base / "passthrough", base / "passthrough-backing"
+    for d in (mnt, plain, floor, pt, pt_back):
         d.mkdir(exist_ok=True)
     shm = Path(tempfile.mkdtemp(prefix="walfs-bench-src-", dir="/dev/shm"))
     big, small = shm / "big.txt", shm / "small.txt"
@@ -183,16 +201,20 @@ def main(argv: list[str]) -> int:
 
     mount_cmd = [sys.executable, "-m", "walfs.cli.mount", str(data), str(mnt), "--fsync", args.fsync]
     subprocess.run(mount_cmd, check=True, cwd=REPO)
-    floor_proc = start_floor(floor)
+    servers: list[tuple[subprocess.Popen[bytes], Path]] = []
     results: dict[str, Any] = {"machine": machine(base), "fsync": args.fsync, "rounds": args.rounds}
     try:
+        floor_cmd = [sys.executable, str(REPO / "bench" / "fuse_floor.py"), str(floor)]
+        servers.append((start_server(floor_cmd, floor), floor))
+        servers.append((start_passthrough(pt_back, pt, shm), pt))
         mib, smib = args.size_mib, args.small_mib
-        # Appends: a new topic / file per round, the three targets back to back.
+        # Appends: a new topic / file per round, the targets back to back.
         for label, src, bs, size in (("append_1MiB", big, "1M", mib), ("append_4KiB", small, "4k", smib)):
-            runs: dict[str, list[float]] = {"mount": [], "floor": [], "plain": []}
+            runs: dict[str, list[float]] = {"mount": [], "passthrough": [], "floor": [], "plain": []}
             for r in range(args.rounds):
                 name = f"{label}_{r}"
                 runs["mount"].append(mbps(size, dd_append(src, mnt / name, bs)))
+                runs["passthrough"].append(mbps(size, dd_append(src, pt / name, bs)))
                 runs["floor"].append(mbps(size, dd_append(src, floor / "f", bs)))
                 runs["plain"].append(mbps(size, dd_append(src, plain / name, bs)))
             results[label] = {"mib": size, **summary(runs, "plain")}
@@ -204,14 +226,15 @@ def main(argv: list[str]) -> int:
         # the daemon (the topic's kernel pages dropped, its segments and the plain file in
         # memory), and warm (the second cat, from the kernel's page cache).
         cold: dict[str, list[float]] = {"mount": [], "plain": []}
-        daemon: dict[str, list[float]] = {"mount": [], "floor": [], "plain": []}
+        daemon: dict[str, list[float]] = {"mount": [], "passthrough": [], "floor": [], "plain": []}
         warm: dict[str, list[float]] = {"mount": [], "plain": []}
         can_drop = True
         for _ in range(args.rounds):
             for name, path in (("mount", topic), ("plain", plain_file)):
                 can_drop = drop_page_cache() and can_drop
                 cold[name].append(mbps(mib, timed(["cat", str(path)])))
-            for name, path in (("mount", topic), ("floor", floor / "f"), ("plain", plain_file)):
+            through = (("mount", topic), ("passthrough", pt / "append_1MiB_0"), ("floor", floor / "f"))
+            for name, path in (*through, ("plain", plain_file)):
                 timed(["cat", str(path)])  # in memory
                 if name != "plain":
                     drop_page_cache(path)
@@ -239,8 +262,9 @@ def main(argv: list[str]) -> int:
             "poll_0.1s": tail_latency(mnt / "tailed", 30, "0.1"),
         }
     finally:
-        subprocess.run(["fusermount3", "-u", str(floor)], check=False)
-        floor_proc.wait(timeout=30)
+        for server, where in servers:
+            subprocess.run(["fusermount3", "-u", str(where)], check=False)
+            server.wait(timeout=30)
         subprocess.run([sys.executable, "-m", "walfs.cli.umount", str(mnt)], cwd=REPO, check=False)
         shutil.rmtree(shm, ignore_errors=True)
         if not args.dir:
