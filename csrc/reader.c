@@ -4,6 +4,8 @@
 #include "internal.h"
 
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 const uint8_t *run_ptr(const block_t *b, uint64_t rel)
 {
@@ -287,6 +289,51 @@ int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t
     }
     if (nq && copy_pieces(wal, q, nq, buf, &got)) bad = 1;
     rc = bad && !got ? -EBADMSG : (int64_t)got;
+out:
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* 1 if every page of [p, p+len) is in the page cache, 0 if not, -errno. */
+static int pages_resident(const uint8_t *p, uint64_t len)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t from = (uintptr_t)p & ~(page - 1);
+    size_t pages = ((uintptr_t)p + len - from + page - 1) / page;
+    unsigned char vec[256];
+    for (size_t done = 0; done < pages;) {
+        size_t n = pages - done < sizeof(vec) ? pages - done : sizeof(vec);
+        if (mincore((void *)(from + done * page), n * page, vec)) return -errno;
+        for (size_t i = 0; i < n; i++)
+            if (!(vec[i] & 1)) return 0;
+        done += n;
+    }
+    return 1;
+}
+
+int walfs_bytes_resident(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint64_t len)
+{
+    stream_t *s = stream_get(wal, stream_no);
+    if (!s) return -ENOENT;
+    int rc = 1;
+    pthread_mutex_lock(&s->lock);
+    /* (Bytes below the low watermark are not checked here: the read itself refuses them.) */
+    if (pos >= s->next_byte || !s->n_blocks || len == 0) goto out;
+    const block_t *b = s->blocks[find_block_by_byte(s, pos)];
+    if (pos < b->first_byte || b->byte_len == 0 || b->data_end <= BLK_DATA_OFF) goto out;
+    /* Without touching the mapping (a page fault here would be the very wait this call
+     * exists to avoid): the run's index slots, which the read searches, and the stretch
+     * of records that len view bytes from pos take, estimated from the run's ratio of
+     * record bytes to view bytes, with a header's worth of margin either side. */
+    rc = pages_resident(run_ptr(b, b->run_size - b->count * SLOT_SIZE), b->count * SLOT_SIZE);
+    if (rc != 1) goto out;
+    uint64_t data = b->data_end - BLK_DATA_OFF;
+    uint64_t rel = pos - b->first_byte;
+    uint64_t at = BLK_DATA_OFF + (uint64_t)((double)rel * (double)data / (double)b->byte_len);
+    uint64_t span = (uint64_t)((double)len * (double)data / (double)b->byte_len) + 2 * REC_HDR_SIZE;
+    at = at > BLK_DATA_OFF + REC_HDR_SIZE ? at - REC_HDR_SIZE : BLK_DATA_OFF;
+    uint64_t end = at + span < b->data_end ? at + span : b->data_end;
+    rc = pages_resident(run_ptr(b, at), end - at);
 out:
     pthread_mutex_unlock(&s->lock);
     return rc;

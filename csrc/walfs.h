@@ -125,6 +125,10 @@ int64_t walfs_read_offset(walfs_t *wal, uint32_t stream_no, uint64_t offset, uin
                           uint64_t *needed);
 /* The byte view: values each followed by '\n'. Returns bytes copied (short only at end). */
 int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t *buf, uint64_t len);
+/* A hint for callers that must not wait on the disk: 1 if the segment pages that hold
+ * the records of view bytes [pos, pos+len) are in the page cache (checked with mincore
+ * over the first run they lie in), 0 if a read would fault some in from the disk. */
+int walfs_bytes_resident(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint64_t len);
 /* View byte position where record `offset` starts (next_byte for next_offset). */
 int walfs_byte_position(walfs_t *wal, uint32_t stream_no, uint64_t offset, uint64_t *pos);
 /* Number of records that end (newline included) at or before view position pos, i.e. the

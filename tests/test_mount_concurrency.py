@@ -6,6 +6,7 @@ import hashlib
 import os
 import subprocess
 import threading
+from pathlib import Path
 
 from conftest_mount import LineReader, Mount
 
@@ -152,3 +153,37 @@ for _ in range(rounds):
         assert proc.returncode == 0
         want = hashlib.sha256(topics[p.rsplit("/", 1)[-1]]).hexdigest()
         assert out.decode().split() == [want] * k, p
+
+
+def _evict(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def test_cold_reads_go_to_a_thread_and_return_the_same_bytes(mount: Mount) -> None:
+    data = b"".join(b"cold-%07d-" % i + b"z" * (i % 150) + b"\n" for i in range(40_000))
+    topic = mount.path / "old"
+    with open(topic, "ab") as f:
+        f.write(data)
+        os.fsync(f.fileno())  # durable, so the segments' pages are clean and can be dropped
+
+    def cold_reads() -> int:
+        return int(os.getxattr(mount.path, "user.walfs.cold_reads"))
+
+    # Cold: the segments' pages are dropped (they are clean and not yet mapped by the
+    # daemon, whose reads go through mmap), and so is the kernel's copy of the topic.
+    for seg in mount.data.rglob("seg-*.wal"):
+        _evict(seg)
+    _evict(topic)
+    before = cold_reads()
+    assert topic.read_bytes() == data
+    cold = cold_reads()
+    assert cold > before
+    # Warm: the segments are in memory now; with the topic's kernel pages dropped again,
+    # every byte is read through the daemon, on its loop.
+    _evict(topic)
+    assert topic.read_bytes() == data
+    assert cold_reads() == cold

@@ -413,6 +413,14 @@ class Engine:
         n = self.read_bytes_into(stream_no, position, tl.view, size)
         return bytes(memoryview(tl.view)[:n])
 
+    def bytes_resident(self, stream_no: int, position: int, size: int) -> bool:
+        """Whether reading these view bytes would not wait for the disk (a hint)."""
+        h = self._enter()
+        try:
+            return bool(self._check(lib.walfs_bytes_resident(h, stream_no, position, size), "mincore"))
+        finally:
+            self._exit()
+
     def read_bytes_into(self, stream_no: int, position: int, buf: Any, size: int) -> int:
         """Copies up to size bytes of the view from position into buf; returns the count."""
         h = self._enter()

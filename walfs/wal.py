@@ -392,6 +392,12 @@ class Wal:
             return b""
         return self.engine.read_bytes(s.stream_no, position, size)
 
+    def bytes_resident(self, topic: str, position: int, size: int, partition: int = 0) -> bool:
+        """A hint: True when the records behind these view bytes are in the page cache, so
+        a read returns without waiting for the disk (the mount reads cold data off its loop)."""
+        s = self._stream(topic, partition, False)
+        return True if s is None or position < 0 else self.engine.bytes_resident(s.stream_no, position, size)
+
     def read_bytes_into(self, topic: str, position: int, buf: Any, partition: int = 0) -> int:
         """read_bytes without the new bytes object: fills the writable buffer buf (up to
         its length) and returns how many bytes it holds (0 at the end)."""
