@@ -781,37 +781,31 @@ class WalOperations(pyfuse3.Operations):
         return pyfuse3.FileInfo(fh=fh, direct_io=writable, keep_cache=False), self._entry(node)
 
     async def read(self, fh: int, off: int, size: int) -> bytes | memoryview:  # type: ignore[override]
-        # Inline, not in a thread: the copy from the segments' pages takes ~0.1 ms per
-        # 128 KiB and a thread hop costs as much again on a busy 2-core machine. Only fsync
-        # waits are long enough to be worth a thread.
-        # The bytes go into one buffer the mount reuses (pyfuse3 takes any buffer, its
-        # stub says bytes): pyfuse3 sends the reply before this task yields (nothing here
-        # awaits), so no other READ can overwrite them first.
+        # Records in the page cache are copied inline: 128 KiB take ~0.1 ms and a thread
+        # hop costs as much again on a busy 2-core machine. They go into one buffer the
+        # mount reuses (pyfuse3 takes any buffer, its stub says bytes): pyfuse3 sends the
+        # reply before this task yields (nothing on that path awaits), so no other READ can
+        # overwrite them first. Records on disk only (old data, a consumer's backlog) are
+        # copied in a thread, so that the disk's wait does not stall every other request.
         h = self._handle(fh)
         node = h.node
-        if len(self._read_buf) < size:
-            self._read_buf = bytearray(size)
-        out = memoryview(self._read_buf)[:size]
-        if node.kind == "cfile":
-            with wal_errors_as_errno("read consumer file"):
-                n = self.wal.read_bytes_into(node.topic, h.base_byte + off, out, node.partition)
-            if off <= h.frontier:
-                h.frontier = max(h.frontier, off + n)
-            return out[:n]
+        topic, part = node.topic, node.partition
+        pos = h.base_byte + off if node.kind == "cfile" else off
+        data: bytes | memoryview
         try:  # a plain try: this runs for every READ request
-            if not self.wal.bytes_resident(node.topic, off, size, node.partition):
-                return await self._read_cold(node, off, size)
-            return out[: self.wal.read_bytes_into(node.topic, off, out, node.partition)]
-        except pyfuse3.FUSEError:
-            raise
+            if self.wal.bytes_resident(topic, pos, size, part):
+                if len(self._read_buf) < size:
+                    self._read_buf = bytearray(size)
+                out = memoryview(self._read_buf)[:size]
+                data = out[: self.wal.read_bytes_into(topic, pos, out, part)]
+            else:
+                self.cold_reads += 1
+                data = await trio.to_thread.run_sync(self.wal.read_bytes, topic, pos, size, part)
         except Exception as exc:
             raise logged_fuse_error(f"read {node.topic!r}", exc) from exc
-
-    async def _read_cold(self, node: Node, off: int, size: int) -> bytes:
-        # The records are not in the page cache: the copy would wait for the disk, so it
-        # runs in a thread (with a buffer of its own) and the loop keeps serving others.
-        self.cold_reads += 1
-        return await trio.to_thread.run_sync(self.wal.read_bytes, node.topic, off, size, node.partition)
+        if node.kind == "cfile" and off <= h.frontier:
+            h.frontier = max(h.frontier, off + len(data))
+        return data
 
     async def write(self, fh: int, off: int, buf: bytes) -> int:
         h = self._handle(fh)
