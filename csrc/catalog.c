@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,11 +78,17 @@ static int cat_create(walfs_t *wal)
     return rc;
 }
 
-static int apply(walfs_t *wal, const cat_entry_t *e)
+/* Applies one entry. merge: the entries come from a catalog a writer has rewritten
+ * since this handle read it (cat_refresh), so streams it knows are defined again. */
+static int apply(walfs_t *wal, const cat_entry_t *e, int merge)
 {
     stream_t *s;
     switch (e->type) {
     case CAT_DEFINE:
+        if (merge && e->stream_no < atomic_load(&wal->n_streams)) {
+            s = stream_get(wal, e->stream_no);
+            return s && !memcmp(s->hash, e->hash, 16) && s->org_id == e->org_id ? 0 : -EUCLEAN;
+        }
         if (e->stream_no != atomic_load(&wal->n_streams)) return -EUCLEAN;
         if (!(s = stream_new(wal))) return -ENOMEM;
         s->partition = e->partition;
@@ -100,6 +107,9 @@ static int apply(walfs_t *wal, const cat_entry_t *e)
         if (e->a > s->next_offset) s->next_offset = e->a;
         if (e->b > s->next_byte) s->next_byte = e->b;
         if (e->c > wal->next_gid) wal->next_gid = e->c;
+        if (e->a > s->floor_offset) s->floor_offset = e->a;
+        if (e->b > s->floor_byte) s->floor_byte = e->b;
+        if (e->c > wal->floor_gid) wal->floor_gid = e->c;
         return 0;
     case CAT_OPEN:
         if (e->a > wal->epoch) wal->epoch = e->a;
@@ -147,11 +157,12 @@ int cat_open(walfs_t *wal)
     while (pos < size) {
         size_t len = fmt_cat_entry_parse(buf + pos, size - pos, wal->crc_seed, &e);
         if (len == 0) break;
-        if ((rc = apply(wal, &e))) {
+        if ((rc = apply(wal, &e, 0))) {
             free(buf);
             return rc;
         }
         pos += len;
+        wal->cat_entries++;
     }
     free(buf);
     if (pos < size) {
@@ -163,28 +174,125 @@ int cat_open(walfs_t *wal)
     return 0;
 }
 
+/* Parses entries of buf[0, size) into the handle; returns bytes consumed or -errno. */
+static int64_t apply_all(walfs_t *wal, const uint8_t *buf, size_t size, int merge)
+{
+    size_t pos = 0;
+    cat_entry_t e;
+    while (pos < size) {
+        size_t len = fmt_cat_entry_parse(buf + pos, size - pos, wal->crc_seed, &e);
+        if (len == 0) break;
+        int rc = apply(wal, &e, merge);
+        if (rc) return rc;
+        pos += len;
+    }
+    return (int64_t)pos;
+}
+
 /* Read-only opens: applies entries a live writer appended since the catalog was read
- * (a trim written just before its segments were reclaimed, say). */
+ * (a trim written just before its segments were reclaimed, say). If the writer has
+ * compacted the catalog meanwhile (a new file under the same name), reads that one whole. */
 int cat_refresh(walfs_t *wal)
 {
-    struct stat st;
+    struct stat st, named;
     if (fstat(wal->cat_fd, &st) != 0) return -errno;
+    if (fstatat(wal->dirfd, CAT_NAME, &named, 0) == 0 && named.st_ino != st.st_ino) {
+        int fd = openat(wal->dirfd, CAT_NAME, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return -errno;
+        if (fstat(fd, &st) != 0 || st.st_size < CAT_HDR_SIZE) {
+            close(fd);
+            return -EUCLEAN;
+        }
+        close(wal->cat_fd);
+        wal->cat_fd = fd;
+        wal->cat_end = CAT_HDR_SIZE;
+    }
     if ((uint64_t)st.st_size <= wal->cat_end) return 0;
     size_t size = (size_t)st.st_size - wal->cat_end;
     uint8_t *buf = malloc(size);
     if (!buf) return -ENOMEM;
     ssize_t n = pread(wal->cat_fd, buf, size, (off_t)wal->cat_end);
-    size_t pos = 0;
-    int rc = 0;
-    cat_entry_t e;
-    while (n > 0 && pos < (size_t)n) {
-        size_t len = fmt_cat_entry_parse(buf + pos, (size_t)n - pos, wal->crc_seed, &e);
-        if (len == 0 || (rc = apply(wal, &e))) break;
-        pos += len;
-    }
-    wal->cat_end += pos;
+    int64_t got = n > 0 ? apply_all(wal, buf, (size_t)n, 1) : 0;
     free(buf);
-    return rc;
+    if (got < 0) return (int)got;
+    wal->cat_end += (uint64_t)got;
+    return 0;
+}
+
+/* Compaction: once most entries are dead (every trim appends one, and a process that
+ * trims often would grow the catalog without end), the catalog is rewritten with one
+ * entry per fact still needed: each stream's DEFINE, its TRIM and FLOOR if any, and the
+ * current epoch. The new file is written beside the old one, fsynced and renamed over
+ * it, so a crash leaves one or the other, both complete. Under wal->lock (and so never
+ * during another catalog append); epoch changes take wal->lock too. */
+#define CAT_COMPACT_MIN 1024
+
+static int cat_compact(walfs_t *wal)
+{
+    size_t ns = atomic_load(&wal->n_streams);
+    size_t cap = CAT_HDR_SIZE + ns * (3 * 64 + MAX_NAME) + 64;
+    uint8_t *buf = malloc(cap);
+    if (!buf) return -ENOMEM;
+    int rc = 0;
+    if (pread(wal->cat_fd, buf, CAT_HDR_SIZE, 0) != CAT_HDR_SIZE) { /* the header as it is */
+        free(buf);
+        return -EIO;
+    }
+    size_t len = CAT_HDR_SIZE;
+    uint64_t entries = 0;
+    for (size_t i = 0; i < ns; i++) {
+        stream_t *s = stream_get(wal, (uint32_t)i);
+        len += fmt_cat_define(buf + len, wal->crc_seed, s);
+        pthread_mutex_lock(&s->lock);
+        uint64_t low = s->low_offset, floor_offset = s->floor_offset, floor_byte = s->floor_byte;
+        pthread_mutex_unlock(&s->lock);
+        entries++;
+        if (low) {
+            len += fmt_cat_trim(buf + len, wal->crc_seed, s->no, low);
+            entries++;
+        }
+        if (floor_offset || floor_byte) {
+            len += fmt_cat_floor(buf + len, wal->crc_seed, s->no, floor_offset, floor_byte, wal->floor_gid);
+            entries++;
+        }
+    }
+    len += fmt_cat_open(buf + len, wal->crc_seed, wal->epoch);
+    entries++;
+    int fd = openat(wal->dirfd, CAT_NAME ".tmp", O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) rc = -errno;
+    if (!rc && (rc = fault_hit(wal, WALFS_FAULT_WRITE)) == 0) {
+        size_t done = 0;
+        while (!rc && done < len) {
+            ssize_t n = pwrite(fd, buf + done, len - done, (off_t)done);
+            if (n <= 0) rc = n < 0 ? -errno : -EIO;
+            else done += (size_t)n;
+        }
+    }
+    if (!rc && fsync(fd) != 0) rc = -errno;
+    if (!rc && renameat(wal->dirfd, CAT_NAME ".tmp", wal->dirfd, CAT_NAME) != 0) rc = -errno;
+    free(buf);
+    if (rc) {
+        if (fd >= 0) close(fd);
+        unlinkat(wal->dirfd, CAT_NAME ".tmp", 0);
+        return rc; /* the old catalog stays in use, whole */
+    }
+    close(wal->cat_fd);
+    wal->cat_fd = fd;
+    wal->cat_end = len;
+    wal_log(wal, "catalog: compacted %" PRIu64 " entries to %" PRIu64, wal->cat_entries, entries);
+    wal->cat_entries = entries;
+    /* The rename is durable once the directory is; until then either file is complete. */
+    return fsync_dir(wal->dirfd);
+}
+
+/* Under wal->lock. */
+int cat_compact_if_due(walfs_t *wal)
+{
+    if (wal->opt.read_only) return 0;
+    uint64_t live = 3 * (uint64_t)atomic_load(&wal->n_streams) + 1;
+    uint64_t min = wal->opt.test_mode ? 16 : CAT_COMPACT_MIN; /* tests race it often */
+    if (wal->cat_entries < min || wal->cat_entries < 4 * live) return 0;
+    return cat_compact(wal);
 }
 
 /* Under wal->lock. */
@@ -206,6 +314,7 @@ int cat_append(walfs_t *wal, const uint8_t *buf, size_t len)
         return rc;
     }
     wal->cat_end += len;
+    wal->cat_entries++;
     return 0;
 }
 

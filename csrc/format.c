@@ -28,6 +28,12 @@
  *     type 4 OPEN:   u64 epoch (one per writer open; gids are epoch << 40 | sequence)
  *   Stream numbers are dense from 0 in DEFINE order. Entries are valid up to the first one
  *   whose crc, type or length is wrong; the rest is a torn tail and is cut.
+ *   Compaction (catalog.c): once at least 1024 entries and four times the live ones are
+ *   stored, the writer rewrites the file as the same header, then per stream its DEFINE,
+ *   its TRIM (if its low watermark is above 0) and its highest FLOOR (if any), then one
+ *   OPEN with the current epoch; written to streams.cat.tmp, fsynced, renamed over
+ *   streams.cat, directory fsynced. A reader holding the old file re-reads the new one
+ *   when its inode changes; a leftover streams.cat.tmp means nothing.
  *
  * Segment file: segment_size bytes (fallocate()d at creation, file and directory
  * fsync()ed before use), a 4096-byte header area, then n_blocks blocks of block_size bytes.

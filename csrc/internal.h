@@ -84,6 +84,7 @@ typedef struct stream {
     size_t n_blocks, cap_blocks;
     uint64_t low_offset;
     uint64_t next_offset, next_byte;
+    uint64_t floor_offset, floor_byte; /* the highest FLOOR in the catalog (kept by compaction) */
     int64_t last_ts;
     uint64_t inflight_gid;  /* under wal->gid_lock; UINT64_MAX when no append is in flight */
 } stream_t;
@@ -119,6 +120,8 @@ struct walfs {
     atomic_size_t n_streams;          /* published after the stream is complete */
     int cat_fd;
     uint64_t cat_end;
+    uint64_t cat_entries;   /* entries in streams.cat (compaction rewrites it when mostly dead) */
+    uint64_t floor_gid;     /* the highest FLOOR next_gid in the catalog */
     pending_seal_t *seals;
     size_t n_seals, cap_seals;
 
@@ -230,6 +233,7 @@ int cat_open(walfs_t *wal);
 int cat_append(walfs_t *wal, const uint8_t *buf, size_t len);
 int cat_new_epoch(walfs_t *wal);
 int cat_refresh(walfs_t *wal);
+int cat_compact_if_due(walfs_t *wal);
 stream_t *stream_get(walfs_t *wal, uint32_t no);
 stream_t *stream_new(walfs_t *wal);
 void stream_free(stream_t *s);

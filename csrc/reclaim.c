@@ -21,12 +21,16 @@ int walfs_trim(walfs_t *wal, uint32_t stream_no, uint64_t low_offset)
     size_t len = fmt_cat_trim(buf, wal->crc_seed, stream_no, low_offset);
     pthread_mutex_lock(&wal->lock);
     rc = cat_append(wal, buf, len);
+    if (!rc) {
+        pthread_mutex_lock(&s->lock);
+        if (low_offset > s->low_offset) s->low_offset = low_offset;
+        pthread_mutex_unlock(&s->lock);
+        /* A failed compaction leaves the old catalog, whole and current: the trim stands. */
+        int crc = cat_compact_if_due(wal);
+        if (crc) wal_log(wal, "catalog compaction failed (%d); keeping the old catalog", crc);
+    }
     pthread_mutex_unlock(&wal->lock);
-    if (rc) return rc;
-    pthread_mutex_lock(&s->lock);
-    if (low_offset > s->low_offset) s->low_offset = low_offset;
-    pthread_mutex_unlock(&s->lock);
-    return 0;
+    return rc;
 }
 
 typedef struct seg_tally {
@@ -89,9 +93,20 @@ int walfs_reclaim(walfs_t *wal)
             affected = si != SIZE_MAX && !t[si].keep;
         }
         uint8_t buf[64];
-        size_t len = affected ? fmt_cat_floor(buf, wal->crc_seed, s->no, s->next_offset, s->next_byte, next_gid) : 0;
+        uint64_t floor_offset = s->next_offset, floor_byte = s->next_byte;
+        size_t len = affected ? fmt_cat_floor(buf, wal->crc_seed, s->no, floor_offset, floor_byte, next_gid) : 0;
         pthread_mutex_unlock(&s->lock);
-        if (affected) rc = cat_append(wal, buf, len);
+        if (affected && !(rc = cat_append(wal, buf, len))) {
+            pthread_mutex_lock(&s->lock);
+            if (floor_offset > s->floor_offset) s->floor_offset = floor_offset;
+            if (floor_byte > s->floor_byte) s->floor_byte = floor_byte;
+            pthread_mutex_unlock(&s->lock);
+            if (next_gid > wal->floor_gid) wal->floor_gid = next_gid;
+        }
+    }
+    if (!rc) {
+        int crc = cat_compact_if_due(wal);
+        if (crc) wal_log(wal, "catalog compaction failed (%d); keeping the old catalog", crc);
     }
     if (rc) {
         free(t);

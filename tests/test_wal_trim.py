@@ -102,3 +102,140 @@ def test_background_reclaim(open_wal, wal_dir):
     while len(segs(wal_dir)) == n and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(segs(wal_dir)) < n
+
+
+def cat_size(d: str) -> int:
+    return os.path.getsize(os.path.join(d, "streams.cat"))
+
+
+def test_catalog_is_compacted_while_trimming_and_keeps_every_fact(open_wal, wal_dir):
+    # Every trim appends a catalog entry; a WAL that trims after each batch would grow its
+    # catalog without end. Compaction rewrites it once most entries are dead.
+    w = open_wal()
+    fill(w, "gone", 4000)
+    fill(w, "other", 4000)
+    for t in ("a", "b", "c"):
+        w.append(t, b"x")
+    w.trim("gone", 4000)
+    w.sync()
+    assert w.reclaim() >= 1  # a FLOOR entry: "gone" has no run left
+    sizes = []
+    for k in range(1, 3001):
+        w.trim("other", k)
+        sizes.append(cat_size(wal_dir))
+    assert max(sizes) < 1300 * 28  # bounded: ~24-byte TRIM entries, compacted past 1024
+    assert sizes[-1] < sizes[1000] or min(sizes[1000:]) < 2000
+    assert (w.low_watermark("other"), w.high_watermark("other")) == (3000, 4000)
+    w.close()
+    w = open_wal()
+    assert (w.low_watermark("gone"), w.high_watermark("gone")) == (4000, 4000)
+    assert (w.low_watermark("other"), w.high_watermark("other")) == (3000, 4000)
+    assert sorted(w.topics()) == ["a", "b", "c", "gone", "other"]
+    assert w.read("other", 3000, max_records=1) == [payload("other", 3000, 500)]
+    assert w.append("gone", b"after") == 4000  # the floor survived compaction
+    assert w.verify() == []
+
+
+def test_compacted_catalog_serves_readers_and_a_stale_temporary_is_ignored(open_wal, wal_dir):
+    w = open_wal()
+    fill(w, "t", 6000)
+    reader = walfs.Wal(wal_dir, read_only=True)  # opened before the compactions below
+    try:
+        for k in range(1, 5001):
+            w.trim("t", k)  # several compactions replace the catalog file
+        w.sync()
+        assert w.reclaim() >= 1
+        late = walfs.Wal(wal_dir, read_only=True)  # reads the replaced catalog
+        try:
+            assert late.low_watermark("t") == 5000
+            assert late.read("t", 5000, max_records=1) == [payload("t", 5000, 500)]
+        finally:
+            late.close()
+        # The earlier reader keeps its snapshot: its mapped segments stay readable.
+        assert (reader.low_watermark("t"), reader.high_watermark("t")) == (0, 6000)
+        assert reader.read("t", 0, max_records=1) == [payload("t", 0, 500)]
+    finally:
+        reader.close()
+    w.close()
+    with open(os.path.join(wal_dir, "streams.cat.tmp"), "wb") as f:
+        f.write(b"left by a crash in the middle of a compaction")
+    w = open_wal()
+    assert (w.low_watermark("t"), w.high_watermark("t")) == (5000, 6000)
+    assert w.read("t", 5999, max_records=1) == [payload("t", 5999, 500)]
+
+
+def test_read_only_open_survives_a_compaction_during_its_segment_scan(open_wal, wal_dir, monkeypatch):
+    # A read-only open reads the catalog, scans the segments, then re-reads the catalog
+    # for trims written meanwhile (their segments may be gone from the scan). A writer
+    # that compacts in that window replaces the file, and trims after the compaction
+    # exist only in the new one: the reader must notice, or it misses a trim whose
+    # segments are gone and takes the hole for damage. test_mode compacts every 16
+    # entries; WALFS_TEST_SCAN_DELAY_MS holds the reader between catalog read and scan.
+    import threading
+
+    w = open_wal(test_mode=True)
+    fill(w, "t", 6000)  # several 1 MiB segments
+    w.sync()
+    monkeypatch.setenv("WALFS_TEST_SCAN_DELAY_MS", "300")
+    opened: list[walfs.Wal] = []
+    failure: list[BaseException] = []
+
+    def open_reader() -> None:
+        try:
+            opened.append(walfs.Wal(wal_dir, read_only=True, test_mode=True))
+        except BaseException as exc:
+            failure.append(exc)
+
+    t = threading.Thread(target=open_reader)
+    t.start()
+    import time
+
+    time.sleep(0.1)  # the reader has read the catalog and waits before its scan
+    for k in range(1, 41):
+        w.trim("t", 100 * k)  # 40 TRIMs: two compactions, the last trims in the new file
+    w.sync()
+    assert w.reclaim() >= 1
+    t.join()
+    assert not failure, failure
+    r = opened[0]
+    try:
+        assert r.low_watermark("t") == 4000
+        assert r.read("t", 4000, max_records=1) == [payload("t", 4000, 500)]
+    finally:
+        r.close()
+
+
+def test_failed_compaction_keeps_the_old_catalog_and_the_trim(open_wal, wal_dir):
+    import errno
+
+    w = open_wal(test_mode=True)  # compacts at 16 entries: OPEN, DEFINE and 14 TRIMs
+    fill(w, "t", 100)
+    for k in range(1, 14):
+        w.trim("t", k)
+    grown = cat_size(wal_dir)
+    w.engine.inject_fault("write", errno.ENOSPC, after=1, count=1)  # the TRIM passes, the rewrite fails
+    w.trim("t", 14)
+    assert w.low_watermark("t") == 14
+    assert cat_size(wal_dir) > grown  # the old catalog, one entry longer
+    assert not os.path.exists(os.path.join(wal_dir, "streams.cat.tmp"))
+    w.trim("t", 15)  # the next trim compacts
+    assert cat_size(wal_dir) < grown
+    w.close()
+    w = open_wal()
+    assert (w.low_watermark("t"), w.high_watermark("t")) == (15, 100)
+
+
+def test_writer_open_compacts_a_long_catalog(open_wal, wal_dir):
+    w = open_wal()
+    fill(w, "t", 1000)
+    for k in range(1, 501):
+        w.trim("t", k)  # 500 TRIMs: under the 1,024 entries that trigger compaction
+    w.close()
+    long = cat_size(wal_dir)
+    w = open_wal(test_mode=True)  # test_mode compacts from 16 entries: at this open
+    assert cat_size(wal_dir) < long // 10
+    assert (w.low_watermark("t"), w.high_watermark("t")) == (500, 1000)
+    w.close()
+    w = open_wal()
+    assert (w.low_watermark("t"), w.high_watermark("t")) == (500, 1000)
+    assert w.read("t", 500, max_records=1) == [payload("t", 500, 500)]
