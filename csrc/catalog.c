@@ -281,8 +281,11 @@ static int cat_compact(walfs_t *wal)
     wal->cat_end = len;
     wal_log(wal, "catalog: compacted %" PRIu64 " entries to %" PRIu64, wal->cat_entries, entries);
     wal->cat_entries = entries;
-    /* The rename is durable once the directory is; until then either file is complete. */
-    return fsync_dir(wal->dirfd);
+    /* The rename is durable once the directory is; until then either file is complete,
+     * but entries appended to the new one must not outlive a name that may revert: a
+     * failed directory fsync fails the WAL like a failed catalog fdatasync. */
+    if ((rc = fsync_dir(wal->dirfd))) atomic_store(&wal->failed, rc);
+    return rc;
 }
 
 /* Under wal->lock. */

@@ -111,7 +111,10 @@ int walfs_open(const char *dir, const walfs_options_t *opts, walfs_t **out, char
         pthread_mutex_lock(&wal->gid_lock);
         pthread_mutex_lock(&wal->lock);
         rc = cat_new_epoch(wal);
-        if (!rc) rc = cat_compact_if_due(wal);
+        if (!rc) {
+            int crc = cat_compact_if_due(wal); /* optional: the old catalog is whole */
+            if (crc) wal_log(wal, "catalog compaction failed (%d); keeping the old catalog", crc);
+        }
         pthread_mutex_unlock(&wal->lock);
         pthread_mutex_unlock(&wal->gid_lock);
         if (rc) FAIL(rc, "cannot write %s/streams.cat: %s", dir, strerror(-rc));
