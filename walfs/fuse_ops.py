@@ -213,6 +213,7 @@ class WalOperations(pyfuse3.Operations):
         self._streams: set[tuple[str, int]] = set()
         self._made_partitions: set[int] = set()  # mkdir partition=<n> without streams yet
         self._groups: set[str] = set()
+        self._inos_of_stream: dict[tuple[str, int], tuple[int, ...]] = {}  # see _stream_inos
         self._mtime_ns: dict[tuple[str, int], int] = {}
         self._seen_size: dict[tuple[str, int], int] = {}
 
@@ -247,6 +248,7 @@ class WalOperations(pyfuse3.Operations):
             self._next_ino += 1
             self._inodes[node] = ino
             self._nodes[ino] = node
+            self._inos_of_stream.clear()
         return ino
 
     def _node(self, ino: int) -> Node:
@@ -260,7 +262,10 @@ class WalOperations(pyfuse3.Operations):
         new = [st for st in self.wal.streams() if st not in self._streams]
         for st in new:
             self._add_stream(st)
-        self._groups.update(self.wal.consumer_groups())
+        groups = self.wal.consumer_groups()
+        if not self._groups.issuperset(groups):
+            self._groups.update(groups)
+            self._inos_of_stream.clear()
         return new
 
     def _add_stream(self, stream: tuple[str, int]) -> None:
@@ -382,22 +387,20 @@ class WalOperations(pyfuse3.Operations):
             self._seen_size.pop(stream, None)  # the watcher re-reads it quietly
         if stream not in self._streams:
             self._add_stream(stream)
-        for _node, ino in self._stream_inodes(topic, partition):
-            self._dirty_inodes.add(ino)
+        self._dirty_inodes.update(self._stream_inos(stream))
         self._wakeup.set()
 
-    def _stream_inodes(self, topic: str, partition: int) -> list[tuple[Node, int]]:
-        out = []
-        node = Node("topic", partition, topic)
-        ino = self._inodes.get(node)
-        if ino is not None:
-            out.append((node, ino))
-        for group in self._groups:
-            node = Node("cfile", partition, topic, group)
-            ino = self._inodes.get(node)
-            if ino is not None:
-                out.append((node, ino))
-        return out
+    def _stream_inos(self, stream: tuple[str, int]) -> tuple[int, ...]:
+        """The inodes the kernel knows that show this stream: its topic file and its
+        consumer files. Cached (every write asks), dropped when an inode or group is new."""
+        inos = self._inos_of_stream.get(stream)
+        if inos is None:
+            topic, partition = stream
+            nodes = [Node("topic", partition, topic)]
+            nodes += [Node("cfile", partition, topic, group) for group in self._groups]
+            inos = tuple(ino for ino in map(self._inodes.get, nodes) if ino is not None)
+            self._inos_of_stream[stream] = inos
+        return inos
 
     async def invalidation_task(self) -> None:
         """Tells the kernel about new sizes and names, outside any request handler."""
@@ -553,7 +556,9 @@ class WalOperations(pyfuse3.Operations):
             if topic_name_error(name) and not text.startswith(PARTITION_PREFIX):
                 return None
             # Any group name works: a group comes into being with its first commit.
-            self._groups.add(text)
+            if text not in self._groups:
+                self._groups.add(text)
+                self._inos_of_stream.clear()
             return Node("group", group=text)
         if kind == "group":
             n = parse_partition_dir(text)
