@@ -129,6 +129,14 @@ int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t
  * the records of view bytes [pos, pos+len) are in the page cache (checked with mincore
  * over the first run they lie in), 0 if a read would fault some in from the disk. */
 int walfs_bytes_resident(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint64_t len);
+/* Kafka wire: encodes n records as walfs_read_offset returned them (bodies in buf,
+ * descriptors in recs, contiguous offsets) as one uncompressed Kafka record batch (magic
+ * v2) into out. Key, headers and producer timestamp come from each record's meta section
+ * (walfs/records.py, v1); the append time stands in for a missing producer timestamp.
+ * Returns the batch's length; -ENOBUFS with *needed when out is too small; -EBADMSG when
+ * a meta section does not parse. Layout at the top of kafka_batch.c. */
+int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t n, uint8_t *out,
+                          uint64_t outlen, uint64_t *needed);
 /* View byte position where record `offset` starts (next_byte for next_offset). */
 int walfs_byte_position(walfs_t *wal, uint32_t stream_no, uint64_t offset, uint64_t *pos);
 /* Number of records that end (newline included) at or before view position pos, i.e. the

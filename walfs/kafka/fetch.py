@@ -14,7 +14,7 @@ import trio
 from walfs.kafka.api import Api
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.messages import ErrorCode, build, response_module
-from walfs.kafka.record_batch import encode_batch
+from walfs.kafka.record_batch import read_batch
 from walfs.kafka.wal_errors import error_code_for
 
 # A long poll watches at most this many partitions (those first in the request);
@@ -58,13 +58,11 @@ def _read_partitions(broker: Broker, req: Any) -> tuple[list[Any], int, list[tup
                 try:
                     # At least one record comes back even above the limit, so a
                     # record larger than max_bytes cannot stall its consumer (KIP-74).
-                    records = wal.read_records(
-                        topic, offset, p, max_records=MAX_RECORDS_PER_READ, max_bytes=max(limit, 1)
-                    )
+                    # Read zero-copy and encoded in C (walfs_kafka_batch).
+                    data = read_batch(wal, topic, offset, p, MAX_RECORDS_PER_READ, max(limit, 1))
                 except Exception as e:
                     parts.append((p, error_code_for(e, f"fetch {topic}/{p}@{offset}"), hwm, lwm, b""))
                     continue
-                data = encode_batch(records)
                 total += len(data)
             parts.append((p, ErrorCode.none, hwm, lwm, data))
         topics.append((ft.topic, parts))
