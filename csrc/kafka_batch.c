@@ -209,3 +209,139 @@ int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t 
     put_be(crc_at, crc32c(0, out + CRC_FROM, total - CRC_FROM), 4);
     return (int64_t)total;
 }
+
+/* ---- the other way: a produce request's records as walfs records ----
+ * Input: the records section of one (decompressed) v2 batch. Output, per record, the
+ * body the Python layer would write (meta v1 || value; walfs/records.py): flags carry a
+ * key when the record has one (null key: none) and the producer timestamp
+ * (base_ts + delta) unless base_ts is -1; a null value (a tombstone) becomes an empty
+ * one. Header names must be UTF-8, as Python's decoder requires. */
+
+static int get_varint(const uint8_t *p, uint64_t len, uint64_t *pos, int64_t *v)
+{
+    uint64_t z = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (*pos >= len) return -EBADMSG;
+        uint8_t b = p[(*pos)++];
+        z |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = (int64_t)(z >> 1) ^ -(int64_t)(z & 1);
+            return 0;
+        }
+    }
+    return -EBADMSG;
+}
+
+/* A length-prefixed field: *n = -1 for null. */
+static int get_field(const uint8_t *p, uint64_t len, uint64_t *pos, const uint8_t **f, int64_t *n)
+{
+    if (get_varint(p, len, pos, n)) return -EBADMSG;
+    if (*n < -1) return -EBADMSG;
+    if (*n == -1) return 0;
+    if ((uint64_t)*n > len - *pos) return -EBADMSG;
+    *f = p + *pos;
+    *pos += (uint64_t)*n;
+    return 0;
+}
+
+/* Strict UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF). */
+static int utf8_ok(const uint8_t *s, int64_t n)
+{
+    for (int64_t i = 0; i < n;) {
+        uint8_t c = s[i];
+        int k = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : -1;
+        if (k < 0 || i + k >= n + (k == 0)) return 0;
+        uint32_t cp = k == 0 ? c : k == 1 ? c & 0x1f : k == 2 ? c & 0x0f : c & 0x07;
+        for (int j = 1; j <= k; j++) {
+            if ((s[i + j] & 0xc0) != 0x80) return 0;
+            cp = cp << 6 | (s[i + j] & 0x3f);
+        }
+        if ((k == 1 && cp < 0x80) || (k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
+            (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        i += k + 1;
+    }
+    return 1;
+}
+
+static void put_le(uint8_t *p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+int64_t walfs_kafka_records(const uint8_t *body, uint64_t len, uint32_t count, int64_t base_ts, uint8_t *out,
+                            uint64_t outlen, uint32_t *meta_lens, uint32_t *value_lens, uint64_t *needed)
+{
+    uint64_t pos = 0, used = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        int64_t rec_len, ts_delta, off_delta, key_n, value_n, n_headers;
+        const uint8_t *key = NULL, *value = NULL;
+        if (get_varint(body, len, &pos, &rec_len) || rec_len < 0 || (uint64_t)rec_len > len - pos) return -EBADMSG;
+        uint64_t rec_end = pos + (uint64_t)rec_len;
+        pos++; /* record attributes: unused in v2 */
+        if (get_varint(body, rec_end, &pos, &ts_delta) || get_varint(body, rec_end, &pos, &off_delta) ||
+            get_field(body, rec_end, &pos, &key, &key_n) || get_field(body, rec_end, &pos, &value, &value_n) ||
+            get_varint(body, rec_end, &pos, &n_headers) || n_headers < 0 || n_headers > rec_len)
+            return -EBADMSG;
+        if (value_n < 0) value_n = 0; /* a tombstone: an empty record */
+        int has_ts = base_ts >= 0;
+        uint64_t meta = 0;
+        if (key_n >= 0 || n_headers > 0 || has_ts) meta = 2 + (has_ts ? 8 : 0) + (key_n >= 0 ? 4 + (uint64_t)key_n : 0) + 4;
+        uint64_t hpos = pos;
+        for (int64_t h = 0; h < n_headers; h++) {
+            const uint8_t *hk = NULL, *hv = NULL;
+            int64_t hk_n, hv_n;
+            if (get_field(body, rec_end, &hpos, &hk, &hk_n) || get_field(body, rec_end, &hpos, &hv, &hv_n)) return -EBADMSG;
+            if (hk_n < 0 || hk_n > UINT16_MAX || !utf8_ok(hk, hk_n) || hv_n > INT32_MAX) return -EBADMSG;
+            meta += 2 + (uint64_t)hk_n + 4 + (hv_n > 0 ? (uint64_t)hv_n : 0);
+        }
+        if (hpos != rec_end || meta > UINT32_MAX || (uint64_t)value_n > UINT32_MAX) return -EBADMSG;
+        uint64_t at = used;
+        used += meta + (uint64_t)value_n;
+        if (used > outlen) { /* sizing: keep validating, write nothing */
+            pos = rec_end;
+            continue;
+        }
+        meta_lens[i] = (uint32_t)meta;
+        value_lens[i] = (uint32_t)value_n;
+        uint8_t *p = out + at;
+        if (meta) {
+            *p++ = 1;
+            *p++ = (uint8_t)((key_n >= 0 ? 1 : 0) | (has_ts ? 2 : 0));
+            if (has_ts) {
+                put_le(p, (uint64_t)(base_ts + ts_delta), 8);
+                p += 8;
+            }
+            if (key_n >= 0) {
+                put_le(p, (uint64_t)key_n, 4);
+                memcpy(p + 4, key, (size_t)key_n);
+                p += 4 + key_n;
+            }
+            put_le(p, (uint64_t)n_headers, 4);
+            p += 4;
+            for (int64_t h = 0; h < n_headers; h++) {
+                const uint8_t *hk = NULL, *hv = NULL;
+                int64_t hk_n, hv_n;
+                get_field(body, rec_end, &pos, &hk, &hk_n);
+                get_field(body, rec_end, &pos, &hv, &hv_n);
+                put_le(p, (uint64_t)hk_n, 2);
+                memcpy(p + 2, hk, (size_t)hk_n);
+                p += 2 + hk_n;
+                put_le(p, (uint64_t)(hv_n < 0 ? -1 : hv_n), 4);
+                p += 4;
+                if (hv_n > 0) {
+                    memcpy(p, hv, (size_t)hv_n);
+                    p += hv_n;
+                }
+            }
+        }
+        if (value_n) memcpy(p, value, (size_t)value_n);
+        pos = rec_end;
+    }
+    if (pos != len) return -EBADMSG;
+    if (used > outlen) {
+        if (needed) *needed = used;
+        return -ENOBUFS;
+    }
+    return (int64_t)used;
+}

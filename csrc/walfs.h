@@ -137,6 +137,13 @@ int walfs_bytes_resident(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint64_
  * a meta section does not parse. Layout at the top of kafka_batch.c. */
 int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t n, uint8_t *out,
                           uint64_t outlen, uint64_t *needed);
+/* Kafka wire, the other way: the records section of one (decompressed) v2 batch as walfs
+ * records: out receives their bodies (meta || value, as walfs/records.py writes them) back
+ * to back, meta_lens/value_lens one entry per record (count of them). base_ts -1 means the
+ * producer sent no timestamps. Returns the bytes of out used; -ENOBUFS with *needed when
+ * out is too small (nothing is valid then); -EBADMSG for records that do not parse. */
+int64_t walfs_kafka_records(const uint8_t *body, uint64_t len, uint32_t count, int64_t base_ts, uint8_t *out,
+                            uint64_t outlen, uint32_t *meta_lens, uint32_t *value_lens, uint64_t *needed);
 /* View byte position where record `offset` starts (next_byte for next_offset). */
 int walfs_byte_position(walfs_t *wal, uint32_t stream_no, uint64_t offset, uint64_t *pos);
 /* Number of records that end (newline included) at or before view position pos, i.e. the

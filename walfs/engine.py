@@ -32,6 +32,35 @@ REC_SIZE = 40
 assert ffi.sizeof("walfs_rec_t") == REC_SIZE and ffi.offsetof("walfs_rec_t", "buf_pos") == 32
 
 
+def decode_kafka_records(body: bytes, count: int, base_ts: int) -> tuple[bytes, array.array, array.array]:
+    """A produce batch's records section as walfs bodies (C: walfs_kafka_records):
+    (bodies back to back, meta lengths, value lengths). ValueError when it does not parse."""
+    metas = array.array("I", bytes(4 * count))
+    values = array.array("I", bytes(4 * count))
+    needed = ffi.new("uint64_t *")
+    size = len(body) + 32 * count + 64
+    while True:
+        out = bytearray(size)
+        rc = lib.walfs_kafka_records(
+            body,
+            len(body),
+            count,
+            base_ts,
+            ffi.from_buffer(out),
+            size,
+            ffi.from_buffer("uint32_t[]", metas),
+            ffi.from_buffer("uint32_t[]", values),
+            needed,
+        )
+        if rc == -errno.ENOBUFS:
+            size = int(needed[0])
+            continue
+        if rc < 0:
+            raise ValueError("the batch's records do not parse")
+        del out[rc:]
+        return bytes(out), metas, values
+
+
 def encode_kafka_batch(buf: Any, recs: Any, n: int) -> bytes:
     """n records as Engine.read_into left them, as one Kafka record batch (v2) (C:
     walfs_kafka_batch). Raises ValueError for a meta section that does not parse."""
@@ -231,13 +260,19 @@ class Engine:
         """Appends len(bodies) records (body = meta || value) without waiting for durability;
         returns (first gid, first offset, ticket for wait_durable)."""
         data = b"".join(bodies) if len(bodies) != 1 else bodies[0]
+        return self.append_joined(stream_no, data, meta_lens, value_lens)
+
+    def append_joined(
+        self, stream_no: int, data: Any, meta_lens: array.array, value_lens: array.array
+    ) -> tuple[int, int, int]:
+        """append() with the bodies already back to back in data (len(meta_lens) records)."""
         h = self._enter()
         try:
             out = ffi.new("uint64_t[3]")
             rc = lib.walfs_append(
                 h,
                 stream_no,
-                len(bodies),
+                len(meta_lens),
                 ffi.from_buffer(data),
                 ffi.from_buffer("uint32_t[]", meta_lens),
                 ffi.from_buffer("uint32_t[]", value_lens),

@@ -1,6 +1,6 @@
 """Produce (and InitProducerId, which idempotent producers call first).
 
-All batches for one partition in a request become one ``wal.append_records`` call,
+All batches for one partition in a request become one ``wal.append_bodies`` call,
 so they survive a crash together or not at all. acks=-1 answers only once the
 records are durable: the WAL syncs each append itself under fsync="always",
 otherwise the handler calls ``wal.sync()`` before answering."""
@@ -13,7 +13,7 @@ from walfs.kafka.api import Api
 from walfs.kafka.broker import Broker, Connection, log
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.metadata import valid_new_topic
-from walfs.kafka.record_batch import BatchError, UnsupportedCompression, decode_batches
+from walfs.kafka.record_batch import BatchError, UnsupportedCompression, decode_for_append
 from walfs.kafka.wal_errors import error_code_for
 
 
@@ -30,34 +30,30 @@ def _append_partition(
     if partition < 0 or partition >= count:
         return ErrorCode.unknown_topic_or_partition, -1, -1
     try:
-        batches = decode_batches(data or b"")
+        # Batch headers in Python, records in C straight into stored bodies.
+        produced = decode_for_append(data or b"")
     except UnsupportedCompression as e:
         log.info("produce to %s/%d: %s", topic, partition, e)
         return ErrorCode.unsupported_compression_type, -1, -1
     except BatchError as e:
         log.warning("produce to %s/%d: rejected batch: %s", topic, partition, e)
         return ErrorCode.corrupt_message, -1, -1
-    rows = [
-        # A null value (a Kafka tombstone) is stored as an empty record: walfs
-        # values are bytes, and the file view needs a line for it.
-        (r.key, r.value if r.value is not None else b"", r.headers, r.timestamp_ms)
-        for b in batches
-        for r in b.records
-    ]
-    if not rows:
+    # (A null value, a Kafka tombstone, is stored as an empty record: walfs values are
+    # bytes, and the file view needs a line for it.)
+    if produced is None:
         return ErrorCode.none, wal.high_watermark(topic, partition), wal.low_watermark(topic, partition)
-    first = batches[0]
-    dup = broker.producer_ids.duplicate_of(
-        first.producer_id, topic, partition, first.base_sequence, len(rows)
-    )
+    n = len(produced.meta_lens)
+    dup = broker.producer_ids.duplicate_of(produced.producer_id, topic, partition, produced.base_sequence, n)
     if dup is not None:
-        log.info("produce to %s/%d: resent batch of producer %d dropped", topic, partition, first.producer_id)
+        log.info(
+            "produce to %s/%d: resent batch of producer %d dropped", topic, partition, produced.producer_id
+        )
         return ErrorCode.none, dup, wal.low_watermark(topic, partition)
     try:
-        base = wal.append_records(topic, rows, partition)
+        base = wal.append_bodies(topic, produced.data, produced.meta_lens, produced.value_lens, partition)
     except Exception as e:
         return error_code_for(e, f"produce to {topic}/{partition}"), -1, -1
-    broker.producer_ids.remember(first.producer_id, topic, partition, first.base_sequence, len(rows), base)
+    broker.producer_ids.remember(produced.producer_id, topic, partition, produced.base_sequence, n, base)
     return ErrorCode.none, base, wal.low_watermark(topic, partition)
 
 

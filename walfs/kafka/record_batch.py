@@ -22,17 +22,18 @@ zigzag-encoded.
 
 from __future__ import annotations
 
+import array
 import gzip
 import struct
 import threading
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from crc32c import crc32c
 
-from walfs.engine import REC_SIZE, encode_kafka_batch
+from walfs.engine import REC_SIZE, decode_kafka_records, encode_kafka_batch
 from walfs.errors import BufferTooSmallError
 
 _BATCH_HEAD = struct.Struct(">qiibIhiqqqhii")
@@ -108,9 +109,52 @@ def _decompress(codec: int, data: bytes) -> bytes:
     raise UnsupportedCompression(f"compression codec {codec} is not supported")
 
 
+@dataclass(slots=True)
+class ProducedBodies:
+    """A produce request's records in the stored layout (see ``Wal.append_bodies``)."""
+
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    data: bytes
+    meta_lens: array.array
+    value_lens: array.array
+
+
+def decode_for_append(data: bytes) -> ProducedBodies | None:
+    """The produce path: batch headers, CRCs and decompression here, the records in C
+    (walfs_kafka_records) straight into walfs bodies. None when there are no records.
+    Producer fields are the first batch's. ``decode_batches`` is the reference decoder."""
+    first: tuple[int, int, int] | None = None
+    parts: list[bytes] = []
+    metas = array.array("I")
+    values = array.array("I")
+    for producer_id, producer_epoch, base_sequence, base_ts, count, body in _batches(data):
+        try:
+            joined, m, v = decode_kafka_records(body, count, base_ts)
+        except ValueError as e:
+            raise BatchError(str(e)) from e
+        if first is None:
+            first = (producer_id, producer_epoch, base_sequence)
+        parts.append(joined)
+        metas.extend(m)
+        values.extend(v)
+    if first is None or not metas:
+        return None
+    return ProducedBodies(*first, b"".join(parts), metas, values)
+
+
 def decode_batches(data: bytes) -> list[ProducedBatch]:
     """Parse a produce request's record set. Control batches are skipped."""
-    out: list[ProducedBatch] = []
+    return [
+        ProducedBatch(producer_id, producer_epoch, base_sequence, _decode_records(body, count, base_ts))
+        for producer_id, producer_epoch, base_sequence, base_ts, count, body in _batches(data)
+    ]
+
+
+def _batches(data: bytes) -> Iterator[tuple[int, int, int, int, int, bytes]]:
+    """(producer id, producer epoch, base sequence, base timestamp, record count, records
+    section) per data batch, checked (length, magic, CRC) and decompressed."""
     pos = 0
     n = len(data)
     while pos < n:
@@ -147,9 +191,7 @@ def decode_batches(data: bytes) -> list[ProducedBatch]:
             body = _decompress(codec, body)
         if count < 0 or count > len(body):
             raise BatchError(f"record count {count} is impossible")
-        records = _decode_records(body, count, base_ts)
-        out.append(ProducedBatch(producer_id, producer_epoch, base_sequence, records))
-    return out
+        yield producer_id, producer_epoch, base_sequence, base_ts, count, body
 
 
 def _decode_records(body: bytes, count: int, base_ts: int) -> list[WireRecord]:
