@@ -118,6 +118,23 @@ static int apply(walfs_t *wal, const cat_entry_t *e, int merge)
     return -EUCLEAN;
 }
 
+/* Applies the entries of buf[0, size) up to the first invalid one (a torn tail) and
+ * counts them in wal->cat_entries; returns the bytes they take, or -errno. */
+static int64_t apply_all(walfs_t *wal, const uint8_t *buf, size_t size, int merge)
+{
+    size_t pos = 0;
+    cat_entry_t e;
+    while (pos < size) {
+        size_t len = fmt_cat_entry_parse(buf + pos, size - pos, wal->crc_seed, &e);
+        if (len == 0) break;
+        int rc = apply(wal, &e, merge);
+        if (rc) return rc;
+        pos += len;
+        wal->cat_entries++;
+    }
+    return (int64_t)pos;
+}
+
 int cat_open(walfs_t *wal)
 {
     int rc;
@@ -152,19 +169,10 @@ int cat_open(walfs_t *wal)
     wal->opt.segment_size = seg_size;
     wal->opt.block_size = block_size;
     wal->crc_seed = crc_seed_for(wal->uuid);
-    size_t pos = CAT_HDR_SIZE;
-    cat_entry_t e;
-    while (pos < size) {
-        size_t len = fmt_cat_entry_parse(buf + pos, size - pos, wal->crc_seed, &e);
-        if (len == 0) break;
-        if ((rc = apply(wal, &e, 0))) {
-            free(buf);
-            return rc;
-        }
-        pos += len;
-        wal->cat_entries++;
-    }
+    int64_t used = apply_all(wal, buf + CAT_HDR_SIZE, size - CAT_HDR_SIZE, 0);
     free(buf);
+    if (used < 0) return (int)used;
+    size_t pos = CAT_HDR_SIZE + (size_t)used;
     if (pos < size) {
         /* A crash in the middle of an append: nothing after it was ever acknowledged. */
         wal_log(wal, "catalog: cutting %zu bytes of torn tail", size - pos);
@@ -172,21 +180,6 @@ int cat_open(walfs_t *wal)
     }
     wal->cat_end = pos;
     return 0;
-}
-
-/* Parses entries of buf[0, size) into the handle; returns bytes consumed or -errno. */
-static int64_t apply_all(walfs_t *wal, const uint8_t *buf, size_t size, int merge)
-{
-    size_t pos = 0;
-    cat_entry_t e;
-    while (pos < size) {
-        size_t len = fmt_cat_entry_parse(buf + pos, size - pos, wal->crc_seed, &e);
-        if (len == 0) break;
-        int rc = apply(wal, &e, merge);
-        if (rc) return rc;
-        pos += len;
-    }
-    return (int64_t)pos;
 }
 
 /* Read-only opens: applies entries a live writer appended since the catalog was read

@@ -64,7 +64,7 @@ def test_c_batches_equal_the_python_encoding(open_wal):
 def test_a_meta_section_that_does_not_parse_is_refused(open_wal):
     w = open_wal()
     bad_meta = b"\x01\x01\xff\xff\x00\x00"  # a key longer than the section
-    w._append("t", 0, [bad_meta + b"value"], array.array("I", [len(bad_meta)]), array.array("I", [5]))
+    w.append_bodies("t", bad_meta + b"value", array.array("I", [len(bad_meta)]), array.array("I", [5]))
     with pytest.raises(ValueError, match="meta"):
         read_batch(w, "t", 0, 0, 10, 1 << 20)
 

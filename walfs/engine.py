@@ -5,7 +5,6 @@ and consumers live in wal.py and its neighbours. The GIL is released in every C 
 import array
 import errno
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -255,17 +254,11 @@ class Engine:
 
     # -- writing ------------------------------------------------------------------
     def append(
-        self, stream_no: int, bodies: Sequence[bytes], meta_lens: array.array, value_lens: array.array
-    ) -> tuple[int, int, int]:
-        """Appends len(bodies) records (body = meta || value) without waiting for durability;
-        returns (first gid, first offset, ticket for wait_durable)."""
-        data = b"".join(bodies) if len(bodies) != 1 else bodies[0]
-        return self.append_joined(stream_no, data, meta_lens, value_lens)
-
-    def append_joined(
         self, stream_no: int, data: Any, meta_lens: array.array, value_lens: array.array
     ) -> tuple[int, int, int]:
-        """append() with the bodies already back to back in data (len(meta_lens) records)."""
+        """Appends len(meta_lens) records, their bodies (meta || value) back to back in data,
+        without waiting for durability; returns (first gid, first offset, ticket for
+        wait_durable)."""
         h = self._enter()
         try:
             out = ffi.new("uint64_t[3]")

@@ -219,7 +219,7 @@ class Wal:
         if key is None and not headers and timestamp_ms is None:
             if len(data) >= MAX_U32:
                 raise RecordTooLargeError("a record is larger than 4 GiB")
-            return self._append(topic, partition, [data], _ZERO, array.array("I", (len(data),)))
+            return self._append(topic, partition, data, _ZERO, array.array("I", (len(data),)))
         return self.append_records(topic, [(key, data, headers, timestamp_ms)], partition)
 
     def append_batch(self, topic: str, records: Sequence[bytes], partition: int = 0) -> int:
@@ -232,7 +232,8 @@ class Wal:
         lens = array.array("I", map(len, records)) if n > 1 else array.array("I", [len(records[0])])
         if max(lens) >= MAX_U32:
             raise RecordTooLargeError("a record is larger than 4 GiB")
-        return self._append(topic, partition, records, array.array("I", bytes(4 * n)), lens)
+        data = records[0] if n == 1 else b"".join(records)
+        return self._append(topic, partition, data, array.array("I", bytes(4 * n)), lens)
 
     def append_lines(self, topic: str, data: bytes, partition: int = 0) -> tuple[int, int]:
         """Appends each line of data (split on b"\\n" in C; a final newline ends the last line)
@@ -266,17 +267,17 @@ class Wal:
             values.append(len(value))
         if not bodies:
             raise ValueError("append_records needs at least one record")
-        return self._append(topic, partition, bodies, metas, values)
+        return self._append(topic, partition, b"".join(bodies), metas, values)
 
-    def _append(
-        self, topic: str, partition: int, bodies: Sequence[bytes], metas: array.array, values: array.array
-    ) -> int:
+    def _append(self, topic: str, partition: int, data: Any, metas: array.array, values: array.array) -> int:
+        """The one append path of the facade: len(metas) bodies, back to back in data."""
+        n = len(metas)
         s = self._stream(topic, partition, True)
         assert s is not None
         with s.lock:  # bitmap order must follow the core's order
-            gid, offset, ticket = self.engine.append(s.stream_no, bodies, metas, values)
-            s.add(gid, len(bodies))
-            assert offset + len(bodies) == s.high, (offset, len(bodies), s.high)
+            gid, offset, ticket = self.engine.append(s.stream_no, data, metas, values)
+            s.add(gid, n)
+            assert offset + n == s.high, (offset, n, s.high)
         self._appended(s, ticket)
         return offset
 
@@ -291,14 +292,7 @@ class Wal:
             raise ValueError("append_bodies needs one meta and one value length per record")
         if sum(meta_lens) + sum(value_lens) != len(data):
             raise ValueError("the lengths do not add up to the data")
-        s = self._stream(topic, partition, True)
-        assert s is not None
-        with s.lock:
-            gid, offset, ticket = self.engine.append_joined(s.stream_no, data, meta_lens, value_lens)
-            s.add(gid, n)
-            assert offset + n == s.high, (offset, n, s.high)
-        self._appended(s, ticket)
-        return offset
+        return self._append(topic, partition, data, meta_lens, value_lens)
 
     def add_append_listener(self, fn: Callable[[str, int], None]) -> None:
         """Calls fn(topic, partition) after every append of this org's streams, in the
