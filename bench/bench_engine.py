@@ -181,7 +181,7 @@ def bench_read(base: str, n: int) -> dict[str, float]:
 
 WRITER = """
 import sys, time, walfs
-w = walfs.Wal(sys.argv[1], fsync="never", snapshot_interval_s=1e9)
+w = walfs.Wal(sys.argv[1], fsync="never")
 rec = b"x" * 100
 for _ in range(int(sys.argv[2]) // 100000):
     w.append_batch("t", [rec] * 100000)

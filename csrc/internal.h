@@ -85,6 +85,7 @@ typedef struct stream {
     uint64_t low_offset;
     uint64_t next_offset, next_byte;
     uint64_t floor_offset, floor_byte; /* the highest FLOOR in the catalog (kept by compaction) */
+    uint64_t durable_offset, durable_byte; /* what the last successful sync made durable (sync.c) */
     int64_t last_ts;
     uint64_t inflight_gid;  /* under wal->gid_lock; UINT64_MAX when no append is in flight */
 } stream_t;
@@ -253,6 +254,7 @@ void seal_later(walfs_t *wal, block_t *b, uint64_t ticket);
 int sync_force(walfs_t *wal);
 int exclusive_begin(walfs_t *wal);
 void exclusive_end(walfs_t *wal);
+void durable_init(walfs_t *wal);
 
 /* reader.c */
 const uint8_t *run_ptr(const block_t *b, uint64_t rel);

@@ -15,8 +15,12 @@ int walfs_trim(walfs_t *wal, uint32_t stream_no, uint64_t low_offset)
     pthread_mutex_lock(&s->lock);
     int rc = low_offset > s->next_offset ? -ERANGE : 0;
     int needed = low_offset > s->low_offset;
+    int sync_first = low_offset > s->durable_offset;
     pthread_mutex_unlock(&s->lock);
     if (rc || !needed) return rc;
+    /* A durable low watermark above the durable end would outlive the records it keeps:
+     * after a power cut the stream would end below its own low watermark. */
+    if (sync_first && (rc = walfs_sync(wal))) return rc;
     uint8_t buf[32];
     size_t len = fmt_cat_trim(buf, wal->crc_seed, stream_no, low_offset);
     pthread_mutex_lock(&wal->lock);
@@ -93,7 +97,9 @@ int walfs_reclaim(walfs_t *wal)
             affected = si != SIZE_MAX && !t[si].keep;
         }
         uint8_t buf[64];
-        uint64_t floor_offset = s->next_offset, floor_byte = s->next_byte;
+        /* Only durable state goes into the catalog: appends after the last sync may still
+         * vanish in a power cut, and a FLOOR above them would skip their offsets. */
+        uint64_t floor_offset = s->durable_offset, floor_byte = s->durable_byte;
         size_t len = affected ? fmt_cat_floor(buf, wal->crc_seed, s->no, floor_offset, floor_byte, next_gid) : 0;
         pthread_mutex_unlock(&s->lock);
         if (affected && !(rc = cat_append(wal, buf, len))) {

@@ -92,12 +92,84 @@ static int fsync_segments(walfs_t *wal, segment_t **segs, size_t n)
     return 0;
 }
 
+/* What recovery kept is on disk (it syncs its own repairs before appends start). */
+void durable_init(walfs_t *wal)
+{
+    size_t n = atomic_load(&wal->n_streams);
+    for (size_t i = 0; i < n; i++) {
+        stream_t *s = stream_get(wal, (uint32_t)i);
+        if (!s) continue;
+        pthread_mutex_lock(&s->lock);
+        s->durable_offset = s->next_offset;
+        s->durable_byte = s->next_byte;
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
+/* Durable watermarks. Every stream's published end is noted BEFORE the sync reads its
+ * ticket target: an append publishes after it takes its ticket, and marks its segment
+ * dirty before that, so everything published by then is covered by this sync. After the
+ * fsync succeeds the noted ends become the durable ones. */
+typedef struct stream_end {
+    uint64_t offset, byte;
+} stream_end_t;
+
+static stream_end_t *note_stream_ends(walfs_t *wal, size_t *n_out)
+{
+    size_t n = atomic_load(&wal->n_streams);
+    stream_end_t *ends = malloc((n ? n : 1) * sizeof(*ends));
+    if (!ends) {
+        *n_out = 0;
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        stream_t *s = stream_get(wal, (uint32_t)i);
+        pthread_mutex_lock(&s->lock);
+        ends[i] = (stream_end_t){s->next_offset, s->next_byte};
+        pthread_mutex_unlock(&s->lock);
+    }
+    *n_out = n;
+    return ends;
+}
+
+static void publish_durable(walfs_t *wal, const stream_end_t *ends, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        stream_t *s = stream_get(wal, (uint32_t)i);
+        pthread_mutex_lock(&s->lock);
+        if (ends[i].offset > s->durable_offset) {
+            s->durable_offset = ends[i].offset;
+            s->durable_byte = ends[i].byte;
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+}
+
+int walfs_stream_marks(walfs_t *wal, uint32_t stream_no, walfs_marks_t *out)
+{
+    stream_t *s = stream_get(wal, stream_no);
+    if (!s) return -ENOENT;
+    int ro = wal->opt.read_only;
+    pthread_mutex_lock(&s->lock);
+    out->low_offset = s->low_offset;
+    out->next_offset = s->next_offset;
+    out->next_byte = s->next_byte;
+    out->durable_offset = ro ? s->next_offset : s->durable_offset;
+    out->durable_byte = ro ? s->next_byte : s->durable_byte;
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
 /* Called with sync_lock held and no sync running; returns with sync_lock held. */
 static int lead_sync(walfs_t *wal)
 {
     wal->sync_running = 1;
-    uint64_t target = atomic_load(&wal->ticket);
     pthread_mutex_unlock(&wal->sync_lock);
+    /* Stream locks are taken outside sync_lock (a leaf). A failed malloc only means this
+     * round raises no durable watermark; the next one will. */
+    size_t n_ends;
+    stream_end_t *ends = note_stream_ends(wal, &n_ends);
+    uint64_t target = atomic_load(&wal->ticket);
 
     /* Read the ticket before taking the dirty flags: an append marks its segment dirty
      * before it takes its ticket, so every ticket <= target is covered. */
@@ -119,12 +191,14 @@ static int lead_sync(walfs_t *wal)
     if (n) atomic_fetch_add(&wal->syncs, 1);
     if (!rc) {
         for (size_t i = 0; i < n; i++) seg_synced(wal, segs[i], saves[i]);
+        if (ends) publish_durable(wal, ends, n_ends);
         write_seals(wal, target);
     } else {
         wal_log(wal, "fsync failed (%s): refusing appends until reopened", strerror(-rc));
     }
     free(segs);
     free(saves);
+    free(ends);
 
     pthread_mutex_lock(&wal->sync_lock);
     wal->sync_running = 0;

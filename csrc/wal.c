@@ -107,6 +107,7 @@ int walfs_open(const char *dir, const walfs_options_t *opts, walfs_t **out, char
     }
     wal->blocks_per_seg = (uint32_t)((wal->opt.segment_size - SEG_HDR_SIZE) / wal->opt.block_size);
     if ((rc = recover(wal))) FAIL(rc, "recovery of %s failed: %s", dir, strerror(-rc));
+    durable_init(wal);
     if (!o.read_only) {
         pthread_mutex_lock(&wal->gid_lock);
         pthread_mutex_lock(&wal->lock);

@@ -109,6 +109,16 @@ int walfs_append_lines(walfs_t *wal, uint32_t stream_no, const uint8_t *data, ui
 int walfs_wait_durable(walfs_t *wal, uint64_t ticket);
 /* Makes every append that returned before this call durable (group commit). */
 int walfs_sync(walfs_t *wal);
+/* A stream's watermarks in one cheap call. Every record below durable_offset (view bytes
+ * below durable_byte) survives power loss: it is where the last successful sync left the
+ * stream (recovery's result at open; in a read-only WAL, everything it sees). Always
+ * durable_offset <= next_offset; raised by walfs_sync, fsync=always appends and interval
+ * syncs. */
+typedef struct walfs_marks {
+    uint64_t low_offset, next_offset, durable_offset;
+    uint64_t next_byte, durable_byte;
+} walfs_marks_t;
+int walfs_stream_marks(walfs_t *wal, uint32_t stream_no, walfs_marks_t *out);
 /* Syncs and returns G: every record with gid < G is durable and complete. */
 int walfs_durable_gid(walfs_t *wal, uint64_t *gid);
 

@@ -103,3 +103,48 @@ def test_enospc_then_recovers(make_mount, tmp_path: Path) -> None:
     finally:
         m.cleanup()
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_daemon_exits_non_zero_after_an_fsync_failure(tmp_path: Path) -> None:
+    """A failed fsync fails the WAL; the daemon unmounts and exits with status 75 so that
+    systemd's Restart=on-failure reopens it, instead of answering EIO forever."""
+    import sys
+    import time
+
+    from conftest_mount import wait_until
+
+    data, mnt = tmp_path / "data", tmp_path / "mnt"
+    mnt.mkdir()
+    env = dict(os.environ, WALFS_TEST_FAULT=f"sync:{errno.EIO}:3")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "walfs.cli.mount", str(data), str(mnt), "-f", "--fsync", "always"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_until(lambda: is_mounted(mnt), timeout=30, what="mount")
+        refused = None
+        for i in range(20):
+            try:
+                with open(mnt / "t", "ab") as f:
+                    f.write(b"line %d\n" % i)
+            except OSError as e:
+                refused = e.errno
+                break
+        assert refused == errno.EIO
+        deadline = time.monotonic() + 30
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proc.returncode == 75, proc.stderr.read().decode() if proc.stderr else ""
+        assert not is_mounted(mnt)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        subprocess.run(["fusermount3", "-uz", str(mnt)], check=False, capture_output=True)
+    # Reopened (what the service restart does), the WAL holds the lines that were durable.
+    import walfs
+
+    with walfs.Wal(data, read_only=True) as w:
+        assert all(v.startswith(b"line ") for v in w.read("t", 0))

@@ -41,12 +41,18 @@ class CursorStore:
             raise ValueError(f"cursor file {self._path(group, key)} is damaged")
         return int(struct.unpack_from("<Q", data, 8)[0])
 
-    def put(self, group: str, key: str, offset: int) -> None:
+    def put(self, group: str, key: str, offset: int, *, advance_only: bool = False) -> bool:
+        """Sets the cursor (only forward with advance_only: the check and the write are one
+        step under the store's lock). Returns whether it changed."""
         path = self._path(group, key)
         head = _MAGIC + struct.pack("<Q", offset)
         data = head + blake3.blake3(head).digest(length=16)
         gdir = os.path.dirname(path)
         with self._lock:
+            if advance_only:
+                current = self.get(group, key)
+                if current is not None and current >= offset:
+                    return False
             new_dir = not os.path.isdir(gdir)
             os.makedirs(gdir, exist_ok=True)
             tmp = f"{path}.tmp.{threading.get_ident()}"
@@ -61,6 +67,7 @@ class CursorStore:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
+        return True
 
     def groups(self) -> list[str]:
         try:
@@ -109,7 +116,13 @@ class Consumer:
         self.position = max(committed or 0, wal.low_watermark(topic, partition))
 
     def read_next(self, max_records: int = 1000, max_bytes: int = 16 << 20) -> "list[Record]":
+        """The next records, durable ones only (records published beyond the durable mark
+        are synced first): a record handed out here is never taken back by a power cut."""
         self.position = max(self.position, self.wal.low_watermark(self.topic, self.partition))
+        end = self.wal.durable_end(self.topic, self.position, self.partition)
+        max_records = min(max_records, end - self.position)
+        if max_records <= 0:
+            return []
         recs = self.wal.read_records(self.topic, self.position, self.partition, max_records, max_bytes)
         if not recs:
             return recs

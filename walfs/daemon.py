@@ -182,6 +182,7 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
         blocking_appends=config.fsync == "always",
         info={"fsync": config.fsync, "org_id": str(config.org_id)},
     )
+    inject_test_faults(wal)
     mounted = False
     try:
         pyfuse3.init(ops, config.mountpoint, fuse_options(config))
@@ -196,9 +197,44 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
             except Exception:
                 log.exception("unmount failed; detaching lazily")
                 lazy_unmount(config.mountpoint)
-        wal.close()
+        failed = wal.failed
+        try:
+            wal.close()
+        except Exception:
+            if not failed:
+                raise
+            log.exception("closing a failed WAL")
         log.info("walfs stopped: %s unmounted, WAL closed", config.mountpoint)
+    if failed:
+        log.error("walfs exits with status %d: an fsync failed (systemd restarts it)", EXIT_WAL_FAILED)
+        return EXIT_WAL_FAILED
     return 0
+
+
+# Exit status of a daemon whose WAL failed (an fsync error): non-zero so that systemd's
+# Restart=on-failure reopens the WAL, whose recovery keeps exactly what reached the disk.
+EXIT_WAL_FAILED = 75
+
+
+def inject_test_faults(wal: Any) -> None:
+    """TEST ONLY: WALFS_TEST_FAULT="op:errno:after" (op write|sync|alloc) makes the core
+    fail that operation after `after` successes, for the daemon tests. Never set it in
+    production; it is logged loudly when set."""
+    spec = os.environ.get("WALFS_TEST_FAULT")
+    if not spec:
+        return
+    op, err, after = spec.split(":")
+    log.warning("WALFS_TEST_FAULT=%s: injecting faults (tests only)", spec)
+    wal.engine.inject_fault(op, int(err), after=int(after))
+
+
+async def watch_wal_failure(wal: Any, stop: Callable[[], None], every_s: float = 0.2) -> None:
+    """Stops the daemon once the WAL has failed: answering EIO forever helps nobody,
+    while an exit lets systemd restart it with a clean recovery."""
+    while not wal.failed:
+        await trio.sleep(every_s)
+    log.error("the WAL failed (an fsync error): stopping so that the service restarts")
+    stop()
 
 
 async def _serve(ops: WalOperations, config: MountConfig, on_ready: Callable[[], None] | None) -> None:
@@ -207,6 +243,7 @@ async def _serve(ops: WalOperations, config: MountConfig, on_ready: Callable[[],
         nursery.start_soon(ops.watch_task, name="walfs-watch")
         ops.wal.add_append_listener(ops.poke_watcher)
         nursery.start_soon(_signals, name="walfs-signals")
+        nursery.start_soon(watch_wal_failure, ops.wal, pyfuse3.terminate, name="walfs-failure")
         nursery.start_soon(_after_init, ops, config, name="walfs-after-init")
         if config.kafka_listen:
             # Before readiness: a port that cannot be bound fails the mount (the finally

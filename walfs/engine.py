@@ -179,6 +179,12 @@ class Engine:
     def closed(self) -> bool:
         return self._h is None
 
+    @property
+    def failed(self) -> bool:
+        """True once an fsync failed: the WAL refuses appends until it is reopened."""
+        h = self._h
+        return h is not None and lib.walfs_failed(h) != 0
+
     def _check(self, rc: int, what: str) -> int:
         if rc < 0:
             if rc == -errno.EIO and self._h is not None and lib.walfs_failed(self._h):
@@ -214,6 +220,22 @@ class Engine:
         finally:
             self._exit()
 
+    def marks(self, stream_no: int) -> tuple[int, int, int, int, int]:
+        """(low_offset, next_offset, durable_offset, next_byte, durable_byte): one cheap call."""
+        h = self._enter()
+        try:
+            m = self._tls_marks()
+            self._check(lib.walfs_stream_marks(h, stream_no, m), "stream marks")
+            return m.low_offset, m.next_offset, m.durable_offset, m.next_byte, m.durable_byte
+        finally:
+            self._exit()
+
+    def _tls_marks(self) -> Any:
+        m = getattr(self._tls, "marks", None)
+        if m is None:
+            m = self._tls.marks = ffi.new("walfs_marks_t *")
+        return m
+
     def stream_info(self, stream_no: int) -> CStreamInfo:
         h = self._enter()
         try:
@@ -235,24 +257,6 @@ class Engine:
         finally:
             self._exit()
 
-    def gid_runs(self, stream_no: int, since_gid: int) -> list[tuple[int, int]]:
-        h = self._enter()
-        try:
-            cap = 64
-            while True:
-                runs = ffi.new("uint64_t[]", 2 * cap)
-                needed = ffi.new("uint64_t *")
-                rc = lib.walfs_stream_gid_runs(h, stream_no, since_gid, runs, cap, needed)
-                if rc == -errno.ENOBUFS:
-                    cap = int(needed[0])
-                    continue
-                n = self._check(rc, "gid runs")
-                flat = ffi.unpack(runs, 2 * n)
-                return list(zip(flat[0::2], flat[1::2], strict=True))
-        finally:
-            self._exit()
-
-    # -- writing ------------------------------------------------------------------
     def append(
         self, stream_no: int, data: Any, meta_lens: array.array, value_lens: array.array
     ) -> tuple[int, int, int]:
@@ -332,15 +336,6 @@ class Engine:
         finally:
             self._exit()
 
-    def durable_gid(self) -> int:
-        h = self._enter()
-        try:
-            out = ffi.new("uint64_t *")
-            self._check(lib.walfs_durable_gid(h, out), "sync")
-            return int(out[0])
-        finally:
-            self._exit()
-
     def trim(self, stream_no: int, low_offset: int) -> None:
         h = self._enter()
         try:
@@ -367,9 +362,9 @@ class Engine:
         return tl.buf, tl.recs
 
     def _read_raw(
-        self, stream_no: int, gid: int, max_records: int, max_bytes: int
+        self, stream_no: int, offset: int, max_records: int, max_bytes: int
     ) -> tuple[int, memoryview, list[int]]:
-        """Runs one C read; returns (n, buffer, the walfs_rec_t array as 64-bit words)."""
+        """Runs one C read by offset; returns (n, buffer, the walfs_rec_t array as 64-bit words)."""
         max_records = max(1, min(max_records, 1 << 20))
         buflen = max(min(max_bytes, 16 << 20), 64 << 10)
         h = self._enter()
@@ -378,7 +373,9 @@ class Engine:
                 buf, recs = self._buffers(buflen, max_records)
                 needed = ffi.new("uint64_t *")
                 cbuf = ffi.from_buffer(buf)
-                rc = lib.walfs_read(h, stream_no, gid, max_records, max_bytes, cbuf, len(buf), recs, needed)
+                rc = lib.walfs_read_offset(
+                    h, stream_no, offset, max_records, max_bytes, cbuf, len(buf), recs, needed
+                )
                 if rc == -errno.ENOBUFS:
                     buflen = int(needed[0])
                     continue
@@ -386,8 +383,6 @@ class Engine:
                     raise from_errno(
                         rc, f"record at offset {int(needed[0])} of stream {stream_no} is corrupt"
                     )
-                if rc == -errno.ENOENT:
-                    raise from_errno(-errno.ERANGE, f"gid {gid} is not in stream {stream_no}")
                 n = self._check(rc, "read")
                 # walfs_rec_t is five 64-bit words: gid, offset, ts, meta_len | value_len << 32, pos.
                 words = memoryview(ffi.buffer(recs, n * ffi.sizeof("walfs_rec_t"))).cast("Q").tolist()
@@ -424,9 +419,9 @@ class Engine:
         finally:
             self._exit()
 
-    def read(self, stream_no: int, gid: int, max_records: int, max_bytes: int) -> list[RawRecord]:
-        """Records from the one with this gid on; at least one if any exists."""
-        n, mv, w = self._read_raw(stream_no, gid, max_records, max_bytes)
+    def read(self, stream_no: int, offset: int, max_records: int, max_bytes: int) -> list[RawRecord]:
+        """Records from `offset` on; at least one if any exists."""
+        n, mv, w = self._read_raw(stream_no, offset, max_records, max_bytes)
         out = []
         for k in range(0, 5 * n, 5):
             pos, lens = w[k + 4], w[k + 3]
@@ -442,9 +437,9 @@ class Engine:
             )
         return out
 
-    def read_values(self, stream_no: int, gid: int, max_records: int, max_bytes: int) -> list[bytes]:
+    def read_values(self, stream_no: int, offset: int, max_records: int, max_bytes: int) -> list[bytes]:
         """Only the values: the fast path for wal.read()."""
-        n, mv, w = self._read_raw(stream_no, gid, max_records, max_bytes)
+        n, mv, w = self._read_raw(stream_no, offset, max_records, max_bytes)
         out = []
         for k in range(3, 5 * n, 5):
             start = w[k + 1] + (w[k] & 0xFFFFFFFF)

@@ -883,10 +883,9 @@ class WalOperations(pyfuse3.Operations):
             n = self._records_within(h)
             if n > 0:
                 new = h.base_offset + n
-                # Two handles of one group: never move the committed offset backwards.
-                current = self.wal.committed_offset(node.group, node.topic, node.partition)
-                if current is None or new > current:
-                    self.wal.commit_offset(node.group, node.topic, new, node.partition)
+                # Two handles of one group: never move the committed offset backwards
+                # (advance_only checks and writes in one step under the cursor store's lock).
+                self.wal.commit_offset(node.group, node.topic, new, node.partition, advance_only=True)
             return n
 
         frontier = h.frontier

@@ -1,7 +1,8 @@
 """Wal: the public face of walfs. See docs/api.md.
 
-It owns the engine (C core), the topic index (bitmaps), the cursor store, and two
-background duties: index snapshots and segment reclamation."""
+It owns the engine (C core, the one source of truth for offsets and watermarks), the
+topic index (names -> streams), the cursor store (one commit rule for every face), and a
+background duty: segment reclamation."""
 
 import array
 import logging
@@ -17,9 +18,9 @@ from walfs.engine import Engine
 from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError, WalClosedError
 from walfs.names import check_partition, stream_key, topic_bytes, topic_hash
 from walfs.records import Header, Record, decode_meta, encode_meta
-from walfs.topic_index import SNAPSHOT_NAME, StreamIndex, load_stream, read_snapshot, write_snapshot
+from walfs.topic_index import Stream, TopicIndex, drop_legacy_snapshot
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("walfs")
 
 DEFAULT_MAX_BYTES = 16 << 20
 _ZERO = array.array("I", (0,))  # meta lengths of one plain record
@@ -53,7 +54,6 @@ class Wal:
         segment_size: int | None = None,
         block_size: int | None = None,
         read_only: bool = False,
-        snapshot_interval_s: float = 60.0,
         reclaim_interval_s: float = 10.0,
         test_mode: bool = False,
         io_uring: bool = True,
@@ -79,18 +79,18 @@ class Wal:
         self._data = threading.Condition()  # notified after appends while someone waits
         self._waiting = 0  # threads in wait_for (changed under self._data)
         self._listeners: list[Callable[[str, int], None]] = []
-        self._streams: dict[int, StreamIndex] = {}
-        self._by_name: dict[tuple[int, str, int], StreamIndex] = {}
-        self._appended_since_snapshot = False
-        snap_gid, snap = read_snapshot(os.path.join(self.path, SNAPSHOT_NAME))
+        self._index = TopicIndex()
         for no in range(self.engine.stream_count()):
-            self._register(load_stream(self.engine, no, snap_gid, snap))
+            info = self.engine.stream_info(no)
+            self._index.add(Stream(no, info.org_id, info.partition, info.topic_hash, info.name))
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
         if not read_only:
+            drop_legacy_snapshot(self.path)
+            self._clamp_cursors()
             self._worker = threading.Thread(
                 target=self._background,
-                args=(snapshot_interval_s, reclaim_interval_s),
+                args=(reclaim_interval_s,),
                 name="walfs-bg",
                 daemon=True,
             )
@@ -104,23 +104,27 @@ class Wal:
         self.close()
 
     def close(self) -> None:
-        """Makes everything durable, writes the index snapshot and releases the lock."""
+        """Makes everything durable and releases the lock."""
         if self.engine.closed:
             return
         self._stop.set()
         if self._worker is not None:
             self._worker.join()
         try:
-            if not self.read_only:
-                self.snapshot()
-        finally:
             self.engine.close()
+        finally:
             with self._data:
                 self._data.notify_all()
 
     @property
     def closed(self) -> bool:
         return self.engine.closed
+
+    @property
+    def failed(self) -> bool:
+        """True once an fsync failed: appends are refused until the WAL is reopened (the
+        daemons then stop with a non-zero status so that systemd restarts them)."""
+        return self.engine.failed
 
     def debug_power_cut(self, seed: int, keep_permille: int = 0) -> None:
         """Test mode only: simulates power loss. Every page written since its file's last
@@ -131,51 +135,34 @@ class Wal:
             self._worker.join()
         self.engine.power_cut(seed, keep_permille)
 
-    def _background(self, snapshot_every: float, reclaim_every: float) -> None:
-        last_snap = last_reclaim = time.monotonic()
-        while not self._stop.wait(min(snapshot_every, reclaim_every, 1.0)):
-            now = time.monotonic()
+    def _background(self, reclaim_every: float) -> None:
+        while not self._stop.wait(min(reclaim_every, 1.0)):
             try:
-                if now - last_reclaim >= reclaim_every:
-                    last_reclaim = now
-                    self.engine.reclaim()
-                if now - last_snap >= snapshot_every and self._appended_since_snapshot:
-                    last_snap = now
-                    self.snapshot()
+                self.engine.reclaim()
             except WalClosedError:
                 return
             except Exception:  # a background failure must not kill the worker silently
                 log.exception("walfs background work failed")
-
-    def snapshot(self) -> None:
-        """Writes index.snap: a sync, then every stream's bitmap up to the durable gid."""
-        self._appended_since_snapshot = False
-        gid = self.engine.durable_gid()
-        with self._lock:
-            streams = list(self._streams.values())
-        write_snapshot(self.path, gid, streams)
+            if self._stop.wait(max(reclaim_every - 1.0, 0.0)):
+                return
 
     # -- streams --------------------------------------------------------------------
-    def _register(self, s: StreamIndex) -> None:
-        self._streams[s.stream_no] = s
-        self._by_name[(s.org_id, s.name, s.partition)] = s
-
-    def _stream(self, topic: str, partition: int, create: bool) -> StreamIndex | None:
+    def _stream(self, topic: str, partition: int, create: bool) -> Stream | None:
         check_partition(partition)
-        s = self._by_name.get((self.org_id, topic, partition))
+        s = self._index.get(self.org_id, topic, partition)
         if s is not None or not create:
             if s is None:
                 topic_bytes(topic)
             return s
         raw = topic_bytes(topic)
         with self._lock:
-            s = self._by_name.get((self.org_id, topic, partition))
+            s = self._index.get(self.org_id, topic, partition)
             if s is None:
                 thash = topic_hash(self.org_id, topic)
                 no = self.engine.stream_open(self.org_id, partition, thash, raw, True)
                 assert no is not None
-                s = StreamIndex(no, self.org_id, partition, thash, topic)
-                self._register(s)
+                s = Stream(no, self.org_id, partition, thash, topic)
+                self._index.add(s)
             return s
 
     def create_partition(self, topic: str, partition: int = 0) -> None:
@@ -183,14 +170,14 @@ class Wal:
         self._stream(topic, partition, True)
 
     def topics(self) -> list[str]:
-        return sorted({name for (org, name, _p) in self._by_name if org == self.org_id})
+        return self._index.topics(self.org_id)
 
     def streams(self) -> list[tuple[str, int]]:
         """Every (topic, partition) of this org, in one pass."""
-        return sorted((name, p) for (org, name, p) in list(self._by_name) if org == self.org_id)
+        return sorted((s.name, s.partition) for s in self._index.org_streams(self.org_id))
 
     def partitions(self, topic: str) -> list[int]:
-        return sorted(p for (org, name, p) in self._by_name if org == self.org_id and name == topic)
+        return self._index.partitions(self.org_id, topic)
 
     def stream_info(self, topic: str, partition: int = 0) -> StreamInfo:
         s = self._stream(topic, partition, False)
@@ -199,7 +186,14 @@ class Wal:
             return StreamInfo(self.org_id, topic, thash.hex(), partition, 0, 0, 0, 0)
         info = self.engine.stream_info(s.stream_no)
         return StreamInfo(
-            self.org_id, topic, thash.hex(), partition, s.low, s.high, info.low_byte, info.next_byte
+            self.org_id,
+            topic,
+            thash.hex(),
+            partition,
+            info.low_offset,
+            info.next_offset,
+            info.low_byte,
+            info.next_byte,
         )
 
     def stream_key(self, topic: str, partition: int = 0) -> str:
@@ -242,10 +236,7 @@ class Wal:
             raise ValueError("append_lines needs at least one byte")
         s = self._stream(topic, partition, True)
         assert s is not None
-        with s.lock:
-            gid, offset, ticket, n = self.engine.append_lines(s.stream_no, data)
-            s.add(gid, n)
-            assert offset + n == s.high, (offset, n, s.high)
+        _gid, offset, ticket, n = self.engine.append_lines(s.stream_no, data)
         self._appended(s, ticket)
         return offset, n
 
@@ -271,13 +262,9 @@ class Wal:
 
     def _append(self, topic: str, partition: int, data: Any, metas: array.array, values: array.array) -> int:
         """The one append path of the facade: len(metas) bodies, back to back in data."""
-        n = len(metas)
         s = self._stream(topic, partition, True)
         assert s is not None
-        with s.lock:  # bitmap order must follow the core's order
-            gid, offset, ticket = self.engine.append(s.stream_no, data, metas, values)
-            s.add(gid, n)
-            assert offset + n == s.high, (offset, n, s.high)
+        _gid, offset, ticket = self.engine.append(s.stream_no, data, metas, values)
         self._appended(s, ticket)
         return offset
 
@@ -300,10 +287,9 @@ class Wal:
         raise (the mount uses it to notice appends made by its Kafka listener)."""
         self._listeners.append(fn)
 
-    def _appended(self, s: StreamIndex, ticket: int) -> None:
+    def _appended(self, s: Stream, ticket: int) -> None:
         for fn in self._listeners:
             fn(s.name, s.partition)
-        self._appended_since_snapshot = True
         if self._waiting:  # most appends have no one in wait_for to wake
             with self._data:
                 self._data.notify_all()
@@ -317,28 +303,48 @@ class Wal:
 
     # -- reading --------------------------------------------------------------------
     def high_watermark(self, topic: str, partition: int = 0) -> int:
+        """The end of the stream: what appends have published (readers of the file view
+        and Wal.read see up to here; see durable_watermark for what survives power loss)."""
         s = self._stream(topic, partition, False)
-        return s.high if s else 0
+        return self.engine.marks(s.stream_no)[1] if s else 0
 
     def low_watermark(self, topic: str, partition: int = 0) -> int:
         s = self._stream(topic, partition, False)
-        return s.low if s else 0
+        return self.engine.marks(s.stream_no)[0] if s else 0
 
-    def _start_gid(self, topic: str, offset: int, partition: int) -> tuple[StreamIndex | None, int | None]:
+    def durable_watermark(self, topic: str, partition: int = 0) -> int:
+        """Every record below this offset survives power loss (the last successful sync's
+        end of the stream). Consumers are handed, and cursors commit, only up to here."""
+        s = self._stream(topic, partition, False)
+        return self.engine.marks(s.stream_no)[2] if s else 0
+
+    def durable_end(self, topic: str, offset: int, partition: int = 0) -> int:
+        """The durable watermark for a consumer at `offset`: if records were published
+        beyond a durable mark at or below `offset`, they are made durable first (one
+        group-committed sync), so a consumer never waits for the interval syncer and never
+        sees a record that a power cut could take back."""
+        s = self._stream(topic, partition, False)
+        if s is None:
+            return 0
+        _low, high, durable, _nb, _db = self.engine.marks(s.stream_no)
+        if durable <= offset < high:
+            self.engine.sync()
+            durable = self.engine.marks(s.stream_no)[2]
+        return durable
+
+    def _start(self, topic: str, offset: int, partition: int) -> Stream | None:
+        """The stream to read from `offset` on; None when there is nothing to read there."""
         if not isinstance(offset, int) or offset < 0:
             raise OffsetOutOfRangeError(f"offset {offset!r} is negative or not an int")
         s = self._stream(topic, partition, False)
         if s is None:
             if offset == 0:
-                return None, None
+                return None
             raise OffsetOutOfRangeError(f"offset {offset} is beyond the end of {topic!r} (empty)")
-        with s.lock:
-            low, high = s.low, s.high
-            if offset < low or offset > high:
-                raise OffsetOutOfRangeError(
-                    f"offset {offset} is outside {low}..{high} of {topic!r}[{partition}]"
-                )
-            return s, (s.gid_at(offset) if offset < high else None)
+        low, high = self.engine.marks(s.stream_no)[:2]
+        if offset < low or offset > high:
+            raise OffsetOutOfRangeError(f"offset {offset} is outside {low}..{high} of {topic!r}[{partition}]")
+        return s if offset < high else None
 
     def read(
         self,
@@ -348,10 +354,10 @@ class Wal:
         max_records: int = 1000,
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> list[bytes]:
-        s, gid = self._start_gid(topic, offset, partition)
-        if s is None or gid is None:
+        s = self._start(topic, offset, partition)
+        if s is None:
             return []
-        return self.engine.read_values(s.stream_no, gid, max_records, max_bytes)
+        return self.engine.read_values(s.stream_no, offset, max_records, max_bytes)
 
     def read_records(
         self,
@@ -361,11 +367,11 @@ class Wal:
         max_records: int = 1000,
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> list[Record]:
-        s, gid = self._start_gid(topic, offset, partition)
-        if s is None or gid is None:
+        s = self._start(topic, offset, partition)
+        if s is None:
             return []
         out = []
-        for r in self.engine.read(s.stream_no, gid, max_records, max_bytes):
+        for r in self.engine.read(s.stream_no, offset, max_records, max_bytes):
             key, headers, ts = decode_meta(r.meta)
             out.append(Record(r.offset, r.timestamp_ms if ts is None else ts, r.value, key, headers, r.gid))
         return out
@@ -471,10 +477,52 @@ class Wal:
     def committed_offset(self, group: str, topic: str, partition: int = 0) -> int | None:
         return self.cursors.get(group, self.stream_key(topic, partition))
 
-    def commit_offset(self, group: str, topic: str, offset: int, partition: int = 0) -> None:
-        if offset < 0 or offset > self.high_watermark(topic, partition):
-            raise OffsetOutOfRangeError(f"cannot commit offset {offset} of {topic!r}[{partition}]")
-        self.cursors.put(group, self.stream_key(topic, partition), offset)
+    def commit_offset(
+        self, group: str, topic: str, offset: int, partition: int = 0, *, advance_only: bool = False
+    ) -> bool:
+        """The one cursor-commit rule, for every face (Consumer, consumer files, Kafka
+        OffsetCommit). The offset must lie in 0..high watermark (OffsetOutOfRangeError
+        otherwise). A commit beyond the durable watermark first makes those records
+        durable (a group-committed sync), so that a committed cursor never points past
+        what a power cut leaves. With advance_only (commits that follow reads), a commit
+        at or below the current cursor changes nothing, atomically, so two readers of one
+        group cannot move it backwards by racing; without it (seeks, resets) the cursor
+        is set as asked. Returns whether the cursor changed."""
+        if not isinstance(offset, int) or offset < 0:
+            raise OffsetOutOfRangeError(f"cannot commit offset {offset!r} of {topic!r}[{partition}]")
+        s = self._stream(topic, partition, False)
+        high, durable = self.engine.marks(s.stream_no)[1:3] if s else (0, 0)
+        if offset > high:
+            raise OffsetOutOfRangeError(
+                f"cannot commit offset {offset} of {topic!r}[{partition}]: the end is {high}"
+            )
+        if offset > durable:
+            self.engine.sync()
+        return self.cursors.put(group, self.stream_key(topic, partition), offset, advance_only=advance_only)
+
+    def _clamp_cursors(self) -> None:
+        """A cursor past its stream's end (the log lost its tail: a power cut under an
+        older release, a restored backup) would make the group skip the records that reuse
+        those offsets. It is set back to the end, and logged."""
+        ends = {}
+        for s in self._index.org_streams_all():
+            ends[stream_key(s.org_id, s.topic_hash, s.partition)] = (s, self.engine.marks(s.stream_no)[1])
+        for group in self.cursors.groups():
+            for key in self.cursors.keys(group):
+                try:
+                    offset = self.cursors.get(group, key)
+                except ValueError as e:
+                    log.error("%s", e)
+                    continue
+                s_end = ends.get(key)
+                end = s_end[1] if s_end else 0
+                if offset is not None and offset > end:
+                    name = f"{s_end[0].name!r}[{s_end[0].partition}]" if s_end else key
+                    log.warning(
+                        "cursor of group %r on %s was past the end (%d > %d): set back to %d",
+                        group, name, offset, end, end,
+                    )
+                    self.cursors.put(group, key, end)
 
     def consumer_groups(self) -> list[str]:
         return self.cursors.groups()
@@ -483,12 +531,12 @@ class Wal:
         """Every committed offset of a group in this org: {(topic, partition): offset}."""
         keys = set(self.cursors.keys(group))
         out = {}
-        for (org, topic, partition), s in list(self._by_name.items()):
-            key = stream_key(org, s.topic_hash, partition)
-            if org == self.org_id and key in keys:
+        for s in self._index.org_streams(self.org_id):
+            key = stream_key(s.org_id, s.topic_hash, s.partition)
+            if key in keys:
                 offset = self.cursors.get(group, key)
                 if offset is not None:
-                    out[(topic, partition)] = offset
+                    out[(s.name, s.partition)] = offset
         return out
 
     # -- trim and reclamation -------------------------------------------------------
@@ -499,15 +547,11 @@ class Wal:
             if before_offset == 0:
                 return
             raise OffsetOutOfRangeError(f"cannot trim empty topic {topic!r} to {before_offset}")
-        with s.lock:
-            if before_offset < 0 or before_offset > s.high:
-                raise OffsetOutOfRangeError(
-                    f"cannot trim {topic!r}[{partition}] to {before_offset} (0..{s.high})"
-                )
-            if before_offset <= s.low:
-                return
-            self.engine.trim(s.stream_no, before_offset)
-            s.trim(before_offset)
+        low, high = self.engine.marks(s.stream_no)[:2]
+        if not isinstance(before_offset, int) or before_offset < 0 or before_offset > high:
+            raise OffsetOutOfRangeError(f"cannot trim {topic!r}[{partition}] to {before_offset} (0..{high})")
+        if before_offset > low:
+            self.engine.trim(s.stream_no, before_offset)  # syncs first past the durable mark
 
     def reclaim(self) -> int:
         """Deletes segment files that hold only trimmed data; returns how many."""
@@ -521,6 +565,6 @@ class Wal:
         """Reads every stored record; returns (topic, partition, offset, problem) per bad one."""
         out = []
         for no, offset, what in self.engine.verify():
-            s = self._streams.get(no)
+            s = self._index.by_no(no)
             out.append((s.name if s else f"#{no}", s.partition if s else -1, offset, what))
         return out

@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _run(wal: Wal, host: str, port: int, args: argparse.Namespace) -> None:
+    from walfs.daemon import watch_wal_failure
     from walfs.kafka import serve_kafka
     from walfs.kafka.framing import DEFAULT_MAX_REQUEST_BYTES
 
@@ -74,6 +75,7 @@ async def _run(wal: Wal, host: str, port: int, args: argparse.Namespace) -> None
         )
         shown = f"[{host}]" if ":" in host else host
         print(f"kafka listening on {shown}:{bound}", flush=True)
+        nursery.start_soon(watch_wal_failure, wal, nursery.cancel_scope.cancel)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for signum in signals:
                 logging.getLogger("walfs.kafka").info("%s: stopping", signal.Signals(signum).name)
@@ -112,6 +114,9 @@ def main(argv: list[str]) -> int:
     except Exception as e:
         print(f"walfs serve: cannot open {args.data_dir}: {e}", file=sys.stderr)
         return 1
+    from walfs.daemon import EXIT_WAL_FAILED, inject_test_faults
+
+    inject_test_faults(wal)
     try:
         trio.run(_run, wal, host, port, args)
     except (OSError, BaseExceptionGroup) as e:
@@ -124,7 +129,16 @@ def main(argv: list[str]) -> int:
         print(f"walfs serve: cannot listen on {args.kafka_listen}: {found}", file=sys.stderr)
         return 1
     finally:
-        wal.close()
+        failed = wal.failed
+        try:
+            wal.close()
+        except Exception as e:
+            if not failed:
+                raise
+            print(f"walfs serve: closing the failed WAL: {e}", file=sys.stderr)
+    if failed:
+        print(f"walfs serve: an fsync failed; exiting with status {EXIT_WAL_FAILED}", file=sys.stderr)
+        return EXIT_WAL_FAILED
     return 0
 
 

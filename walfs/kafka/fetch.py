@@ -45,9 +45,12 @@ def _read_partitions(broker: Broker, req: Any) -> tuple[list[Any], int, list[tup
             if p < 0 or p >= broker.catalog.partition_count(topic):
                 parts.append((p, ErrorCode.unknown_topic_or_partition, -1, -1, b""))
                 continue
-            hwm = wal.high_watermark(topic, p)
+            # The high watermark Kafka clients see is the durable one (Kafka's for acks=all):
+            # a record a power cut could take back is never handed out. Records published
+            # past it at this offset are made durable first (one group-committed sync).
+            hwm = wal.durable_end(topic, offset, p)
             lwm = wal.low_watermark(topic, p)
-            if offset < lwm or offset > hwm:
+            if offset < lwm or offset > wal.high_watermark(topic, p):
                 parts.append((p, ErrorCode.offset_out_of_range, hwm, lwm, b""))
                 continue
             data = b""
@@ -59,7 +62,8 @@ def _read_partitions(broker: Broker, req: Any) -> tuple[list[Any], int, list[tup
                     # At least one record comes back even above the limit, so a
                     # record larger than max_bytes cannot stall its consumer (KIP-74).
                     # Read zero-copy and encoded in C (walfs_kafka_batch).
-                    data = read_batch(wal, topic, offset, p, MAX_RECORDS_PER_READ, max(limit, 1))
+                    n = min(MAX_RECORDS_PER_READ, hwm - offset)
+                    data = read_batch(wal, topic, offset, p, n, max(limit, 1))
                 except Exception as e:
                     parts.append((p, error_code_for(e, f"fetch {topic}/{p}@{offset}"), hwm, lwm, b""))
                     continue
