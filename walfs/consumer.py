@@ -1,7 +1,15 @@
 """Consumers: named cursors per stream (Walrus's readers, Kafka's committed offsets).
 
-A cursor is a small file, cursors/<group>/<stream key>, replaced atomically (write, fsync,
-rename, fsync directory) so that a crash leaves the old or the new offset, never a mix.
+On disk (the contract; docs/format.md restates it): cursors/<group>/<stream key>, where
+<stream key> is "<org_id>-<topic hash hex>-<partition>" (walfs.names.stream_key), holds 32
+bytes: b"WALFSCUR" | u64 offset, little-endian | the first 16 bytes of blake3 of the 16
+bytes before. It is replaced atomically (write <path>.tmp.<thread>, fsync, rename, fsync
+the directory, and its parent when the group directory is new), so a crash leaves the old
+or the new offset, never a mix; leftover .tmp files are ignored. A file of another length
+or with a bad magic or checksum is damage: reading it raises ValueError naming the file.
+
+The commit rule itself (range, durability, advance-only) is Wal.commit_offset's: this
+module only stores what it is given.
 """
 
 import os
