@@ -32,7 +32,6 @@ stream_t *stream_new(walfs_t *wal)
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->append_lock, NULL);
     s->no = (uint32_t)no;
-    s->inflight_gid = UINT64_MAX;
     (*chunk)[no % STREAM_CHUNK] = s;
     return s;
 }

@@ -87,7 +87,6 @@ typedef struct stream {
     uint64_t floor_offset, floor_byte; /* the highest FLOOR in the catalog (kept by compaction) */
     uint64_t durable_offset, durable_byte; /* what the last successful sync made durable (sync.c) */
     int64_t last_ts;
-    uint64_t inflight_gid;  /* under wal->gid_lock; UINT64_MAX when no append is in flight */
 } stream_t;
 
 typedef struct pending_seal {

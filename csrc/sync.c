@@ -329,18 +329,3 @@ int walfs_sync(walfs_t *wal)
     if (wal->opt.read_only) return 0;
     return wait_durable(wal, atomic_load(&wal->ticket));
 }
-
-int walfs_durable_gid(walfs_t *wal, uint64_t *gid)
-{
-    pthread_mutex_lock(&wal->gid_lock);
-    uint64_t g = wal->next_gid;
-    size_t n = atomic_load(&wal->n_streams);
-    for (size_t i = 0; i < n; i++) {
-        stream_t *s = stream_get(wal, (uint32_t)i);
-        if (s && s->inflight_gid < g) g = s->inflight_gid;
-    }
-    pthread_mutex_unlock(&wal->gid_lock);
-    int rc = walfs_sync(wal);
-    if (!rc) *gid = g;
-    return rc;
-}

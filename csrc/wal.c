@@ -249,58 +249,6 @@ int walfs_stream_info(walfs_t *wal, uint32_t stream_no, walfs_stream_info_t *out
     return 0;
 }
 
-int64_t walfs_stream_gid_runs(walfs_t *wal, uint32_t stream_no, uint64_t since_gid, uint64_t *runs, uint64_t cap,
-                              uint64_t *needed)
-{
-    stream_t *s = stream_get(wal, stream_no);
-    if (!s) return -ENOENT;
-    pthread_mutex_lock(&s->lock);
-    uint64_t n = 0, start = 0, end = 0;
-    int open_run = 0;
-#define EMIT(g)                                        \
-    do {                                               \
-        if (open_run && (g) == end) {                  \
-            end++;                                     \
-        } else {                                       \
-            if (open_run) {                            \
-                if (n < cap) {                         \
-                    runs[2 * n] = start;               \
-                    runs[2 * n + 1] = end;             \
-                }                                      \
-                n++;                                   \
-            }                                          \
-            start = (g);                               \
-            end = (g) + 1;                             \
-            open_run = 1;                              \
-        }                                              \
-    } while (0)
-    for (size_t bi = 0; bi < s->n_blocks; bi++) {
-        const block_t *b = s->blocks[bi];
-        if (!b->count || b->first_offset + b->count <= s->low_offset || b->last_gid < since_gid) continue;
-        uint64_t from = s->low_offset > b->first_offset ? s->low_offset - b->first_offset : 0;
-        for (uint64_t i = from; i < b->count; i++) {
-            slot_t sl;
-            slot_get(b, i, &sl);
-            uint64_t g = b->first_gid + sl.gid_delta;
-            if (g >= since_gid) EMIT(g);
-        }
-    }
-#undef EMIT
-    if (open_run) {
-        if (n < cap) {
-            runs[2 * n] = start;
-            runs[2 * n + 1] = end;
-        }
-        n++;
-    }
-    pthread_mutex_unlock(&s->lock);
-    if (n > cap) {
-        *needed = n;
-        return -ENOBUFS;
-    }
-    return (int64_t)n;
-}
-
 int walfs_debug_power_cut(walfs_t *wal, uint64_t seed, uint32_t keep_permille)
 {
     if (!wal->opt.test_mode) return -EINVAL;

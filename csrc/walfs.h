@@ -86,11 +86,6 @@ int walfs_stream_count(walfs_t *wal);
 int walfs_stream_info(walfs_t *wal, uint32_t stream_no, walfs_stream_info_t *out);
 /* The stream's byte view size (next_byte), or -ENOENT: the cheap call behind st_size. */
 int64_t walfs_stream_next_byte(walfs_t *wal, uint32_t stream_no);
-/* Runs [start, end) of gids of stored records with gid >= since_gid, in order.
- * Returns the number of runs written (at most cap), or -ENOBUFS with *needed set. */
-int64_t walfs_stream_gid_runs(walfs_t *wal, uint32_t stream_no, uint64_t since_gid, uint64_t *runs,
-                              uint64_t cap, uint64_t *needed);
-
 /* Appends n records: body i is meta_i || value_i, bodies concatenated in data.
  * Each record is stamped with its append time (ms, never decreasing within a stream).
  * The records form one batch: a crash keeps all or none.
@@ -119,8 +114,6 @@ typedef struct walfs_marks {
     uint64_t next_byte, durable_byte;
 } walfs_marks_t;
 int walfs_stream_marks(walfs_t *wal, uint32_t stream_no, walfs_marks_t *out);
-/* Syncs and returns G: every record with gid < G is durable and complete. */
-int walfs_durable_gid(walfs_t *wal, uint64_t *gid);
 
 /* Reads records from the one with gid start_gid on (it must belong to the stream).
  * Stops at max_records, before exceeding max_bytes of buf (at least one record if buflen

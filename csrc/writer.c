@@ -141,7 +141,6 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
     }
     uint64_t first_gid = wal->next_gid;
     wal->next_gid += n;
-    s->inflight_gid = first_gid;
     pthread_mutex_unlock(&wal->gid_lock);
 
     pthread_mutex_lock(&s->lock);
@@ -261,9 +260,6 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
     s->next_byte += view_total;
     s->last_ts = ts;
     pthread_mutex_unlock(&s->lock);
-    pthread_mutex_lock(&wal->gid_lock);
-    s->inflight_gid = UINT64_MAX;
-    pthread_mutex_unlock(&wal->gid_lock);
     pthread_mutex_unlock(&s->append_lock);
     free(chunks);
     free(slots);
@@ -279,9 +275,6 @@ out_release:
     for (size_t i = 0; i < n_chunks; i++)
         if (chunks[i].is_new) release_run(wal, chunks[i].b);
     pthread_mutex_unlock(&wal->lock);
-    pthread_mutex_lock(&wal->gid_lock);
-    s->inflight_gid = UINT64_MAX;
-    pthread_mutex_unlock(&wal->gid_lock);
 out_unlock:
     pthread_mutex_unlock(&s->append_lock);
 out_free:
