@@ -40,12 +40,10 @@ import pyfuse3
 import trio
 
 from walfs import errors as wal_errors
+from walfs.names import CONSUMERS_DIR, MAX_NAME_BYTES, PARTITION_PREFIX, name_error
 
 log = logging.getLogger("walfs.fuse")
 
-CONSUMERS_DIR = ".consumers"
-PARTITION_PREFIX = "partition="
-MAX_TOPIC_BYTES = 249  # walfs.Wal's limit on a topic name (UTF-8 bytes)
 MAX_PARTITION = 2**31 - 1
 
 # Entries never disappear (nothing can be unlinked), so the kernel may keep them long.
@@ -116,23 +114,15 @@ def parse_partition_dir(name: str) -> int | None:
 
 
 def topic_name_error(name: bytes) -> int:
-    """0 if `name` may be a topic in the tree, else the errno that explains why not."""
-    if len(name) > MAX_TOPIC_BYTES:
+    """0 if `name` may be a topic in the tree, else the errno that explains why not. The
+    rule is walfs.names.topic_bytes (the same on every face); this only picks the errno."""
+    if len(name) > MAX_NAME_BYTES:
         return errno.ENAMETOOLONG
     try:
         text = name.decode("utf-8")
     except UnicodeDecodeError:
         return errno.EINVAL
-    # `.consumers` and `partition=...` are the tree's own names; `.`/`..` are the kernel's.
-    if (
-        not text
-        or text in (".", "..", CONSUMERS_DIR)
-        or text.startswith(PARTITION_PREFIX)
-        or "\0" in text
-        or "/" in text
-    ):
-        return errno.EINVAL
-    return 0
+    return 0 if name_error(text) is None else errno.EINVAL
 
 
 def fuse_error_for(exc: BaseException) -> pyfuse3.FUSEError:
@@ -535,7 +525,7 @@ class WalOperations(pyfuse3.Operations):
             return parent
         if name == b"..":
             return self._parent_of(parent)
-        if len(name) > MAX_TOPIC_BYTES:
+        if len(name) > MAX_NAME_BYTES:
             raise pyfuse3.FUSEError(errno.ENAMETOOLONG)
         try:
             text = name.decode("utf-8")
@@ -622,7 +612,7 @@ class WalOperations(pyfuse3.Operations):
         self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.EntryAttributes:
         parent = self._node(parent_inode)
-        if len(name) > MAX_TOPIC_BYTES:
+        if len(name) > MAX_NAME_BYTES:
             raise pyfuse3.FUSEError(errno.ENAMETOOLONG)
         n = parse_partition_dir(name.decode("utf-8", "replace"))
         if parent.kind != "root" or n is None:
@@ -911,7 +901,7 @@ class WalOperations(pyfuse3.Operations):
         out.f_files = st.f_files
         out.f_ffree = st.f_ffree
         out.f_favail = st.f_favail
-        out.f_namemax = MAX_TOPIC_BYTES
+        out.f_namemax = MAX_NAME_BYTES
         return out
 
     def _xattrs(self, node: Node) -> dict[str, Callable[[], str]]:

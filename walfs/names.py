@@ -6,13 +6,24 @@ from walfs.errors import InvalidPartitionError, InvalidTopicError
 
 MAX_NAME_BYTES = 249  # Kafka's limit, so every walfs topic is also a valid Kafka topic
 MAX_PARTITION = 2**31 - 1
+# The mount's own names: its consumer-group directory and its partition directories.
+CONSUMERS_DIR = ".consumers"
+PARTITION_PREFIX = "partition="
+# What Kafka itself allows in a topic name (clients check it too).
+_KAFKA_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
 def topic_bytes(topic: str) -> bytes:
-    """The UTF-8 name, after checking that walfs can store it and show it as a file."""
+    """The one name rule (topics and consumer groups, on every face: the Python API, the
+    mount, the Kafka wire): a non-empty UTF-8 name of at most 249 bytes, without '/' or
+    NUL, neither '.' nor '..', and none of the mount's own names (`.consumers`, anything
+    starting with `partition=`), which a file tree could not show. Returns its UTF-8."""
     if not isinstance(topic, str):
         raise InvalidTopicError(f"topic must be a str, not {type(topic).__name__}")
-    raw = topic.encode("utf-8", "surrogateescape")
+    try:
+        raw = topic.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidTopicError(f"topic name {topic!r} is not valid UTF-8") from None
     if not raw:
         raise InvalidTopicError("topic name is empty")
     if len(raw) > MAX_NAME_BYTES:
@@ -21,7 +32,27 @@ def topic_bytes(topic: str) -> bytes:
         raise InvalidTopicError(f"{topic!r} cannot be a topic name")
     if "/" in topic or "\0" in topic:
         raise InvalidTopicError(f"topic name {topic!r} contains '/' or NUL")
+    if topic == CONSUMERS_DIR or topic.startswith(PARTITION_PREFIX):
+        raise InvalidTopicError(f"{topic!r} is reserved for the mount's own directories")
     return raw
+
+
+def name_error(topic: str) -> str | None:
+    """Why `topic` breaks the name rule, or None."""
+    try:
+        topic_bytes(topic)
+    except InvalidTopicError as e:
+        return str(e)
+    return None
+
+
+def kafka_topic_error(topic: str) -> str | None:
+    """The name rule, plus Kafka's own alphabet ([A-Za-z0-9._-]) for topics created over
+    the wire, since Kafka clients refuse other names themselves."""
+    err = name_error(topic)
+    if err is None and not set(topic) <= _KAFKA_CHARS:
+        err = f"topic name {topic!r}: Kafka topic names use [A-Za-z0-9._-]"
+    return err
 
 
 def check_partition(partition: int) -> int:

@@ -5,22 +5,20 @@ advertises the address the client reached it at."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from walfs.kafka.api import Api
 from walfs.kafka.broker import CLUSTER_ID, NODE_ID, Broker, Connection
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.topic_catalog import DEFAULT_PARTITIONS
+from walfs.names import kafka_topic_error
 
-# Kafka's own rule for topic names; walfs accepts more (names made through the
-# mount are served as they are), but topics created over Kafka follow Kafka's rule.
-_KAFKA_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 def valid_new_topic(name: str) -> bool:
-    return bool(_KAFKA_TOPIC.fullmatch(name)) and name not in (".", "..")
+    """Topics created over the wire: the one name rule (walfs.names) plus Kafka's alphabet."""
+    return kafka_topic_error(name) is None
 
 
 async def handle_api_versions(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
