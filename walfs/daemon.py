@@ -72,6 +72,9 @@ class MountConfig:
     # The kernel's read-ahead for this mount (KiB; 0 leaves the kernel's 128 KiB). Larger
     # read-ahead means fewer, larger READ requests: each costs a Python round trip.
     read_ahead_kb: int = 1024
+    # The longest line a write may make (walfs.fuse_ops.DEFAULT_MAX_LINE_BYTES): a writer
+    # that never sends a newline gets EFBIG there instead of growing the daemon's memory.
+    max_line_bytes: int = 16 << 20
 
 
 def sd_notify(message: str) -> bool:
@@ -180,6 +183,7 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
         wal,
         os.path.abspath(config.data_dir),
         blocking_appends=config.fsync == "always",
+        max_line_bytes=config.max_line_bytes,
         info={"fsync": config.fsync, "org_id": str(config.org_id)},
     )
     inject_test_faults(wal)

@@ -90,6 +90,9 @@ class Handle:
     # from 0; next_pos is where its next write must start.
     next_pos: int = 0
     partial: bytearray = field(default_factory=bytearray)
+    # A line longer than max_line_bytes was refused (EFBIG): every later write through
+    # this handle is refused too, so no tail of that line is ever stored as a record.
+    refused_line: bool = False
     # Where a held partial line and a request's complete lines are joined for one
     # append_lines call: kept across requests, so a stream of 1 MiB writes that end
     # mid-line (dd bs=1M) costs one memcpy per request, not an allocation and a realloc.
@@ -111,6 +114,13 @@ def parse_partition_dir(name: str) -> int | None:
         return None
     n = int(digits)
     return n if n <= MAX_PARTITION else None
+
+
+# The longest line (one record) a write through the mount may make. A writer that never
+# sends a newline (cat /dev/zero >> t) is held at this many bytes, then gets EFBIG. The
+# floor is FUSE's largest WRITE (1 MiB): then only a held partial line can pass it.
+DEFAULT_MAX_LINE_BYTES = 16 << 20
+MIN_MAX_LINE_BYTES = 1 << 20
 
 
 def topic_name_error(name: bytes) -> int:
@@ -183,8 +193,12 @@ class WalOperations(pyfuse3.Operations):
         gid: int | None = None,
         blocking_appends: bool = False,
         info: dict[str, str] | None = None,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
         super().__init__()
+        if max_line_bytes < MIN_MAX_LINE_BYTES:
+            raise ValueError(f"max_line_bytes must be at least {MIN_MAX_LINE_BYTES}")
+        self.max_line_bytes = max_line_bytes
         self.wal = wal
         self.data_dir = data_dir
         self.uid = os.getuid() if uid is None else uid
@@ -809,7 +823,21 @@ class WalOperations(pyfuse3.Operations):
         if not h.append:
             if off != h.next_pos:
                 raise pyfuse3.FUSEError(errno.EPERM)  # writing at an offset
-        if b"\n" not in buf:
+        if h.refused_line:
+            raise pyfuse3.FUSEError(errno.EFBIG)
+        newline = buf.find(b"\n")
+        # Only the line that continues the held partial one can pass the limit: any other
+        # line lies within this request, and a request is at most MIN_MAX_LINE_BYTES.
+        if len(h.partial) + (len(buf) if newline < 0 else newline) > self.max_line_bytes:
+            log.warning(
+                "a line of %r passed %d bytes: refused (EFBIG), %d held bytes dropped",
+                h.node.topic, self.max_line_bytes, len(h.partial),
+            )
+            h.partial = bytearray()
+            h.scratch = None
+            h.refused_line = True
+            raise pyfuse3.FUSEError(errno.EFBIG)
+        if newline < 0:
             # No line ends here: keep it with the handle (a long line spans requests).
             h.partial += buf
             h.next_pos += len(buf)

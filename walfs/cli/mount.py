@@ -65,6 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the kernel's read-ahead for the mount in KiB (default 1024; 0: kernel default)",
     )
     p.add_argument(
+        "--max-line-bytes",
+        type=parse_size,
+        default=None,
+        help="the longest line (record) a write may make, e.g. 16M (default 16 MiB, at least 1M)",
+    )
+    p.add_argument(
         "--kafka-listen",
         default=None,
         metavar="HOST:PORT",
@@ -83,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="comma-separated: fsync=, org_id=, allow_other, log_level=, "
         "log_file=, segment_size=, block_size=, fsync_interval_ms=, "
-        "read_ahead_kb=, kafka_listen=HOST:PORT, kafka_allow_delete, and "
+        "read_ahead_kb=, max_line_bytes=, kafka_listen=HOST:PORT, kafka_allow_delete, and "
         "FUSE options (nosuid, nodev, noexec, noatime, allow_root, ...)",
     )
     # mount(8) passes these to helpers; they mean nothing here.
@@ -94,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
     """Merges -o options under the explicit flags; returns (MountConfig, logging opts)."""
     from walfs.daemon import FUSE_PASSTHROUGH_OPTIONS, MountConfig
+    from walfs.fuse_ops import DEFAULT_MAX_LINE_BYTES, MIN_MAX_LINE_BYTES
 
     opts: dict[str, str] = {}
     fuse: set[str] = set()
@@ -114,6 +121,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
                 "fsync_interval_ms",
                 "kafka_listen",
                 "read_ahead_kb",
+                "max_line_bytes",
             ):
                 opts[key] = value
             elif key in ("allow_other", "kafka_allow_delete"):
@@ -143,6 +151,10 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
             parse_listen_address(kafka_listen)
         except ValueError as exc:
             raise SystemExit(f"walfs mount: kafka_listen: {exc}") from None
+    max_line = args.max_line_bytes if args.max_line_bytes is not None else opts.get("max_line_bytes")
+    max_line_bytes = parse_size(str(max_line)) if max_line is not None else DEFAULT_MAX_LINE_BYTES
+    if max_line_bytes < MIN_MAX_LINE_BYTES:
+        raise SystemExit(f"walfs mount: max_line_bytes must be at least {MIN_MAX_LINE_BYTES}")
     config = MountConfig(
         data_dir=os.path.abspath(args.data_dir),
         mountpoint=os.path.abspath(args.mountpoint),
@@ -156,6 +168,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
         read_ahead_kb=int(pick(args.read_ahead_kb, "read_ahead_kb", "1024") or 0),
         kafka_listen=kafka_listen or None,
         kafka_allow_delete=bool(args.kafka_allow_delete) or "kafka_allow_delete" in opts,
+        max_line_bytes=max_line_bytes,
     )
     log_opts = {
         "level": pick(args.log_level, "log_level", "warning") or "warning",
