@@ -52,6 +52,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="close connections sending larger requests (default 100 MiB)",
     )
+    p.add_argument(
+        "--max-inflight-bytes",
+        type=_size,
+        default=None,
+        help="request bytes all connections may hold at once; others wait (default 256M)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        help="connections beyond this are closed on accept (default 256)",
+    )
     p.add_argument("--log-level", default="info", help="debug, info, warning, error")
     return p
 
@@ -59,7 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
 async def _run(wal: Wal, host: str, port: int, args: argparse.Namespace) -> None:
     from walfs.daemon import watch_wal_failure
     from walfs.kafka import serve_kafka
-    from walfs.kafka.framing import DEFAULT_MAX_REQUEST_BYTES
+    from walfs.kafka.framing import (
+        DEFAULT_MAX_CONNECTIONS,
+        DEFAULT_MAX_INFLIGHT_BYTES,
+        DEFAULT_MAX_REQUEST_BYTES,
+    )
 
     limit = args.max_request_bytes or DEFAULT_MAX_REQUEST_BYTES
     async with trio.open_nursery() as nursery:
@@ -71,6 +87,8 @@ async def _run(wal: Wal, host: str, port: int, args: argparse.Namespace) -> None
                 port,
                 allow_delete=args.allow_delete,
                 max_request_bytes=limit,
+                max_inflight_bytes=max(args.max_inflight_bytes or DEFAULT_MAX_INFLIGHT_BYTES, limit),
+                max_connections=args.max_connections or DEFAULT_MAX_CONNECTIONS,
             )
         )
         shown = f"[{host}]" if ":" in host else host

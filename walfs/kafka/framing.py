@@ -13,6 +13,36 @@ _PREAMBLE = struct.Struct(">hhi")
 # Kafka's own default for socket.request.max.bytes: a frame above it is refused
 # before any of it is buffered, so a bogus length cannot make us allocate gigabytes.
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024
+# What all connections together may hold in request bytes (Kafka's queued.max.request.bytes
+# idea): a connection whose next frame does not fit waits, and stops reading its socket,
+# until others' requests are answered. With one request at a time per connection this
+# bounds the listener's request memory whatever the number of connections.
+DEFAULT_MAX_INFLIGHT_BYTES = 256 * 1024 * 1024
+# Connections beyond this are closed as soon as they are accepted (with a log line).
+DEFAULT_MAX_CONNECTIONS = 256
+
+
+class ByteBudget:
+    """A pool of bytes shared by every connection of a listener."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.used = 0
+        self._cond = trio.Condition()
+        self.waits = 0  # how often a frame had to wait for room (a metric)
+
+    async def acquire(self, n: int) -> None:
+        async with self._cond:
+            if self.used + n > self.total:
+                self.waits += 1
+            while self.used + n > self.total:
+                await self._cond.wait()
+            self.used += n
+
+    async def release(self, n: int) -> None:
+        async with self._cond:
+            self.used -= n
+            self._cond.notify_all()
 
 
 class FrameError(Exception):
@@ -30,10 +60,14 @@ class TruncatedFrame(FrameError):
 class FrameReader:
     """Reads whole frames from a trio stream, buffering partial reads."""
 
-    def __init__(self, stream: trio.abc.ReceiveStream, max_bytes: int) -> None:
+    def __init__(
+        self, stream: trio.abc.ReceiveStream, max_bytes: int, budget: ByteBudget | None = None
+    ) -> None:
         self._stream = stream
         self._max = max_bytes
         self._buf = bytearray()
+        self._budget = budget
+        self.held = 0  # bytes of the budget the last frame holds (release_frame gives them back)
 
     async def _fill(self, n: int) -> bool:
         """Buffer at least n bytes; False on EOF before that."""
@@ -53,11 +87,21 @@ class FrameReader:
         (size,) = _SIZE.unpack_from(self._buf)
         if size < 0 or size > self._max:
             raise FrameTooLarge(f"frame of {size} bytes (cap {self._max})")
+        if self._budget is not None:
+            await self._budget.acquire(size)
+            self.held = size
         if not await self._fill(4 + size):
             raise TruncatedFrame(f"connection closed after {len(self._buf) - 4} of {size} bytes of a frame")
         payload = bytes(self._buf[4 : 4 + size])
         del self._buf[: 4 + size]
         return payload
+
+
+    async def release_frame(self) -> None:
+        """Gives the last frame's bytes back to the shared budget (after its answer)."""
+        if self._budget is not None and self.held:
+            held, self.held = self.held, 0
+            await self._budget.release(held)
 
 
 def frame(payload: bytes) -> bytes:

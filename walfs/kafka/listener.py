@@ -13,7 +13,15 @@ import trio
 
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.dispatch import SUPPORTED, CloseConnection, dispatch
-from walfs.kafka.framing import DEFAULT_MAX_REQUEST_BYTES, FrameError, FrameReader, frame
+from walfs.kafka.framing import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_INFLIGHT_BYTES,
+    DEFAULT_MAX_REQUEST_BYTES,
+    ByteBudget,
+    FrameError,
+    FrameReader,
+    frame,
+)
 
 if TYPE_CHECKING:
     from walfs import Wal
@@ -40,7 +48,9 @@ def _addr(sockaddr: object) -> tuple[str, int]:
     return "?", 0
 
 
-async def _serve_connection(broker: Broker, stream: trio.SocketStream, max_request_bytes: int) -> None:
+async def _serve_connection(
+    broker: Broker, stream: trio.SocketStream, max_request_bytes: int, budget: ByteBudget | None = None
+) -> None:
     try:
         peer_host, peer_port = _addr(stream.socket.getpeername())
         host, port = _addr(stream.socket.getsockname())
@@ -51,14 +61,18 @@ async def _serve_connection(broker: Broker, stream: trio.SocketStream, max_reque
             await stream.aclose()
         return
     conn = Connection(peer=f"{peer_host}:{peer_port}", host=host, port=port)
-    reader = FrameReader(stream, max_request_bytes)
+    reader = FrameReader(stream, max_request_bytes, budget)
     log.debug("%s: connected", conn.peer)
     try:
         while True:
             payload = await reader.next_frame()
             if payload is None:
                 break
-            response = await dispatch(broker, conn, payload)
+            try:
+                response = await dispatch(broker, conn, payload)
+            finally:
+                del payload
+                await reader.release_frame()
             if response is not None:
                 await stream.send_all(frame(response))
     except (FrameError, CloseConnection) as e:
@@ -73,6 +87,7 @@ async def _serve_connection(broker: Broker, stream: trio.SocketStream, max_reque
         log.exception("%s: internal error, closing connection", conn.peer)
     finally:
         with trio.CancelScope(shield=True):
+            await reader.release_frame()
             await stream.aclose()
         log.debug("%s: closed", conn.peer)
 
@@ -85,19 +100,43 @@ async def serve_kafka(
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
     allow_delete: bool = False,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
 ) -> None:
     """Serve ``wal`` to Kafka clients on ``host:port`` until cancelled.
 
     Start it with ``port = await nursery.start(serve_kafka, wal, host, port)``: the
     value is the bound port (useful with port 0). ``allow_delete`` enables
-    DeleteTopics. The caller owns ``wal`` and closes it after this returns."""
+    DeleteTopics. The caller owns ``wal`` and closes it after this returns.
+    ``max_inflight_bytes`` bounds the request bytes all connections hold at once (a frame
+    that does not fit waits); connections beyond ``max_connections`` are closed at once."""
+    if max_request_bytes > max_inflight_bytes:
+        raise ValueError("max_request_bytes cannot exceed max_inflight_bytes")
     broker = Broker(wal, allow_delete=allow_delete, api_versions=dict(SUPPORTED))
+    budget = ByteBudget(max_inflight_bytes)
+    open_connections = 0
+    refused = 0
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
     log.info("kafka listener on %s:%d", host, bound)
 
     async def handle(stream: trio.SocketStream) -> None:
-        await _serve_connection(broker, stream, max_request_bytes)
+        nonlocal open_connections, refused
+        if open_connections >= max_connections:
+            refused += 1
+            if refused == 1 or refused % 1000 == 0:
+                log.warning(
+                    "connection limit (%d) reached: closing a new connection (%d refused so far)",
+                    max_connections, refused,
+                )
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            return
+        open_connections += 1
+        try:
+            await _serve_connection(broker, stream, max_request_bytes, budget)
+        finally:
+            open_connections -= 1
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(broker.groups.run)
