@@ -143,6 +143,7 @@ for _ in range(rounds):
     print(hashlib.sha256(b"".join(chunks)).hexdigest(), flush=True)
 """
     # A consumer file is read once: closing it commits what it returned.
+    os.mkdir(mount.path / ".consumers/g")
     jobs = [(f"r{n}", 4) for n in range(3)] * 2 + [(".consumers/g/r1", 1)]
     procs = [
         subprocess.Popen(["python3", "-c", reader, p, str(k)], cwd=mount.path, stdout=subprocess.PIPE)

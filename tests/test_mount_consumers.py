@@ -12,6 +12,9 @@ pytest_plugins = ["conftest_mount"]
 
 def test_cat_consumes_and_commits_at_close(mount: Mount) -> None:
     mount.sh("printf 'a\\nb\\nc\\n' >> t")
+    assert mount.sh("cat .consumers/g1/t", check=False).returncode != 0  # no such group yet
+    mount.sh("mkdir .consumers/g1 .consumers/g2")  # groups are made with mkdir
+    assert mount.out("ls .consumers").split() == ["g1", "g2"]
     assert mount.out("cat .consumers/g1/t") == "a\nb\nc\n"
     assert mount.out("cat .consumers/g1/t") == ""  # all committed at close
     assert mount.out("cat .consumers/g2/t") == "a\nb\nc\n"  # groups are independent
@@ -24,7 +27,7 @@ def test_cat_consumes_and_commits_at_close(mount: Mount) -> None:
 
 
 def test_partial_read_commits_only_whole_records(mount: Mount) -> None:
-    mount.sh("printf 'one\\ntwo\\nthree\\n' >> t")
+    mount.sh("printf 'one\\ntwo\\nthree\\n' >> t; mkdir .consumers/g")
     with open(mount.path / ".consumers/g/t", "rb", buffering=0) as f:
         assert f.read(6) == b"one\ntw"  # "two" was not returned whole
     assert mount.out("cat .consumers/g/t") == "two\nthree\n"
@@ -35,7 +38,7 @@ def test_partial_read_commits_only_whole_records(mount: Mount) -> None:
 
 
 def test_consumer_partitions_and_refusals(mount: Mount) -> None:
-    mount.sh("mkdir partition=1; echo p1 >> partition=1/t; echo p0 >> t")
+    mount.sh("mkdir partition=1 .consumers/g; echo p1 >> partition=1/t; echo p0 >> t")
     assert mount.out("cat .consumers/g/partition=1/t") == "p1\n"
     assert mount.out("cat .consumers/g/t") == "p0\n"
     assert mount.out("cat .consumers/g/partition=0/t") == ""
@@ -45,7 +48,7 @@ def test_consumer_partitions_and_refusals(mount: Mount) -> None:
 
 
 def test_tail_follows_a_consumer_file(mount: Mount) -> None:
-    mount.sh("echo old >> t")
+    mount.sh("echo old >> t; mkdir .consumers/g")
     tail = subprocess.Popen(
         ["tail", "-n", "+1", "-s", "0.1", "-f", ".consumers/g/t"],
         cwd=mount.path,
@@ -67,7 +70,7 @@ def test_tail_follows_a_consumer_file(mount: Mount) -> None:
 def test_cursors_persist_across_remount(make_mount) -> None:
     m: Mount = make_mount()
     m.start()
-    m.sh("seq 1 10 >> t")
+    m.sh("seq 1 10 >> t; mkdir .consumers/g")
     with open(m.path / ".consumers/g/t", "rb") as f:
         assert f.read().split() == [str(i).encode() for i in range(1, 11)]
     m.sh("seq 11 12 >> t")

@@ -77,6 +77,21 @@ class CursorStore:
                     os.close(fd)
         return True
 
+    def create_group(self, group: str) -> None:
+        gdir = os.path.dirname(self._path(group, "x"))
+        if self.read_only:
+            raise OSError(30, "read-only WAL")
+        with self._lock:
+            if os.path.isdir(gdir):
+                return
+            os.makedirs(gdir)
+            for d in (self.root, os.path.dirname(self.root)):
+                fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+
     def groups(self) -> list[str]:
         try:
             return sorted(e.name for e in os.scandir(self.root) if e.is_dir())

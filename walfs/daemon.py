@@ -75,6 +75,11 @@ class MountConfig:
     # The longest line a write may make (walfs.fuse_ops.DEFAULT_MAX_LINE_BYTES): a writer
     # that never sends a newline gets EFBIG there instead of growing the daemon's memory.
     max_line_bytes: int = 16 << 20
+    # Owner and mode of every file and directory of the tree (other FUSE file systems'
+    # uid=, gid=, umask=); None: the daemon's own uid/gid. The kernel enforces them.
+    uid: int | None = None
+    gid: int | None = None
+    umask: int = 0o022
 
 
 def sd_notify(message: str) -> bool:
@@ -184,6 +189,9 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
         os.path.abspath(config.data_dir),
         blocking_appends=config.fsync == "always",
         max_line_bytes=config.max_line_bytes,
+        uid=config.uid,
+        gid=config.gid,
+        umask=config.umask,
         info={"fsync": config.fsync, "org_id": str(config.org_id)},
     )
     inject_test_faults(wal)

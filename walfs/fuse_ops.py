@@ -93,6 +93,9 @@ class Handle:
     # A line longer than max_line_bytes was refused (EFBIG): every later write through
     # this handle is refused too, so no tail of that line is ever stored as a record.
     refused_line: bool = False
+    # Consumer files: whether the opener may move the group's cursor (write permission on
+    # the group's directory); others read the same bytes and commit nothing.
+    may_commit: bool = True
     # Where a held partial line and a request's complete lines are joined for one
     # append_lines call: kept across requests, so a stream of 1 MiB writes that end
     # mid-line (dd bs=1M) costs one memcpy per request, not an allocation and a realloc.
@@ -121,6 +124,18 @@ def parse_partition_dir(name: str) -> int | None:
 # floor is FUSE's largest WRITE (1 MiB): then only a held partial line can pass it.
 DEFAULT_MAX_LINE_BYTES = 16 << 20
 MIN_MAX_LINE_BYTES = 1 << 20
+
+
+def caller_groups(pid: int) -> set[int]:
+    """The supplementary groups of the calling process (for group permission checks)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Groups:"):
+                    return {int(g) for g in line.split()[1:]}
+    except (OSError, ValueError):
+        pass
+    return set()
 
 
 def topic_name_error(name: bytes) -> int:
@@ -194,6 +209,7 @@ class WalOperations(pyfuse3.Operations):
         blocking_appends: bool = False,
         info: dict[str, str] | None = None,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        umask: int = 0o022,
     ) -> None:
         super().__init__()
         if max_line_bytes < MIN_MAX_LINE_BYTES:
@@ -203,6 +219,13 @@ class WalOperations(pyfuse3.Operations):
         self.data_dir = data_dir
         self.uid = os.getuid() if uid is None else uid
         self.gid = os.getgid() if gid is None else gid
+        if not 0 <= umask <= 0o777:
+            raise ValueError(f"umask {umask:o} is not a permission mask")
+        # Every node belongs to uid:gid; its mode is the base mode less the umask, and
+        # the kernel enforces it (default_permissions).
+        self.dir_mode = 0o777 & ~umask
+        self.file_mode = 0o666 & ~umask
+        self.cfile_mode = 0o444 & ~umask
         self.blocking_appends = blocking_appends
         self.info = dict(info or {})
         self.start_ns = time.time_ns()
@@ -323,7 +346,7 @@ class WalOperations(pyfuse3.Operations):
         attrs.st_blksize = 128 * 1024  # the kernel's READ size: fewer, fuller requests
         mtime = self.start_ns
         if node.kind in DIR_KINDS:
-            attrs.st_mode = stat.S_IFDIR | 0o755
+            attrs.st_mode = stat.S_IFDIR | self.dir_mode
             attrs.st_nlink = 2
             attrs.st_size = 0
         else:
@@ -331,12 +354,12 @@ class WalOperations(pyfuse3.Operations):
             mtime = self._mtime_ns.get(stream, self.start_ns)
             size = self.wal.byte_size(node.topic, node.partition)
             if node.kind == "topic":
-                attrs.st_mode = stat.S_IFREG | 0o644
+                attrs.st_mode = stat.S_IFREG | self.file_mode
                 # One stream, two names when partition 0 (MOUNT/t and MOUNT/partition=0/t).
                 attrs.st_nlink = 2 if node.partition == 0 else 1
             else:
                 # Reading a consumer file is the only way to use it; writing means nothing.
-                attrs.st_mode = stat.S_IFREG | 0o444
+                attrs.st_mode = stat.S_IFREG | self.cfile_mode
                 attrs.st_nlink = 1
                 # Its size moves with appends through other inodes and with commits by
                 # other handles: let the kernel ask every time (a cheap call).
@@ -557,12 +580,10 @@ class WalOperations(pyfuse3.Operations):
             p = parent.partition
             return Node("topic", p, text) if self._is_topic(text, p) else None
         if kind == "consumers":
-            if topic_name_error(name) and not text.startswith(PARTITION_PREFIX):
+            # Groups are made with mkdir (or by a commit through the API or Kafka): a
+            # lookup creates nothing, so a stray name costs nothing and stores nothing.
+            if text not in self._groups and text not in self._known_groups():
                 return None
-            # Any group name works: a group comes into being with its first commit.
-            if text not in self._groups:
-                self._groups.add(text)
-                self._inos_of_stream.clear()
             return Node("group", group=text)
         if kind == "group":
             n = parse_partition_dir(text)
@@ -622,12 +643,33 @@ class WalOperations(pyfuse3.Operations):
         # Times (touch): accepted and forgotten, so that tools which touch their output work.
         return self._attrs(node, inode)
 
+    def _known_groups(self) -> set[str]:
+        """Groups stored in the data directory (made by another face since the last look)."""
+        groups = set(self.wal.consumer_groups())
+        if not self._groups.issuperset(groups):
+            self._groups.update(groups)
+            self._inos_of_stream.clear()
+        return groups
+
+    def may_write_dir(self, ctx: pyfuse3.RequestContext) -> bool:
+        """Whether the caller has write permission on a directory of the tree (all of them
+        share uid, gid and mode): the right to create groups and move their cursors."""
+        if ctx.uid == 0:
+            return True
+        if ctx.uid == self.uid:
+            return bool(self.dir_mode & 0o200)
+        if self.gid == ctx.gid or self.gid in caller_groups(ctx.pid):
+            return bool(self.dir_mode & 0o020)
+        return bool(self.dir_mode & 0o002)
+
     async def mkdir(
         self, parent_inode: int, name: bytes, mode: int, ctx: pyfuse3.RequestContext
     ) -> pyfuse3.EntryAttributes:
         parent = self._node(parent_inode)
         if len(name) > MAX_NAME_BYTES:
             raise pyfuse3.FUSEError(errno.ENAMETOOLONG)
+        if parent.kind == "consumers":
+            return await self._make_group(name, ctx)
         n = parse_partition_dir(name.decode("utf-8", "replace"))
         if parent.kind != "root" or n is None:
             raise pyfuse3.FUSEError(errno.EPERM)
@@ -735,7 +777,7 @@ class WalOperations(pyfuse3.Operations):
         if node.kind == "cfile":
             if writable or flags & os.O_TRUNC:
                 raise pyfuse3.FUSEError(errno.EACCES)
-            return await self._open_consumer(node)
+            return await self._open_consumer(node, ctx)
         # libfuse turns on atomic O_TRUNC, so `echo x > t` arrives here as O_TRUNC.
         if flags & os.O_TRUNC or (writable and not flags & os.O_APPEND):
             raise pyfuse3.FUSEError(errno.EPERM)
@@ -746,11 +788,26 @@ class WalOperations(pyfuse3.Operations):
         # drops the cached pages anyway.
         return pyfuse3.FileInfo(fh=self._new_handle(h), direct_io=writable, keep_cache=not writable)
 
-    async def _open_consumer(self, node: Node) -> pyfuse3.FileInfo:
+    async def _make_group(self, name: bytes, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
+        err = topic_name_error(name)
+        if err:
+            raise pyfuse3.FUSEError(err)
+        group = name.decode("utf-8")
+        if group in self._known_groups():
+            raise pyfuse3.FUSEError(errno.EEXIST)
+        if not self.may_write_dir(ctx):
+            raise pyfuse3.FUSEError(errno.EACCES)
+        with wal_errors_as_errno(f"create group {group!r}"):
+            await trio.to_thread.run_sync(self.wal.create_group, group)
+        self._groups.add(group)
+        self._inos_of_stream.clear()
+        return self._entry(Node("group", group=group))
+
+    async def _open_consumer(self, node: Node, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         with wal_errors_as_errno("open consumer file"):
             base_offset = self._committed(node)
             base_byte = int(self.wal.byte_position(node.topic, base_offset, node.partition))
-        h = Handle(node, base_offset=base_offset, base_byte=base_byte)
+        h = Handle(node, base_offset=base_offset, base_byte=base_byte, may_commit=self.may_write_dir(ctx))
         # direct_io: the view's start moves with each commit, so cached pages of another
         # open would be stale.
         return pyfuse3.FileInfo(fh=self._new_handle(h), direct_io=True, keep_cache=False)
@@ -870,7 +927,7 @@ class WalOperations(pyfuse3.Operations):
         h = self._handle(fh)
         if h.writable:
             await self._commit_partial(h)
-        elif h.node.kind == "cfile" and h.frontier > h.committed_frontier:
+        elif h.node.kind == "cfile" and h.may_commit and h.frontier > h.committed_frontier:
             await self._commit_consumer(h)
 
     async def fsync(self, fh: int, datasync: bool) -> None:
@@ -889,7 +946,7 @@ class WalOperations(pyfuse3.Operations):
         try:
             if h.writable:
                 await self._commit_partial(h)
-            elif h.node.kind == "cfile" and h.frontier > h.committed_frontier:
+            elif h.node.kind == "cfile" and h.may_commit and h.frontier > h.committed_frontier:
                 await self._commit_consumer(h)
         finally:
             self._handles.pop(fh, None)

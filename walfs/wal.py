@@ -527,6 +527,11 @@ class Wal:
     def consumer_groups(self) -> list[str]:
         return self.cursors.groups()
 
+    def create_group(self, group: str) -> None:
+        """Makes a consumer group exist (durably) before its first commit: `mkdir
+        .consumers/NAME` on the mount. A no-op for an existing group."""
+        self.cursors.create_group(group)
+
     def committed_offsets(self, group: str) -> dict[tuple[str, int], int]:
         """Every committed offset of a group in this org: {(topic, partition): offset}."""
         keys = set(self.cursors.keys(group))

@@ -64,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the kernel's read-ahead for the mount in KiB (default 1024; 0: kernel default)",
     )
+    p.add_argument("--uid", type=int, default=None, help="owner of every file (default: the daemon's)")
+    p.add_argument("--gid", type=int, default=None, help="group of every file (default: the daemon's)")
+    p.add_argument(
+        "--umask",
+        type=lambda v: int(v, 8),
+        default=None,
+        help="octal; modes are 0666/0777 less it (default 022): who may read, write, commit",
+    )
     p.add_argument(
         "--max-line-bytes",
         type=parse_size,
@@ -89,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="comma-separated: fsync=, org_id=, allow_other, log_level=, "
         "log_file=, segment_size=, block_size=, fsync_interval_ms=, "
-        "read_ahead_kb=, max_line_bytes=, kafka_listen=HOST:PORT, kafka_allow_delete, and "
+        "read_ahead_kb=, max_line_bytes=, uid=, gid=, umask=, kafka_listen=HOST:PORT, "
+        "kafka_allow_delete, and "
         "FUSE options (nosuid, nodev, noexec, noatime, allow_root, ...)",
     )
     # mount(8) passes these to helpers; they mean nothing here.
@@ -122,6 +131,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
                 "kafka_listen",
                 "read_ahead_kb",
                 "max_line_bytes",
+                "uid",
+                "gid",
+                "umask",
             ):
                 opts[key] = value
             elif key in ("allow_other", "kafka_allow_delete"):
@@ -169,6 +181,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
         kafka_listen=kafka_listen or None,
         kafka_allow_delete=bool(args.kafka_allow_delete) or "kafka_allow_delete" in opts,
         max_line_bytes=max_line_bytes,
+        uid=int(str(pick(args.uid, "uid", None))) if pick(args.uid, "uid", None) is not None else None,
+        gid=int(str(pick(args.gid, "gid", None))) if pick(args.gid, "gid", None) is not None else None,
+        umask=args.umask if args.umask is not None else int(opts.get("umask", "022"), 8),
     )
     log_opts = {
         "level": pick(args.log_level, "log_level", "warning") or "warning",
