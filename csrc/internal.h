@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <liburing.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -148,6 +149,7 @@ struct walfs {
 
     fault_t faults[4];
     walfs_recovery_report_t report;
+    char damage[1024];       /* the first damage recovery found, for walfs_open's error */
 };
 
 typedef struct cat_entry {
@@ -212,6 +214,8 @@ void fmt_slot_parse(const uint8_t *in, slot_t *s);
 /* io.c: every write to a segment goes through here (faults, power-loss tracking) */
 int64_t now_ms(void);
 void wal_log(const walfs_t *wal, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Logs at error level and keeps the first such message for the open's error text. */
+void wal_damage(walfs_t *wal, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int fault_hit(walfs_t *wal, int op);
 int seg_pwritev(walfs_t *wal, segment_t *seg, const struct iovec *iov, int cnt, uint64_t off);
 int seg_pwrite(walfs_t *wal, segment_t *seg, const void *buf, size_t len, uint64_t off);
@@ -259,6 +263,31 @@ const uint8_t *run_ptr(const block_t *b, uint64_t rel);
 void slot_get(const block_t *b, uint64_t i, slot_t *s);
 size_t find_block_by_offset(const stream_t *s, uint64_t offset);
 uint64_t stream_low_byte(const stream_t *s);
+
+/* guard.c: a SIGBUS on mapped segment data becomes -EIO for the call that touched it.
+ * Usage, with the stream lock (or NULL) the call holds:
+ *     pthread_mutex_lock(&s->lock);
+ *     GUARD_BEGIN(&s->lock, return -EIO);
+ *     ... reads of the mapping; every path out passes GUARD_END() ...
+ *     GUARD_END();
+ *     pthread_mutex_unlock(&s->lock);                                               */
+typedef struct guard {
+    sigjmp_buf jb;
+} guard_t;
+void guard_install(void);
+guard_t *guard_get(void);
+void guard_set(guard_t *g);
+#define GUARD_BEGIN(held, on_fault)                                  \
+    guard_t guard_;                                                  \
+    guard_t *const guard_prev_ = guard_get();                       \
+    if (sigsetjmp(guard_.jb, 1)) {                                   \
+        guard_set(guard_prev_);                                      \
+        pthread_mutex_t *guard_held_ = (held);                       \
+        if (guard_held_) pthread_mutex_unlock(guard_held_);          \
+        on_fault;                                                    \
+    }                                                                \
+    guard_set(&guard_)
+#define GUARD_END() guard_set(guard_prev_)
 
 /* recovery.c */
 int recover(walfs_t *wal);
