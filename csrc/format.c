@@ -176,45 +176,53 @@ size_t fmt_cat_open(uint8_t *out, uint32_t seed, uint64_t epoch)
     return cat_entry_finish(out, seed, CAT_OPEN, 16);
 }
 
-/* Returns the entry's length, 0 at a torn or invalid tail. */
-size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_entry_t *e)
+/* Returns the entry's length, or 0 with *why saying what failed (bounds first: nothing
+ * past `avail` is read). */
+size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_entry_t *e, const char **why)
 {
-    if (avail < 8) return 0;
+#define BAD(reason)          \
+    do {                     \
+        *why = (reason);     \
+        return 0;            \
+    } while (0)
+    if (avail < 8) BAD("shorter than an entry header");
     uint16_t type = get16(in + 4), len = get16(in + 6);
-    if (len < 8 || len > avail) return 0;
-    if (get32(in) != crc32c(seed, in + 4, (size_t)len - 4)) return 0;
+    if (len < 8) BAD("length field below 8");
+    if (len > avail) BAD("length field runs past the end of the file");
+    if (get32(in) != crc32c(seed, in + 4, (size_t)len - 4)) BAD("crc mismatch");
     memset(e, 0, sizeof(*e));
     e->type = type;
     switch (type) {
     case CAT_DEFINE:
-        if (len < 42) return 0;
+        if (len < 42) BAD("DEFINE entry too short");
         e->stream_no = get32(in + 8);
         e->partition = get32(in + 12);
         e->org_id = get64(in + 16);
         memcpy(e->hash, in + 24, 16);
         e->name_len = get16(in + 40);
-        if (e->name_len > MAX_NAME || 42u + e->name_len != len) return 0;
+        if (e->name_len > MAX_NAME || 42u + e->name_len != len) BAD("DEFINE name length does not match");
         memcpy(e->name, in + 42, e->name_len);
         return len;
     case CAT_TRIM:
-        if (len != 24) return 0;
+        if (len != 24) BAD("TRIM entry of the wrong length");
         e->stream_no = get32(in + 8);
         e->a = get64(in + 16);
         return len;
     case CAT_FLOOR:
-        if (len != 40) return 0;
+        if (len != 40) BAD("FLOOR entry of the wrong length");
         e->stream_no = get32(in + 8);
         e->a = get64(in + 16);
         e->b = get64(in + 24);
         e->c = get64(in + 32);
         return len;
     case CAT_OPEN:
-        if (len != 16) return 0;
+        if (len != 16) BAD("OPEN entry of the wrong length");
         e->a = get64(in + 8);
         return len;
     default:
-        return 0;
+        BAD("unknown entry type");
     }
+#undef BAD
 }
 
 /* ---- segment ---- */

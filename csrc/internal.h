@@ -193,7 +193,8 @@ size_t fmt_cat_trim(uint8_t *out, uint32_t seed, uint32_t stream_no, uint64_t lo
 size_t fmt_cat_floor(uint8_t *out, uint32_t seed, uint32_t stream_no, uint64_t next_offset,
                      uint64_t next_byte, uint64_t next_gid);
 size_t fmt_cat_open(uint8_t *out, uint32_t seed, uint64_t epoch);
-size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_entry_t *e);
+size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_entry_t *e, const char **why);
+#define CAT_MAX_ENTRY (42 + MAX_NAME) /* the longest entry: a DEFINE with a 255-byte name */
 void fmt_seg_header(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t n_blocks);
 int fmt_seg_header_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint64_t *seg_size,
                          uint32_t *block_size, uint32_t *n_blocks);
