@@ -345,19 +345,22 @@ int recover(walfs_t *wal)
             rc = 0;
             continue;
         }
-        if (rc == -EUCLEAN || rc == -EBADMSG) {
-            if (k + 1 == n) {
-                /* Only the newest file can be a creation cut short (headers are synced
-                 * before a segment is used): it holds nothing. */
-                char name[64];
-                seg_path(wal, ids[k], name, sizeof(name));
-                wal_log(wal, "removing %s: its header never became durable", name);
-                if (!wal->opt.read_only) unlinkat(wal->dirfd, name, 0);
-                if (ids[k] >= wal->next_seg_id) wal->next_seg_id = ids[k] + 1;
-                rc = 0;
-                continue;
-            }
-            wal_log(wal, "segment %" PRIx64 " has a damaged header", ids[k]);
+        if (rc == -ENODATA && k + 1 == n) {
+            /* Only the newest file can be a creation cut short, and only a file that
+             * provably never held data (seg_open: zero header, no run header) may go. */
+            char name[64];
+            seg_path(wal, ids[k], name, sizeof(name));
+            wal_log(wal, "removing %s: its creation never finished and it holds no data", name);
+            if (!wal->opt.read_only && unlinkat(wal->dirfd, name, 0) == 0) fsync_dir(wal->dirfd);
+            if (ids[k] >= wal->next_seg_id) wal->next_seg_id = ids[k] + 1;
+            rc = 0;
+            continue;
+        }
+        if (rc == -ENODATA) {
+            char name[64];
+            seg_path(wal, ids[k], name, sizeof(name));
+            wal_damage(wal, "%s/%s: header is zero but newer segments exist: damaged", wal->dir, name);
+            rc = -EUCLEAN;
         }
         if (rc) break;
         if ((rc = seg_add(wal, seg))) {
