@@ -262,6 +262,7 @@ void exclusive_end(walfs_t *wal);
 /* reader.c */
 const uint8_t *run_ptr(const block_t *b, uint64_t rel);
 void slot_get(const block_t *b, uint64_t i, slot_t *s);
+int record_locate(const block_t *b, uint64_t idx, const uint8_t **p, rec_hdr_t *r);
 size_t find_block_by_offset(const stream_t *s, uint64_t offset);
 uint64_t stream_low_byte(const stream_t *s);
 

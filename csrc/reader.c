@@ -31,8 +31,9 @@ size_t find_block_by_offset(const stream_t *s, uint64_t offset)
     return lo;
 }
 
-/* Locates record idx of run b and checks that its header fits its slot (not its CRC). */
-static int record_locate(const block_t *b, uint64_t idx, const uint8_t **p, rec_hdr_t *r)
+/* Locates record idx (< b->count) of run b and checks that its slot and header lie inside
+ * the run's data area and agree with each other (not its CRC). */
+int record_locate(const block_t *b, uint64_t idx, const uint8_t **p, rec_hdr_t *r)
 {
     slot_t sl;
     slot_get(b, idx, &sl);

@@ -110,24 +110,37 @@ static void verify_run(walfs_t *wal, block_t *b, uint32_t *last_batch_left)
     }
 }
 
-/* Record idx of run b: its header (the run is known good up to count). */
-static void header_at(const block_t *b, uint64_t idx, rec_hdr_t *r, uint64_t *pos)
+static void seg_name_of(const walfs_t *wal, const block_t *b, char *name, size_t len)
 {
-    slot_t sl;
-    slot_get(b, idx, &sl);
-    fmt_rec_parse(run_ptr(b, sl.pos), r);
-    *pos = sl.pos;
+    seg_path(wal, b->seg->id, name, len);
+}
+
+/* Record idx of run b: its header, once its slot and header are inside the run and agree
+ * (a sealed run's slots are not covered by the seal's crc). -EUCLEAN, reported, if not. */
+static int header_at(walfs_t *wal, const block_t *b, uint64_t idx, rec_hdr_t *r, uint64_t *pos)
+{
+    const uint8_t *p;
+    if (record_locate(b, idx, &p, r)) {
+        char name[64];
+        seg_name_of(wal, b, name, sizeof(name));
+        wal_damage(wal, "%s/%s: run at byte %" PRIu64 " (stream %u): the index slot or header of the record at offset %" PRIu64
+                        " is out of bounds or inconsistent",
+                   wal->dir, name, b->file_off, b->stream_no, b->first_offset + idx);
+        return -EUCLEAN;
+    }
+    *pos = (uint64_t)(p - run_ptr(b, 0));
+    return 0;
 }
 
 /* Shortens run b to `keep` records (keep < count). */
-static void shorten(walfs_t *wal, block_t *b, uint64_t keep)
+static int shorten(walfs_t *wal, block_t *b, uint64_t keep)
 {
-    wal->report.cut_records += b->count - keep;
     uint64_t end = BLK_DATA_OFF, view = 0;
     if (keep > 0) {
         rec_hdr_t r;
         uint64_t pos;
-        header_at(b, keep - 1, &r, &pos);
+        int rc = header_at(wal, b, keep - 1, &r, &pos);
+        if (rc) return rc;
         slot_t sl;
         slot_get(b, keep - 1, &sl);
         end = pos + REC_HDR_SIZE + r.meta_len + r.value_len;
@@ -135,11 +148,13 @@ static void shorten(walfs_t *wal, block_t *b, uint64_t keep)
         b->last_gid = r.gid;
         b->last_ts = r.ts;
     }
+    wal->report.cut_records += b->count - keep;
     wal->report.cut_bytes += b->data_end - end;
     b->count = keep;
     b->data_end = end;
     b->byte_len = view;
     clear_tail(wal, b);
+    return 0;
 }
 
 /* Forgets a run entirely (its headers are zeroed by the caller in writer mode). */
@@ -210,8 +225,8 @@ static int settle_stream(walfs_t *wal, stream_t *s)
         } else {
             rec_hdr_t r;
             uint64_t pos;
-            header_at(b, b->count - 1, &r, &pos);
-            last_batch_left = b->count ? r.batch_left : 0;
+            if ((rc = header_at(wal, b, b->count - 1, &r, &pos))) return rc;
+            last_batch_left = r.batch_left;
             expected = b->first_offset + b->count;
         }
     }
@@ -231,7 +246,7 @@ static int settle_stream(walfs_t *wal, stream_t *s)
         while (k > 0) {
             rec_hdr_t r;
             uint64_t pos;
-            header_at(b, k - 1, &r, &pos);
+            if ((rc = header_at(wal, b, k - 1, &r, &pos))) return rc;
             if (r.batch_left == 0) {
                 found = 1;
                 break;
@@ -240,7 +255,7 @@ static int settle_stream(walfs_t *wal, stream_t *s)
         }
         if (k < b->count) {
             if (b->sealed && (rc = unseal(wal, b))) return rc;
-            shorten(wal, b, k);
+            if ((rc = shorten(wal, b, k))) return rc;
         }
         if (found) break;
         if (b->count == 0 && s->n_blocks > 1) {
@@ -309,6 +324,19 @@ static int scan_segment(walfs_t *wal, segment_t *seg)
         if (fmt_blk_parse(seg->map + off + BLK_SEAL_OFF, wal, seg->id, i, BLK_KIND_SEAL, &sh) == 0 &&
             sh.n_blocks == h.n_blocks && sh.stream_no == h.stream_no && sh.first_offset == h.first_offset &&
             sh.count > 0) {
+            /* Trusted on its crc, but every figure must still fit the run: a crc proves
+             * the seal was written by walfs, not that nothing wrote nonsense into it. */
+            uint64_t max_count = (b->run_size - BLK_DATA_OFF) / (REC_HDR_SIZE + SLOT_SIZE);
+            if (sh.count > max_count || sh.data_end < BLK_DATA_OFF + sh.count * REC_HDR_SIZE ||
+                sh.data_end > b->run_size - sh.count * SLOT_SIZE || sh.last_gid < h.first_gid + sh.count - 1 ||
+                sh.last_gid - h.first_gid > UINT32_MAX || sh.byte_len < sh.count) {
+                char name[64];
+                seg_path(wal, seg->id, name, sizeof(name));
+                wal_damage(wal, "%s/%s: seal of the run at byte %" PRIu64 " (stream %u) holds figures that do not fit the run",
+                           wal->dir, name, off, h.stream_no);
+                free(b);
+                return -EUCLEAN;
+            }
             b->sealed = 1;
             b->count = sh.count;
             b->last_gid = sh.last_gid;
