@@ -358,7 +358,7 @@ static int scan_segment(walfs_t *wal, segment_t *seg)
     return 0;
 }
 
-int recover(walfs_t *wal)
+static int recover_unguarded(walfs_t *wal)
 {
     uint64_t *ids = NULL;
     size_t n = 0;
@@ -404,5 +404,18 @@ int recover(walfs_t *wal)
     if (wal->opt.read_only && (rc = cat_refresh(wal))) return rc;
     size_t ns = atomic_load(&wal->n_streams);
     for (size_t i = 0; i < ns && !rc; i++) rc = settle_stream(wal, stream_get(wal, (uint32_t)i));
+    return rc;
+}
+
+/* Recovery reads the mappings of files whose sizes seg_open checked; a SIGBUS can still
+ * come from a disk read error or a file cut short meanwhile: the open fails with -EIO. */
+int recover(walfs_t *wal)
+{
+    GUARD_BEGIN(NULL, {
+        wal_damage(wal, "%s: I/O error (SIGBUS) reading segment data during recovery", wal->dir);
+        return -EIO;
+    });
+    int rc = recover_unguarded(wal);
+    GUARD_END();
     return rc;
 }

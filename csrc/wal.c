@@ -232,6 +232,7 @@ int walfs_stream_info(walfs_t *wal, uint32_t stream_no, walfs_stream_info_t *out
     out->name_len = s->name_len;
     memcpy(out->name, s->name, s->name_len);
     pthread_mutex_lock(&s->lock);
+    GUARD_BEGIN(&s->lock, return -EIO);
     out->low_offset = s->low_offset;
     out->next_offset = s->next_offset;
     out->next_byte = s->next_byte;
@@ -247,6 +248,7 @@ int walfs_stream_info(walfs_t *wal, uint32_t stream_no, walfs_stream_info_t *out
             out->first_gid = b->first_gid + sl.gid_delta;
         }
     }
+    GUARD_END();
     pthread_mutex_unlock(&s->lock);
     return 0;
 }
@@ -257,6 +259,7 @@ int64_t walfs_stream_gid_runs(walfs_t *wal, uint32_t stream_no, uint64_t since_g
     stream_t *s = stream_get(wal, stream_no);
     if (!s) return -ENOENT;
     pthread_mutex_lock(&s->lock);
+    GUARD_BEGIN(&s->lock, return -EIO);
     uint64_t n = 0, start = 0, end = 0;
     int open_run = 0;
 #define EMIT(g)                                        \
@@ -295,6 +298,7 @@ int64_t walfs_stream_gid_runs(walfs_t *wal, uint32_t stream_no, uint64_t since_g
         }
         n++;
     }
+    GUARD_END();
     pthread_mutex_unlock(&s->lock);
     if (n > cap) {
         *needed = n;
