@@ -290,7 +290,16 @@ void fmt_blk_seal(uint8_t *out, const walfs_t *wal, const block_t *b)
     put32(out + 124, crc32c(wal->crc_seed, out, 124));
 }
 
-/* Parses either kind; checks that it belongs at (segment, index). */
+void fmt_blk_frontier(uint8_t *out, const walfs_t *wal, const block_t *b, uint64_t count, uint64_t data_end)
+{
+    blk_common(out, wal, b, BLK_KIND_FRONTIER);
+    put64(out + 48, b->first_gid);
+    put64(out + 56, count);
+    put64(out + 64, data_end);
+    put32(out + 124, crc32c(wal->crc_seed, out, 124));
+}
+
+/* Parses any kind; checks that it belongs at (segment, index). */
 int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32_t index, uint16_t kind,
                   blk_hdr_t *h)
 {
@@ -305,6 +314,10 @@ int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32
     if (kind == BLK_KIND_OPEN) {
         h->first_byte = get64(in + 48);
         h->first_gid = get64(in + 56);
+    } else if (kind == BLK_KIND_FRONTIER) {
+        h->first_gid = get64(in + 48);
+        h->count = get64(in + 56);
+        h->data_end = get64(in + 64);
     } else {
         h->count = get64(in + 48);
         h->last_gid = get64(in + 56);

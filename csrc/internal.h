@@ -18,6 +18,7 @@
 #define SEG_HDR_SIZE 4096
 #define BLK_HDR_SIZE 128
 #define BLK_SEAL_OFF 512
+#define BLK_FRONTIER_OFF 256 /* frontier.c: durable count of an unsealed run */
 #define BLK_DATA_OFF 1024
 #define REC_HDR_SIZE 36
 #define SLOT_SIZE 12
@@ -31,7 +32,7 @@ enum { CAT_DEFINE = 1, CAT_TRIM = 2, CAT_FLOOR = 3, CAT_OPEN = 4 };
 /* gid = epoch << GID_EPOCH_SHIFT | sequence: every writer open starts a new epoch, so a
  * gid never repeats and stale bytes from an earlier epoch never pass as newer records. */
 #define GID_EPOCH_SHIFT 40
-enum { BLK_KIND_OPEN = 1, BLK_KIND_SEAL = 2 };
+enum { BLK_KIND_OPEN = 1, BLK_KIND_SEAL = 2, BLK_KIND_FRONTIER = 3 };
 enum { BS_FREE = 0, BS_HEAD = 1, BS_TAIL = 2 };
 
 typedef struct walfs walfs_t;
@@ -70,6 +71,8 @@ typedef struct block {
     int64_t first_ts, last_ts;
     int sealed;             /* seal header written */
     int full;               /* takes no more records */
+    uint64_t frontier_count; /* records its frontier header claims durable (frontier.c) */
+    uint64_t durable_count;  /* at open: the frontier found on disk (recovery.c) */
 } block_t;
 
 typedef struct stream {
@@ -200,6 +203,7 @@ int fmt_seg_header_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id,
                          uint32_t *block_size, uint32_t *n_blocks);
 void fmt_blk_open(uint8_t *out, const walfs_t *wal, const block_t *b);
 void fmt_blk_seal(uint8_t *out, const walfs_t *wal, const block_t *b);
+void fmt_blk_frontier(uint8_t *out, const walfs_t *wal, const block_t *b, uint64_t count, uint64_t data_end);
 int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32_t index, uint16_t kind,
                   blk_hdr_t *h);
 void fmt_rec_header(uint8_t *out, uint32_t value_len, uint64_t gid, int64_t ts, uint32_t meta_len,
@@ -290,6 +294,12 @@ void guard_set(guard_t *g);
     }                                                                \
     guard_set(&guard_)
 #define GUARD_END() guard_set(guard_prev_)
+
+/* frontier.c: sync.c calls these around each sync round */
+typedef struct frontier frontier_t;
+frontier_t *frontier_snapshot(walfs_t *wal);
+void frontier_record(walfs_t *wal, frontier_t *f);
+void frontier_free(frontier_t *f);
 
 /* recovery.c */
 int recover(walfs_t *wal);

@@ -70,8 +70,9 @@ static int clear_tail(walfs_t *wal, const block_t *b)
     return 1;
 }
 
-/* Verifies an unsealed run record by record; sets count, data_end, byte_len, ... */
-static void verify_run(walfs_t *wal, block_t *b, uint32_t *last_batch_left)
+/* Verifies an unsealed run record by record; sets count, data_end, byte_len, ...
+ * A record that fails below the run's durable frontier is damage: -EUCLEAN, nothing cut. */
+static int verify_run(walfs_t *wal, block_t *b, uint32_t *last_batch_left)
 {
     uint64_t pos = BLK_DATA_OFF, i = 0, view = 0;
     uint64_t prev = 0;
@@ -98,6 +99,14 @@ static void verify_run(walfs_t *wal, block_t *b, uint32_t *last_batch_left)
         pos = end;
         i++;
     }
+    if (i < b->durable_count) {
+        char name[64];
+        seg_path(wal, b->seg->id, name, sizeof(name));
+        wal_damage(wal, "%s/%s: stream %u, record at offset %" PRIu64 " (file byte %" PRIu64 ") fails its checks but "
+                        "lies below the run's durable frontier (%" PRIu64 " records synced): damaged, not cut",
+                   wal->dir, name, b->stream_no, b->first_offset + i, b->file_off + pos, b->durable_count);
+        return -EUCLEAN;
+    }
     b->count = i;
     b->data_end = pos;
     b->byte_len = view;
@@ -105,9 +114,10 @@ static void verify_run(walfs_t *wal, block_t *b, uint32_t *last_batch_left)
     /* Bytes where the next record would start: a torn or damaged record, unless zero. */
     if (clear_tail(wal, b)) {
         wal->report.cut_records++;
-        wal_log(wal, "stream %u: record %" PRIu64 " at the tail is torn or damaged: cut", b->stream_no,
-                b->first_offset + i);
+        wal_log(wal, "stream %u: record %" PRIu64 " at the tail, above the durable frontier, is torn: cut",
+                b->stream_no, b->first_offset + i);
     }
+    return 0;
 }
 
 static void seg_name_of(const walfs_t *wal, const block_t *b, char *name, size_t len)
@@ -133,8 +143,20 @@ static int header_at(walfs_t *wal, const block_t *b, uint64_t idx, rec_hdr_t *r,
 }
 
 /* Shortens run b to `keep` records (keep < count). */
+static int below_frontier(walfs_t *wal, const block_t *b, uint64_t keep)
+{
+    if (keep >= b->durable_count) return 0;
+    char name[64];
+    seg_path(wal, b->seg->id, name, sizeof(name));
+    wal_damage(wal, "%s/%s: stream %u: records from offset %" PRIu64 " would be cut but lie below the run's durable "
+                    "frontier (%" PRIu64 " records synced): damaged",
+               wal->dir, name, b->stream_no, b->first_offset + keep, b->durable_count);
+    return -EUCLEAN;
+}
+
 static int shorten(walfs_t *wal, block_t *b, uint64_t keep)
 {
+    if (below_frontier(wal, b, keep)) return -EUCLEAN;
     uint64_t end = BLK_DATA_OFF, view = 0;
     if (keep > 0) {
         rec_hdr_t r;
@@ -160,6 +182,7 @@ static int shorten(walfs_t *wal, block_t *b, uint64_t keep)
 /* Forgets a run entirely (its headers are zeroed by the caller in writer mode). */
 static int drop_header(walfs_t *wal, block_t *b)
 {
+    if (below_frontier(wal, b, 0)) return -EUCLEAN;
     wal->report.cut_records += b->count;
     wal->report.cut_bytes += b->data_end - BLK_DATA_OFF;
     wal->report.freed_blocks += b->n_blocks;
@@ -207,7 +230,7 @@ static int settle_stream(walfs_t *wal, stream_t *s)
         }
         if (!b->sealed) {
             uint32_t bl;
-            verify_run(wal, b, &bl);
+            if ((rc = verify_run(wal, b, &bl))) return rc;
             if (b->count) last_batch_left = bl; /* an empty run says nothing of the batch */
             /* A short unsealed run ends the stream: the runs after it did not continue it. */
             expected = b->first_offset + b->count;
@@ -344,6 +367,25 @@ static int scan_segment(walfs_t *wal, segment_t *seg)
             b->byte_len = sh.byte_len;
             b->first_ts = sh.first_ts;
             b->last_ts = sh.last_ts;
+        }
+        blk_hdr_t fh;
+        if (!b->sealed &&
+            fmt_blk_parse(seg->map + off + BLK_FRONTIER_OFF, wal, seg->id, i, BLK_KIND_FRONTIER, &fh) == 0 &&
+            fh.n_blocks == h.n_blocks && fh.stream_no == h.stream_no && fh.first_offset == h.first_offset &&
+            fh.first_gid == h.first_gid) {
+            /* A frontier of this very run (a stale one of an earlier user of these blocks
+             * has another first_gid). Its figures must fit the run like a seal's. */
+            uint64_t max_count = (b->run_size - BLK_DATA_OFF) / (REC_HDR_SIZE + SLOT_SIZE);
+            if (fh.count > max_count || fh.data_end < BLK_DATA_OFF + fh.count * REC_HDR_SIZE ||
+                fh.data_end > b->run_size - fh.count * SLOT_SIZE) {
+                char name[64];
+                seg_path(wal, seg->id, name, sizeof(name));
+                wal_damage(wal, "%s/%s: durable frontier of the run at byte %" PRIu64 " (stream %u) does not fit the run",
+                           wal->dir, name, off, h.stream_no);
+                free(b);
+                return -EUCLEAN;
+            }
+            b->durable_count = b->frontier_count = fh.count;
         }
         int rc = stream_add_block(s, b);
         if (rc) {

@@ -98,6 +98,7 @@ static int lead_sync(walfs_t *wal)
     wal->sync_running = 1;
     uint64_t target = atomic_load(&wal->ticket);
     pthread_mutex_unlock(&wal->sync_lock);
+    frontier_t *frontier = frontier_snapshot(wal); /* before the dirty flags (frontier.c) */
 
     /* Read the ticket before taking the dirty flags: an append marks its segment dirty
      * before it takes its ticket, so every ticket <= target is covered. */
@@ -120,9 +121,11 @@ static int lead_sync(walfs_t *wal)
     if (!rc) {
         for (size_t i = 0; i < n; i++) seg_synced(wal, segs[i], saves[i]);
         write_seals(wal, target);
+        frontier_record(wal, frontier);
     } else {
         wal_log(wal, "fsync failed (%s): refusing appends until reopened", strerror(-rc));
     }
+    frontier_free(frontier);
     free(segs);
     free(saves);
 
