@@ -215,11 +215,12 @@ def test_truncation_under_an_open_mapping_gives_eio_not_sigbus(wal_dir):
 # -- finding 5: damage in the active run vs a torn tail -----------------------------
 
 
-def record_pos(wal_dir: str, index: int) -> int:
-    """File position of record `index` of the first run of segment 1 (from its slot)."""
+def record_pos(wal_dir: str, index: int, block: int = 0) -> int:
+    """File position of record `index` of the run at `block` of segment 1 (from its slot)."""
+    run = SEG_HDR + block * BLOCK
     with open(os.path.join(wal_dir, seg_name(1)), "rb") as f:
-        f.seek(SEG_HDR + BLOCK - 12 * (index + 1))
-        return SEG_HDR + int.from_bytes(f.read(4), "little")
+        f.seek(run + BLOCK - 12 * (index + 1))
+        return run + int.from_bytes(f.read(4), "little")
 
 
 def test_flipped_bit_in_the_active_run_after_sync_is_reported_not_cut(open_wal, wal_dir):
@@ -255,6 +256,8 @@ def test_torn_tail_after_a_power_cut_is_still_cut(open_wal, wal_dir):
 
 
 def test_frontier_survives_many_sync_rounds_and_reopens(open_wal, wal_dir):
+    # Each session starts a new run (runs 0 and 1 get sealed at the next open); the last
+    # run, unsealed, holds records 80..119 and its frontier.
     for round_ in range(3):
         w = open_wal(fsync="always")
         for i in range(40):
@@ -263,6 +266,20 @@ def test_frontier_survives_many_sync_rounds_and_reopens(open_wal, wal_dir):
     w = open_wal()
     assert w.high_watermark("t") == 120
     w.close()
-    flip(os.path.join(wal_dir, seg_name(1)), record_pos(wal_dir, 10) + 36)
-    with pytest.raises(walfs.WalCorruptError, match="offset 10"):
+    flip(os.path.join(wal_dir, seg_name(1)), record_pos(wal_dir, 10, block=2) + 36)
+    with pytest.raises(walfs.WalCorruptError, match="offset 90"):
         open_wal()
+
+
+def test_core_messages_reach_python_logging(open_wal, wal_dir, caplog):
+    w = open_wal()
+    w.append("a", b"x")
+    w.append("b", b"y")
+    w.close()
+    path = os.path.join(wal_dir, CAT)
+    off = cat_entries(path)[1][0]
+    flip(path, off + 9)
+    with caplog.at_level("WARNING", logger="walfs.core"), pytest.raises(walfs.WalCorruptError):
+        open_wal()
+    hits = [r for r in caplog.records if r.name == "walfs.core" and CAT in r.getMessage()]
+    assert hits and hits[0].levelname == "ERROR" and f"byte {off}" in hits[0].getMessage()
