@@ -9,9 +9,9 @@ import sys
 import textwrap
 
 import pytest
+from conftest import SMALL
 
 import walfs
-from conftest import SMALL
 
 SEG_HDR = 4096
 BLOCK = SMALL["block_size"]

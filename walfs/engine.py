@@ -21,7 +21,7 @@ NO_GID = 2**64 - 1
 CORE_LOG = logging.getLogger("walfs.core")
 
 
-@ffi.def_extern()  # type: ignore[misc]
+@ffi.def_extern()
 def _walfs_core_log(level: int, directory: Any, message: Any) -> None:
     """The C core's messages (torn tails cut, damage found, fsync failures) into logging."""
     CORE_LOG.log(
