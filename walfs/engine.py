@@ -24,9 +24,8 @@ CORE_LOG = logging.getLogger("walfs.core")
 @ffi.def_extern()
 def _walfs_core_log(level: int, directory: Any, message: Any) -> None:
     """The C core's messages (torn tails cut, damage found, fsync failures) into logging."""
-    CORE_LOG.log(
-        level, "%s: %s", ffi.string(directory).decode(errors="replace"), ffi.string(message).decode(errors="replace")
-    )
+    where = ffi.string(directory).decode(errors="replace")
+    CORE_LOG.log(level, "%s: %s", where, ffi.string(message).decode(errors="replace"))
 
 
 lib.walfs_set_log(lib._walfs_core_log)
