@@ -283,3 +283,58 @@ def test_core_messages_reach_python_logging(open_wal, wal_dir, caplog):
         open_wal()
     hits = [r for r in caplog.records if r.name == "walfs.core" and CAT in r.getMessage()]
     assert hits and hits[0].levelname == "ERROR" and f"byte {off}" in hits[0].getMessage()
+
+
+def test_zero_header_over_real_runs_is_damage_not_a_crashed_creation(open_wal, wal_dir):
+    w = open_wal(fsync="always")
+    for i in range(50):
+        w.append("t", b"record %d" % i)
+    w.close()
+    seg = os.path.join(wal_dir, seg_name(1))
+    with open(seg, "r+b") as f:
+        saved = f.read(SEG_HDR)
+        f.seek(0)
+        f.write(bytes(SEG_HDR))  # the header is gone, but a run header proves data
+    with pytest.raises(walfs.WalCorruptError, match=seg_name(1)):
+        open_wal()
+    assert os.path.getsize(seg) == SMALL["segment_size"]
+    with open(seg, "r+b") as f:
+        f.write(saved)
+    assert open_wal().read("t", 0, max_records=100) == [b"record %d" % i for i in range(50)]
+
+
+def test_empty_newest_segment_file_from_a_crashed_creation_is_removed(open_wal, wal_dir):
+    w = open_wal()
+    w.append("t", b"x")
+    w.close()
+    open(os.path.join(wal_dir, seg_name(2)), "wb").close()  # created, nothing written yet
+    w = open_wal()
+    assert w.read("t", 0) == [b"x"]
+    assert not os.path.exists(os.path.join(wal_dir, seg_name(2)))
+
+
+def test_unreadable_data_under_fsck_is_reported_not_fatal(wal_dir):
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import os, sys, walfs
+                d = sys.argv[1]
+                w = walfs.Wal(d, segment_size=1 << 20, block_size=64 << 10)
+                w.append_batch("t", [b"v" * 200] * 1500)
+                w.sync()
+                os.truncate(os.path.join(d, "seg-0000000000000001.wal"), 4096)
+                problems = w.verify()
+                print("VERIFY", problems[0][3] if problems else "nothing found")
+                """
+            ),
+            wal_dir,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert r.stdout.startswith("VERIFY I/O error"), r.stdout
