@@ -117,17 +117,44 @@ static int apply(walfs_t *wal, const cat_entry_t *e, int merge)
     return -EUCLEAN;
 }
 
-/* Applies the entries of buf[0, size) up to the first invalid one (a torn tail) and
- * counts them in wal->cat_entries; returns the bytes they take, or -errno. */
-static int64_t apply_all(walfs_t *wal, const uint8_t *buf, size_t size, int merge)
+/* Torn-tail rule: entries are appended one pwrite at a time and fdatasync()ed before the
+ * next, and a failed append is truncated away, so a crash can leave at most ONE incomplete
+ * entry, at the very end. A bad entry at `pos` is therefore a torn tail exactly when the
+ * bytes from it to the end of the file are no longer than the longest entry and no valid
+ * entry (crc included) starts anywhere after it. Anything else is damage. */
+static int torn_tail(const walfs_t *wal, const uint8_t *buf, size_t pos, size_t size)
+{
+    if (size - pos > CAT_MAX_ENTRY) return 0;
+    cat_entry_t e;
+    const char *why;
+    for (size_t q = pos + 1; q + 8 <= size; q++)
+        if (fmt_cat_entry_parse(buf + q, size - q, wal->crc_seed, &e, &why)) return 0;
+    return 1;
+}
+
+/* Applies the entries of buf[0, size) (file bytes from `base`) up to a torn tail, and
+ * counts them in wal->cat_entries; returns the bytes they take, or -EUCLEAN (with a
+ * message naming the file and byte offset) for a damaged entry, or another -errno. */
+static int64_t apply_all(walfs_t *wal, const uint8_t *buf, size_t size, int merge, uint64_t base)
 {
     size_t pos = 0;
     cat_entry_t e;
     while (pos < size) {
-        size_t len = fmt_cat_entry_parse(buf + pos, size - pos, wal->crc_seed, &e);
-        if (len == 0) break;
+        const char *why = "";
+        size_t len = fmt_cat_entry_parse(buf + pos, size - pos, wal->crc_seed, &e, &why);
+        if (len == 0) {
+            if (torn_tail(wal, buf, pos, size)) break;
+            wal_damage(wal, "%s/" CAT_NAME ": entry at byte %" PRIu64 " is damaged (%s) and is not a torn tail: %zu bytes follow it",
+                       wal->dir, base + pos, why, size - pos);
+            return -EUCLEAN;
+        }
         int rc = apply(wal, &e, merge);
-        if (rc) return rc;
+        if (rc) {
+            if (rc == -EUCLEAN)
+                wal_damage(wal, "%s/" CAT_NAME ": entry at byte %" PRIu64 " (type %u, stream %u) does not fit the entries before it",
+                           wal->dir, base + pos, e.type, e.stream_no);
+            return rc;
+        }
         pos += len;
         wal->cat_entries++;
     }
@@ -162,19 +189,23 @@ int cat_open(walfs_t *wal)
     uint32_t block_size;
     rc = size >= CAT_HDR_SIZE ? fmt_cat_header_parse(buf, &wal->uuid, &seg_size, &block_size) : -EUCLEAN;
     if (rc) {
+        wal_damage(wal, "%s/" CAT_NAME ": header (bytes 0..64) %s", wal->dir,
+                   size < CAT_HDR_SIZE ? "is cut short" : rc == -EBADMSG ? "fails its crc"
+                   : rc == -EPROTONOSUPPORT ? "has an unknown format version" : "has a bad magic");
         free(buf);
         return rc;
     }
     wal->opt.segment_size = seg_size;
     wal->opt.block_size = block_size;
     wal->crc_seed = crc_seed_for(wal->uuid);
-    int64_t used = apply_all(wal, buf + CAT_HDR_SIZE, size - CAT_HDR_SIZE, 0);
+    int64_t used = apply_all(wal, buf + CAT_HDR_SIZE, size - CAT_HDR_SIZE, 0, CAT_HDR_SIZE);
     free(buf);
     if (used < 0) return (int)used;
     size_t pos = CAT_HDR_SIZE + (size_t)used;
     if (pos < size) {
-        /* A crash in the middle of an append: nothing after it was ever acknowledged. */
-        wal_log(wal, "catalog: cutting %zu bytes of torn tail", size - pos);
+        /* A crash in the middle of an append (proven by torn_tail): nothing after it was
+         * ever acknowledged. */
+        wal_log(wal, CAT_NAME ": cutting %zu bytes of torn tail at byte %zu", size - pos, pos);
         if (!wal->opt.read_only && (ftruncate(fd, (off_t)pos) != 0 || fdatasync(fd) != 0)) return -errno;
     }
     wal->cat_end = pos;
@@ -204,7 +235,7 @@ int cat_refresh(walfs_t *wal)
     uint8_t *buf = malloc(size);
     if (!buf) return -ENOMEM;
     ssize_t n = pread(wal->cat_fd, buf, size, (off_t)wal->cat_end);
-    int64_t got = n > 0 ? apply_all(wal, buf, (size_t)n, 1) : 0;
+    int64_t got = n > 0 ? apply_all(wal, buf, (size_t)n, 1, wal->cat_end) : 0;
     free(buf);
     if (got < 0) return (int)got;
     wal->cat_end += (uint64_t)got;

@@ -26,8 +26,12 @@
  *     type 2 TRIM:   u32 stream_no | u32 0 | u64 low_offset
  *     type 3 FLOOR:  u32 stream_no | u32 0 | u64 next_offset | u64 next_byte | u64 next_gid
  *     type 4 OPEN:   u64 epoch (one per writer open; gids are epoch << 40 | sequence)
- *   Stream numbers are dense from 0 in DEFINE order. Entries are valid up to the first one
- *   whose crc, type or length is wrong; the rest is a torn tail and is cut.
+ *   Stream numbers are dense from 0 in DEFINE order. A crash leaves at most one incomplete
+ *   entry, at the end (one pwrite + fdatasync per entry; a failed append is truncated
+ *   away). So a bad entry (crc, type or length wrong) is a torn tail, and is cut, only if
+ *   at most CAT_MAX_ENTRY (297) bytes remain from it AND no valid entry starts at any later
+ *   byte; any other bad or out-of-order entry is damage: the open fails with -EUCLEAN
+ *   naming the byte offset (catalog.c), and the file is never truncated or rewritten.
  *   Compaction (catalog.c): once at least 1024 entries and four times the live ones are
  *   stored, the writer rewrites the file as the same header, then per stream its DEFINE,
  *   its TRIM (if its low watermark is above 0) and its highest FLOOR (if any), then one
@@ -40,10 +44,16 @@
  *   header: 0 magic "WALFSSEG" | 8 u32 version=1 | 12 u32 block_size | 16 u64 segment_size
  *           | 24 u64 segment_id | 32 u64 uuid | 40 u64 created_ms | 48 u32 n_blocks
  *           | 52..60 zero | 60 u32 crc of bytes 0..60
+ *   At open: header verified, sizes equal to the catalog's, n_blocks equal to what the
+ *   size holds, file at least segment_size bytes, before it is mapped; otherwise -EUCLEAN
+ *   naming the file (-EIO if unreadable). A segment is never deleted for a bad header; only
+ *   the NEWEST file that provably never held data (header area all zero, no valid open
+ *   header at any block) is removed, as a creation cut short by a crash (segment.c).
  *
  * Block run: one or more consecutive blocks owned by one stream (a run is longer than one
  * block only when a record needs it). Within a run, relative to its first byte:
  *   0     open header (128 bytes), written when the run is allocated
+ *   256   frontier header (128 bytes, optional), rewritten in place after sync rounds
  *   512   seal header (128 bytes), written once the run is full AND its data is durable
  *   1024  records, packed one after another (no padding)
  *   end   index slots, 12 bytes each, slot i at run_size - 12*(i+1) (growing downwards)
@@ -54,6 +64,13 @@
  *   seal header: as the open header up to byte 40 (kind=2), then 40 u64 first_offset
  *                | 48 u64 count | 56 u64 last_gid | 64 u64 data_end | 72 u64 byte_len
  *                | 80 i64 first_ts | 88 i64 last_ts | 96..124 zero | 124 u32 crc
+ *   frontier header: as the open header up to byte 40 (kind=3), then 40 u64 first_offset
+ *                | 48 u64 first_gid | 56 u64 count | 64 u64 data_end | 72..124 zero
+ *                | 124 u32 crc. `count` records of the run (ending at data_end) were made
+ *                durable by a completed sync (frontier.c). Valid only if every identity
+ *                field, first_gid included, matches the open header. Optional: WALs
+ *                written before it have none (format version unchanged, no migration;
+ *                older code ignores bytes 128..512).
  *   record: 0 u32 crc of bytes 4..36 and of the body | 4 u32 value_len | 8 u64 gid
  *           | 16 i64 timestamp_ms (append time) | 24 u32 meta_len | 28 u32 batch_left
  *           | 32 u32 stream_no
@@ -69,11 +86,15 @@
  * Validity rule (recovery):
  *   - A run exists when its open header is valid (crc, uuid, segment id, block index).
  *   - A run with a valid seal header holds exactly `count` records: seals are written only
- *     after an fsync made the whole run durable, so they are trusted without reading data.
+ *     after an fsync made the whole run durable, so they are trusted without reading data
+ *     (their figures are still bounds-checked against the run, and the slot of the last
+ *     record before it is read: a misfit is -EUCLEAN).
  *   - A run without a seal is verified record by record from byte 1024: a record is valid
  *     when its crc matches, it names the run's stream, its gid is the run's first_gid (first record) or above the
  *     previous one, it ends before the slot area it needs, and its index slot matches it.
- *     The first invalid record ends the run; later runs of the stream that do not
+ *     The first invalid record ends the run if it is at or above the run's frontier count
+ *     (a torn tail); below it, it is damage (-EUCLEAN, nothing cut), and no rule below
+ *     cuts records under a frontier either. Later runs of the stream that do not
  *     continue its offsets are cut. Bytes beyond a run's end are never zeroed: a new
  *     writer epoch gives every later record a higher gid, so stale records, whose gids
  *     are lower, can never be taken for a continuation.
@@ -176,45 +197,53 @@ size_t fmt_cat_open(uint8_t *out, uint32_t seed, uint64_t epoch)
     return cat_entry_finish(out, seed, CAT_OPEN, 16);
 }
 
-/* Returns the entry's length, 0 at a torn or invalid tail. */
-size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_entry_t *e)
+/* Returns the entry's length, or 0 with *why saying what failed (bounds first: nothing
+ * past `avail` is read). */
+size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_entry_t *e, const char **why)
 {
-    if (avail < 8) return 0;
+#define BAD(reason)          \
+    do {                     \
+        *why = (reason);     \
+        return 0;            \
+    } while (0)
+    if (avail < 8) BAD("shorter than an entry header");
     uint16_t type = get16(in + 4), len = get16(in + 6);
-    if (len < 8 || len > avail) return 0;
-    if (get32(in) != crc32c(seed, in + 4, (size_t)len - 4)) return 0;
+    if (len < 8) BAD("length field below 8");
+    if (len > avail) BAD("length field runs past the end of the file");
+    if (get32(in) != crc32c(seed, in + 4, (size_t)len - 4)) BAD("crc mismatch");
     memset(e, 0, sizeof(*e));
     e->type = type;
     switch (type) {
     case CAT_DEFINE:
-        if (len < 42) return 0;
+        if (len < 42) BAD("DEFINE entry too short");
         e->stream_no = get32(in + 8);
         e->partition = get32(in + 12);
         e->org_id = get64(in + 16);
         memcpy(e->hash, in + 24, 16);
         e->name_len = get16(in + 40);
-        if (e->name_len > MAX_NAME || 42u + e->name_len != len) return 0;
+        if (e->name_len > MAX_NAME || 42u + e->name_len != len) BAD("DEFINE name length does not match");
         memcpy(e->name, in + 42, e->name_len);
         return len;
     case CAT_TRIM:
-        if (len != 24) return 0;
+        if (len != 24) BAD("TRIM entry of the wrong length");
         e->stream_no = get32(in + 8);
         e->a = get64(in + 16);
         return len;
     case CAT_FLOOR:
-        if (len != 40) return 0;
+        if (len != 40) BAD("FLOOR entry of the wrong length");
         e->stream_no = get32(in + 8);
         e->a = get64(in + 16);
         e->b = get64(in + 24);
         e->c = get64(in + 32);
         return len;
     case CAT_OPEN:
-        if (len != 16) return 0;
+        if (len != 16) BAD("OPEN entry of the wrong length");
         e->a = get64(in + 8);
         return len;
     default:
-        return 0;
+        BAD("unknown entry type");
     }
+#undef BAD
 }
 
 /* ---- segment ---- */
@@ -282,7 +311,16 @@ void fmt_blk_seal(uint8_t *out, const walfs_t *wal, const block_t *b)
     put32(out + 124, crc32c(wal->crc_seed, out, 124));
 }
 
-/* Parses either kind; checks that it belongs at (segment, index). */
+void fmt_blk_frontier(uint8_t *out, const walfs_t *wal, const block_t *b, uint64_t count, uint64_t data_end)
+{
+    blk_common(out, wal, b, BLK_KIND_FRONTIER);
+    put64(out + 48, b->first_gid);
+    put64(out + 56, count);
+    put64(out + 64, data_end);
+    put32(out + 124, crc32c(wal->crc_seed, out, 124));
+}
+
+/* Parses any kind; checks that it belongs at (segment, index). */
 int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32_t index, uint16_t kind,
                   blk_hdr_t *h)
 {
@@ -297,6 +335,10 @@ int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32
     if (kind == BLK_KIND_OPEN) {
         h->first_byte = get64(in + 48);
         h->first_gid = get64(in + 56);
+    } else if (kind == BLK_KIND_FRONTIER) {
+        h->first_gid = get64(in + 48);
+        h->count = get64(in + 56);
+        h->data_end = get64(in + 64);
     } else {
         h->count = get64(in + 48);
         h->last_gid = get64(in + 56);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <liburing.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/uio.h>
@@ -17,6 +18,7 @@
 #define SEG_HDR_SIZE 4096
 #define BLK_HDR_SIZE 128
 #define BLK_SEAL_OFF 512
+#define BLK_FRONTIER_OFF 256 /* frontier.c: durable count of an unsealed run */
 #define BLK_DATA_OFF 1024
 #define REC_HDR_SIZE 36
 #define SLOT_SIZE 12
@@ -30,7 +32,7 @@ enum { CAT_DEFINE = 1, CAT_TRIM = 2, CAT_FLOOR = 3, CAT_OPEN = 4 };
 /* gid = epoch << GID_EPOCH_SHIFT | sequence: every writer open starts a new epoch, so a
  * gid never repeats and stale bytes from an earlier epoch never pass as newer records. */
 #define GID_EPOCH_SHIFT 40
-enum { BLK_KIND_OPEN = 1, BLK_KIND_SEAL = 2 };
+enum { BLK_KIND_OPEN = 1, BLK_KIND_SEAL = 2, BLK_KIND_FRONTIER = 3 };
 enum { BS_FREE = 0, BS_HEAD = 1, BS_TAIL = 2 };
 
 typedef struct walfs walfs_t;
@@ -69,6 +71,8 @@ typedef struct block {
     int64_t first_ts, last_ts;
     int sealed;             /* seal header written */
     int full;               /* takes no more records */
+    uint64_t frontier_count; /* records its frontier header claims durable (frontier.c) */
+    uint64_t durable_count;  /* at open: the frontier found on disk (recovery.c) */
 } block_t;
 
 typedef struct stream {
@@ -148,6 +152,7 @@ struct walfs {
 
     fault_t faults[4];
     walfs_recovery_report_t report;
+    char damage[1024];       /* the first damage recovery found, for walfs_open's error */
 };
 
 typedef struct cat_entry {
@@ -191,12 +196,14 @@ size_t fmt_cat_trim(uint8_t *out, uint32_t seed, uint32_t stream_no, uint64_t lo
 size_t fmt_cat_floor(uint8_t *out, uint32_t seed, uint32_t stream_no, uint64_t next_offset,
                      uint64_t next_byte, uint64_t next_gid);
 size_t fmt_cat_open(uint8_t *out, uint32_t seed, uint64_t epoch);
-size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_entry_t *e);
+size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_entry_t *e, const char **why);
+#define CAT_MAX_ENTRY (42 + MAX_NAME) /* the longest entry: a DEFINE with a 255-byte name */
 void fmt_seg_header(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t n_blocks);
 int fmt_seg_header_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint64_t *seg_size,
                          uint32_t *block_size, uint32_t *n_blocks);
 void fmt_blk_open(uint8_t *out, const walfs_t *wal, const block_t *b);
 void fmt_blk_seal(uint8_t *out, const walfs_t *wal, const block_t *b);
+void fmt_blk_frontier(uint8_t *out, const walfs_t *wal, const block_t *b, uint64_t count, uint64_t data_end);
 int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32_t index, uint16_t kind,
                   blk_hdr_t *h);
 void fmt_rec_header(uint8_t *out, uint32_t value_len, uint64_t gid, int64_t ts, uint32_t meta_len,
@@ -212,6 +219,8 @@ void fmt_slot_parse(const uint8_t *in, slot_t *s);
 /* io.c: every write to a segment goes through here (faults, power-loss tracking) */
 int64_t now_ms(void);
 void wal_log(const walfs_t *wal, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Logs at error level and keeps the first such message for the open's error text. */
+void wal_damage(walfs_t *wal, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int fault_hit(walfs_t *wal, int op);
 int seg_pwritev(walfs_t *wal, segment_t *seg, const struct iovec *iov, int cnt, uint64_t off);
 int seg_pwrite(walfs_t *wal, segment_t *seg, const void *buf, size_t len, uint64_t off);
@@ -258,8 +267,40 @@ void durable_init(walfs_t *wal);
 /* reader.c */
 const uint8_t *run_ptr(const block_t *b, uint64_t rel);
 void slot_get(const block_t *b, uint64_t i, slot_t *s);
+int record_locate(const block_t *b, uint64_t idx, const uint8_t **p, rec_hdr_t *r);
 size_t find_block_by_offset(const stream_t *s, uint64_t offset);
 uint64_t stream_low_byte(const stream_t *s);
+
+/* guard.c: a SIGBUS on mapped segment data becomes -EIO for the call that touched it.
+ * Usage, with the stream lock (or NULL) the call holds:
+ *     pthread_mutex_lock(&s->lock);
+ *     GUARD_BEGIN(&s->lock, return -EIO);
+ *     ... reads of the mapping; every path out passes GUARD_END() ...
+ *     GUARD_END();
+ *     pthread_mutex_unlock(&s->lock);                                               */
+typedef struct guard {
+    sigjmp_buf jb;
+} guard_t;
+void guard_install(void);
+guard_t *guard_get(void);
+void guard_set(guard_t *g);
+#define GUARD_BEGIN(held, on_fault)                                  \
+    guard_t guard_;                                                  \
+    guard_t *const guard_prev_ = guard_get();                       \
+    if (sigsetjmp(guard_.jb, 1)) {                                   \
+        guard_set(guard_prev_);                                      \
+        pthread_mutex_t *guard_held_ = (held);                       \
+        if (guard_held_) pthread_mutex_unlock(guard_held_);          \
+        on_fault;                                                    \
+    }                                                                \
+    guard_set(&guard_)
+#define GUARD_END() guard_set(guard_prev_)
+
+/* frontier.c: sync.c calls these around each sync round */
+typedef struct frontier frontier_t;
+frontier_t *frontier_snapshot(walfs_t *wal);
+void frontier_record(walfs_t *wal, frontier_t *f);
+void frontier_free(frontier_t *f);
 
 /* recovery.c */
 int recover(walfs_t *wal);

@@ -22,6 +22,21 @@ int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The core's messages: to the callback Python registered (walfs_set_log: the logging
+ * module, and so the journal under systemd), else to stderr. */
+static _Atomic(walfs_log_fn) log_fn;
+
+void walfs_set_log(walfs_log_fn fn) { atomic_store(&log_fn, fn); }
+
+static void emit(int level, const char *dir, const char *line)
+{
+    walfs_log_fn fn = atomic_load(&log_fn);
+    if (fn)
+        fn(level, dir, line);
+    else
+        fprintf(stderr, "walfs[%s]: %s\n", dir, line);
+}
+
 void wal_log(const walfs_t *wal, const char *fmt, ...)
 {
     char line[1024];
@@ -29,7 +44,18 @@ void wal_log(const walfs_t *wal, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof(line), fmt, ap);
     va_end(ap);
-    fprintf(stderr, "walfs[%s]: %s\n", wal->dir, line);
+    emit(WALFS_LOG_WARNING, wal->dir, line);
+}
+
+void wal_damage(walfs_t *wal, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    emit(WALFS_LOG_ERROR, wal->dir, line);
+    if (!wal->damage[0]) snprintf(wal->damage, sizeof(wal->damage), "%s", line);
 }
 
 /* Returns the injected negative errno, or 0 to go ahead. */

@@ -31,8 +31,9 @@ size_t find_block_by_offset(const stream_t *s, uint64_t offset)
     return lo;
 }
 
-/* Locates record idx of run b and checks that its header fits its slot (not its CRC). */
-static int record_locate(const block_t *b, uint64_t idx, const uint8_t **p, rec_hdr_t *r)
+/* Locates record idx (< b->count) of run b and checks that its slot and header lie inside
+ * the run's data area and agree with each other (not its CRC). */
+int record_locate(const block_t *b, uint64_t idx, const uint8_t **p, rec_hdr_t *r)
 {
     slot_t sl;
     slot_get(b, idx, &sl);
@@ -94,6 +95,7 @@ int64_t walfs_read_offset(walfs_t *wal, uint32_t stream_no, uint64_t offset, uin
     stream_t *s = stream_get(wal, stream_no);
     if (!s) return -ENOENT;
     pthread_mutex_lock(&s->lock);
+    GUARD_BEGIN(&s->lock, return -EIO);
     int64_t rc;
     if (offset < s->low_offset || offset > s->next_offset)
         rc = -ERANGE;
@@ -107,6 +109,7 @@ int64_t walfs_read_offset(walfs_t *wal, uint32_t stream_no, uint64_t offset, uin
         else
             rc = read_from(wal, s, bi, offset - b->first_offset, max_records, max_bytes, buf, buflen, recs, needed);
     }
+    GUARD_END();
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -117,6 +120,7 @@ int64_t walfs_read(walfs_t *wal, uint32_t stream_no, uint64_t start_gid, uint32_
     stream_t *s = stream_get(wal, stream_no);
     if (!s) return -ENOENT;
     pthread_mutex_lock(&s->lock);
+    GUARD_BEGIN(&s->lock, return -EIO);
     int64_t rc = -ENOENT;
     /* The last run that starts at or before the gid. */
     size_t lo = 0, hi = s->n_blocks;
@@ -148,6 +152,7 @@ int64_t walfs_read(walfs_t *wal, uint32_t stream_no, uint64_t start_gid, uint32_
                 rc = read_from(wal, s, lo, l, max_records, max_bytes, buf, buflen, recs, needed);
         }
     }
+    GUARD_END();
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -241,6 +246,7 @@ int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t
     stream_t *s = stream_get(wal, stream_no);
     if (!s) return -ENOENT;
     pthread_mutex_lock(&s->lock);
+    GUARD_BEGIN(&s->lock, return -EIO);
     int64_t rc = 0;
     if (pos < stream_low_byte(s)) {
         rc = -ERANGE;
@@ -290,6 +296,7 @@ int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t
     if (nq && copy_pieces(wal, q, nq, buf, &got)) bad = 1;
     rc = bad && !got ? -EBADMSG : (int64_t)got;
 out:
+    GUARD_END();
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -317,6 +324,7 @@ int walfs_bytes_resident(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint64_
     if (!s) return -ENOENT;
     int rc = 1;
     pthread_mutex_lock(&s->lock);
+    GUARD_BEGIN(&s->lock, return -EIO);
     /* (Bytes below the low watermark are not checked here: the read itself refuses them.) */
     if (pos >= s->next_byte || !s->n_blocks || len == 0) goto out;
     const block_t *b = s->blocks[find_block_by_byte(s, pos)];
@@ -335,6 +343,7 @@ int walfs_bytes_resident(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint64_
     uint64_t end = at + span < b->data_end ? at + span : b->data_end;
     rc = pages_resident(run_ptr(b, at), end - at);
 out:
+    GUARD_END();
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -344,6 +353,7 @@ int walfs_byte_position(walfs_t *wal, uint32_t stream_no, uint64_t offset, uint6
     stream_t *s = stream_get(wal, stream_no);
     if (!s) return -ENOENT;
     pthread_mutex_lock(&s->lock);
+    GUARD_BEGIN(&s->lock, return -EIO);
     int rc = 0;
     if (offset == s->next_offset)
         *pos = s->next_byte;
@@ -351,6 +361,7 @@ int walfs_byte_position(walfs_t *wal, uint32_t stream_no, uint64_t offset, uint6
         rc = -ERANGE;
     else
         rc = view_pos(s, offset, pos);
+    GUARD_END();
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -360,6 +371,7 @@ int walfs_offset_at_byte(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint64_
     stream_t *s = stream_get(wal, stream_no);
     if (!s) return -ENOENT;
     pthread_mutex_lock(&s->lock);
+    GUARD_BEGIN(&s->lock, return -EIO);
     int rc = 0;
     if (pos >= s->next_byte) {
         *offset = s->next_offset;
@@ -378,6 +390,7 @@ int walfs_offset_at_byte(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint64_
         }
         *offset = b->first_offset + idx + (end <= pos ? 1 : 0);
     }
+    GUARD_END();
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -387,6 +400,7 @@ int walfs_offset_for_time(walfs_t *wal, uint32_t stream_no, int64_t ts, uint64_t
     stream_t *s = stream_get(wal, stream_no);
     if (!s) return -ENOENT;
     pthread_mutex_lock(&s->lock);
+    GUARD_BEGIN(&s->lock, return -EIO);
     uint64_t result = s->next_offset;
     int rc = 0;
     for (size_t bi = find_block_by_offset(s, s->low_offset); bi < s->n_blocks; bi++) {
@@ -410,8 +424,39 @@ int walfs_offset_for_time(walfs_t *wal, uint32_t stream_no, int64_t ts, uint64_t
     if (result < s->low_offset) result = s->low_offset;
     *offset = result;
 out:
+    GUARD_END();
     pthread_mutex_unlock(&s->lock);
     return rc;
+}
+
+/* Checks every record of one stream; returns how many problems it reported, or -EIO if
+ * its data could not be read (a SIGBUS on the mapping). */
+static int64_t verify_stream(walfs_t *wal, stream_t *s, walfs_fsck_cb cb, void *ctx)
+{
+    pthread_mutex_lock(&s->lock);
+    GUARD_BEGIN(&s->lock, return -EIO);
+    int64_t bad = 0;
+    uint64_t expected = s->n_blocks ? s->blocks[0]->first_offset : 0;
+    for (size_t bi = 0; bi < s->n_blocks; bi++) {
+        const block_t *b = s->blocks[bi];
+        if (b->first_offset > expected && b->first_offset <= s->low_offset) expected = b->first_offset;
+        if (b->first_offset != expected) {
+            bad++;
+            if (cb) cb(ctx, s->no, expected, "missing records before this run");
+        }
+        expected = b->first_offset + b->count;
+        for (uint64_t k = 0; k < b->count; k++) {
+            const uint8_t *p;
+            rec_hdr_t r;
+            if (record_at(wal, b, k, &p, &r)) {
+                bad++;
+                if (cb) cb(ctx, s->no, b->first_offset + k, "record fails its checksum or index slot");
+            }
+        }
+    }
+    GUARD_END();
+    pthread_mutex_unlock(&s->lock);
+    return bad;
 }
 
 int64_t walfs_verify(walfs_t *wal, walfs_fsck_cb cb, void *ctx)
@@ -420,26 +465,12 @@ int64_t walfs_verify(walfs_t *wal, walfs_fsck_cb cb, void *ctx)
     size_t ns = atomic_load(&wal->n_streams);
     for (size_t i = 0; i < ns; i++) {
         stream_t *s = stream_get(wal, (uint32_t)i);
-        pthread_mutex_lock(&s->lock);
-        uint64_t expected = s->n_blocks ? s->blocks[0]->first_offset : 0;
-        for (size_t bi = 0; bi < s->n_blocks; bi++) {
-            const block_t *b = s->blocks[bi];
-            if (b->first_offset > expected && b->first_offset <= s->low_offset) expected = b->first_offset;
-            if (b->first_offset != expected) {
-                bad++;
-                if (cb) cb(ctx, s->no, expected, "missing records before this run");
-            }
-            expected = b->first_offset + b->count;
-            for (uint64_t k = 0; k < b->count; k++) {
-                const uint8_t *p;
-                rec_hdr_t r;
-                if (record_at(wal, b, k, &p, &r)) {
-                    bad++;
-                    if (cb) cb(ctx, s->no, b->first_offset + k, "record fails its checksum or index slot");
-                }
-            }
+        int64_t n = verify_stream(wal, s, cb, ctx);
+        if (n == -EIO) {
+            n = 1;
+            if (cb) cb(ctx, s->no, s->low_offset, "I/O error reading the stream's data (file cut short or disk error)");
         }
-        pthread_mutex_unlock(&s->lock);
+        bad += n;
     }
     return bad;
 }

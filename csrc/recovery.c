@@ -70,8 +70,9 @@ static int clear_tail(walfs_t *wal, const block_t *b)
     return 1;
 }
 
-/* Verifies an unsealed run record by record; sets count, data_end, byte_len, ... */
-static void verify_run(walfs_t *wal, block_t *b, uint32_t *last_batch_left)
+/* Verifies an unsealed run record by record; sets count, data_end, byte_len, ...
+ * A record that fails below the run's durable frontier is damage: -EUCLEAN, nothing cut. */
+static int verify_run(walfs_t *wal, block_t *b, uint32_t *last_batch_left)
 {
     uint64_t pos = BLK_DATA_OFF, i = 0, view = 0;
     uint64_t prev = 0;
@@ -98,6 +99,14 @@ static void verify_run(walfs_t *wal, block_t *b, uint32_t *last_batch_left)
         pos = end;
         i++;
     }
+    if (i < b->durable_count) {
+        char name[64];
+        seg_path(wal, b->seg->id, name, sizeof(name));
+        wal_damage(wal, "%s/%s: stream %u, record at offset %" PRIu64 " (file byte %" PRIu64 ") fails its checks but "
+                        "lies below the run's durable frontier (%" PRIu64 " records synced): damaged, not cut",
+                   wal->dir, name, b->stream_no, b->first_offset + i, b->file_off + pos, b->durable_count);
+        return -EUCLEAN;
+    }
     b->count = i;
     b->data_end = pos;
     b->byte_len = view;
@@ -105,29 +114,55 @@ static void verify_run(walfs_t *wal, block_t *b, uint32_t *last_batch_left)
     /* Bytes where the next record would start: a torn or damaged record, unless zero. */
     if (clear_tail(wal, b)) {
         wal->report.cut_records++;
-        wal_log(wal, "stream %u: record %" PRIu64 " at the tail is torn or damaged: cut", b->stream_no,
-                b->first_offset + i);
+        wal_log(wal, "stream %u: record %" PRIu64 " at the tail, above the durable frontier, is torn: cut",
+                b->stream_no, b->first_offset + i);
     }
+    return 0;
 }
 
-/* Record idx of run b: its header (the run is known good up to count). */
-static void header_at(const block_t *b, uint64_t idx, rec_hdr_t *r, uint64_t *pos)
+static void seg_name_of(const walfs_t *wal, const block_t *b, char *name, size_t len)
 {
-    slot_t sl;
-    slot_get(b, idx, &sl);
-    fmt_rec_parse(run_ptr(b, sl.pos), r);
-    *pos = sl.pos;
+    seg_path(wal, b->seg->id, name, len);
+}
+
+/* Record idx of run b: its header, once its slot and header are inside the run and agree
+ * (a sealed run's slots are not covered by the seal's crc). -EUCLEAN, reported, if not. */
+static int header_at(walfs_t *wal, const block_t *b, uint64_t idx, rec_hdr_t *r, uint64_t *pos)
+{
+    const uint8_t *p;
+    if (record_locate(b, idx, &p, r)) {
+        char name[64];
+        seg_name_of(wal, b, name, sizeof(name));
+        wal_damage(wal, "%s/%s: run at byte %" PRIu64 " (stream %u): the index slot or header of the record at offset %" PRIu64
+                        " is out of bounds or inconsistent",
+                   wal->dir, name, b->file_off, b->stream_no, b->first_offset + idx);
+        return -EUCLEAN;
+    }
+    *pos = (uint64_t)(p - run_ptr(b, 0));
+    return 0;
 }
 
 /* Shortens run b to `keep` records (keep < count). */
-static void shorten(walfs_t *wal, block_t *b, uint64_t keep)
+static int below_frontier(walfs_t *wal, const block_t *b, uint64_t keep)
 {
-    wal->report.cut_records += b->count - keep;
+    if (keep >= b->durable_count) return 0;
+    char name[64];
+    seg_path(wal, b->seg->id, name, sizeof(name));
+    wal_damage(wal, "%s/%s: stream %u: records from offset %" PRIu64 " would be cut but lie below the run's durable "
+                    "frontier (%" PRIu64 " records synced): damaged",
+               wal->dir, name, b->stream_no, b->first_offset + keep, b->durable_count);
+    return -EUCLEAN;
+}
+
+static int shorten(walfs_t *wal, block_t *b, uint64_t keep)
+{
+    if (below_frontier(wal, b, keep)) return -EUCLEAN;
     uint64_t end = BLK_DATA_OFF, view = 0;
     if (keep > 0) {
         rec_hdr_t r;
         uint64_t pos;
-        header_at(b, keep - 1, &r, &pos);
+        int rc = header_at(wal, b, keep - 1, &r, &pos);
+        if (rc) return rc;
         slot_t sl;
         slot_get(b, keep - 1, &sl);
         end = pos + REC_HDR_SIZE + r.meta_len + r.value_len;
@@ -135,16 +170,19 @@ static void shorten(walfs_t *wal, block_t *b, uint64_t keep)
         b->last_gid = r.gid;
         b->last_ts = r.ts;
     }
+    wal->report.cut_records += b->count - keep;
     wal->report.cut_bytes += b->data_end - end;
     b->count = keep;
     b->data_end = end;
     b->byte_len = view;
     clear_tail(wal, b);
+    return 0;
 }
 
 /* Forgets a run entirely (its headers are zeroed by the caller in writer mode). */
 static int drop_header(walfs_t *wal, block_t *b)
 {
+    if (below_frontier(wal, b, 0)) return -EUCLEAN;
     wal->report.cut_records += b->count;
     wal->report.cut_bytes += b->data_end - BLK_DATA_OFF;
     wal->report.freed_blocks += b->n_blocks;
@@ -192,7 +230,7 @@ static int settle_stream(walfs_t *wal, stream_t *s)
         }
         if (!b->sealed) {
             uint32_t bl;
-            verify_run(wal, b, &bl);
+            if ((rc = verify_run(wal, b, &bl))) return rc;
             if (b->count) last_batch_left = bl; /* an empty run says nothing of the batch */
             /* A short unsealed run ends the stream: the runs after it did not continue it. */
             expected = b->first_offset + b->count;
@@ -210,8 +248,8 @@ static int settle_stream(walfs_t *wal, stream_t *s)
         } else {
             rec_hdr_t r;
             uint64_t pos;
-            header_at(b, b->count - 1, &r, &pos);
-            last_batch_left = b->count ? r.batch_left : 0;
+            if ((rc = header_at(wal, b, b->count - 1, &r, &pos))) return rc;
+            last_batch_left = r.batch_left;
             expected = b->first_offset + b->count;
         }
     }
@@ -231,7 +269,7 @@ static int settle_stream(walfs_t *wal, stream_t *s)
         while (k > 0) {
             rec_hdr_t r;
             uint64_t pos;
-            header_at(b, k - 1, &r, &pos);
+            if ((rc = header_at(wal, b, k - 1, &r, &pos))) return rc;
             if (r.batch_left == 0) {
                 found = 1;
                 break;
@@ -240,7 +278,7 @@ static int settle_stream(walfs_t *wal, stream_t *s)
         }
         if (k < b->count) {
             if (b->sealed && (rc = unseal(wal, b))) return rc;
-            shorten(wal, b, k);
+            if ((rc = shorten(wal, b, k))) return rc;
         }
         if (found) break;
         if (b->count == 0 && s->n_blocks > 1) {
@@ -309,6 +347,19 @@ static int scan_segment(walfs_t *wal, segment_t *seg)
         if (fmt_blk_parse(seg->map + off + BLK_SEAL_OFF, wal, seg->id, i, BLK_KIND_SEAL, &sh) == 0 &&
             sh.n_blocks == h.n_blocks && sh.stream_no == h.stream_no && sh.first_offset == h.first_offset &&
             sh.count > 0) {
+            /* Trusted on its crc, but every figure must still fit the run: a crc proves
+             * the seal was written by walfs, not that nothing wrote nonsense into it. */
+            uint64_t max_count = (b->run_size - BLK_DATA_OFF) / (REC_HDR_SIZE + SLOT_SIZE);
+            if (sh.count > max_count || sh.data_end < BLK_DATA_OFF + sh.count * REC_HDR_SIZE ||
+                sh.data_end > b->run_size - sh.count * SLOT_SIZE || sh.last_gid < h.first_gid + sh.count - 1 ||
+                sh.last_gid - h.first_gid > UINT32_MAX || sh.byte_len < sh.count) {
+                char name[64];
+                seg_path(wal, seg->id, name, sizeof(name));
+                wal_damage(wal, "%s/%s: seal of the run at byte %" PRIu64 " (stream %u) holds figures that do not fit the run",
+                           wal->dir, name, off, h.stream_no);
+                free(b);
+                return -EUCLEAN;
+            }
             b->sealed = 1;
             b->count = sh.count;
             b->last_gid = sh.last_gid;
@@ -316,6 +367,25 @@ static int scan_segment(walfs_t *wal, segment_t *seg)
             b->byte_len = sh.byte_len;
             b->first_ts = sh.first_ts;
             b->last_ts = sh.last_ts;
+        }
+        blk_hdr_t fh;
+        if (!b->sealed &&
+            fmt_blk_parse(seg->map + off + BLK_FRONTIER_OFF, wal, seg->id, i, BLK_KIND_FRONTIER, &fh) == 0 &&
+            fh.n_blocks == h.n_blocks && fh.stream_no == h.stream_no && fh.first_offset == h.first_offset &&
+            fh.first_gid == h.first_gid) {
+            /* A frontier of this very run (a stale one of an earlier user of these blocks
+             * has another first_gid). Its figures must fit the run like a seal's. */
+            uint64_t max_count = (b->run_size - BLK_DATA_OFF) / (REC_HDR_SIZE + SLOT_SIZE);
+            if (fh.count > max_count || fh.data_end < BLK_DATA_OFF + fh.count * REC_HDR_SIZE ||
+                fh.data_end > b->run_size - fh.count * SLOT_SIZE) {
+                char name[64];
+                seg_path(wal, seg->id, name, sizeof(name));
+                wal_damage(wal, "%s/%s: durable frontier of the run at byte %" PRIu64 " (stream %u) does not fit the run",
+                           wal->dir, name, off, h.stream_no);
+                free(b);
+                return -EUCLEAN;
+            }
+            b->durable_count = b->frontier_count = fh.count;
         }
         int rc = stream_add_block(s, b);
         if (rc) {
@@ -330,7 +400,7 @@ static int scan_segment(walfs_t *wal, segment_t *seg)
     return 0;
 }
 
-int recover(walfs_t *wal)
+static int recover_unguarded(walfs_t *wal)
 {
     uint64_t *ids = NULL;
     size_t n = 0;
@@ -345,19 +415,22 @@ int recover(walfs_t *wal)
             rc = 0;
             continue;
         }
-        if (rc == -EUCLEAN || rc == -EBADMSG) {
-            if (k + 1 == n) {
-                /* Only the newest file can be a creation cut short (headers are synced
-                 * before a segment is used): it holds nothing. */
-                char name[64];
-                seg_path(wal, ids[k], name, sizeof(name));
-                wal_log(wal, "removing %s: its header never became durable", name);
-                if (!wal->opt.read_only) unlinkat(wal->dirfd, name, 0);
-                if (ids[k] >= wal->next_seg_id) wal->next_seg_id = ids[k] + 1;
-                rc = 0;
-                continue;
-            }
-            wal_log(wal, "segment %" PRIx64 " has a damaged header", ids[k]);
+        if (rc == -ENODATA && k + 1 == n) {
+            /* Only the newest file can be a creation cut short, and only a file that
+             * provably never held data (seg_open: zero header, no run header) may go. */
+            char name[64];
+            seg_path(wal, ids[k], name, sizeof(name));
+            wal_log(wal, "removing %s: its creation never finished and it holds no data", name);
+            if (!wal->opt.read_only && unlinkat(wal->dirfd, name, 0) == 0) fsync_dir(wal->dirfd);
+            if (ids[k] >= wal->next_seg_id) wal->next_seg_id = ids[k] + 1;
+            rc = 0;
+            continue;
+        }
+        if (rc == -ENODATA) {
+            char name[64];
+            seg_path(wal, ids[k], name, sizeof(name));
+            wal_damage(wal, "%s/%s: header is zero but newer segments exist: damaged", wal->dir, name);
+            rc = -EUCLEAN;
         }
         if (rc) break;
         if ((rc = seg_add(wal, seg))) {
@@ -373,5 +446,18 @@ int recover(walfs_t *wal)
     if (wal->opt.read_only && (rc = cat_refresh(wal))) return rc;
     size_t ns = atomic_load(&wal->n_streams);
     for (size_t i = 0; i < ns && !rc; i++) rc = settle_stream(wal, stream_get(wal, (uint32_t)i));
+    return rc;
+}
+
+/* Recovery reads the mappings of files whose sizes seg_open checked; a SIGBUS can still
+ * come from a disk read error or a file cut short meanwhile: the open fails with -EIO. */
+int recover(walfs_t *wal)
+{
+    GUARD_BEGIN(NULL, {
+        wal_damage(wal, "%s: I/O error (SIGBUS) reading segment data during recovery", wal->dir);
+        return -EIO;
+    });
+    int rc = recover_unguarded(wal);
+    GUARD_END();
     return rc;
 }

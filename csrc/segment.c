@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void seg_path(const walfs_t *wal, uint64_t id, char *out, size_t outlen)
@@ -104,23 +105,82 @@ fail:
     return rc;
 }
 
+/* 1 if the file provably never held data: its header area is all zero (as far as the
+ * file reaches) and no block of it starts with a valid run header. Creation writes and
+ * syncs the header before any run is allocated, so such a file is a creation cut short.
+ * Any read error: 0 (not proven). */
+static int seg_never_used(walfs_t *wal, int fd, uint64_t id, uint64_t file_size, const uint8_t *hdr, size_t got)
+{
+    for (size_t i = 0; i < got; i++)
+        if (hdr[i]) return 0;
+    uint8_t blk[BLK_HDR_SIZE];
+    for (uint64_t off = SEG_HDR_SIZE; off + BLK_HDR_SIZE <= file_size; off += wal->opt.block_size) {
+        if (pread(fd, blk, sizeof(blk), (off_t)off) != (ssize_t)sizeof(blk)) return 0;
+        blk_hdr_t h;
+        uint32_t index = (uint32_t)((off - SEG_HDR_SIZE) / wal->opt.block_size);
+        if (fmt_blk_parse(blk, wal, id, index, BLK_KIND_OPEN, &h) == 0) return 0;
+    }
+    return 1;
+}
+
+/* Opens and maps segment `id`. Returns -ENOENT if it does not exist, -ENODATA if it
+ * provably never held data (seg_never_used; the caller decides whether it may go), and
+ * for anything else wrong -EUCLEAN or -EIO with a message naming the file (wal_damage).
+ * Every size in the header is checked against the WAL's geometry and the file's real
+ * size before the file is mapped: a mapping never reaches past the end of its file. */
 int seg_open(walfs_t *wal, uint64_t id, segment_t **out)
 {
     char name[64];
     seg_path(wal, id, name, sizeof(name));
     int fd = openat(wal->dirfd, name, (wal->opt.read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC);
-    if (fd < 0) return -errno;
+    if (fd < 0) {
+        int e = errno;
+        if (e != ENOENT) wal_damage(wal, "%s/%s: cannot open: %s", wal->dir, name, strerror(e));
+        return -e;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        wal_damage(wal, "%s/%s: cannot stat: %s", wal->dir, name, strerror(e));
+        return -e;
+    }
+    uint64_t file_size = (uint64_t)st.st_size;
     uint8_t hdr[SEG_HDR_SIZE];
     ssize_t n = pread(fd, hdr, sizeof(hdr), 0);
-    uint64_t size;
-    uint32_t bsize, nblocks;
-    int rc = n == (ssize_t)sizeof(hdr) ? fmt_seg_header_parse(hdr, wal, id, &size, &bsize, &nblocks) : -EUCLEAN;
-    if (rc) {
+    if (n < 0) {
+        int e = errno;
         close(fd);
-        return rc;
+        wal_damage(wal, "%s/%s: header unreadable: %s", wal->dir, name, strerror(e));
+        return -EIO;
     }
-    if (bsize != wal->opt.block_size || size != wal->opt.segment_size) {
-        /* Sizes are fixed per WAL: the catalog's first segment decided them. */
+    uint64_t size = 0;
+    uint32_t bsize = 0, nblocks = 0;
+    int rc = n == (ssize_t)sizeof(hdr) ? fmt_seg_header_parse(hdr, wal, id, &size, &bsize, &nblocks) : -EUCLEAN;
+    if (rc && seg_never_used(wal, fd, id, file_size, hdr, (size_t)n)) {
+        close(fd);
+        return -ENODATA;
+    }
+    const char *why = NULL;
+    if (rc)
+        why = n < (ssize_t)sizeof(hdr) ? "header cut short (file of %llu bytes)"
+              : rc == -EBADMSG         ? "header fails its crc"
+              : rc == -EPROTONOSUPPORT ? "header has an unknown format version"
+                                       : "header has a bad magic, segment id or WAL uuid";
+    else if (bsize != wal->opt.block_size || size != wal->opt.segment_size)
+        /* Sizes are fixed per WAL: the catalog decided them. */
+        why = "header sizes differ from the catalog's";
+    else if (nblocks != wal->blocks_per_seg)
+        why = "header's block count does not fit the segment size";
+    else if (file_size < size)
+        why = "file is %llu bytes, shorter than its header says";
+    if (why) {
+        char msg[160];
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+        snprintf(msg, sizeof(msg), why, (unsigned long long)file_size);
+#pragma GCC diagnostic pop
+        wal_damage(wal, "%s/%s: %s", wal->dir, name, msg);
         close(fd);
         return -EUCLEAN;
     }

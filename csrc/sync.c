@@ -170,6 +170,7 @@ static int lead_sync(walfs_t *wal)
     size_t n_ends;
     stream_end_t *ends = note_stream_ends(wal, &n_ends);
     uint64_t target = atomic_load(&wal->ticket);
+    frontier_t *frontier = frontier_snapshot(wal); /* before the dirty flags (frontier.c) */
 
     /* Read the ticket before taking the dirty flags: an append marks its segment dirty
      * before it takes its ticket, so every ticket <= target is covered. */
@@ -193,9 +194,11 @@ static int lead_sync(walfs_t *wal)
         for (size_t i = 0; i < n; i++) seg_synced(wal, segs[i], saves[i]);
         if (ends) publish_durable(wal, ends, n_ends);
         write_seals(wal, target);
+        frontier_record(wal, frontier);
     } else {
         wal_log(wal, "fsync failed (%s): refusing appends until reopened", strerror(-rc));
     }
+    frontier_free(frontier);
     free(segs);
     free(saves);
     free(ends);

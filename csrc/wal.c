@@ -99,14 +99,17 @@ int walfs_open(const char *dir, const walfs_options_t *opts, walfs_t **out, char
         if (faccessat(wal->dirfd, "streams.cat", F_OK, 0) != 0 && has_segments(wal->dirfd))
             FAIL(-EUCLEAN, "%s has segment files but no streams.cat", dir);
     }
-    if ((rc = cat_open(wal))) FAIL(rc, "cannot read %s/streams.cat: %s", dir, strerror(-rc));
+    guard_install();
+    if ((rc = cat_open(wal)))
+        FAIL(rc, "cannot read %s/streams.cat: %s", dir, wal->damage[0] ? wal->damage : strerror(-rc));
     if (o.test_mode && o.read_only && getenv("WALFS_TEST_SCAN_DELAY_MS")) {
         /* Tests only: widens the window in which a writer may trim, compact the catalog and
          * reclaim segments between this open's catalog read and its segment scan. */
         usleep((useconds_t)atoi(getenv("WALFS_TEST_SCAN_DELAY_MS")) * 1000);
     }
     wal->blocks_per_seg = (uint32_t)((wal->opt.segment_size - SEG_HDR_SIZE) / wal->opt.block_size);
-    if ((rc = recover(wal))) FAIL(rc, "recovery of %s failed: %s", dir, strerror(-rc));
+    if ((rc = recover(wal)))
+        FAIL(rc, "recovery of %s failed: %s", dir, wal->damage[0] ? wal->damage : strerror(-rc));
     durable_init(wal);
     if (!o.read_only) {
         pthread_mutex_lock(&wal->gid_lock);
@@ -230,6 +233,7 @@ int walfs_stream_info(walfs_t *wal, uint32_t stream_no, walfs_stream_info_t *out
     out->name_len = s->name_len;
     memcpy(out->name, s->name, s->name_len);
     pthread_mutex_lock(&s->lock);
+    GUARD_BEGIN(&s->lock, return -EIO);
     out->low_offset = s->low_offset;
     out->next_offset = s->next_offset;
     out->next_byte = s->next_byte;
@@ -245,6 +249,7 @@ int walfs_stream_info(walfs_t *wal, uint32_t stream_no, walfs_stream_info_t *out
             out->first_gid = b->first_gid + sl.gid_delta;
         }
     }
+    GUARD_END();
     pthread_mutex_unlock(&s->lock);
     return 0;
 }

@@ -2,7 +2,8 @@
  * walfs.h: the one boundary between the C core and Python.
  *
  * Every function returns 0 (or a count) on success and a negative errno on failure.
- * No process-global state: every piece of state hangs off a walfs_t, so several WALs
+ * No process-global state but the log callback (walfs_set_log) and the SIGBUS guard
+ * (csrc/guard.c): every other piece of state hangs off a walfs_t, so several WALs
  * can be open in one process and different streams append in parallel.
  *
  * Error codes with a walfs meaning:
@@ -173,5 +174,14 @@ int walfs_debug_fail(walfs_t *wal, int op, int err, int64_t after, int64_t count
  * reverts to its synced content, except pages kept by chance (keep_permille / 1000);
  * then the handle is freed without syncing. */
 int walfs_debug_power_cut(walfs_t *wal, uint64_t seed, uint32_t keep_permille);
+
+/* ---- core messages (issue 9) ----
+ * Warnings (a torn tail cut, ...) and damage reports of the core. Without a callback they
+ * go to stderr. The callback may be called from any thread, the core's own sync thread
+ * included, and with the core's locks held: it must not call back into walfs. Levels are
+ * Python logging's. Process-wide, like the logging it feeds. */
+enum walfs_log_level { WALFS_LOG_INFO = 20, WALFS_LOG_WARNING = 30, WALFS_LOG_ERROR = 40 };
+typedef void (*walfs_log_fn)(int level, const char *dir, const char *message);
+void walfs_set_log(walfs_log_fn fn);
 
 #endif

@@ -4,6 +4,7 @@ and consumers live in wal.py and its neighbours. The GIL is released in every C 
 
 import array
 import errno
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,17 @@ FSYNC_MODES = {
     "always": lib.WALFS_FSYNC_ALWAYS,
 }
 NO_GID = 2**64 - 1
+CORE_LOG = logging.getLogger("walfs.core")
+
+
+@ffi.def_extern()
+def _walfs_core_log(level: int, directory: Any, message: Any) -> None:
+    """The C core's messages (torn tails cut, damage found, fsync failures) into logging."""
+    where = ffi.string(directory).decode(errors="replace")
+    CORE_LOG.log(level, "%s: %s", where, ffi.string(message).decode(errors="replace"))
+
+
+lib.walfs_set_log(lib._walfs_core_log)
 # walfs_rec_t (csrc/walfs.h) as numpy-style fields, for callers of read_into that view the
 # descriptor array as a structured array; its size is checked against the C layout here.
 REC_LAYOUT = [
@@ -126,8 +138,8 @@ class Engine:
         opts.test_mode = int(test_mode)
         opts.no_io_uring = int(not io_uring)
         out = ffi.new("walfs_t **")
-        err = ffi.new("char[512]")
-        rc = lib.walfs_open(path.encode(), opts, out, err, 512)
+        err = ffi.new("char[2048]")
+        rc = lib.walfs_open(path.encode(), opts, out, err, 2048)
         if rc < 0:
             raise from_errno(rc, ffi.string(err).decode(errors="replace") or f"cannot open {path}")
         self._h: Any = out[0]
