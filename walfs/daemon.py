@@ -30,6 +30,7 @@ import pyfuse3
 import trio
 
 from walfs.fuse_ops import WalOperations
+from walfs.metrics import Metrics
 
 log = logging.getLogger("walfs.daemon")
 
@@ -80,6 +81,8 @@ class MountConfig:
     uid: int | None = None
     gid: int | None = None
     umask: int = 0o022
+    # "HOST:PORT" of a Prometheus endpoint (walfs.metrics); None: off.
+    metrics_listen: str | None = None
 
 
 def sd_notify(message: str) -> bool:
@@ -195,11 +198,18 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
         info={"fsync": config.fsync, "org_id": str(config.org_id)},
     )
     inject_test_faults(wal)
+    metrics = Metrics(wal)
+    metrics.time_fuse_ops(ops, FUSE_OPS)
+    ops.metrics_text = metrics.text
+    if config.metrics_listen:
+        host, port = metrics.serve(config.metrics_listen)
+        ops.info["metrics_listen"] = f"{host}:{port}"
+        log.info("metrics on http://%s:%d/metrics", host, port)
     mounted = False
     try:
         pyfuse3.init(ops, config.mountpoint, fuse_options(config))
         mounted = True
-        trio.run(_serve, ops, config, on_ready)
+        trio.run(_serve, ops, config, on_ready, metrics)
     finally:
         if mounted:
             # Lazy (libfuse detaches as root; fusermount3 -z otherwise): a reader holding a
@@ -209,6 +219,7 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
             except Exception:
                 log.exception("unmount failed; detaching lazily")
                 lazy_unmount(config.mountpoint)
+        metrics.close()
         failed = wal.failed
         try:
             wal.close()
@@ -249,7 +260,16 @@ async def watch_wal_failure(wal: Any, stop: Callable[[], None], every_s: float =
     stop()
 
 
-async def _serve(ops: WalOperations, config: MountConfig, on_ready: Callable[[], None] | None) -> None:
+# The FUSE handlers timed for metrics (walfs_fuse_request_seconds{op=...}).
+FUSE_OPS = (
+    "lookup", "getattr", "setattr", "open", "create", "read", "write", "flush", "release", "fsync",
+    "opendir", "readdir", "releasedir", "mkdir", "getxattr", "setxattr", "listxattr", "statfs",
+)
+
+
+async def _serve(
+    ops: WalOperations, config: MountConfig, on_ready: Callable[[], None] | None, metrics: Metrics
+) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ops.invalidation_task, name="walfs-invalidate")
         nursery.start_soon(ops.watch_task, name="walfs-watch")
@@ -260,7 +280,7 @@ async def _serve(ops: WalOperations, config: MountConfig, on_ready: Callable[[],
         if config.kafka_listen:
             # Before readiness: a port that cannot be bound fails the mount (the finally
             # in run() unmounts), instead of a mount that silently lacks its listener.
-            await _start_kafka(nursery, ops, config.kafka_listen, config.kafka_allow_delete)
+            await _start_kafka(nursery, ops, config.kafka_listen, config.kafka_allow_delete, metrics)
         # The mount exists since pyfuse3.init; requests wait in /dev/fuse until main runs,
         # which starts without yielding after this point.
         log.info("walfs serving %s on %s", config.data_dir, config.mountpoint)
@@ -281,14 +301,18 @@ async def _after_init(ops: WalOperations, config: MountConfig) -> None:
     set_read_ahead(config.mountpoint, config.read_ahead_kb)
 
 
-async def _start_kafka(nursery: trio.Nursery, ops: WalOperations, listen: str, allow_delete: bool) -> None:
+async def _start_kafka(
+    nursery: trio.Nursery, ops: WalOperations, listen: str, allow_delete: bool, metrics: Metrics
+) -> None:
     """Runs serve_kafka on the mount's own Wal, in the daemon's nursery: it stops with the
     mount (the nursery is cancelled once pyfuse3.main returns), before Wal.close()."""
     from walfs.kafka import parse_listen_address, serve_kafka
 
     host, port = parse_listen_address(listen)
     bound = await nursery.start(
-        functools.partial(serve_kafka, ops.wal, host, port, allow_delete=allow_delete),
+        functools.partial(
+            serve_kafka, ops.wal, host, port, allow_delete=allow_delete, request_latency=metrics.kafka
+        ),
         name="walfs-kafka",
     )
     shown = f"[{host}]" if ":" in host else host

@@ -252,6 +252,8 @@ class WalOperations(pyfuse3.Operations):
         self._own_append = threading.local()  # .active while a handler appends
         self._read_buf = bytearray(1 << 20)  # READ replies are built here (see read)
         self.cold_reads = 0  # READs sent to a thread because their data was not in memory
+        # The daemon's metrics in Prometheus's text format (root xattr user.walfs.metrics).
+        self.metrics_text: Callable[[], bytes] | None = None
         self._dirty_entries: set[tuple[int, bytes]] = set()
         self._wakeup = trio.Event()  # sizes changed (batched)
         self._entries_wakeup = trio.Event()  # names appeared (at once)
@@ -989,11 +991,16 @@ class WalOperations(pyfuse3.Operations):
         out.f_namemax = MAX_NAME_BYTES
         return out
 
+    def _metrics_text(self) -> str:
+        assert self.metrics_text is not None
+        return self.metrics_text().decode()
+
     def _xattrs(self, node: Node) -> dict[str, Callable[[], str]]:
         if node.kind == "root":
             return {
                 "pid": lambda: str(os.getpid()),
                 "cold_reads": lambda: str(self.cold_reads),
+                **({"metrics": self._metrics_text} if self.metrics_text is not None else {}),
                 "data_dir": lambda: self.data_dir,
                 **{k: _constant(v) for k, v in self.info.items()},
             }
@@ -1014,6 +1021,7 @@ class WalOperations(pyfuse3.Operations):
             "partition": lambda: str(p),
             "low_watermark": lambda: str(self.wal.low_watermark(t, p)),
             "high_watermark": lambda: str(self.wal.high_watermark(t, p)),
+            "durable_watermark": lambda: str(self.wal.durable_watermark(t, p)),
             "byte_size": lambda: str(self.wal.byte_size(t, p)),
         }
         if node.kind == "cfile":

@@ -16,6 +16,7 @@ from typing import Any
 from walfs.consumer import Consumer, CursorStore
 from walfs.engine import Engine
 from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError, WalClosedError
+from walfs.metrics import WalStats
 from walfs.names import check_partition, stream_key, topic_bytes, topic_hash
 from walfs.records import Header, Record, decode_meta, encode_meta
 from walfs.topic_index import Stream, TopicIndex, drop_legacy_snapshot
@@ -63,6 +64,8 @@ class Wal:
         self.path = os.fspath(path)
         self.org_id = org_id
         self.read_only = read_only
+        self.stats = WalStats()
+        opened = time.monotonic()
         self.engine = Engine(
             self.path,
             fsync=fsync,
@@ -73,6 +76,7 @@ class Wal:
             test_mode=test_mode,
             io_uring=io_uring,
         )
+        self.stats.open_seconds = time.monotonic() - opened
         self.fsync = fsync
         self.cursors = CursorStore(self.path, read_only)
         self._lock = threading.Lock()  # the stream maps
@@ -138,7 +142,7 @@ class Wal:
     def _background(self, reclaim_every: float) -> None:
         while not self._stop.wait(min(reclaim_every, 1.0)):
             try:
-                self.engine.reclaim()
+                self.stats.reclaimed_segments += self.engine.reclaim()
             except WalClosedError:
                 return
             except Exception:  # a background failure must not kill the worker silently
@@ -237,7 +241,7 @@ class Wal:
         s = self._stream(topic, partition, True)
         assert s is not None
         _gid, offset, ticket, n = self.engine.append_lines(s.stream_no, data)
-        self._appended(s, ticket)
+        self._appended(s, ticket, n, len(data))
         return offset, n
 
     def append_records(self, topic: str, records: Iterable[Any], partition: int = 0) -> int:
@@ -265,7 +269,7 @@ class Wal:
         s = self._stream(topic, partition, True)
         assert s is not None
         _gid, offset, ticket = self.engine.append(s.stream_no, data, metas, values)
-        self._appended(s, ticket)
+        self._appended(s, ticket, len(metas), len(data))
         return offset
 
     def append_bodies(
@@ -287,19 +291,22 @@ class Wal:
         raise (the mount uses it to notice appends made by its Kafka listener)."""
         self._listeners.append(fn)
 
-    def _appended(self, s: Stream, ticket: int) -> None:
+    def _appended(self, s: Stream, ticket: int, n: int, nbytes: int) -> None:
+        self.stats.appended(s.name, s.partition, n, nbytes)
         for fn in self._listeners:
             fn(s.name, s.partition)
         if self._waiting:  # most appends have no one in wait_for to wake
             with self._data:
                 self._data.notify_all()
         if self.fsync == "always":
-            # Outside the stream's lock: appenders of the same stream share the next fsync.
-            self.engine.wait_durable(ticket)
+            # Appenders of the same stream share the next fsync (group commit).
+            with self.stats.durable_waits.time("append"):
+                self.engine.wait_durable(ticket)
 
     def sync(self) -> None:
         """Makes every append that returned before this call durable."""
-        self.engine.sync()
+        with self.stats.durable_waits.time("sync"):
+            self.engine.sync()
 
     # -- reading --------------------------------------------------------------------
     def high_watermark(self, topic: str, partition: int = 0) -> int:
@@ -560,7 +567,9 @@ class Wal:
 
     def reclaim(self) -> int:
         """Deletes segment files that hold only trimmed data; returns how many."""
-        return self.engine.reclaim()
+        n = self.engine.reclaim()
+        self.stats.reclaimed_segments += n
+        return n
 
     # -- checks -----------------------------------------------------------------------
     def recovery_report(self) -> dict[str, int]:

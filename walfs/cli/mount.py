@@ -79,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the longest line (record) a write may make, e.g. 16M (default 16 MiB, at least 1M)",
     )
     p.add_argument(
+        "--metrics-listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on HOST:PORT (off by default; e.g. 127.0.0.1:9464)",
+    )
+    p.add_argument(
         "--kafka-listen",
         default=None,
         metavar="HOST:PORT",
@@ -97,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="comma-separated: fsync=, org_id=, allow_other, log_level=, "
         "log_file=, segment_size=, block_size=, fsync_interval_ms=, "
-        "read_ahead_kb=, max_line_bytes=, uid=, gid=, umask=, kafka_listen=HOST:PORT, "
+        "read_ahead_kb=, max_line_bytes=, uid=, gid=, umask=, metrics_listen=, kafka_listen=HOST:PORT, "
         "kafka_allow_delete, and "
         "FUSE options (nosuid, nodev, noexec, noatime, allow_root, ...)",
     )
@@ -131,6 +137,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
                 "kafka_listen",
                 "read_ahead_kb",
                 "max_line_bytes",
+                "metrics_listen",
                 "uid",
                 "gid",
                 "umask",
@@ -181,6 +188,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
         kafka_listen=kafka_listen or None,
         kafka_allow_delete=bool(args.kafka_allow_delete) or "kafka_allow_delete" in opts,
         max_line_bytes=max_line_bytes,
+        metrics_listen=pick(args.metrics_listen, "metrics_listen", None) or None,
         uid=int(str(pick(args.uid, "uid", None))) if pick(args.uid, "uid", None) is not None else None,
         gid=int(str(pick(args.gid, "gid", None))) if pick(args.gid, "gid", None) is not None else None,
         umask=args.umask if args.umask is not None else int(opts.get("umask", "022"), 8),

@@ -19,6 +19,7 @@ import trio
 
 if TYPE_CHECKING:
     from walfs import Wal
+    from walfs.metrics import Metrics
 
 DEFAULT_LISTEN = "127.0.0.1:9092"
 
@@ -59,6 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="request bytes all connections may hold at once; others wait (default 256M)",
     )
     p.add_argument(
+        "--metrics-listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics on HOST:PORT (off by default)",
+    )
+    p.add_argument(
         "--max-connections",
         type=int,
         default=None,
@@ -68,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _run(wal: Wal, host: str, port: int, args: argparse.Namespace) -> None:
+async def _run(wal: Wal, host: str, port: int, args: argparse.Namespace, metrics: Metrics) -> None:
     from walfs.daemon import watch_wal_failure
     from walfs.kafka import serve_kafka
     from walfs.kafka.framing import (
@@ -89,10 +96,14 @@ async def _run(wal: Wal, host: str, port: int, args: argparse.Namespace) -> None
                 max_request_bytes=limit,
                 max_inflight_bytes=max(args.max_inflight_bytes or DEFAULT_MAX_INFLIGHT_BYTES, limit),
                 max_connections=args.max_connections or DEFAULT_MAX_CONNECTIONS,
+                request_latency=metrics.kafka,
             )
         )
         shown = f"[{host}]" if ":" in host else host
         print(f"kafka listening on {shown}:{bound}", flush=True)
+        if args.metrics_listen:
+            mhost, mport = metrics.serve(args.metrics_listen)
+            print(f"metrics on http://{mhost}:{mport}/metrics", flush=True)
         nursery.start_soon(watch_wal_failure, wal, nursery.cancel_scope.cancel)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for signum in signals:
@@ -135,8 +146,11 @@ def main(argv: list[str]) -> int:
     from walfs.daemon import EXIT_WAL_FAILED, inject_test_faults
 
     inject_test_faults(wal)
+    from walfs.metrics import Metrics
+
+    metrics = Metrics(wal)
     try:
-        trio.run(_run, wal, host, port, args)
+        trio.run(_run, wal, host, port, args, metrics)
     except (OSError, BaseExceptionGroup) as e:
         # trio's nurseries deliver a failed bind wrapped in an exception group.
         found = e.subgroup(OSError) if isinstance(e, BaseExceptionGroup) else e
@@ -147,6 +161,7 @@ def main(argv: list[str]) -> int:
         print(f"walfs serve: cannot listen on {args.kafka_listen}: {found}", file=sys.stderr)
         return 1
     finally:
+        metrics.close()
         failed = wal.failed
         try:
             wal.close()

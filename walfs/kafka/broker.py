@@ -51,6 +51,8 @@ class Broker:
     # and they must never starve appends and syncs of threads.
     io_limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(16))
     wait_limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(256))
+    # walfs.metrics.Latency of requests by API name when metrics are on (None: off).
+    request_latency: Any = None
 
     def __post_init__(self) -> None:
         self.catalog = TopicCatalog(self.wal)

@@ -7,12 +7,13 @@ coordinator, so a long-polling Fetch does not hold up heartbeats)."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+import time
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from walfs.kafka.broker import Broker, Connection
-from walfs.kafka.dispatch import SUPPORTED, CloseConnection, dispatch
+from walfs.kafka.dispatch import HANDLERS, SUPPORTED, CloseConnection, dispatch
 from walfs.kafka.framing import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_INFLIGHT_BYTES,
@@ -42,6 +43,15 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     return host, p
 
 
+def api_name(payload: bytes) -> str:
+    """The request's API for metrics: its name in the dispatch table, else its key."""
+    if len(payload) < 2:
+        return "short"
+    key = int.from_bytes(payload[:2], "big", signed=True)
+    api = HANDLERS.get(key)
+    return api.name if api is not None else str(key)
+
+
 def _addr(sockaddr: object) -> tuple[str, int]:
     if isinstance(sockaddr, tuple) and len(sockaddr) >= 2:
         return str(sockaddr[0]), int(sockaddr[1])
@@ -68,9 +78,14 @@ async def _serve_connection(
             payload = await reader.next_frame()
             if payload is None:
                 break
+            t0 = time.perf_counter()
+            failed = True
             try:
                 response = await dispatch(broker, conn, payload)
+                failed = False
             finally:
+                if broker.request_latency is not None:
+                    broker.request_latency.observe(api_name(payload), time.perf_counter() - t0, failed)
                 del payload
                 await reader.release_frame()
             if response is not None:
@@ -102,6 +117,7 @@ async def serve_kafka(
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    request_latency: Any = None,
 ) -> None:
     """Serve ``wal`` to Kafka clients on ``host:port`` until cancelled.
 
@@ -113,6 +129,7 @@ async def serve_kafka(
     if max_request_bytes > max_inflight_bytes:
         raise ValueError("max_request_bytes cannot exceed max_inflight_bytes")
     broker = Broker(wal, allow_delete=allow_delete, api_versions=dict(SUPPORTED))
+    broker.request_latency = request_latency
     budget = ByteBudget(max_inflight_bytes)
     open_connections = 0
     refused = 0

@@ -1,0 +1,85 @@
+"""The Prometheus endpoint (issue 13): scraped with a real HTTP client, its counters move
+with appends, FUSE requests, Kafka requests and consumer commits; the mount root's
+user.walfs.metrics xattr carries the same text."""
+
+from __future__ import annotations
+
+import re
+import socket
+import urllib.request
+from pathlib import Path
+
+from confluent_kafka import Producer
+from conftest_mount import Mount
+from kafka_harness import SMALL_WAL_ARGS, ServeProcess
+
+pytest_plugins = ["conftest_mount"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        assert r.status == 200
+        return r.read().decode()
+
+
+def value(text: str, name: str, **labels: str) -> float:
+    """The sample `name` whose labels include `labels` (label order does not matter)."""
+    for line in text.splitlines():
+        m = re.fullmatch(r"([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)", line)
+        if not m or m.group(1) != name:
+            continue
+        got = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        if all(got.get(k) == v for k, v in labels.items()):
+            return float(m.group(3))
+    raise AssertionError(f"{name}{labels} not in the scrape")
+
+
+def test_mount_metrics_move_and_match_the_root_xattr(make_mount) -> None:
+    port = free_port()
+    m: Mount = make_mount()
+    m.start("--metrics-listen", f"127.0.0.1:{port}")
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        m.sh("echo a >> t")
+        before = scrape(url)
+        assert value(before, "walfs_appends_total", topic="t", partition="0") == 1
+        writes = value(before, "walfs_fuse_request_seconds_count", op="write")
+        m.sh("printf 'b\\nc\\n' >> t; mkdir .consumers/g; cat .consumers/g/t > /dev/null")
+        after = scrape(url)
+        assert value(after, "walfs_appends_total", topic="t", partition="0") == 3
+        assert value(after, "walfs_append_bytes_total", topic="t", partition="0") >= 6
+        assert value(after, "walfs_fuse_request_seconds_count", op="write") > writes
+        assert value(after, "walfs_consumer_lag", group="g", topic="t", partition="0") == 0
+        assert value(after, "walfs_fsync_rounds_total") >= 1
+        assert value(after, "walfs_disk_free_bytes") > 0
+        assert value(after, "walfs_segment_files") >= 1
+        m.sh("echo d >> t")
+        assert value(scrape(url), "walfs_consumer_lag", group="g", topic="t", partition="0") == 1
+        text = m.out("getfattr --only-values -n user.walfs.metrics .")
+        assert value(text, "walfs_appends_total", topic="t", partition="0") == 4
+        assert m.out("getfattr --only-values -n user.walfs.durable_watermark t") == "4"
+    finally:
+        m.stop()
+
+
+def test_serve_metrics_count_kafka_requests(tmp_path: Path) -> None:
+    port = free_port()
+    srv = ServeProcess(tmp_path / "d", *SMALL_WAL_ARGS, "--metrics-listen", f"127.0.0.1:{port}")
+    try:
+        p = Producer({"bootstrap.servers": srv.bootstrap, "acks": "all"})
+        for i in range(10):
+            p.produce("k", b"v%d" % i)
+        assert p.flush(30) == 0
+        text = scrape(f"http://127.0.0.1:{port}/metrics")
+        assert value(text, "walfs_kafka_request_seconds_count", api="Produce") >= 1
+        assert value(text, "walfs_kafka_request_seconds_count", api="Metadata") >= 1
+        assert value(text, "walfs_appends_total", topic="k", partition="0") == 10
+        assert value(text, "walfs_fsync_rounds_total") >= 1  # acks=all waited for durability
+    finally:
+        srv.stop()
