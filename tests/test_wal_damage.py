@@ -338,3 +338,38 @@ def test_unreadable_data_under_fsck_is_reported_not_fatal(wal_dir):
     )
     assert r.returncode == 0, (r.returncode, r.stderr)
     assert r.stdout.startswith("VERIFY I/O error"), r.stdout
+
+
+def test_sigbus_guard_survives_a_handler_installed_later(tmp_path):
+    # faulthandler (or any library) taking SIGBUS after a first open: the next open puts
+    # the guard back in front, chained to it, so reads still get EIO.
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import errno, faulthandler, os, sys, walfs
+                a, b = sys.argv[1], sys.argv[2]
+                walfs.Wal(a, segment_size=1 << 20, block_size=64 << 10).close()
+                faulthandler.enable()
+                w = walfs.Wal(b, segment_size=1 << 20, block_size=64 << 10)
+                w.append_batch("t", [b"v" * 200] * 1500)
+                w.sync()
+                os.truncate(os.path.join(b, "seg-0000000000000001.wal"), 4096)
+                try:
+                    w.read("t", 700, max_records=10)
+                    print("NO ERROR")
+                except walfs.WalIOError as e:
+                    print("EIO" if e.errno == errno.EIO else "OTHER")
+                """
+            ),
+            str(tmp_path / "a"),
+            str(tmp_path / "b"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert r.stdout.strip() == "EIO", r.stdout
