@@ -37,6 +37,17 @@ int walfs_trim(walfs_t *wal, uint32_t stream_no, uint64_t low_offset)
     return rc;
 }
 
+/* A retired run may still wait for its seal (sync.c): it must not outlive its block. */
+static void forget_pending_seal(walfs_t *wal, const block_t *b)
+{
+    pthread_mutex_lock(&wal->seal_lock);
+    size_t keep = 0;
+    for (size_t i = 0; i < wal->n_seals; i++)
+        if (wal->seals[i].block != b) wal->seals[keep++] = wal->seals[i];
+    wal->n_seals = keep;
+    pthread_mutex_unlock(&wal->seal_lock);
+}
+
 typedef struct seg_tally {
     size_t runs;       /* published runs in the segment */
     int keep;          /* some run is still needed */
@@ -52,6 +63,8 @@ static size_t seg_index(const walfs_t *wal, const segment_t *seg)
 int walfs_reclaim(walfs_t *wal)
 {
     if (wal->opt.read_only) return -EROFS;
+    stream_t **parked = NULL; /* idle streams whose append lock this call holds */
+    size_t n_parked = 0;
     exclusive_begin(wal); /* no fsync may hold a file we delete */
     pthread_mutex_lock(&wal->lock);
     int rc = 0, deleted = 0;
@@ -63,6 +76,38 @@ int walfs_reclaim(walfs_t *wal)
         goto out;
     }
     size_t ns = atomic_load(&wal->n_streams);
+    /* A stream trimmed to its end still has its last run, unsealed and open for appends:
+     * it would pin its segment file forever. Such a run is retired (marked full, so the
+     * next append starts a new run) when the stream is idle: its append lock is free. A
+     * trylock keeps the lock order (append_lock before wal->lock); an appender that holds
+     * it is not idle, and the next round looks again. Its records are all below the low
+     * watermark, which a trim only raises past durable records (walfs_trim syncs first),
+     * so nothing in it is needed: no seal is written, and the FLOOR below keeps its
+     * offsets. The retired streams' append locks are held until the files are gone. */
+    parked = calloc(ns ? ns : 1, sizeof(*parked));
+    if (!parked) {
+        free(t);
+        rc = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < ns; i++) {
+        stream_t *s = stream_get(wal, (uint32_t)i);
+        pthread_mutex_lock(&s->lock);
+        block_t *last = s->n_blocks ? s->blocks[s->n_blocks - 1] : NULL;
+        int idle_trimmed = last && !last->full && last->first_offset + last->count <= s->low_offset;
+        pthread_mutex_unlock(&s->lock);
+        if (idle_trimmed && pthread_mutex_trylock(&s->append_lock) == 0) {
+            pthread_mutex_lock(&s->lock);
+            if (s->n_blocks && s->blocks[s->n_blocks - 1] == last && !last->full &&
+                last->first_offset + last->count <= s->low_offset) {
+                last->full = 1;
+                parked[n_parked++] = s;
+            } else {
+                pthread_mutex_unlock(&s->append_lock);
+            }
+            pthread_mutex_unlock(&s->lock);
+        }
+    }
     for (size_t i = 0; i < ns; i++) {
         stream_t *s = stream_get(wal, (uint32_t)i);
         pthread_mutex_lock(&s->lock);
@@ -74,7 +119,10 @@ int walfs_reclaim(walfs_t *wal)
             pthread_mutex_lock(&wal->seal_lock);
             int sealed = b->sealed;
             pthread_mutex_unlock(&wal->seal_lock);
-            if (!sealed || b->first_offset + b->count > s->low_offset) t[si].keep = 1;
+            /* A full run wholly below the low watermark needs no seal to go: nothing in
+             * it is read again, and a full run takes no more writes. */
+            int retired = b->full && b->first_offset + b->count <= s->low_offset;
+            if (!(sealed || retired) || b->first_offset + b->count > s->low_offset) t[si].keep = 1;
         }
         pthread_mutex_unlock(&s->lock);
     }
@@ -125,9 +173,10 @@ int walfs_reclaim(walfs_t *wal)
         for (size_t k = 0; k < s->n_blocks; k++) {
             block_t *b = s->blocks[k];
             size_t si = seg_index(wal, b->seg);
-            if (si != SIZE_MAX && !t[si].keep)
+            if (si != SIZE_MAX && !t[si].keep) {
+                if (!b->sealed) forget_pending_seal(wal, b);
                 free(b);
-            else
+            } else
                 s->blocks[keep++] = b;
         }
         s->n_blocks = keep;
@@ -150,6 +199,8 @@ int walfs_reclaim(walfs_t *wal)
     }
 out:
     pthread_mutex_unlock(&wal->lock);
+    for (size_t i = 0; i < n_parked; i++) pthread_mutex_unlock(&parked[i]->append_lock);
+    free(parked);
     exclusive_end(wal);
     return rc ? rc : deleted;
 }

@@ -239,3 +239,61 @@ def test_writer_open_compacts_a_long_catalog(open_wal, wal_dir):
     w = open_wal()
     assert (w.low_watermark("t"), w.high_watermark("t")) == (500, 1000)
     assert w.read("t", 500, max_records=1) == [payload("t", 500, 500)]
+
+
+def test_a_stream_trimmed_to_its_end_pins_no_segment(open_wal, wal_dir):
+    # Issue 10: a stream's last run used to stay unsealed until full, so a topic trimmed
+    # to its end (or idle after a trim) kept its segment file forever.
+    w = open_wal(reclaim_interval_s=3600)
+    w.append_batch("a", [payload("a", i, 200) for i in range(20)])  # a small run in segment 1
+    fill(w, "b", 5000)  # several segments
+    assert len(segs(wal_dir)) >= 3
+    w.trim("a", 20)
+    w.trim("b", 5000)
+    w.reclaim()
+    assert len(segs(wal_dir)) == 1  # only the segment being filled
+    # Both streams go on from their offsets, before and after a restart.
+    assert w.append("a", b"next a") == 20
+    assert w.append("b", b"next b") == 5000
+    w.close()
+    w = open_wal(reclaim_interval_s=3600)
+    assert (w.low_watermark("a"), w.high_watermark("a")) == (20, 21)
+    assert w.read("a", 20) == [b"next a"]
+    assert w.read("b", 5000) == [b"next b"]
+    fill(w, "c", 3000)  # new data reuses space and is reclaimed like any other
+    w.trim("c", 3000)
+    w.trim("a", 21)
+    w.trim("b", 5001)
+    w.reclaim()
+    assert len(segs(wal_dir)) == 1
+
+
+def test_an_appender_racing_reclamation_keeps_its_records(open_wal, wal_dir):
+    import threading
+
+    w = open_wal(reclaim_interval_s=3600)
+    w.append("a", b"first")
+    fill(w, "b", 3000)
+    stop = threading.Event()
+    written: list[int] = []
+
+    def appender() -> None:
+        while not stop.is_set():
+            off = w.append("a", b"x%d" % len(written))
+            written.append(off)
+            w.trim("a", off)  # keep "a" trimmed to just below its last record
+
+    t = threading.Thread(target=appender)
+    t.start()
+    try:
+        for _ in range(50):
+            w.trim("b", w.high_watermark("b"))
+            w.reclaim()
+    finally:
+        stop.set()
+        t.join()
+    last = written[-1]
+    assert w.read("a", last) == [b"x%d" % (len(written) - 1)]
+    w.close()
+    w = open_wal()
+    assert w.read("a", last) == [b"x%d" % (len(written) - 1)]
