@@ -19,6 +19,7 @@ from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError, WalClosedEr
 from walfs.metrics import WalStats
 from walfs.names import check_partition, stream_key, topic_bytes, topic_hash
 from walfs.records import Header, Record, decode_meta, encode_meta
+from walfs.retention import Policy, TopicSettings
 from walfs.topic_index import Stream, TopicIndex, drop_legacy_snapshot
 
 log = logging.getLogger("walfs")
@@ -56,6 +57,9 @@ class Wal:
         block_size: int | None = None,
         read_only: bool = False,
         reclaim_interval_s: float = 10.0,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        retention_groups: Sequence[str] = (),
         test_mode: bool = False,
         io_uring: bool = True,
     ) -> None:
@@ -79,6 +83,13 @@ class Wal:
         self.stats.open_seconds = time.monotonic() - opened
         self.fsync = fsync
         self.cursors = CursorStore(self.path, read_only)
+        # The WAL's default retention (None: keep everything) and per-topic overrides.
+        self.retention_default = Policy(retention_ms, retention_bytes, tuple(retention_groups))
+        try:
+            self.settings = TopicSettings(self.path, read_only)
+        except BaseException:
+            self.engine.close()
+            raise
         self._lock = threading.Lock()  # the stream maps
         self._data = threading.Condition()  # notified after appends while someone waits
         self._waiting = 0  # threads in wait_for (changed under self._data)
@@ -140,15 +151,15 @@ class Wal:
         self.engine.power_cut(seed, keep_permille)
 
     def _background(self, reclaim_every: float) -> None:
-        while not self._stop.wait(min(reclaim_every, 1.0)):
+        """Retention, then reclamation, every reclaim_every seconds."""
+        while not self._stop.wait(reclaim_every):
             try:
+                self.apply_retention()
                 self.stats.reclaimed_segments += self.engine.reclaim()
             except WalClosedError:
                 return
             except Exception:  # a background failure must not kill the worker silently
                 log.exception("walfs background work failed")
-            if self._stop.wait(max(reclaim_every - 1.0, 0.0)):
-                return
 
     # -- streams --------------------------------------------------------------------
     def _stream(self, topic: str, partition: int, create: bool) -> Stream | None:
@@ -564,6 +575,63 @@ class Wal:
             raise OffsetOutOfRangeError(f"cannot trim {topic!r}[{partition}] to {before_offset} (0..{high})")
         if before_offset > low:
             self.engine.trim(s.stream_no, before_offset)  # syncs first past the durable mark
+
+    def retention(self, topic: str) -> Policy:
+        """The policy in force for a topic of this org: its overrides over the WAL's default."""
+        return self.settings.policy(self.org_id, topic, self.retention_default)
+
+    def set_retention(self, topic: str, **values: Any) -> None:
+        """Per-topic overrides, persisted in the data directory (survive restarts):
+        retention_ms=, retention_bytes= (int, or None for no limit), retention_groups=
+        (group names); the string "default" removes an override."""
+        topic_bytes(topic)
+        self.settings.set(self.org_id, topic, **values)
+
+    def apply_retention(self, now_ms: int | None = None) -> dict[tuple[int, str, int], int]:
+        """Trims every stream (of every org) to what its policy keeps; returns the new low
+        watermarks of the streams it trimmed. The daemons' background thread runs it."""
+        if self.read_only:
+            return {}
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        out = {}
+        for s in self._index.org_streams_all():
+            policy = self.settings.policy(s.org_id, s.name, self.retention_default)
+            if policy.unlimited:
+                continue
+            target = self._retention_target(s, policy, now)
+            if target is not None:
+                self.engine.trim(s.stream_no, target)
+                out[(s.org_id, s.name, s.partition)] = target
+        return out
+
+    def _retention_target(self, s: Stream, policy: Policy, now: int) -> int | None:
+        low, high, _durable, next_byte, _db = self.engine.marks(s.stream_no)
+        if high == low:
+            return None
+        target = low
+        if policy.ms is not None:
+            target = max(target, self.engine.offset_for_time(s.stream_no, now - policy.ms))
+        cap = low  # what the size limit alone demands
+        if policy.bytes is not None:
+            keep_from = next_byte - policy.bytes
+            if keep_from > self.engine.byte_position(s.stream_no, low):
+                cap = self.engine.offset_at_byte(s.stream_no, keep_from)
+                if cap < high and self.engine.byte_position(s.stream_no, cap) < keep_from:
+                    cap += 1
+            target = max(target, cap)
+        if policy.groups and target > low:
+            key = stream_key(s.org_id, s.topic_hash, s.partition)
+            safe = min(self.cursors.get(g, key) or 0 for g in policy.groups)
+            if target > safe:
+                target = max(safe, cap)
+                if cap > safe:
+                    log.warning(
+                        "retention of %r[%d]: the size limit (%d bytes) trims to %d, past what "
+                        "consumer groups %s have committed (%d)",
+                        s.name, s.partition, policy.bytes, cap, ",".join(policy.groups), safe,
+                    )
+        target = min(target, high)
+        return target if target > low else None
 
     def reclaim(self) -> int:
         """Deletes segment files that hold only trimmed data; returns how many."""
