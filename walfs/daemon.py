@@ -83,6 +83,11 @@ class MountConfig:
     umask: int = 0o022
     # "HOST:PORT" of a Prometheus endpoint (walfs.metrics); None: off.
     metrics_listen: str | None = None
+    # The WAL's default retention (walfs.retention; per-topic xattrs override it). None:
+    # keep everything (the command line's default; the systemd conf of a new install
+    # sets 7 days, Kafka's default).
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
 
 
 def sd_notify(message: str) -> bool:
@@ -161,7 +166,11 @@ def set_read_ahead(mountpoint: str, kib: int) -> None:
 def open_wal(config: MountConfig) -> Any:
     from walfs import Wal  # late: `walfs --help` should not need the engine built
 
-    kwargs: dict[str, Any] = {"fsync_interval_ms": config.fsync_interval_ms}
+    kwargs: dict[str, Any] = {
+        "fsync_interval_ms": config.fsync_interval_ms,
+        "retention_ms": config.retention_ms,
+        "retention_bytes": config.retention_bytes,
+    }
     if config.segment_size is not None:
         kwargs["segment_size"] = config.segment_size
     if config.block_size is not None:

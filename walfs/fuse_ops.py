@@ -41,6 +41,7 @@ import trio
 
 from walfs import errors as wal_errors
 from walfs.names import CONSUMERS_DIR, MAX_NAME_BYTES, PARTITION_PREFIX, name_error
+from walfs.retention import parse_limit, show_limit
 
 log = logging.getLogger("walfs.fuse")
 
@@ -1022,6 +1023,8 @@ class WalOperations(pyfuse3.Operations):
             "low_watermark": lambda: str(self.wal.low_watermark(t, p)),
             "high_watermark": lambda: str(self.wal.high_watermark(t, p)),
             "durable_watermark": lambda: str(self.wal.durable_watermark(t, p)),
+            "retention_ms": lambda: show_limit(self.wal.retention(t).ms),
+            "retention_bytes": lambda: show_limit(self.wal.retention(t).bytes),
             "byte_size": lambda: str(self.wal.byte_size(t, p)),
         }
         if node.kind == "cfile":
@@ -1045,8 +1048,38 @@ class WalOperations(pyfuse3.Operations):
         return [(XATTR_PREFIX + k).encode() for k in self._xattrs(node)]
 
     async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext) -> None:
-        # ENOTSUP, not EPERM: `cp -a` and friends skip xattrs on that answer.
-        raise pyfuse3.FUSEError(errno.ENOTSUP)
+        """user.walfs.low_watermark trims a topic (its partition); user.walfs.retention_ms
+        and user.walfs.retention_bytes set its retention (-1: no limit; "default": the
+        WAL's). The kernel has checked write permission on the file (default_permissions).
+        Anything else: ENOTSUP, not EPERM, so that `cp -a` and friends skip xattrs."""
+        node = self._node(inode)
+        key = name.decode("utf-8", "replace").removeprefix(XATTR_PREFIX)
+        if node.kind != "topic" or key not in ("low_watermark", "retention_ms", "retention_bytes"):
+            raise pyfuse3.FUSEError(errno.ENOTSUP)
+        t, p = node.topic, node.partition
+        try:
+            text = value.decode("ascii").strip()
+            if key == "low_watermark":
+                if not text.isdigit():
+                    raise ValueError(text)
+                offset = int(text)
+                if offset > self.wal.high_watermark(t, p):
+                    raise ValueError(f"{offset} is past the end")
+
+                def change() -> None:
+                    self.wal.trim(t, offset, p)
+            else:
+                setting: int | str | None = "default" if text == "default" else parse_limit(text)
+
+                def change() -> None:
+                    self.wal.set_retention(t, **{key: setting})
+        except (UnicodeDecodeError, ValueError) as exc:
+            log.info("setxattr %s on %r refused: %s", key, t, exc)
+            raise pyfuse3.FUSEError(errno.EINVAL) from None
+        with wal_errors_as_errno(f"setxattr {key}"):
+            await trio.to_thread.run_sync(change)
+        self._dirty_inodes.add(inode)
+        self._wakeup.set()
 
     async def removexattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         raise pyfuse3.FUSEError(errno.ENOTSUP)

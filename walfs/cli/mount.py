@@ -79,6 +79,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="the longest line (record) a write may make, e.g. 16M (default 16 MiB, at least 1M)",
     )
     p.add_argument(
+        "--retention-ms",
+        default=None,
+        help="default retention by age in ms for every topic (-1: none, the default)",
+    )
+    p.add_argument(
+        "--retention-bytes",
+        default=None,
+        help="default retention by size per partition, e.g. 10G (-1: none, the default)",
+    )
+    p.add_argument(
         "--metrics-listen",
         default=None,
         metavar="HOST:PORT",
@@ -103,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="comma-separated: fsync=, org_id=, allow_other, log_level=, "
         "log_file=, segment_size=, block_size=, fsync_interval_ms=, "
-        "read_ahead_kb=, max_line_bytes=, uid=, gid=, umask=, metrics_listen=, kafka_listen=HOST:PORT, "
+        "read_ahead_kb=, max_line_bytes=, uid=, gid=, umask=, metrics_listen=, retention_ms=, "
+        "retention_bytes=, kafka_listen=HOST:PORT, "
         "kafka_allow_delete, and "
         "FUSE options (nosuid, nodev, noexec, noatime, allow_root, ...)",
     )
@@ -138,6 +149,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
                 "read_ahead_kb",
                 "max_line_bytes",
                 "metrics_listen",
+                "retention_ms",
+                "retention_bytes",
                 "uid",
                 "gid",
                 "umask",
@@ -189,6 +202,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
         kafka_allow_delete=bool(args.kafka_allow_delete) or "kafka_allow_delete" in opts,
         max_line_bytes=max_line_bytes,
         metrics_listen=pick(args.metrics_listen, "metrics_listen", None) or None,
+        retention_ms=limit_option(pick(args.retention_ms, "retention_ms", None), "retention_ms"),
+        retention_bytes=limit_option(pick(args.retention_bytes, "retention_bytes", None), "retention_bytes"),
         uid=int(str(pick(args.uid, "uid", None))) if pick(args.uid, "uid", None) is not None else None,
         gid=int(str(pick(args.gid, "gid", None))) if pick(args.gid, "gid", None) is not None else None,
         umask=args.umask if args.umask is not None else int(opts.get("umask", "022"), 8),
@@ -199,6 +214,19 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
         "foreground": "1" if args.foreground or "foreground" in opts else "",
     }
     return config, log_opts
+
+
+def limit_option(text: str | None, name: str) -> int | None:
+    """-1/none: no limit; sizes may carry K/M/G."""
+    from walfs.retention import parse_limit
+
+    if text is None:
+        return None
+    try:
+        t = text.strip()
+        return parse_limit(t) if t[-1:].upper() not in ("K", "M", "G") else parse_size(t)
+    except ValueError:
+        raise SystemExit(f"walfs mount: {name}: not a limit: {text!r}") from None
 
 
 def setup_logging(level: str, path: str | None) -> None:

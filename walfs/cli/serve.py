@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="request bytes all connections may hold at once; others wait (default 256M)",
     )
+    p.add_argument("--retention-ms", default=None, help="default retention by age in ms (-1: none)")
+    p.add_argument("--retention-bytes", default=None, help="default retention per partition, e.g. 10G")
     p.add_argument(
         "--metrics-listen",
         default=None,
@@ -127,6 +129,7 @@ def main(argv: list[str]) -> int:
         print(f"walfs serve: --kafka-listen: {e}", file=sys.stderr)
         return 2
     import walfs
+    from walfs.cli.mount import limit_option
 
     os.makedirs(args.data_dir, exist_ok=True)
     try:
@@ -138,6 +141,8 @@ def main(argv: list[str]) -> int:
             fsync=args.fsync,
             org_id=args.org_id,
             fsync_interval_ms=args.fsync_interval_ms,
+            retention_ms=limit_option(args.retention_ms, "retention_ms"),
+            retention_bytes=limit_option(args.retention_bytes, "retention_bytes"),
             **geometry,
         )
     except Exception as e:
