@@ -302,7 +302,7 @@ static int cat_compact(walfs_t *wal)
     close(wal->cat_fd);
     wal->cat_fd = fd;
     wal->cat_end = len;
-    wal_log(wal, "catalog: compacted %" PRIu64 " entries to %" PRIu64, wal->cat_entries, entries);
+    wal_info(wal, "catalog: compacted %" PRIu64 " entries to %" PRIu64, wal->cat_entries, entries);
     wal->cat_entries = entries;
     /* The rename is durable once the directory is; until then either file is complete,
      * but entries appended to the new one must not outlive a name that may revert: a

@@ -219,6 +219,8 @@ void fmt_slot_parse(const uint8_t *in, slot_t *s);
 /* io.c: every write to a segment goes through here (faults, power-loss tracking) */
 int64_t now_ms(void);
 void wal_log(const walfs_t *wal, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Routine events (catalog compaction): INFO level. */
+void wal_info(const walfs_t *wal, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Logs at error level and keeps the first such message for the open's error text. */
 void wal_damage(walfs_t *wal, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int fault_hit(walfs_t *wal, int op);

@@ -47,6 +47,16 @@ void wal_log(const walfs_t *wal, const char *fmt, ...)
     emit(WALFS_LOG_WARNING, wal->dir, line);
 }
 
+void wal_info(const walfs_t *wal, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    emit(WALFS_LOG_INFO, wal->dir, line);
+}
+
 void wal_damage(walfs_t *wal, const char *fmt, ...)
 {
     char line[1024];

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import socket
+import time
 import urllib.request
 from pathlib import Path
 
@@ -40,6 +41,10 @@ def value(text: str, name: str, **labels: str) -> float:
     raise AssertionError(f"{name}{labels} not in the scrape")
 
 
+def xattr_durable(m: Mount) -> str:
+    return m.out("getfattr --only-values -n user.walfs.durable_watermark t")
+
+
 def test_mount_metrics_move_and_match_the_root_xattr(make_mount) -> None:
     port = free_port()
     m: Mount = make_mount()
@@ -63,7 +68,11 @@ def test_mount_metrics_move_and_match_the_root_xattr(make_mount) -> None:
         assert value(scrape(url), "walfs_consumer_lag", group="g", topic="t", partition="0") == 1
         text = m.out("getfattr --only-values -n user.walfs.metrics .")
         assert value(text, "walfs_appends_total", topic="t", partition="0") == 4
-        assert m.out("getfattr --only-values -n user.walfs.durable_watermark t") == "4"
+        # The durable watermark follows the interval syncer (100 ms here): it reaches 4.
+        deadline = time.monotonic() + 30
+        while xattr_durable(m) != "4" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert xattr_durable(m) == "4"
     finally:
         m.stop()
 
