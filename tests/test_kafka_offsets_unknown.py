@@ -26,9 +26,12 @@ def test_commit_and_fetch_unknown_topic_or_partition(tmp_path: Path) -> None:
                     errs = [e.args[0]]
                 assert [e.code() for e in errs if e is not None] == [KafkaError.UNKNOWN_TOPIC_OR_PART], errs
             got = c.committed(
-                [TopicPartition("known", 0), TopicPartition("nope", 0), TopicPartition("known", 5)], timeout=10
+                [TopicPartition("known", 0), TopicPartition("nope", 0), TopicPartition("known", 5)],
+                timeout=10,
             )
             assert got[0].offset == 1 and got[0].error is None
-            assert [p.error.code() if p.error else None for p in got[1:]] == [KafkaError.UNKNOWN_TOPIC_OR_PART] * 2
+            assert [p.error.code() if p.error else None for p in got[1:]] == [
+                KafkaError.UNKNOWN_TOPIC_OR_PART
+            ] * 2
         finally:
             c.close()
