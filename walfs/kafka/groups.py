@@ -150,9 +150,14 @@ async def handle_offset_commit(broker: Broker, conn: Connection, version: int, r
     def commit_all() -> list[Any]:
         out = []
         for t in req.topics:
+            known = broker.catalog.partition_count(t.name)
             parts = []
             for p in t.partitions:
                 code = group_code
+                if code is ErrorCode.none and not 0 <= p.partition_index < known:
+                    # Kafka answers a commit to a topic or partition it does not have
+                    # with UNKNOWN_TOPIC_OR_PARTITION (not the engine's range check).
+                    code = ErrorCode.unknown_topic_or_partition
                 if code is ErrorCode.none:
                     try:
                         broker.wal.commit_offset(req.group_id, t.name, p.committed_offset, p.partition_index)
@@ -179,11 +184,24 @@ async def handle_offset_fetch(broker: Broker, conn: Connection, version: int, re
         # topics=None asks for everything the group committed; the engine cannot list
         # a group's topics yet, so that answers with none (clients ask by topic).
         for t in req.topics or ():
+            known = broker.catalog.partition_count(t.name)
             indexes = t.partition_indexes
             if indexes is None:
-                indexes = range(broker.catalog.partition_count(t.name))
+                indexes = range(known)
             parts = []
             for p in indexes:
+                if not 0 <= p < known:
+                    parts.append(
+                        build(
+                            mod.OffsetFetchResponsePartition,
+                            partition_index=p,
+                            committed_offset=-1,
+                            committed_leader_epoch=-1,
+                            metadata="",
+                            error_code=ErrorCode.unknown_topic_or_partition,
+                        )
+                    )
+                    continue
                 try:
                     off = wal.committed_offset(req.group_id, t.name, p)
                     code = ErrorCode.none

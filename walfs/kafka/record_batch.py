@@ -100,11 +100,34 @@ def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
     return buf[pos:end], end
 
 
+# A batch's records may not decompress to more than Kafka's message.max.bytes default:
+# a small gzip "bomb" is refused after this many bytes instead of filling memory.
+MAX_DECOMPRESSED_BYTES = 1048588
+
+
+def _gunzip_bounded(data: bytes, cap: int) -> bytes:
+    """gzip members one after another (as gzip.decompress reads them), stopping at cap."""
+    out = bytearray()
+    rest = data
+    while True:
+        d = zlib.decompressobj(wbits=31)
+        out += d.decompress(rest, cap + 1 - len(out))
+        if len(out) > cap:
+            raise BatchError(f"gzip data decompresses to more than {cap} bytes")
+        if not d.eof:
+            if d.unconsumed_tail:
+                raise BatchError(f"gzip data decompresses to more than {cap} bytes")
+            raise BatchError("bad gzip data: truncated")
+        rest = d.unused_data
+        if not rest:
+            return bytes(out)
+
+
 def _decompress(codec: int, data: bytes) -> bytes:
     if codec == 1:
         try:
-            return gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as e:
+            return _gunzip_bounded(data, MAX_DECOMPRESSED_BYTES)
+        except zlib.error as e:
             raise BatchError(f"bad gzip data: {e}") from e
     raise UnsupportedCompression(f"compression codec {codec} is not supported")
 
