@@ -74,3 +74,32 @@ def test_background_retention_gives_space_back_while_appends_go_on(make_mount) -
         assert int(xattr(m, "high_watermark")) == 4001
     finally:
         m.stop()
+
+
+def test_walfs_trim_and_retention_commands_on_a_mount_and_on_a_data_directory(make_mount) -> None:
+    from conftest_mount import cli
+
+    m: Mount = make_mount()
+    m.start()
+    try:
+        m.sh("seq 1 50 >> t")
+        assert cli("trim", str(m.path), "t", "20").returncode == 0
+        assert xattr(m, "low_watermark") == "20"
+        res = cli("retention", str(m.path), "t", "--ms", "5000", "--bytes", "1M")
+        assert res.stdout.split() == ["retention_ms=5000", "retention_bytes=1048576"]
+        res = cli("trim", str(m.path), "t", "999", check=False)
+        assert res.returncode != 0 and "Invalid argument" in res.stderr
+    finally:
+        m.stop()
+    # Unmounted: the same commands open the data directory.
+    assert cli("trim", str(m.data), "t", "30").returncode == 0
+    res = cli("retention", str(m.data), "t")
+    assert res.stdout.split() == ["retention_ms=5000", "retention_bytes=1048576"]
+    res = cli("retention", str(m.data), "t", "--ms", "-1")
+    assert "retention_ms=-1" in res.stdout.split()
+    m.start()
+    try:
+        assert xattr(m, "low_watermark") == "30"
+        assert xattr(m, "retention_ms") == "-1"
+    finally:
+        m.stop()

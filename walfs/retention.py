@@ -57,15 +57,20 @@ class Policy:
         return self.ms is None and self.bytes is None
 
 
+_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
 def parse_limit(text: str) -> int | None:
-    """An xattr or CLI value: a non-negative integer, or -1 / "none" / "" for no limit
-    (Kafka spells "no limit" -1). ValueError otherwise."""
+    """An xattr or CLI value: a non-negative integer, optionally with K/M/G/T (powers of
+    1024), or -1 / "none" for no limit (Kafka spells "no limit" -1). ValueError otherwise."""
     t = text.strip().lower()
-    if t in ("", "-1", "none", "infinite"):
+    if t in ("-1", "none"):
         return None
-    if not t.isdigit():
+    unit = _UNITS.get(t[-1:], 1)
+    digits = t[:-1] if unit > 1 else t
+    if not digits.isdigit():
         raise ValueError(f"not a retention limit: {text!r}")
-    return int(t)
+    return int(digits) * unit
 
 
 def show_limit(v: int | None) -> str:

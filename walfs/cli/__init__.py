@@ -9,6 +9,8 @@ VERBS = {
     "serve": ("walfs.cli.serve", "serve a data directory to Kafka clients without a mount"),
     "fsck": ("walfs.cli.fsck", "check every record of a data directory"),
     "info": ("walfs.cli.info", "list the topics of a data directory with their watermarks"),
+    "trim": ("walfs.cli.trim", "drop a topic's records below an offset (mounted or not)"),
+    "retention": ("walfs.cli.retention", "show or set a topic's retention (mounted or not)"),
 }
 
 

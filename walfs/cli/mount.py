@@ -217,16 +217,15 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
 
 
 def limit_option(text: str | None, name: str) -> int | None:
-    """-1/none: no limit; sizes may carry K/M/G."""
+    """A retention limit option: a number with K/M/G, or -1 for none."""
     from walfs.retention import parse_limit
 
     if text is None:
         return None
     try:
-        t = text.strip()
-        return parse_limit(t) if t[-1:].upper() not in ("K", "M", "G") else parse_size(t)
+        return parse_limit(text)
     except ValueError:
-        raise SystemExit(f"walfs mount: {name}: not a limit: {text!r}") from None
+        raise SystemExit(f"walfs: {name}: not a limit: {text!r}") from None
 
 
 def setup_logging(level: str, path: str | None) -> None:
