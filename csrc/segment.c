@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 void seg_path(const walfs_t *wal, uint64_t id, char *out, size_t outlen)
@@ -71,6 +72,14 @@ int seg_create(walfs_t *wal, segment_t **out)
     char name[64];
     uint64_t id = wal->next_seg_id;
     seg_path(wal, id, name, sizeof(name));
+    if (wal->opt.min_free_bytes) {
+        /* The reserve keeps room for what must never fail for lack of space: catalog
+         * entries (trims, reclamation's floors), cursor files, settings. */
+        struct statvfs st;
+        if (fstatvfs(wal->dirfd, &st) == 0 &&
+            (uint64_t)st.f_bavail * st.f_frsize < wal->opt.segment_size + wal->opt.min_free_bytes)
+            return -ENOSPC;
+    }
     segment_t *seg = seg_alloc(id, wal->opt.segment_size, wal->blocks_per_seg);
     if (!seg) return -ENOMEM;
     int rc;

@@ -34,6 +34,8 @@ typedef struct walfs_options {
     int32_t read_only;           /* no lock, no writes, in-memory recovery only */
     int32_t test_mode;           /* track unsynced writes for walfs_debug_power_cut */
     int32_t no_io_uring;         /* force the fdatasync fallback */
+    uint64_t min_free_bytes;     /* a new segment is refused (-ENOSPC) if it would leave less
+                                    free space than this on the file system (0: no reserve) */
 } walfs_options_t;
 
 typedef struct walfs_stream_info {

@@ -212,3 +212,36 @@ def test_real_disk_full_on_a_small_tmpfs(tmp_path):
         w.close()
     finally:
         subprocess.run(["umount", "-l", mnt], check=False)
+
+
+def test_min_free_refuses_early_and_retention_brings_appends_back(tmp_path):
+    # Issue 10: a reserve keeps room for catalog entries, cursors and settings; once a
+    # trim or retention frees segments, the same handle appends again (no reopen).
+    mnt = str(tmp_path / "small")
+    tmpfs(mnt, "8m")
+    try:
+        w = walfs.Wal(
+            os.path.join(mnt, "wal"), fsync="never", segment_size=1 << 20, block_size=64 << 10,
+            min_free_bytes=5 << 20, reclaim_interval_s=3600,
+        )
+        acked = 0
+        with pytest.raises(walfs.WalIOError) as e:
+            for i in range(100_000):
+                w.append("t", b"r%06d" % i + b"." * 1000)
+                acked += 1
+        assert e.value.errno == errno.ENOSPC
+        st = os.statvfs(mnt)
+        assert st.f_bavail * st.f_frsize >= 4 << 20  # the reserve is still free
+        w.commit_offset("g", "t", acked)  # cursors still get written
+        w.set_retention("t", retention_bytes=100_000)
+        w.apply_retention()
+        assert w.reclaim() >= 1
+        off = w.append("t", b"after")
+        assert off == acked
+        w.close()
+        w = walfs.Wal(os.path.join(mnt, "wal"), min_free_bytes=5 << 20)
+        assert w.read("t", acked) == [b"after"]
+        assert w.committed_offset("g", "t") == acked
+        w.close()
+    finally:
+        subprocess.run(["umount", "-l", mnt], check=False)

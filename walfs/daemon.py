@@ -88,6 +88,9 @@ class MountConfig:
     # sets 7 days, Kafka's default).
     retention_ms: int | None = None
     retention_bytes: int | None = None
+    # Appends that need a new segment are refused (ENOSPC) while less than this would
+    # stay free: room for catalog entries, cursors and settings on a full disk.
+    min_free_bytes: int = 0
 
 
 def sd_notify(message: str) -> bool:
@@ -170,6 +173,7 @@ def open_wal(config: MountConfig) -> Any:
         "fsync_interval_ms": config.fsync_interval_ms,
         "retention_ms": config.retention_ms,
         "retention_bytes": config.retention_bytes,
+        "min_free_bytes": config.min_free_bytes,
     }
     if config.segment_size is not None:
         kwargs["segment_size"] = config.segment_size

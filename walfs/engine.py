@@ -125,6 +125,7 @@ class Engine:
         read_only: bool = False,
         test_mode: bool = False,
         io_uring: bool = True,
+        min_free_bytes: int = 0,
     ) -> None:
         if fsync not in FSYNC_MODES:
             raise ValueError(f"fsync must be one of {sorted(FSYNC_MODES)}, not {fsync!r}")
@@ -137,6 +138,7 @@ class Engine:
         opts.read_only = int(read_only)
         opts.test_mode = int(test_mode)
         opts.no_io_uring = int(not io_uring)
+        opts.min_free_bytes = min_free_bytes
         out = ffi.new("walfs_t **")
         err = ffi.new("char[2048]")
         rc = lib.walfs_open(path.encode(), opts, out, err, 2048)

@@ -60,6 +60,7 @@ class Wal:
         retention_ms: int | None = None,
         retention_bytes: int | None = None,
         retention_groups: Sequence[str] = (),
+        min_free_bytes: int = 0,
         test_mode: bool = False,
         io_uring: bool = True,
     ) -> None:
@@ -79,6 +80,7 @@ class Wal:
             read_only=read_only,
             test_mode=test_mode,
             io_uring=io_uring,
+            min_free_bytes=min_free_bytes,
         )
         self.stats.open_seconds = time.monotonic() - opened
         self.fsync = fsync

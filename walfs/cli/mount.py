@@ -89,6 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="default retention by size per partition, e.g. 10G (-1: none, the default)",
     )
     p.add_argument(
+        "--min-free",
+        default=None,
+        help="refuse appends needing a new segment while less than this stays free, e.g. 1G (default 0)",
+    )
+    p.add_argument(
         "--metrics-listen",
         default=None,
         metavar="HOST:PORT",
@@ -114,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated: fsync=, org_id=, allow_other, log_level=, "
         "log_file=, segment_size=, block_size=, fsync_interval_ms=, "
         "read_ahead_kb=, max_line_bytes=, uid=, gid=, umask=, metrics_listen=, retention_ms=, "
-        "retention_bytes=, kafka_listen=HOST:PORT, "
+        "retention_bytes=, min_free=, kafka_listen=HOST:PORT, "
         "kafka_allow_delete, and "
         "FUSE options (nosuid, nodev, noexec, noatime, allow_root, ...)",
     )
@@ -151,6 +156,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
                 "metrics_listen",
                 "retention_ms",
                 "retention_bytes",
+                "min_free",
                 "uid",
                 "gid",
                 "umask",
@@ -204,6 +210,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
         metrics_listen=pick(args.metrics_listen, "metrics_listen", None) or None,
         retention_ms=limit_option(pick(args.retention_ms, "retention_ms", None), "retention_ms"),
         retention_bytes=limit_option(pick(args.retention_bytes, "retention_bytes", None), "retention_bytes"),
+        min_free_bytes=limit_option(pick(args.min_free, "min_free", None), "min_free") or 0,
         uid=int(str(pick(args.uid, "uid", None))) if pick(args.uid, "uid", None) is not None else None,
         gid=int(str(pick(args.gid, "gid", None))) if pick(args.gid, "gid", None) is not None else None,
         umask=args.umask if args.umask is not None else int(opts.get("umask", "022"), 8),

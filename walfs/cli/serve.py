@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--retention-ms", default=None, help="default retention by age in ms (-1: none)")
     p.add_argument("--retention-bytes", default=None, help="default retention per partition, e.g. 10G")
+    p.add_argument("--min-free", default=None, help="free space kept in reserve, e.g. 1G (default 0)")
     p.add_argument(
         "--metrics-listen",
         default=None,
@@ -143,6 +144,7 @@ def main(argv: list[str]) -> int:
             fsync_interval_ms=args.fsync_interval_ms,
             retention_ms=limit_option(args.retention_ms, "retention_ms"),
             retention_bytes=limit_option(args.retention_bytes, "retention_bytes"),
+            min_free_bytes=limit_option(args.min_free, "min_free") or 0,
             **geometry,
         )
     except Exception as e:
