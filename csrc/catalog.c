@@ -113,6 +113,10 @@ static int apply(walfs_t *wal, const cat_entry_t *e, int merge)
     case CAT_OPEN:
         if (e->a > wal->epoch) wal->epoch = e->a;
         return 0;
+    case CAT_DELETE:
+        if (!(s = stream_get(wal, e->stream_no))) return -EUCLEAN;
+        s->deleted = 1;
+        return 0;
     }
     return -EUCLEAN;
 }
@@ -253,7 +257,7 @@ int cat_refresh(walfs_t *wal)
 static int cat_compact(walfs_t *wal)
 {
     size_t ns = atomic_load(&wal->n_streams);
-    size_t cap = CAT_HDR_SIZE + ns * (3 * 64 + MAX_NAME) + 64;
+    size_t cap = CAT_HDR_SIZE + ns * (4 * 64 + MAX_NAME) + 64;
     uint8_t *buf = malloc(cap);
     if (!buf) return -ENOMEM;
     int rc = 0;
@@ -276,6 +280,10 @@ static int cat_compact(walfs_t *wal)
         }
         if (floor_offset || floor_byte) {
             len += fmt_cat_floor(buf + len, wal->crc_seed, s->no, floor_offset, floor_byte, wal->floor_gid);
+            entries++;
+        }
+        if (s->deleted) {
+            len += fmt_cat_delete(buf + len, wal->crc_seed, s->no);
             entries++;
         }
     }

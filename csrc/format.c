@@ -191,6 +191,13 @@ size_t fmt_cat_floor(uint8_t *out, uint32_t seed, uint32_t stream_no, uint64_t n
     return cat_entry_finish(out, seed, CAT_FLOOR, 40);
 }
 
+size_t fmt_cat_delete(uint8_t *out, uint32_t seed, uint32_t stream_no)
+{
+    put32(out + 8, stream_no);
+    put32(out + 12, 0);
+    return cat_entry_finish(out, seed, CAT_DELETE, 16);
+}
+
 size_t fmt_cat_open(uint8_t *out, uint32_t seed, uint64_t epoch)
 {
     put64(out + 8, epoch);
@@ -235,6 +242,10 @@ size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_e
         e->a = get64(in + 16);
         e->b = get64(in + 24);
         e->c = get64(in + 32);
+        return len;
+    case CAT_DELETE:
+        if (len != 16) BAD("DELETE entry of the wrong length");
+        e->stream_no = get32(in + 8);
         return len;
     case CAT_OPEN:
         if (len != 16) BAD("OPEN entry of the wrong length");

@@ -28,7 +28,7 @@
 #define STREAM_CHUNK 1024
 #define STREAM_CHUNKS 4096
 
-enum { CAT_DEFINE = 1, CAT_TRIM = 2, CAT_FLOOR = 3, CAT_OPEN = 4 };
+enum { CAT_DEFINE = 1, CAT_TRIM = 2, CAT_FLOOR = 3, CAT_OPEN = 4, CAT_DELETE = 5 };
 /* gid = epoch << GID_EPOCH_SHIFT | sequence: every writer open starts a new epoch, so a
  * gid never repeats and stale bytes from an earlier epoch never pass as newer records. */
 #define GID_EPOCH_SHIFT 40
@@ -90,6 +90,7 @@ typedef struct stream {
     uint64_t next_offset, next_byte;
     uint64_t floor_offset, floor_byte; /* the highest FLOOR in the catalog (kept by compaction) */
     uint64_t durable_offset, durable_byte; /* what the last successful sync made durable (sync.c) */
+    int deleted;            /* a DELETE entry: no appends, no name; its runs go like trimmed ones */
     int64_t last_ts;
 } stream_t;
 
@@ -196,6 +197,7 @@ size_t fmt_cat_trim(uint8_t *out, uint32_t seed, uint32_t stream_no, uint64_t lo
 size_t fmt_cat_floor(uint8_t *out, uint32_t seed, uint32_t stream_no, uint64_t next_offset,
                      uint64_t next_byte, uint64_t next_gid);
 size_t fmt_cat_open(uint8_t *out, uint32_t seed, uint64_t epoch);
+size_t fmt_cat_delete(uint8_t *out, uint32_t seed, uint32_t stream_no);
 size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_entry_t *e, const char **why);
 #define CAT_MAX_ENTRY (42 + MAX_NAME) /* the longest entry: a DEFINE with a 255-byte name */
 void fmt_seg_header(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t n_blocks);

@@ -48,6 +48,36 @@ static void forget_pending_seal(walfs_t *wal, const block_t *b)
     pthread_mutex_unlock(&wal->seal_lock);
 }
 
+int walfs_stream_delete(walfs_t *wal, uint32_t stream_no)
+{
+    if (wal->opt.read_only) return -EROFS;
+    stream_t *s = stream_get(wal, stream_no);
+    if (!s || s->deleted) return -ENOENT;
+    pthread_mutex_lock(&s->append_lock); /* no append of this stream in flight */
+    int rc = s->deleted ? -ENOENT : walfs_sync(wal); /* the TRIM below stays under the durable end */
+    if (!rc) {
+        pthread_mutex_lock(&s->lock);
+        uint64_t end = s->next_offset;
+        pthread_mutex_unlock(&s->lock);
+        uint8_t buf[64];
+        size_t len = fmt_cat_trim(buf, wal->crc_seed, stream_no, end);
+        len += fmt_cat_delete(buf + len, wal->crc_seed, stream_no);
+        pthread_mutex_lock(&wal->lock);
+        rc = cat_append(wal, buf, len);
+        if (!rc) {
+            pthread_mutex_lock(&s->lock);
+            if (end > s->low_offset) s->low_offset = end;
+            s->deleted = 1;
+            pthread_mutex_unlock(&s->lock);
+            int crc = cat_compact_if_due(wal);
+            if (crc) wal_log(wal, "catalog compaction failed (%d); keeping the old catalog", crc);
+        }
+        pthread_mutex_unlock(&wal->lock);
+    }
+    pthread_mutex_unlock(&s->append_lock);
+    return rc;
+}
+
 typedef struct seg_tally {
     size_t runs;       /* published runs in the segment */
     int keep;          /* some run is still needed */

@@ -170,7 +170,7 @@ int walfs_stream_open(walfs_t *wal, uint64_t org_id, uint32_t partition, const u
     size_t n = atomic_load(&wal->n_streams);
     for (size_t i = 0; i < n; i++) {
         stream_t *s = stream_get(wal, (uint32_t)i);
-        if (s->org_id == org_id && s->partition == partition && memcmp(s->hash, topic_hash, 16) == 0) {
+        if (!s->deleted && s->org_id == org_id && s->partition == partition && memcmp(s->hash, topic_hash, 16) == 0) {
             rc = s->name_len == name_len && memcmp(s->name, name, name_len) == 0 ? 0 : -EEXIST;
             if (!rc) *stream_no = s->no;
             goto out;
@@ -232,6 +232,7 @@ int walfs_stream_info(walfs_t *wal, uint32_t stream_no, walfs_stream_info_t *out
     memcpy(out->topic_hash, s->hash, 16);
     out->name_len = s->name_len;
     memcpy(out->name, s->name, s->name_len);
+    out->deleted = (uint32_t)s->deleted;
     pthread_mutex_lock(&s->lock);
     GUARD_BEGIN(&s->lock, return -EIO);
     out->low_offset = s->low_offset;

@@ -51,6 +51,7 @@ typedef struct walfs_stream_info {
     uint64_t low_byte;      /* view byte position of low_offset (or first stored record) */
     uint64_t next_byte;     /* view byte size */
     uint64_t first_gid;     /* gid of the first stored record (UINT64_MAX if none) */
+    uint32_t deleted;       /* walfs_stream_delete'd: the number stays, the name is free */
 } walfs_stream_info_t;
 
 /* One record returned by a read. data points into the caller's buffer. */
@@ -160,6 +161,11 @@ int walfs_offset_for_time(walfs_t *wal, uint32_t stream_no, int64_t ts, uint64_t
 
 /* Durable low watermark; blocks wholly below it become reclaimable once sealed. */
 int walfs_trim(walfs_t *wal, uint32_t stream_no, uint64_t low_offset);
+/* Deletes a stream: it takes no more appends (-ENOENT), its name is free (walfs_stream_open
+ * makes a new stream, from offset 0), and its records go like trimmed ones (reclamation
+ * frees their segment files). Durable when it returns (a TRIM to the end and a DELETE
+ * entry in the catalog, after a sync). Readers of the old stream get -ERANGE. */
+int walfs_stream_delete(walfs_t *wal, uint32_t stream_no);
 /* Deletes reclaimable segment files; returns how many. */
 int walfs_reclaim(walfs_t *wal);
 

@@ -128,6 +128,10 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
 
     pthread_mutex_lock(&s->append_lock);
     if ((rc = atomic_load(&wal->failed))) goto out_unlock;
+    if (s->deleted) { /* deleted while this append waited for the lock */
+        rc = -ENOENT;
+        goto out_unlock;
+    }
 
     pthread_mutex_lock(&wal->gid_lock);
     if (wal->next_gid + n > (wal->epoch + 1) << GID_EPOCH_SHIFT) {
@@ -288,7 +292,7 @@ static int append_checks(walfs_t *wal, uint32_t stream_no, stream_t **s)
     if (wal->opt.read_only) return -EROFS;
     int rc = atomic_load(&wal->failed);
     if (rc) return rc;
-    if (!(*s = stream_get(wal, stream_no))) return -ENOENT;
+    if (!(*s = stream_get(wal, stream_no)) || (*s)->deleted) return -ENOENT;
     return 0;
 }
 

@@ -128,8 +128,17 @@ def test_delete_topics_refused_unless_allowed(tmp_path: Path) -> None:
     with listener(tmp_path / "b", allow_delete=True) as lst:
         lst.wal.append("gone", b"x")
         admin = AdminClient({"bootstrap.servers": lst.bootstrap})
+        lst.wal.commit_offset("g", "gone", 1)
         admin.delete_topics(["gone"], operation_timeout=10)["gone"].result(timeout=30)
-        assert lst.wal.high_watermark("gone") == lst.wal.low_watermark("gone")
+        # Deleted for real: gone from the listing, its offsets too; created again from 0.
+        assert "gone" not in admin.list_topics(timeout=10).topics
+        assert lst.wal.topics() == []
+        assert lst.wal.committed_offset("g", "gone") is None
+        p = Producer({"bootstrap.servers": lst.bootstrap})
+        p.produce("gone", b"again")
+        assert p.flush(30) == 0
+        assert lst.wal.read_records("gone", 0)[0].offset == 0
+        assert lst.wal.read("gone", 0) == [b"again"]
 
 
 def test_offsets_for_times_uses_the_time_index(tmp_path: Path) -> None:

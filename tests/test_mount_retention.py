@@ -103,3 +103,33 @@ def test_walfs_trim_and_retention_commands_on_a_mount_and_on_a_data_directory(ma
         assert xattr(m, "retention_ms") == "-1"
     finally:
         m.stop()
+
+
+def test_rm_deletes_a_topic_only_when_allowed(make_mount) -> None:
+    m: Mount = make_mount()
+    m.start()
+    try:
+        m.sh("echo a >> t")
+        res = m.sh("rm t", check=False)
+        assert res.returncode != 0 and b"Operation not permitted" in res.stderr
+        assert m.out("cat t") == "a\n"
+    finally:
+        m.stop()
+    m.start("--allow-delete")
+    try:
+        m.sh("mkdir partition=1; echo p1 >> partition=1/t; mkdir .consumers/g; cat .consumers/g/t >/dev/null")
+        reader = open(m.path / "t", "rb")  # a reader holding the file across the delete
+        try:
+            m.sh("rm t")
+            assert m.out("ls").split() == ["partition=0", "partition=1"]
+            assert m.out("cat partition=1/t") == "p1\n"  # the other partition stays
+            assert reader.read() in (b"", b"a\n")  # the end of the old stream, no crash
+        finally:
+            reader.close()
+        m.sh("echo b >> t")  # the name starts again from offset 0
+        assert m.out("cat t") == "b\n"
+        assert xattr(m, "low_watermark") == "0"
+        assert xattr(m, "high_watermark") == "1"
+        assert m.out("cat .consumers/g/t") == "b\n"  # the group's old cursor went with the topic
+    finally:
+        m.stop()

@@ -92,6 +92,21 @@ class CursorStore:
                 finally:
                     os.close(fd)
 
+    def forget(self, key: str) -> None:
+        """Removes every group's cursor on one stream (its topic was deleted)."""
+        with self._lock:
+            for group in self.groups():
+                path = os.path.join(self.root, group, key)
+                try:
+                    os.remove(path)
+                except FileNotFoundError:
+                    continue
+                fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+
     def groups(self) -> list[str]:
         try:
             return sorted(e.name for e in os.scandir(self.root) if e.is_dir())

@@ -91,6 +91,8 @@ class MountConfig:
     # Appends that need a new segment are refused (ENOSPC) while less than this would
     # stay free: room for catalog entries, cursors and settings on a full disk.
     min_free_bytes: int = 0
+    # `rm TOPIC` deletes the topic (off: the mount refuses unlink with EPERM).
+    allow_delete: bool = False
 
 
 def sd_notify(message: str) -> bool:
@@ -208,6 +210,7 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
         uid=config.uid,
         gid=config.gid,
         umask=config.umask,
+        allow_delete=config.allow_delete,
         info={"fsync": config.fsync, "org_id": str(config.org_id)},
     )
     inject_test_faults(wal)

@@ -102,6 +102,7 @@ class CStreamInfo:
     low_byte: int
     next_byte: int
     first_gid: int
+    deleted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +268,7 @@ class Engine:
                 low_byte=i.low_byte,
                 next_byte=i.next_byte,
                 first_gid=i.first_gid,
+                deleted=bool(i.deleted),
             )
         finally:
             self._exit()
@@ -354,6 +356,13 @@ class Engine:
         h = self._enter()
         try:
             self._check(lib.walfs_trim(h, stream_no, low_offset), "trim")
+        finally:
+            self._exit()
+
+    def stream_delete(self, stream_no: int) -> None:
+        h = self._enter()
+        try:
+            self._check(lib.walfs_stream_delete(h, stream_no), "delete stream")
         finally:
             self._exit()
 

@@ -211,11 +211,13 @@ class WalOperations(pyfuse3.Operations):
         info: dict[str, str] | None = None,
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         umask: int = 0o022,
+        allow_delete: bool = False,
     ) -> None:
         super().__init__()
         if max_line_bytes < MIN_MAX_LINE_BYTES:
             raise ValueError(f"max_line_bytes must be at least {MIN_MAX_LINE_BYTES}")
         self.max_line_bytes = max_line_bytes
+        self.allow_delete = allow_delete
         self.wal = wal
         self.data_dir = data_dir
         self.uid = os.getuid() if uid is None else uid
@@ -682,7 +684,26 @@ class WalOperations(pyfuse3.Operations):
         return self._entry(Node("pdir", n))
 
     async def unlink(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
-        raise pyfuse3.FUSEError(errno.EPERM)
+        """`rm TOPIC` deletes the topic's stream (that partition) when the mount allows it
+        (--allow-delete); EPERM otherwise. The kernel has checked write permission on the
+        directory. Open readers of the file then see its end (reads return nothing)."""
+        parent = self._node(parent_inode)
+        if not self.allow_delete or parent.kind not in ("root", "pdir"):
+            raise pyfuse3.FUSEError(errno.EPERM)
+        text = name.decode("utf-8", "replace")
+        partition = parent.partition
+        if not self._is_topic(text, partition):
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        with wal_errors_as_errno(f"delete {text!r}"):
+            await trio.to_thread.run_sync(self.wal.delete_topic, text, partition)
+        self._streams.discard((text, partition))
+        self._inos_of_stream.pop((text, partition), None)
+        parents = [Node("pdir", partition)] + ([ROOT] if partition == 0 else [])
+        for p in parents:
+            ino = self._inodes.get(p)
+            if ino is not None:
+                self._dirty_entries.add((ino, name))
+        self._entries_wakeup.set()
 
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         raise pyfuse3.FUSEError(errno.EPERM)

@@ -49,6 +49,15 @@ class TopicIndex:
             self._topics.setdefault((s.org_id, s.name), BitMap()).add(s.stream_no)
             self._orgs.setdefault(s.org_id, BitMap()).add(s.stream_no)
 
+    def remove(self, s: Stream) -> None:
+        with self._lock:
+            self._by_no.pop(s.stream_no, None)
+            if self._by_name.get((s.org_id, s.name, s.partition)) is s:
+                del self._by_name[(s.org_id, s.name, s.partition)]
+            for bm in (self._topics.get((s.org_id, s.name)), self._orgs.get(s.org_id)):
+                if bm is not None:
+                    bm.discard(s.stream_no)
+
     def get(self, org_id: int, name: str, partition: int) -> Stream | None:
         return self._by_name.get((org_id, name, partition))
 

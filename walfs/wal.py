@@ -99,7 +99,8 @@ class Wal:
         self._index = TopicIndex()
         for no in range(self.engine.stream_count()):
             info = self.engine.stream_info(no)
-            self._index.add(Stream(no, info.org_id, info.partition, info.topic_hash, info.name))
+            if not info.deleted:
+                self._index.add(Stream(no, info.org_id, info.partition, info.topic_hash, info.name))
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
         if not read_only:
@@ -634,6 +635,29 @@ class Wal:
                     )
         target = min(target, high)
         return target if target > low else None
+
+    def delete_topic(self, topic: str, partition: int | None = None) -> list[int]:
+        """Deletes a topic (every partition, or one): durable when this returns. Its records
+        go (reclamation frees their space), its committed offsets and settings go, and the
+        name can be used again: appends to it make a new stream from offset 0, as Kafka
+        does. Readers of the deleted stream see its end. Returns the partitions deleted."""
+        parts = self.partitions(topic) if partition is None else [check_partition(partition)]
+        done = []
+        for p in parts:
+            s = self._stream(topic, p, False)
+            if s is None:
+                continue
+            with self._lock:
+                self.engine.stream_delete(s.stream_no)
+                self._index.remove(s)
+            self.cursors.forget(stream_key(s.org_id, s.topic_hash, s.partition))
+            done.append(p)
+        if done and not self.partitions(topic) and self.settings.overrides(self.org_id, topic):
+            self.settings.set(
+                self.org_id, topic,
+                **{k: "default" for k in ("retention_ms", "retention_bytes", "retention_groups")},
+            )
+        return done
 
     def reclaim(self) -> int:
         """Deletes segment files that hold only trimmed data; returns how many."""

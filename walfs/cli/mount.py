@@ -106,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also serve Kafka clients on HOST:PORT (off by default; e.g. 127.0.0.1:9092)",
     )
     p.add_argument(
+        "--allow-delete",
+        action="store_true",
+        default=None,
+        help="let `rm TOPIC` delete the topic (off: rm is refused)",
+    )
+    p.add_argument(
         "--kafka-allow-delete",
         action="store_true",
         default=None,
@@ -120,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         "log_file=, segment_size=, block_size=, fsync_interval_ms=, "
         "read_ahead_kb=, max_line_bytes=, uid=, gid=, umask=, metrics_listen=, retention_ms=, "
         "retention_bytes=, min_free=, kafka_listen=HOST:PORT, "
-        "kafka_allow_delete, and "
+        "kafka_allow_delete, allow_delete, and "
         "FUSE options (nosuid, nodev, noexec, noatime, allow_root, ...)",
     )
     # mount(8) passes these to helpers; they mean nothing here.
@@ -162,7 +168,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
                 "umask",
             ):
                 opts[key] = value
-            elif key in ("allow_other", "kafka_allow_delete"):
+            elif key in ("allow_other", "kafka_allow_delete", "allow_delete"):
                 opts[key] = "1"
             elif key == "foreground":
                 opts[key] = "1"
@@ -206,6 +212,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
         read_ahead_kb=int(pick(args.read_ahead_kb, "read_ahead_kb", "1024") or 0),
         kafka_listen=kafka_listen or None,
         kafka_allow_delete=bool(args.kafka_allow_delete) or "kafka_allow_delete" in opts,
+        allow_delete=bool(args.allow_delete) or "allow_delete" in opts,
         max_line_bytes=max_line_bytes,
         metrics_listen=pick(args.metrics_listen, "metrics_listen", None) or None,
         retention_ms=limit_option(pick(args.retention_ms, "retention_ms", None), "retention_ms"),

@@ -58,15 +58,9 @@ async def handle_create_topics(broker: Broker, conn: Connection, version: int, r
 
 
 def _delete_topic(broker: Broker, topic: str) -> None:
-    wal = broker.wal
-    delete = getattr(wal, "delete_topic", None)
-    if delete is not None:
-        delete(topic)
-    else:
-        # No stream deletion in the engine yet: trimming every partition to its end
-        # drops the data (reclamation frees the space); the names stay listed, empty.
-        for p in wal.partitions(topic):
-            wal.trim(topic, wal.high_watermark(topic, p), p)
+    """Deletes the topic for real (Wal.delete_topic): its space comes back, its committed
+    offsets go, and creating it again starts from offset 0, as on Kafka."""
+    broker.wal.delete_topic(topic)
 
 
 async def handle_delete_topics(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
