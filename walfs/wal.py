@@ -102,6 +102,11 @@ class Wal:
             if not info.deleted:
                 self._index.add(Stream(no, info.org_id, info.partition, info.topic_hash, info.name))
         self._stop = threading.Event()
+        # Wakes the background thread early: a stream with a size limit grew by an eighth
+        # of it since the last pass (so disk use stays near the limit at any append rate).
+        self._wake = threading.Event()
+        self._size_limits: dict[int, int | None] = {}  # stream_no -> retention bytes (a cache)
+        self._grown: dict[int, int] = {}  # stream_no -> bytes appended since the last wake
         self._worker: threading.Thread | None = None
         if not read_only:
             drop_legacy_snapshot(self.path)
@@ -126,6 +131,7 @@ class Wal:
         if self.engine.closed:
             return
         self._stop.set()
+        self._wake.set()
         if self._worker is not None:
             self._worker.join()
         try:
@@ -154,8 +160,13 @@ class Wal:
         self.engine.power_cut(seed, keep_permille)
 
     def _background(self, reclaim_every: float) -> None:
-        """Retention, then reclamation, every reclaim_every seconds."""
-        while not self._stop.wait(reclaim_every):
+        """Retention, then reclamation, every reclaim_every seconds, or at once when a
+        size-limited stream has grown by an eighth of its limit."""
+        while True:
+            self._wake.wait(reclaim_every)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.apply_retention()
                 self.stats.reclaimed_segments += self.engine.reclaim()
@@ -307,6 +318,17 @@ class Wal:
 
     def _appended(self, s: Stream, ticket: int, n: int, nbytes: int) -> None:
         self.stats.appended(s.name, s.partition, n, nbytes)
+        limit = self._size_limits.get(s.stream_no, -1)
+        if limit == -1:
+            limit = self._size_limits[s.stream_no] = self.settings.policy(
+                s.org_id, s.name, self.retention_default
+            ).bytes
+        if limit is not None:
+            grown = self._grown.get(s.stream_no, 0) + nbytes
+            if grown > max(limit // 8, 1 << 20):
+                grown = 0
+                self._wake.set()
+            self._grown[s.stream_no] = grown
         for fn in self._listeners:
             fn(s.name, s.partition)
         if self._waiting:  # most appends have no one in wait_for to wake
@@ -589,6 +611,7 @@ class Wal:
         (group names); the string "default" removes an override."""
         topic_bytes(topic)
         self.settings.set(self.org_id, topic, **values)
+        self._size_limits.clear()
 
     def apply_retention(self, now_ms: int | None = None) -> dict[tuple[int, str, int], int]:
         """Trims every stream (of every org) to what its policy keeps; returns the new low
@@ -653,6 +676,7 @@ class Wal:
             self.cursors.forget(stream_key(s.org_id, s.topic_hash, s.partition))
             done.append(p)
         if done and not self.partitions(topic) and self.settings.overrides(self.org_id, topic):
+            self._size_limits.clear()
             self.settings.set(
                 self.org_id, topic,
                 **{k: "default" for k in ("retention_ms", "retention_bytes", "retention_groups")},
