@@ -135,7 +135,14 @@ def damage(d: str, rng: random.Random) -> list[str]:
         files = _files(d)
         if not files:
             break
-        path = rng.choice(files)
+        # A kind of file first (catalog, segment, index snapshot, cursor), then one of it,
+        # so that the many small cursor files do not crowd out the rest.
+        kinds: dict[str, list[str]] = {}
+        for f in files:
+            b = os.path.basename(f)
+            kinds.setdefault("seg" if b.startswith("seg-") else b if "." in b and "/cursors/" not in f
+                             else "cursor", []).append(f)
+        path = rng.choice(kinds[rng.choice(sorted(kinds))])
         rel = os.path.relpath(path, d)
         size = os.path.getsize(path)
         kind = rng.choices(("flip", "zero", "truncate", "delete"), (5, 3, 2, 1))[0]
