@@ -263,12 +263,11 @@ def judge(g: Golden, res: dict) -> tuple[str, str] | None:
         s = streams.get(key)
         if s is None:
             return "stream missing", key
-        got = s["got"]
-        for off_s, dig in got.items():
-            off = int(off_s)
+        got = {int(o): dig for o, dig in s["got"].items()}  # str keys after JSON
+        for off, dig in got.items():
             if off >= len(written) or written[off] != dig:
                 return "other bytes", f"{key} offset {off}"
-        missing = [o for o in range(low, len(written)) if str(o) not in got]
+        missing = [o for o in range(low, len(written)) if o not in got]
         if missing:
             return "records missing", f"{key} offsets {missing[0]}..{missing[-1]} ({len(missing)})"
         if s["high"] != len(written):

@@ -162,8 +162,6 @@ def _catalog(src: str, uuid: int, streams: dict[int, _Stream], report: SalvageRe
     n = lib.walfs_salvage_catalog(data, len(data), uuid, out, cap, skipped)
     if n < 0:
         raise from_errno(n, "scanning streams.cat")
-    if skipped[0] > max(0, len(data) - 64) or len(data) < 64:
-        report.lost.append(Loss("streams.cat", "header", "missing or damaged"))
     if skipped[0]:
         report.lost.append(Loss("streams.cat", f"{int(skipped[0])} bytes",
                                 "entries whose CRC fails (definitions, trims or floors in them are lost)"))
@@ -271,6 +269,8 @@ def salvage(src: str, dst: str, progress: Callable[[str], None] | None = None) -
     try:
         uuid, block_size, segment_size, where = _identity(src, segs)
         say(f"salvage: WAL identity from {where}: block {block_size}, segment {segment_size}")
+        if where != "streams.cat":
+            report.lost.append(Loss("streams.cat", "header", f"missing or damaged; WAL identity taken from {where}"))
         streams: dict[int, _Stream] = {}
         _catalog(src, uuid, streams, report)
         _scan(segs, uuid, block_size, streams, report, say)
