@@ -69,8 +69,14 @@ def build_golden(path: str, seed: int = 1) -> Golden:
     rng = random.Random(seed)
     g = Golden(path)
     streams = [(f"topic-{t}", p) for t in range(4) for p in range(2)]
-    wal = Wal(path, fsync="never", segment_size=SEGMENT_SIZE, block_size=BLOCK_SIZE,
-              snapshot_interval_s=3600, reclaim_interval_s=3600)
+    wal = Wal(
+        path,
+        fsync="never",
+        segment_size=SEGMENT_SIZE,
+        block_size=BLOCK_SIZE,
+        snapshot_interval_s=3600,
+        reclaim_interval_s=3600,
+    )
     try:
         for _ in range(70):
             topic, part = rng.choice(streams)
@@ -123,8 +129,8 @@ def _hot_offset(rng: random.Random, path: str, size: int) -> int:
             return rng.randrange(min(size, 64))
         base = 4096 + rng.randrange(n_blocks) * BLOCK_SIZE
         if choice < 0.6:
-            return min(size - 1, base + rng.randrange(640))          # open/seal headers
-        return min(size - 1, base + 1024 + rng.randrange(4096))       # first records
+            return min(size - 1, base + rng.randrange(640))  # open/seal headers
+        return min(size - 1, base + 1024 + rng.randrange(4096))  # first records
     return rng.randrange(size)
 
 
@@ -140,8 +146,9 @@ def damage(d: str, rng: random.Random) -> list[str]:
         kinds: dict[str, list[str]] = {}
         for f in files:
             b = os.path.basename(f)
-            kinds.setdefault("seg" if b.startswith("seg-") else b if "." in b and "/cursors/" not in f
-                             else "cursor", []).append(f)
+            kinds.setdefault(
+                "seg" if b.startswith("seg-") else b if "." in b and "/cursors/" not in f else "cursor", []
+            ).append(f)
         path = rng.choice(kinds[rng.choice(sorted(kinds))])
         rel = os.path.relpath(path, d)
         size = os.path.getsize(path)
@@ -181,8 +188,14 @@ def read_everything(d: str) -> dict:
     from walfs.wal import Wal
 
     try:
-        wal = Wal(d, fsync="never", segment_size=SEGMENT_SIZE, block_size=BLOCK_SIZE,
-                  snapshot_interval_s=3600, reclaim_interval_s=3600)
+        wal = Wal(
+            d,
+            fsync="never",
+            segment_size=SEGMENT_SIZE,
+            block_size=BLOCK_SIZE,
+            snapshot_interval_s=3600,
+            reclaim_interval_s=3600,
+        )
     except WalError as e:
         return {"error": f"open: {type(e).__name__}: {e}"}
     try:
@@ -199,8 +212,7 @@ def read_everything(d: str) -> dict:
                     got[r.offset] = _digest(r.key, r.value, r.headers)
                 off = recs[-1].offset + 1
             streams[f"{topic}/{part}"] = {"low": low, "high": high, "got": got}
-        cursors = {grp: {f"{t}/{p}": o for (t, p), o in wal.committed_offsets(grp).items()}
-                   for grp in GROUPS}
+        cursors = {grp: {f"{t}/{p}": o for (t, p), o in wal.committed_offsets(grp).items()} for grp in GROUPS}
         return {"streams": streams, "cursors": cursors}
     except WalError as e:
         return {"error": f"read: {type(e).__name__}: {e}"}
@@ -297,8 +309,9 @@ def run_case(g: Golden, seed: int, workdir: str, timeout: float = CHILD_TIMEOUT_
     try:
         done = damage(d, random.Random(seed))
         res = _in_child(d, timeout)
-        summary = res.get("error") or next((f"{k}: {res[k]}" for k in ("signal", "hang", "uncaught") if k in res),
-                                           "read back")
+        summary = res.get("error") or next(
+            (f"{k}: {res[k]}" for k in ("signal", "hang", "uncaught") if k in res), "read back"
+        )
         return Outcome(seed, done, summary, judge(g, res))
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -324,10 +337,15 @@ def run(cases: int, first_seed: int, workdir: str, progress: bool = False) -> di
     for o in failures:
         assert o.failure
         classes.setdefault(o.failure[0], []).append(
-            {"seed": o.seed, "damage": o.damage, "outcome": o.result, "detail": o.failure[1]})
+            {"seed": o.seed, "damage": o.damage, "outcome": o.result, "detail": o.failure[1]}
+        )
     return {
-        "cases": cases, "first_seed": first_seed, "read_back_intact": clean, "clear_errors": errors,
-        "failures": len(failures), "failure_classes": {k: {"count": len(v), "examples": v[:5]} for k, v in classes.items()},
+        "cases": cases,
+        "first_seed": first_seed,
+        "read_back_intact": clean,
+        "clear_errors": errors,
+        "failures": len(failures),
+        "failure_classes": {k: {"count": len(v), "examples": v[:5]} for k, v in classes.items()},
         "seconds": round(time.monotonic() - t0, 1),
         "records_written": sum(len(v) for v in g.records.values()),
     }

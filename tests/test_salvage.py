@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 import pytest
-
 from damage_fuzz import Golden, build_golden, damage, judge, read_everything
+
 from walfs.errors import WalError
 from walfs.wal import Wal
 
@@ -39,8 +39,12 @@ def tree_hash(d: str) -> str:
 
 
 def repair(src: str, dst: str) -> tuple[int, dict]:
-    r = subprocess.run([PYTHON, "-m", "walfs", "fsck", "--repair", src, "--into", dst, "--json"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [PYTHON, "-m", "walfs", "fsck", "--repair", src, "--into", dst, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode in (0, 1, 2), r.stderr
     return r.returncode, (json.loads(r.stdout) if r.returncode != 2 else {"error": r.stdout})
 

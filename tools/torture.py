@@ -36,10 +36,20 @@ def main() -> int:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="walfs-torture-") as wd:
         for name, fn in (
-            ("mount_sigkill", lambda d: torture_mount.run(env("TORTURE_MOUNT_CYCLES", 50),
-                                                          env("TORTURE_WRITERS", 4), seed, d)),
-            ("engine_power_cut", lambda d: torture_powercut.run(env("TORTURE_POWERCUT_CYCLES", 500), seed, d)),
-            ("damage_fuzz", lambda d: damage_fuzz.run(env("WALFS_FUZZ_CASES", 10000), seed, d, progress=True)),
+            (
+                "mount_sigkill",
+                lambda d: torture_mount.run(
+                    env("TORTURE_MOUNT_CYCLES", 50), env("TORTURE_WRITERS", 4), seed, d
+                ),
+            ),
+            (
+                "engine_power_cut",
+                lambda d: torture_powercut.run(env("TORTURE_POWERCUT_CYCLES", 500), seed, d),
+            ),
+            (
+                "damage_fuzz",
+                lambda d: damage_fuzz.run(env("WALFS_FUZZ_CASES", 10000), seed, d, progress=True),
+            ),
         ):
             d = os.path.join(wd, name)
             os.makedirs(d)
@@ -50,8 +60,11 @@ def main() -> int:
     print(text)
     with open(os.environ.get("TORTURE_OUT", "torture-summary.json"), "w") as f:
         f.write(text + "\n")
-    bad = [k for k, v in out.items() if isinstance(v, dict) and (v.get("problems") or v.get("failures")
-                                                                 or v.get("records_lost"))]
+    bad = [
+        k
+        for k, v in out.items()
+        if isinstance(v, dict) and (v.get("problems") or v.get("failures") or v.get("records_lost"))
+    ]
     return 1 if bad else 0
 
 

@@ -28,7 +28,9 @@ from conftest_mount import Mount  # noqa: E402
 LINE = re.compile(rb"^(\d+) (\d+) (\d+) (.*)$", re.S)
 
 
-def check(data: bytes, acked: dict[int, int], next_seq: dict[int, int]) -> tuple[int, list[str], dict[int, int]]:
+def check(
+    data: bytes, acked: dict[int, int], next_seq: dict[int, int]
+) -> tuple[int, list[str], dict[int, int]]:
     """Checks the file's lines; returns (problems, details, highest seq found per writer)."""
     problems, details = 0, []
     seen: dict[int, list[int]] = {}
@@ -82,9 +84,19 @@ def run(cycles: int, writers: int, seed: int, workdir: str) -> dict[str, Any]:
             procs = []
             for w in range(writers):
                 env = dict(os.environ, TORTURE_FIRST_SEQ=str(first_seq[w]))
-                procs.append(subprocess.Popen(
-                    [sys.executable, os.path.join(HERE, "torture_mount_writer.py"), target, str(w),
-                     str(rng.randrange(1 << 30))], stdout=subprocess.PIPE, env=env))
+                procs.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            os.path.join(HERE, "torture_mount_writer.py"),
+                            target,
+                            str(w),
+                            str(rng.randrange(1 << 30)),
+                        ],
+                        stdout=subprocess.PIPE,
+                        env=env,
+                    )
+                )
             time.sleep(rng.uniform(0.3, 3.0))
             m.kill()
             for w, pr in enumerate(procs):
@@ -102,8 +114,15 @@ def run(cycles: int, writers: int, seed: int, workdir: str) -> dict[str, Any]:
         m.stop()
     finally:
         m.cleanup()
-    return {"cycles": cycles, "writers": writers, "seed": seed, "lines_acknowledged": acked_total,
-            "writers_with_lost_lines": lost, "problems": problems, "details": details[:20]}
+    return {
+        "cycles": cycles,
+        "writers": writers,
+        "seed": seed,
+        "lines_acknowledged": acked_total,
+        "writers_with_lost_lines": lost,
+        "problems": problems,
+        "details": details[:20],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,8 +39,15 @@ def run(cycles: int, seed: int, workdir: str) -> dict[str, Any]:
     acked = lost = problems = 0
     details: list[str] = []
     for cycle in range(cycles):
-        w = walfs.Wal(d, fsync=rng.choice(("never", "always", "interval")), fsync_interval_ms=50,
-                      test_mode=True, snapshot_interval_s=3600, reclaim_interval_s=3600, **SMALL)
+        w = walfs.Wal(
+            d,
+            fsync=rng.choice(("never", "always", "interval")),
+            fsync_interval_ms=50,
+            test_mode=True,
+            snapshot_interval_s=3600,
+            reclaim_interval_s=3600,
+            **SMALL,
+        )
         # --- check what the last cut left
         for t in TOPICS:
             hwm = w.high_watermark(t) if t in w.topics() else 0
@@ -49,7 +56,7 @@ def run(cycles: int, seed: int, workdir: str) -> dict[str, Any]:
                 details.append(f"cycle {cycle}: {t} high {hwm} < durable {durable[t]}")
             start = max(low[t], w.low_watermark(t) if t in w.topics() else 0)
             got = w.read(t, start, max_records=1 << 20, max_bytes=1 << 30) if hwm > start else []
-            if got != written[t][start:start + len(got)] or len(got) != hwm - start:
+            if got != written[t][start : start + len(got)] or len(got) != hwm - start:
                 problems += 1
                 details.append(f"cycle {cycle}: {t} records {start}..{hwm} differ from what was appended")
             del written[t][hwm:]
@@ -89,8 +96,14 @@ def run(cycles: int, seed: int, workdir: str) -> dict[str, Any]:
                 w.commit_offset(g, t, off)
                 cursors[(g, t)] = off
         w.debug_power_cut(seed=rng.randrange(1 << 30), keep_permille=rng.choice((0, 300, 700, 1000)))
-    return {"cycles": cycles, "seed": seed, "records_acknowledged": acked, "records_lost": lost,
-            "problems": problems, "details": details[:20]}
+    return {
+        "cycles": cycles,
+        "seed": seed,
+        "records_acknowledged": acked,
+        "records_lost": lost,
+        "problems": problems,
+        "details": details[:20],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -146,8 +146,10 @@ def _identity(src: str, segs: _Segments) -> tuple[int, int, int, str]:
     for where, head in candidates:
         if lib.walfs_salvage_identity(head, len(head), out_u, out_b, out_s) == 0:
             return int(out_u[0]), int(out_b[0]), int(out_s[0]), where
-    raise WalError(f"{src}: no catalog or segment header verifies: this is not a walfs data directory "
-                   "or every header is damaged")
+    raise WalError(
+        f"{src}: no catalog or segment header verifies: this is not a walfs data directory "
+        "or every header is damaged"
+    )
 
 
 def _catalog(src: str, uuid: int, streams: dict[int, _Stream], report: SalvageReport) -> None:
@@ -163,23 +165,34 @@ def _catalog(src: str, uuid: int, streams: dict[int, _Stream], report: SalvageRe
     if n < 0:
         raise from_errno(n, "scanning streams.cat")
     if skipped[0]:
-        report.lost.append(Loss("streams.cat", f"{int(skipped[0])} bytes",
-                                "entries whose CRC fails (definitions, trims or floors in them are lost)"))
+        report.lost.append(
+            Loss(
+                "streams.cat",
+                f"{int(skipped[0])} bytes",
+                "entries whose CRC fails (definitions, trims or floors in them are lost)",
+            )
+        )
     for i in range(n):
-        e = out[i]
-        s = streams.setdefault(e.stream_no, _Stream(e.stream_no))
-        if e.type == 1:
-            s.org_id, s.partition, s.defined = int(e.org_id), int(e.partition), True
-            s.thash = bytes(ffi.buffer(e.topic_hash, 16))
-            s.name = bytes(ffi.buffer(e.name, e.name_len))
-        elif e.type == 2:
-            s.low = max(s.low, int(e.a))
-        elif e.type == 3:
-            s.floor = max(s.floor, int(e.a))
+        ent = out[i]
+        s = streams.setdefault(ent.stream_no, _Stream(ent.stream_no))
+        if ent.type == 1:
+            s.org_id, s.partition, s.defined = int(ent.org_id), int(ent.partition), True
+            s.thash = bytes(ffi.buffer(ent.topic_hash, 16))
+            s.name = bytes(ffi.buffer(ent.name, ent.name_len))
+        elif ent.type == 2:
+            s.low = max(s.low, int(ent.a))
+        elif ent.type == 3:
+            s.floor = max(s.floor, int(ent.a))
 
 
-def _scan(segs: _Segments, uuid: int, block_size: int, streams: dict[int, _Stream], report: SalvageReport,
-          progress: Callable[[str], None]) -> None:
+def _scan(
+    segs: _Segments,
+    uuid: int,
+    block_size: int,
+    streams: dict[int, _Stream],
+    report: SalvageReport,
+    progress: Callable[[str], None],
+) -> None:
     cap = block_size // 36 + 2
     total = len(segs.maps)
     for k, (sid, m) in enumerate(sorted(segs.maps.items())):
@@ -198,27 +211,43 @@ def _scan(segs: _Segments, uuid: int, block_size: int, streams: dict[int, _Strea
             for i in range(n):
                 r = out[i]
                 s = streams.setdefault(r.stream_no, _Stream(r.stream_no))
-                rec = _Rec(sid, int(r.file_pos), int(r.offset), int(r.view_pos), int(r.gid), int(r.timestamp_ms),
-                           int(r.meta_len), int(r.value_len), int(r.batch_left))
+                rec = _Rec(
+                    sid,
+                    int(r.file_pos),
+                    int(r.offset),
+                    int(r.view_pos),
+                    int(r.gid),
+                    int(r.timestamp_ms),
+                    int(r.meta_len),
+                    int(r.value_len),
+                    int(r.batch_left),
+                )
                 old = s.recs.get(rec.offset)
                 if old is None or rec.gid > old.gid:  # a stale copy has the lower gid
                     s.recs[rec.offset] = rec
             found += n
         del buf
         if bad[0]:
-            report.lost.append(Loss(segs.names[sid], f"{int(bad[0])} block runs",
-                                    "run header fails its CRC: the records of those runs are lost"))
+            report.lost.append(
+                Loss(
+                    segs.names[sid],
+                    f"{int(bad[0])} block runs",
+                    "run header fails its CRC: the records of those runs are lost",
+                )
+            )
         progress(f"salvage: {segs.names[sid]} ({k + 1}/{total}): {found} intact records")
 
 
 def _value(segs: _Segments, r: _Rec) -> tuple[bytes, bytes]:
     m = segs.maps[r.seg]
     start = r.file_pos + 36
-    body = m[start:start + r.meta_len + r.value_len]
-    return body[:r.meta_len], body[r.meta_len:]
+    body = m[start : start + r.meta_len + r.value_len]
+    return body[: r.meta_len], body[r.meta_len :]
 
 
-def _cursors(src: str, dst: str, shift_of: dict[str, Callable[[int], int | None]], report: SalvageReport) -> None:
+def _cursors(
+    src: str, dst: str, shift_of: dict[str, Callable[[int], int | None]], report: SalvageReport
+) -> None:
     root = os.path.join(src, "cursors")
     try:
         groups = sorted(e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False))
@@ -238,7 +267,11 @@ def _cursors(src: str, dst: str, shift_of: dict[str, Callable[[int], int | None]
             except OSError as e:
                 report.lost.append(Loss(where, "cursor", f"unreadable ({e.strerror})"))
                 continue
-            if len(data) != 32 or data[:8] != _CURSOR_MAGIC or blake3.blake3(data[:16]).digest(length=16) != data[16:]:
+            if (
+                len(data) != 32
+                or data[:8] != _CURSOR_MAGIC
+                or blake3.blake3(data[:16]).digest(length=16) != data[16:]
+            ):
                 report.lost.append(Loss(where, "cursor", "damaged (checksum fails)"))
                 continue
             offset = int(struct.unpack_from("<Q", data, 8)[0])
@@ -270,12 +303,22 @@ def salvage(src: str, dst: str, progress: Callable[[str], None] | None = None) -
         uuid, block_size, segment_size, where = _identity(src, segs)
         say(f"salvage: WAL identity from {where}: block {block_size}, segment {segment_size}")
         if where != "streams.cat":
-            report.lost.append(Loss("streams.cat", "header", f"missing or damaged; WAL identity taken from {where}"))
+            report.lost.append(
+                Loss("streams.cat", "header", f"missing or damaged; WAL identity taken from {where}")
+            )
         streams: dict[int, _Stream] = {}
         _catalog(src, uuid, streams, report)
         _scan(segs, uuid, block_size, streams, report, say)
-        eng = Engine(dst, fsync="never", fsync_interval_ms=100, segment_size=segment_size, block_size=block_size,
-                     read_only=False, test_mode=False, io_uring=True)
+        eng = Engine(
+            dst,
+            fsync="never",
+            fsync_interval_ms=100,
+            segment_size=segment_size,
+            block_size=block_size,
+            read_only=False,
+            test_mode=False,
+            io_uring=True,
+        )
         shift_of: dict[str, Callable[[int], int | None]] = {}
         try:
             for no in sorted(streams):
@@ -289,10 +332,18 @@ def salvage(src: str, dst: str, progress: Callable[[str], None] | None = None) -
     return report
 
 
-def _copy_stream(eng: Any, segs: _Segments, s: _Stream, report: SalvageReport,
-                 shift_of: dict[str, Callable[[int], int | None]]) -> None:
-    label = f"stream {s.name.decode(errors='replace')!r}[{s.partition}] org {s.org_id}" if s.defined \
+def _copy_stream(
+    eng: Any,
+    segs: _Segments,
+    s: _Stream,
+    report: SalvageReport,
+    shift_of: dict[str, Callable[[int], int | None]],
+) -> None:
+    label = (
+        f"stream {s.name.decode(errors='replace')!r}[{s.partition}] org {s.org_id}"
+        if s.defined
         else f"stream #{s.no}"
+    )
     offsets = sorted(o for o in s.recs if o >= s.low)
     # An append that did not finish (its last record still expects more) never became durable.
     while offsets and s.recs[offsets[-1]].batch_left > 0:
@@ -300,8 +351,13 @@ def _copy_stream(eng: Any, segs: _Segments, s: _Stream, report: SalvageReport,
         report.lost.append(Loss(label, f"offset {cut}", "incomplete last batch (never acknowledged)"))
     if not s.defined:
         if offsets:
-            report.lost.append(Loss(label, f"offsets {offsets[0]}..{offsets[-1]} ({len(offsets)} records)",
-                                    "no intact catalog definition: topic, partition and org unknown; not copied"))
+            report.lost.append(
+                Loss(
+                    label,
+                    f"offsets {offsets[0]}..{offsets[-1]} ({len(offsets)} records)",
+                    "no intact catalog definition: topic, partition and org unknown; not copied",
+                )
+            )
         return
     expected_end = max(s.floor, offsets[-1] + 1 if offsets else 0)
     stream_no = eng.stream_open(s.org_id, s.partition, s.thash, s.name, True)
@@ -314,22 +370,33 @@ def _copy_stream(eng: Any, segs: _Segments, s: _Stream, report: SalvageReport,
         return
     first = offsets[0]
     if first > s.low:
-        report.lost.append(Loss(label, f"offsets {s.low}..{first - 1} ({first - s.low} records)",
-                                "records fail their CRC or their run is lost"))
+        report.lost.append(
+            Loss(
+                label,
+                f"offsets {s.low}..{first - 1} ({first - s.low} records)",
+                "records fail their CRC or their run is lost",
+            )
+        )
     _start_at(eng, stream_no, first, s.recs[first].view_pos)
     holes: list[tuple[int, int]] = []  # (old offset where a hole starts, records missing)
     prev = first - 1
     for o in offsets:
         if o != prev + 1:
             holes.append((prev + 1, o - prev - 1))
-            report.lost.append(Loss(label, f"offsets {prev + 1}..{o - 1} ({o - prev - 1} records)",
-                                    "records fail their CRC or their run is lost"))
+            report.lost.append(
+                Loss(
+                    label,
+                    f"offsets {prev + 1}..{o - 1} ({o - prev - 1} records)",
+                    "records fail their CRC or their run is lost",
+                )
+            )
         prev = o
     shift = 0
     for start, n in holes:
         shift += n
-        report.renumbered.append(f"{label}: records from offset {start + n} on move down by {shift} "
-                                 f"(to {start + n - shift})")
+        report.renumbered.append(
+            f"{label}: records from offset {start + n} on move down by {shift} (to {start + n - shift})"
+        )
     if s.floor > prev + 1:
         report.lost.append(Loss(label, f"offsets {prev + 1}..{s.floor - 1}", "tail records lost"))
 
@@ -344,7 +411,7 @@ def _copy_stream(eng: Any, segs: _Segments, s: _Stream, report: SalvageReport,
 
     shift_of[stream_key(s.org_id, s.thash, s.partition)] = new_offset
     for i in range(0, len(offsets), _BATCH):
-        chunk = offsets[i:i + _BATCH]
+        chunk = offsets[i : i + _BATCH]
         bodies, metas, values = [], array.array("I"), array.array("I")
         for o in chunk:
             r = s.recs[o]
