@@ -9,7 +9,7 @@ import os
 
 from damage_fuzz import run
 
-CASES = int(os.environ.get("WALFS_FUZZ_CASES", "250"))
+CASES = int(os.environ.get("WALFS_FUZZ_CASES", "400"))
 
 
 def test_damaged_wal_errors_or_reads_back_intact(tmp_path):
