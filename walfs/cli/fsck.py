@@ -31,6 +31,7 @@ def main(argv: list[str]) -> int:
         wal = Wal(args.data_dir, read_only=True)
     except WalError as e:
         print(f"walfs fsck: {args.data_dir}: {e}")
+        print(f"walfs fsck: to copy what is intact: walfs fsck --repair {args.data_dir} --into NEW_DIR")
         return 2
     try:
         problems = wal.verify()
