@@ -42,8 +42,15 @@ int64_t walfs_salvage_catalog(const uint8_t *buf, uint64_t len, uint64_t uuid, w
     uint64_t pos = CAT_HDR_SIZE, n = 0;
     *skipped = 0;
     while (pos + 8 <= len) {
+        /* Cheap plausibility first, so that skipping over garbage costs no CRC of up to
+         * 64 KiB per byte: a type walfs writes and a length no entry exceeds. */
+        uint16_t type, elen;
+        memcpy(&type, buf + pos + 4, 2);
+        memcpy(&elen, buf + pos + 6, 2);
         cat_entry_t e;
-        size_t used = fmt_cat_entry_parse(buf + pos, len - pos, seed, &e);
+        size_t used = type >= CAT_DEFINE && type <= CAT_OPEN && elen >= 8 && elen <= 42 + MAX_NAME
+                          ? fmt_cat_entry_parse(buf + pos, len - pos, seed, &e)
+                          : 0;
         if (!used || e.type < CAT_DEFINE || e.type > CAT_OPEN) {
             pos++;
             (*skipped)++;
