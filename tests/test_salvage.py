@@ -174,3 +174,16 @@ def test_into_must_be_new_and_plain_fsck_points_at_repair(golden, tmp_path):
     code, rep = repair(src, str(tmp_path / "new"))
     assert code == 1 and rep["records"] == 0
     assert any("no intact catalog definition" in x["why"] for x in rep["lost"]), rep
+
+
+def test_garbage_directory_is_refused_without_a_crash(tmp_path):
+    src = tmp_path / "junk"
+    src.mkdir()
+    rng = random.Random(5)
+    (src / "streams.cat").write_bytes(b"WALFSCAT" + rng.randbytes(200_000))
+    (src / "seg-0000000000000001.wal").write_bytes(b"WALFSSEG" + rng.randbytes(300_000))
+    (src / "seg-0000000000000002.wal").write_bytes(b"")
+    before = tree_hash(str(src))
+    code, out = repair(str(src), str(tmp_path / "new"))
+    assert code == 2 and "no catalog or segment header verifies" in out["error"]
+    assert tree_hash(str(src)) == before
