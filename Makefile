@@ -6,7 +6,7 @@ MOUNTPOINT ?= /mnt/wal
 START     ?= 1
 APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd
 
-.PHONY: install deps venv start testdeps test lint ctest bench clean
+.PHONY: install deps venv start testdeps test lint ctest bench torture clean
 
 install: deps venv
 	install -m 755 mount/mount.fuse.walfs /sbin/mount.fuse.walfs
@@ -37,7 +37,7 @@ testdeps:
 	$(PY) -m pip install -q -e '.[test]'
 
 lint: testdeps
-	$(PY) -m ruff check walfs pyspark_walfs tests bench
+	$(PY) -m ruff check walfs pyspark_walfs tests bench tools
 	$(PY) -m mypy walfs pyspark_walfs
 
 # The C core compiles without a warning under -Wall -Wextra (cffi builds it with -Werror).
@@ -49,6 +49,13 @@ bench:
 	$(PY) bench/bench_mount.py
 	$(PY) bench/bench_spark.py
 	$(PY) bench/bench_kafka.py
+
+# Crash and damage torture (not in CI; minutes to hours; docs/durability.md). Sizes from the
+# environment: TORTURE_MOUNT_CYCLES, TORTURE_WRITERS, TORTURE_POWERCUT_CYCLES,
+# WALFS_FUZZ_CASES, TORTURE_SEED; JSON summary to stdout and $(TORTURE_OUT).
+TORTURE_OUT ?= torture-summary.json
+torture: testdeps
+	TORTURE_OUT=$(TORTURE_OUT) $(PY) tools/torture.py
 
 clean:
 	rm -rf build *.egg-info walfs/_core*.so

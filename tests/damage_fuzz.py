@@ -1,0 +1,377 @@
+"""The damage fuzzer (issue 9): one closed WAL with many streams, batches, trims, cursors and
+records from 0 bytes to several blocks is damaged at random (flipped bits, zeroed 4 KiB
+pages, truncated files, deleted files, of every kind: streams.cat, segments, index.snap,
+cursor files), then opened and read whole in a forked child with a time limit.
+
+Allowed outcomes of a case: a clear walfs exception (at open or on read), or every record
+and cursor returned exactly as written. Anything else is a failure: a signal, a hang, other
+bytes, durable records or cursors missing without an error.
+
+Used by tests/test_damage_fuzz.py (a few hundred cases in CI) and by `make torture`
+(tools/torture_fuzz.py, WALFS_FUZZ_CASES cases). Every case is reproducible from its seed:
+    python tests/damage_fuzz.py --seed N   (prints the damage and the outcome)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+SEGMENT_SIZE = 1 << 20
+BLOCK_SIZE = 64 << 10
+CHILD_TIMEOUT_S = 30.0
+GROUPS = ("g1", "g2")
+
+
+def _value(rng: random.Random) -> bytes:
+    kind = rng.random()
+    if kind < 0.05:
+        return b""
+    if kind < 0.75:
+        return rng.randbytes(rng.randint(1, 200))
+    if kind < 0.93:
+        return rng.randbytes(rng.randint(200, 20_000))
+    return rng.randbytes(rng.randint(BLOCK_SIZE, 3 * BLOCK_SIZE))  # several blocks
+
+
+def _digest(key: bytes | None, value: bytes, headers: object) -> str:
+    h = hashlib.sha256()
+    h.update(b"-" if key is None else b"k" + bytes(key))
+    h.update(repr([(k, None if v is None else bytes(v)) for k, v in headers or ()]).encode())  # type: ignore[attr-defined]
+    h.update(b"|" + bytes(value))
+    return h.hexdigest()[:24]
+
+
+@dataclass
+class Golden:
+    """What was written: per stream key "topic/partition", the digest of every offset, the
+    low watermark after trims, and the committed cursors."""
+
+    path: str
+    records: dict[str, list[str]] = field(default_factory=dict)
+    low: dict[str, int] = field(default_factory=dict)
+    cursors: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+def build_golden(path: str, seed: int = 1) -> Golden:
+    """Writes the WAL every case damages a copy of, and closes it (everything durable)."""
+    from walfs.wal import Wal
+
+    rng = random.Random(seed)
+    g = Golden(path)
+    streams = [(f"topic-{t}", p) for t in range(4) for p in range(2)]
+    wal = Wal(
+        path,
+        fsync="never",
+        segment_size=SEGMENT_SIZE,
+        block_size=BLOCK_SIZE,
+        snapshot_interval_s=3600,
+        reclaim_interval_s=3600,
+    )
+    try:
+        for _ in range(70):
+            topic, part = rng.choice(streams)
+            key = f"{topic}/{part}"
+            batch = []
+            for _ in range(rng.randint(1, 6)):
+                k = rng.randbytes(rng.randint(0, 12)) if rng.random() < 0.5 else None
+                hdrs = [("h", rng.randbytes(rng.randint(0, 8)))] if rng.random() < 0.3 else []
+                ts = rng.randint(1, 2**40) if rng.random() < 0.3 else None
+                batch.append((k, _value(rng), hdrs, ts))
+            wal.append_records(topic, batch, part)
+            g.records.setdefault(key, []).extend(_digest(k, v, h) for k, v, h, _ in batch)
+            if rng.random() < 0.08:
+                high = wal.high_watermark(topic, part)
+                low = rng.randint(0, high)
+                wal.trim(topic, low, part)
+                g.low[key] = max(g.low.get(key, 0), low)
+            if rng.random() < 0.15:
+                grp = rng.choice(GROUPS)
+                off = rng.randint(0, wal.high_watermark(topic, part))
+                wal.commit_offset(grp, topic, off, part)
+                g.cursors.setdefault(grp, {})[key] = off
+        wal.snapshot()
+        wal.reclaim()
+    finally:
+        wal.close()
+    for key in g.records:
+        g.low.setdefault(key, 0)
+    return g
+
+
+# -- damage -----------------------------------------------------------------------------
+def _files(d: str) -> list[str]:
+    out = []
+    for root, _dirs, names in os.walk(d):
+        for n in names:
+            if n != "LOCK":
+                out.append(os.path.join(root, n))
+    return sorted(out)
+
+
+def _hot_offset(rng: random.Random, path: str, size: int) -> int:
+    """Mostly where the bytes that matter are: headers, run headers, early records."""
+    if size == 0:
+        return 0
+    if os.path.basename(path).startswith("seg-") and rng.random() < 0.6:
+        n_blocks = max(1, (size - 4096) // BLOCK_SIZE)
+        choice = rng.random()
+        if choice < 0.2:
+            return rng.randrange(min(size, 64))
+        base = 4096 + rng.randrange(n_blocks) * BLOCK_SIZE
+        if choice < 0.6:
+            return min(size - 1, base + rng.randrange(640))  # open/seal headers
+        return min(size - 1, base + 1024 + rng.randrange(4096))  # first records
+    return rng.randrange(size)
+
+
+def damage(d: str, rng: random.Random) -> list[str]:
+    """Applies 1-3 random damages to the WAL in d; returns what was done."""
+    done = []
+    for _ in range(rng.choice((1, 1, 1, 2, 3))):
+        files = _files(d)
+        if not files:
+            break
+        # A kind of file first (catalog, segment, index snapshot, cursor), then one of it,
+        # so that the many small cursor files do not crowd out the rest.
+        kinds: dict[str, list[str]] = {}
+        for f in files:
+            b = os.path.basename(f)
+            kinds.setdefault(
+                "seg" if b.startswith("seg-") else b if "." in b and "/cursors/" not in f else "cursor", []
+            ).append(f)
+        path = rng.choice(kinds[rng.choice(sorted(kinds))])
+        rel = os.path.relpath(path, d)
+        size = os.path.getsize(path)
+        kind = rng.choices(("flip", "zero", "truncate", "delete"), (5, 3, 2, 1))[0]
+        if kind == "flip" and size:
+            with open(path, "r+b") as f:
+                flips = []
+                for _ in range(rng.randint(1, 8)):
+                    pos = _hot_offset(rng, path, size)
+                    f.seek(pos)
+                    b = f.read(1)[0] ^ (1 << rng.randrange(8))
+                    f.seek(pos)
+                    f.write(bytes([b]))
+                    flips.append(pos)
+            done.append(f"flip {rel} @{flips}")
+        elif kind == "zero" and size:
+            pos = _hot_offset(rng, path, size) & ~4095
+            with open(path, "r+b") as f:
+                f.seek(pos)
+                f.write(bytes(min(4096, size - pos)))
+            done.append(f"zero {rel} page@{pos}")
+        elif kind == "truncate":
+            new = rng.randrange(size + 1) if rng.random() < 0.5 else _hot_offset(rng, path, size)
+            os.truncate(path, new)
+            done.append(f"truncate {rel} {size}->{new}")
+        else:
+            os.unlink(path)
+            done.append(f"delete {rel}")
+    return done
+
+
+# -- the check, in a child ----------------------------------------------------------------
+def read_everything(d: str) -> dict:
+    """Opens the WAL and reads all of it. Returns {"error": ...} for a walfs exception
+    (allowed), else what was read."""
+    from walfs.errors import WalError
+    from walfs.wal import Wal
+
+    try:
+        wal = Wal(
+            d,
+            fsync="never",
+            segment_size=SEGMENT_SIZE,
+            block_size=BLOCK_SIZE,
+            snapshot_interval_s=3600,
+            reclaim_interval_s=3600,
+        )
+    except WalError as e:
+        return {"error": f"open: {type(e).__name__}: {e}"}
+    try:
+        streams: dict[str, dict] = {}
+        for topic, part in wal.streams():
+            low, high = wal.low_watermark(topic, part), wal.high_watermark(topic, part)
+            got: dict[int, str] = {}
+            off = low
+            while off < high:
+                recs = wal.read_records(topic, off, part, max_records=500)
+                if not recs:
+                    break
+                for r in recs:
+                    got[r.offset] = _digest(r.key, r.value, r.headers)
+                off = recs[-1].offset + 1
+            streams[f"{topic}/{part}"] = {"low": low, "high": high, "got": got}
+        cursors = {grp: {f"{t}/{p}": o for (t, p), o in wal.committed_offsets(grp).items()} for grp in GROUPS}
+        return {"streams": streams, "cursors": cursors}
+    except WalError as e:
+        return {"error": f"read: {type(e).__name__}: {e}"}
+    finally:
+        try:
+            wal.close()
+        except WalError:
+            pass
+
+
+def _in_child(d: str, timeout: float) -> dict:
+    fd, out = tempfile.mkstemp(prefix="fuzz-out-")
+    os.close(fd)
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        try:
+            res = read_everything(d)
+            with open(out, "w") as f:
+                json.dump(res, f)
+        except BaseException as e:  # noqa: BLE001 - reported as a failure by the parent
+            with open(out, "w") as f:
+                json.dump({"uncaught": f"{type(e).__name__}: {e}"}, f)
+            code = 3
+        os._exit(code)
+    deadline = time.monotonic() + timeout
+    status = None
+    while time.monotonic() < deadline:
+        p, st = os.waitpid(pid, os.WNOHANG)
+        if p:
+            status = st
+            break
+        time.sleep(0.01)
+    try:
+        if status is None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return {"hang": timeout}
+        if os.WIFSIGNALED(status):
+            return {"signal": signal.Signals(os.WTERMSIG(status)).name}
+        with open(out) as f:
+            text = f.read()
+        return json.loads(text) if text else {"uncaught": f"child exited {os.WEXITSTATUS(status)} silently"}
+    finally:
+        os.unlink(out)
+
+
+def judge(g: Golden, res: dict) -> tuple[str, str] | None:
+    """None when the outcome is allowed, else (failure class, detail)."""
+    for bad in ("signal", "hang", "uncaught"):
+        if bad in res:
+            return bad, str(res[bad])
+    if "error" in res:
+        return None
+    streams = res["streams"]
+    for key, written in g.records.items():
+        low = g.low[key]
+        if low >= len(written):
+            continue  # nothing durable left to find
+        s = streams.get(key)
+        if s is None:
+            return "stream missing", key
+        got = {int(o): dig for o, dig in s["got"].items()}  # str keys after JSON
+        for off, dig in got.items():
+            if off >= len(written) or written[off] != dig:
+                return "other bytes", f"{key} offset {off}"
+        missing = [o for o in range(low, len(written)) if o not in got]
+        if missing:
+            return "records missing", f"{key} offsets {missing[0]}..{missing[-1]} ({len(missing)})"
+        if s["high"] != len(written):
+            return "high watermark", f"{key} high {s['high']} != {len(written)}"
+    for grp, cur in g.cursors.items():
+        for key, off in cur.items():
+            have = res["cursors"].get(grp, {}).get(key)
+            if have != off:
+                return "cursor", f"{grp} {key}: {have} != {off}"
+    for key in streams:
+        if key not in g.records:
+            return "invented stream", key
+    return None
+
+
+@dataclass
+class Outcome:
+    seed: int
+    damage: list[str]
+    result: str
+    failure: tuple[str, str] | None
+
+
+def run_case(g: Golden, seed: int, workdir: str, timeout: float = CHILD_TIMEOUT_S) -> Outcome:
+    d = os.path.join(workdir, f"case-{seed}")
+    shutil.copytree(g.path, d)
+    try:
+        done = damage(d, random.Random(seed))
+        res = _in_child(d, timeout)
+        summary = res.get("error") or next(
+            (f"{k}: {res[k]}" for k in ("signal", "hang", "uncaught") if k in res), "read back"
+        )
+        return Outcome(seed, done, summary, judge(g, res))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def run(cases: int, first_seed: int, workdir: str, progress: bool = False) -> dict:
+    """Runs cases seeds first_seed.. and returns a JSON-able summary."""
+    g = build_golden(os.path.join(workdir, "golden"))
+    failures: list[Outcome] = []
+    errors = clean = 0
+    t0 = time.monotonic()
+    for i in range(cases):
+        o = run_case(g, first_seed + i, workdir)
+        if o.failure:
+            failures.append(o)
+        elif o.result == "read back":
+            clean += 1
+        else:
+            errors += 1
+        if progress and (i + 1) % 100 == 0:
+            print(f"damage fuzz: {i + 1}/{cases} cases, {len(failures)} failures", file=sys.stderr)
+    classes: dict[str, list[dict]] = {}
+    for o in failures:
+        assert o.failure
+        classes.setdefault(o.failure[0], []).append(
+            {"seed": o.seed, "damage": o.damage, "outcome": o.result, "detail": o.failure[1]}
+        )
+    return {
+        "cases": cases,
+        "first_seed": first_seed,
+        "read_back_intact": clean,
+        "clear_errors": errors,
+        "failures": len(failures),
+        "failure_classes": {k: {"count": len(v), "examples": v[:5]} for k, v in classes.items()},
+        "seconds": round(time.monotonic() - t0, 1),
+        "records_written": sum(len(v) for v in g.records.values()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cases", type=int, default=int(os.environ.get("WALFS_FUZZ_CASES", "300")))
+    p.add_argument("--seed", type=int, default=None, help="run this one seed and show it")
+    p.add_argument("--first-seed", type=int, default=int(os.environ.get("WALFS_FUZZ_SEED", "1")))
+    p.add_argument("--json-out", help="also write the JSON summary here")
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="walfs-fuzz-") as wd:
+        if args.seed is not None:
+            g = build_golden(os.path.join(wd, "golden"))
+            o = run_case(g, args.seed, wd)
+            summary = {"seed": o.seed, "damage": o.damage, "outcome": o.result, "failure": o.failure}
+        else:
+            summary = run(args.cases, args.first_seed, wd, progress=True)
+    text = json.dumps(summary, indent=2)
+    print(text)
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            f.write(text + "\n")
+    return 1 if summary.get("failure") or summary.get("failures") else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
