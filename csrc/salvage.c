@@ -48,10 +48,11 @@ int64_t walfs_salvage_catalog(const uint8_t *buf, uint64_t len, uint64_t uuid, w
         memcpy(&type, buf + pos + 4, 2);
         memcpy(&elen, buf + pos + 6, 2);
         cat_entry_t e;
-        size_t used = type >= CAT_DEFINE && type <= CAT_OPEN && elen >= 8 && elen <= 42 + MAX_NAME
-                          ? fmt_cat_entry_parse(buf + pos, len - pos, seed, &e)
+        const char *why;
+        size_t used = type >= CAT_DEFINE && type <= CAT_DELETE && elen >= 8 && elen <= 42 + MAX_NAME
+                          ? fmt_cat_entry_parse(buf + pos, len - pos, seed, &e, &why)
                           : 0;
-        if (!used || e.type < CAT_DEFINE || e.type > CAT_OPEN) {
+        if (!used || e.type < CAT_DEFINE || e.type > CAT_DELETE) {
             pos++;
             (*skipped)++;
             continue;

@@ -92,6 +92,7 @@ class _Stream:
     thash: bytes = b""
     name: bytes = b""
     defined: bool = False
+    deleted: bool = False  # a DELETE entry: the topic was deleted, nothing to copy
     low: int = 0
     floor: int = 0
     recs: dict[int, _Rec] = field(default_factory=dict)
@@ -183,6 +184,8 @@ def _catalog(src: str, uuid: int, streams: dict[int, _Stream], report: SalvageRe
             s.low = max(s.low, int(ent.a))
         elif ent.type == 3:
             s.floor = max(s.floor, int(ent.a))
+        elif ent.type == 5:
+            s.deleted = True
 
 
 def _scan(
@@ -344,6 +347,8 @@ def _copy_stream(
         if s.defined
         else f"stream #{s.no}"
     )
+    if s.deleted:
+        return  # deleted on purpose: its name may belong to a newer stream
     offsets = sorted(o for o in s.recs if o >= s.low)
     # An append that did not finish (its last record still expects more) never became durable.
     while offsets and s.recs[offsets[-1]].batch_left > 0:
