@@ -81,5 +81,5 @@ def test_damaged_cursor_file_is_an_error(open_wal, wal_dir):
     path = os.path.join(wal_dir, "cursors", "g", w.stream_key("t"))
     with open(path, "r+b") as f:
         f.write(b"X")
-    with pytest.raises(ValueError):
+    with pytest.raises(walfs.WalCorruptError, match="cursor file"):
         w.committed_offset("g", "t")

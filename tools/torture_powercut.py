@@ -44,8 +44,7 @@ def run(cycles: int, seed: int, workdir: str) -> dict[str, Any]:
             fsync=rng.choice(("never", "always", "interval")),
             fsync_interval_ms=50,
             test_mode=True,
-            snapshot_interval_s=3600,
-            reclaim_interval_s=3600,
+                reclaim_interval_s=3600,
             **SMALL,
         )
         # --- check what the last cut left

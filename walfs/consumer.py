@@ -6,7 +6,7 @@ bytes: b"WALFSCUR" | u64 offset, little-endian | the first 16 bytes of blake3 of
 bytes before. It is replaced atomically (write <path>.tmp.<thread>, fsync, rename, fsync
 the directory, and its parent when the group directory is new), so a crash leaves the old
 or the new offset, never a mix; leftover .tmp files are ignored. A file of another length
-or with a bad magic or checksum is damage: reading it raises ValueError naming the file.
+or with a bad magic or checksum is damage: reading it raises WalCorruptError naming the file.
 
 The commit rule itself (range, durability, advance-only) is Wal.commit_offset's: this
 module only stores what it is given.
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import blake3
 
+from walfs.errors import WalCorruptError
 from walfs.names import topic_bytes
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ class CursorStore:
         except FileNotFoundError:
             return None
         if len(data) != 32 or data[:8] != _MAGIC or blake3.blake3(data[:16]).digest(length=16) != data[16:]:
-            raise ValueError(f"cursor file {self._path(group, key)} is damaged")
+            raise WalCorruptError(f"cursor file {self._path(group, key)} is damaged")
         return int(struct.unpack_from("<Q", data, 8)[0])
 
     def put(self, group: str, key: str, offset: int, *, advance_only: bool = False) -> bool:

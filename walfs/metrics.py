@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from walfs.errors import WalError
+
 # Seconds: 50 us .. 10 s, enough for a FUSE round trip and a slow fsync alike.
 BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 
@@ -230,7 +232,7 @@ def consumer_lags(wal: Any) -> list[tuple[str, str, int, int]]:
     for group in wal.consumer_groups():
         try:
             committed = wal.committed_offsets(group)
-        except ValueError:
+        except WalError:
             continue  # a damaged cursor file is reported where it is read
         for (topic, partition), offset in committed.items():
             out.append((group, topic, partition, max(wal.high_watermark(topic, partition) - offset, 0)))

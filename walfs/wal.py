@@ -15,7 +15,7 @@ from typing import Any
 
 from walfs.consumer import Consumer, CursorStore
 from walfs.engine import Engine
-from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError, WalClosedError
+from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError, WalClosedError, WalCorruptError
 from walfs.metrics import WalStats
 from walfs.names import check_partition, stream_key, topic_bytes, topic_hash
 from walfs.records import Header, Record, decode_meta, encode_meta
@@ -155,6 +155,7 @@ class Wal:
         sync reverts (except keep_permille/1000 of them, chosen by seed), and the WAL is
         abandoned without syncing, snapshotting or closing cleanly."""
         self._stop.set()
+        self._wake.set()
         if self._worker is not None:
             self._worker.join()
         self.engine.power_cut(seed, keep_permille)
@@ -554,7 +555,7 @@ class Wal:
             for key in self.cursors.keys(group):
                 try:
                     offset = self.cursors.get(group, key)
-                except ValueError as e:
+                except WalCorruptError as e:
                     log.error("%s", e)
                     continue
                 s_end = ends.get(key)
