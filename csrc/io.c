@@ -37,33 +37,31 @@ static void emit(int level, const char *dir, const char *line)
         fprintf(stderr, "walfs[%s]: %s\n", dir, line);
 }
 
+/* The one formatting path of the three levels below. */
+#define FORMAT_LINE(line, fmt)                   \
+    char line[1024];                             \
+    do {                                         \
+        va_list ap_;                             \
+        va_start(ap_, fmt);                      \
+        vsnprintf(line, sizeof(line), fmt, ap_); \
+        va_end(ap_);                             \
+    } while (0)
+
 void wal_log(const walfs_t *wal, const char *fmt, ...)
 {
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
+    FORMAT_LINE(line, fmt);
     emit(WALFS_LOG_WARNING, wal->dir, line);
 }
 
 void wal_info(const walfs_t *wal, const char *fmt, ...)
 {
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
+    FORMAT_LINE(line, fmt);
     emit(WALFS_LOG_INFO, wal->dir, line);
 }
 
 void wal_damage(walfs_t *wal, const char *fmt, ...)
 {
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof(line), fmt, ap);
-    va_end(ap);
+    FORMAT_LINE(line, fmt);
     emit(WALFS_LOG_ERROR, wal->dir, line);
     if (!wal->damage[0]) snprintf(wal->damage, sizeof(wal->damage), "%s", line);
 }

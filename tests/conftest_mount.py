@@ -57,6 +57,15 @@ def daemon_alive(pid: int) -> bool:
         return False
 
 
+def rss_kib(pid: int) -> int:
+    """A process's resident memory (KiB), for tests that bound a daemon's memory."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
 def wait_until(predicate: object, timeout: float = 10.0, what: str = "condition") -> None:
     """Polls a predicate (no timing assertion: the timeout only bounds a hang)."""
     assert callable(predicate)

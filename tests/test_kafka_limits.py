@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+from conftest_mount import rss_kib
 from kafka_harness import (
     SMALL_WAL_ARGS,
     ServeProcess,
@@ -18,14 +19,6 @@ from kafka_harness import (
     raw_connect,
     recv_frame,
 )
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def test_connections_past_the_cap_are_closed_and_logged(tmp_path: Path) -> None:

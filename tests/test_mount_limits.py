@@ -7,17 +7,9 @@ import errno
 import os
 
 import pytest
-from conftest_mount import Mount
+from conftest_mount import Mount, rss_kib
 
 pytest_plugins = ["conftest_mount"]
-
-
-def rss_kib(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS")
 
 
 def test_cat_dev_zero_gets_efbig_and_stores_nothing(make_mount) -> None:
