@@ -100,6 +100,9 @@ int64_t walfs_stream_next_byte(walfs_t *wal, uint32_t stream_no);
 int walfs_append(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *data,
                  const uint32_t *meta_lens, const uint32_t *value_lens, int wait, uint64_t *first_gid,
                  uint64_t *first_offset, uint64_t *ticket);
+/* Appends one plain record (no meta section) of len bytes; with wait, under
+ * fsync="always", returns once it is durable. Returns its offset, or a negative errno. */
+int64_t walfs_append_one(walfs_t *wal, uint32_t stream_no, const char *value, uint32_t len, int wait);
 /* Appends the lines of data (split on '\n'; a final '\n' ends the last line, it does not
  * start an empty one) as one batch of plain records; *n_out is the number of lines. */
 int walfs_append_lines(walfs_t *wal, uint32_t stream_no, const uint8_t *data, uint64_t len, int wait,

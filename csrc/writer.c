@@ -316,6 +316,20 @@ int walfs_append(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *da
     return rc;
 }
 
+int64_t walfs_append_one(walfs_t *wal, uint32_t stream_no, const char *value, uint32_t len, int wait)
+{
+    /* One plain record: no arrays to build or free, so a single-record append from
+     * Python is one C call (the stream handle's append, walfs/local_engine.py). */
+    stream_t *s;
+    int rc = append_checks(wal, stream_no, &s);
+    if (rc) return rc;
+    const uint8_t *body = (const uint8_t *)value;
+    uint32_t meta = 0;
+    uint64_t gid, offset, ticket;
+    rc = append_bodies(wal, s, 1, &body, &meta, &len, wait, &gid, &offset, &ticket);
+    return rc ? rc : (int64_t)offset;
+}
+
 int walfs_append_lines(walfs_t *wal, uint32_t stream_no, const uint8_t *data, uint64_t len, int wait,
                        uint64_t *first_gid_out, uint64_t *first_offset_out, uint64_t *ticket_out, uint32_t *n_out)
 {

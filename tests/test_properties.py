@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import walfs
+from walfs import debug
 from walfs.records import decode_meta, encode_meta
 
 values = st.binary(min_size=0, max_size=3000)
@@ -54,7 +55,7 @@ def test_wal_matches_model(sequence):
             else:
                 # A sync, then a power cut with nothing unsynced: nothing may change.
                 w.sync()
-                w.debug_power_cut(seed=op[1], keep_permille=0)
+                debug.power_cut(w, seed=op[1], keep_permille=0)
                 w = walfs.Wal(d, test_mode=True)
             for (t, p), vals in model.items():
                 lo = low.get((t, p), 0)

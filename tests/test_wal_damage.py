@@ -12,6 +12,7 @@ import pytest
 from conftest import SMALL
 
 import walfs
+from walfs import debug
 
 SEG_HDR = 4096
 BLOCK = SMALL["block_size"]
@@ -248,7 +249,7 @@ def test_torn_tail_after_a_power_cut_is_still_cut(open_wal, wal_dir):
     w.sync()
     w.sync()  # the frontier written after the first sync is durable too
     w.append_batch("t", [b"late %d" % i for i in range(300)])
-    w.debug_power_cut(seed=3, keep_permille=500)
+    debug.power_cut(w, seed=3, keep_permille=500)
     w = open_wal()
     got = w.read("t", 0, max_records=1000)
     assert got[:100] == [b"record %03d" % i for i in range(100)]

@@ -8,6 +8,7 @@ import pytest
 from conftest import payload
 
 import walfs
+from walfs import debug
 
 
 def fill(w: walfs.Wal, topic: str, n: int, start: int = 0, size: int = 500) -> None:
@@ -23,7 +24,7 @@ def test_reclaim_after_unsynced_appends_survives_a_power_cut(open_wal):
     w.trim("a", 2000)
     fill(w, "a", 10, start=2000)  # not durable
     assert w.reclaim() >= 1
-    w.debug_power_cut(seed=1, keep_permille=0)
+    debug.power_cut(w, seed=1, keep_permille=0)
 
     w = open_wal(fsync="always", test_mode=True, reclaim_interval_s=3600)
     assert w.low_watermark("a") == 2000
@@ -45,7 +46,7 @@ def test_trim_past_the_durable_mark_makes_it_durable_first(open_wal):
     assert w.durable_watermark("a") == 300
     w.trim("a", 340)  # beyond what is durable: the records it keeps must be durable
     assert w.durable_watermark("a") == 350
-    w.debug_power_cut(seed=2, keep_permille=0)
+    debug.power_cut(w, seed=2, keep_permille=0)
     w = open_wal(fsync="never", test_mode=True)
     assert (w.low_watermark("a"), w.high_watermark("a")) == (340, 350)
     assert w.read("a", 340, max_records=100) == [payload("a", k, 500) for k in range(340, 350)]
@@ -100,12 +101,12 @@ def test_cursor_past_the_end_after_a_power_cut_is_clamped_and_logged(open_wal, c
     w.sync()
     w.commit_offset("g", "t", 10)
     w.append_batch("t", [b"s"] * 5)
-    w.debug_power_cut(seed=3, keep_permille=0)
+    debug.power_cut(w, seed=3, keep_permille=0)
     # Simulate a cursor that outran the log (a power cut under fsync=never in an older
     # release, or a restored backup): the log ends at 10, the cursor says 14.
     w = open_wal(fsync="never", test_mode=True)
     assert w.high_watermark("t") == 10
-    w.cursors.put("g", w.stream_key("t"), 14)
+    debug.local_engine(w).cursors.put("g", w.stream_key("t"), 14)
     w.close()
     with caplog.at_level(logging.WARNING, logger="walfs"):
         w = open_wal(fsync="never")

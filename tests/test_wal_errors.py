@@ -9,6 +9,7 @@ import pytest
 from conftest import REPO, SMALL
 
 import walfs
+from walfs import debug
 
 
 @pytest.mark.parametrize("topic", ["", "a/b", "nul\0byte", ".", "..", "x" * 250, "é" * 125, b"bytes", None])
@@ -129,7 +130,7 @@ def test_missing_catalog_with_segments_is_reported(open_wal, wal_dir):
 def test_write_error_fails_only_that_append(open_wal):
     w = open_wal(test_mode=True)
     w.append_batch("t", [b"a", b"b"])
-    w.engine.inject_fault("write", errno.EIO, after=0, count=1)
+    debug.inject_fault(w, "write", errno.EIO, after=0, count=1)
     with pytest.raises(walfs.WalIOError) as e:
         w.append_batch("t", [b"lost"] * 100)
     assert e.value.errno == errno.EIO
@@ -143,7 +144,7 @@ def test_write_error_fails_only_that_append(open_wal):
 def test_fsync_error_fails_the_wal_until_reopen(open_wal):
     w = open_wal(test_mode=True, fsync="always")
     w.append("t", b"durable")
-    w.engine.inject_fault("sync", errno.EIO, after=0, count=1)
+    debug.inject_fault(w, "sync", errno.EIO, after=0, count=1)
     with pytest.raises(walfs.WalFailedError):
         w.append("t", b"not acknowledged")
     with pytest.raises(walfs.WalFailedError):
@@ -162,7 +163,7 @@ def test_fsync_error_fails_the_wal_until_reopen(open_wal):
 def test_fsync_error_reaches_interval_mode_callers(open_wal):
     w = open_wal(test_mode=True, fsync="interval", fsync_interval_ms=10)
     w.append("t", b"x")
-    w.engine.inject_fault("sync", errno.EIO, after=0, count=1)
+    debug.inject_fault(w, "sync", errno.EIO, after=0, count=1)
     w.append("t", b"y")
     with pytest.raises(walfs.WalFailedError):
         w.sync()
@@ -172,7 +173,7 @@ def test_fsync_error_reaches_interval_mode_callers(open_wal):
 
 def test_injected_enospc_on_new_segment(open_wal):
     w = open_wal(test_mode=True)
-    w.engine.inject_fault("alloc", errno.ENOSPC, after=0, count=1)
+    debug.inject_fault(w, "alloc", errno.ENOSPC, after=0, count=1)
     with pytest.raises(walfs.WalIOError) as e:
         w.append_batch("t", [b"x" * 1000] * 2000)  # needs new segments
     assert e.value.errno == errno.ENOSPC

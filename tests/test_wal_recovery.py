@@ -14,6 +14,7 @@ import pytest
 from conftest import PYTHON, REPO, SMALL, payload
 
 import walfs
+from walfs import debug
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -171,7 +172,7 @@ def test_power_loss_keeps_every_synced_record_and_whole_batches(wal_dir, seed):
             elif rng.random() < 0.2:
                 w.sync()
                 model.synced()
-        w.debug_power_cut(seed=rng.randrange(1 << 30), keep_permille=rng.choice([0, 300, 700, 1000]))
+        debug.power_cut(w, seed=rng.randrange(1 << 30), keep_permille=rng.choice([0, 300, 700, 1000]))
     w = walfs.Wal(wal_dir, test_mode=True, **SMALL)
     model.check(w)
     w.close()
@@ -183,7 +184,7 @@ def test_power_loss_in_the_middle_of_a_huge_batch(wal_dir):
     w.sync()
     # A batch over many blocks and segments, of which a random part reaches the disk.
     w.append_batch("t", [b"x" * 900] * 5000)
-    w.debug_power_cut(seed=7, keep_permille=500)
+    debug.power_cut(w, seed=7, keep_permille=500)
     w = walfs.Wal(wal_dir, **SMALL)
     assert w.high_watermark("t") == 10
     assert w.read("t", 0, max_records=100) == [b"keep"] * 10
@@ -200,7 +201,7 @@ def test_power_loss_in_the_middle_of_a_huge_batch(wal_dir):
 
 def crash_after(w: walfs.Wal) -> None:
     """A process crash: every write stays (page cache), nothing more is synced."""
-    w.debug_power_cut(seed=1, keep_permille=1000)
+    debug.power_cut(w, seed=1, keep_permille=1000)
 
 
 def test_torn_tail_is_cut_and_never_comes_back(open_wal, wal_dir):

@@ -8,6 +8,7 @@ import pytest
 from conftest import payload
 
 import walfs
+from walfs import debug
 
 
 def segs(d: str) -> list[str]:
@@ -213,7 +214,7 @@ def test_failed_compaction_keeps_the_old_catalog_and_the_trim(open_wal, wal_dir)
     for k in range(1, 14):
         w.trim("t", k)
     grown = cat_size(wal_dir)
-    w.engine.inject_fault("write", errno.ENOSPC, after=1, count=1)  # the TRIM passes, the rewrite fails
+    debug.inject_fault(w, "write", errno.ENOSPC, after=1, count=1)  # the TRIM passes, the rewrite fails
     w.trim("t", 14)
     assert w.low_watermark("t") == 14
     assert cat_size(wal_dir) > grown  # the old catalog, one entry longer

@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from conftest import SMALL  # noqa: E402  (tests/ helpers are reused, not copied)
 
 import walfs  # noqa: E402
+from walfs import debug
 
 TOPICS = ("a", "b", "c", "d")
 
@@ -94,7 +95,7 @@ def run(cycles: int, seed: int, workdir: str) -> dict[str, Any]:
                 off = rng.randint(0, durable[t])
                 w.commit_offset(g, t, off)
                 cursors[(g, t)] = off
-        w.debug_power_cut(seed=rng.randrange(1 << 30), keep_permille=rng.choice((0, 300, 700, 1000)))
+        debug.power_cut(w, seed=rng.randrange(1 << 30), keep_permille=rng.choice((0, 300, 700, 1000)))
     return {
         "cycles": cycles,
         "seed": seed,

@@ -8,24 +8,22 @@ the directory, and its parent when the group directory is new), so a crash leave
 or the new offset, never a mix; leftover .tmp files are ignored. A file of another length
 or with a bad magic or checksum is damage: reading it raises WalCorruptError naming the file.
 
-The commit rule itself (range, durability, advance-only) is Wal.commit_offset's: this
-module only stores what it is given.
+The commit rule itself (range, durability, advance-only) is LogEngine.commit's
+(walfs/engine_api.py; the local engine keeps its cursors here): this module only stores
+what it is given. Consumer is written against the engine interface alone.
 """
 
 import os
 import struct
 import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 import blake3
 
+from walfs.engine_api import LogEngine, durable_end, read_records
 from walfs.errors import WalCorruptError
 from walfs.names import topic_bytes
-
-if TYPE_CHECKING:
-    from walfs.records import Record
-    from walfs.wal import Wal
+from walfs.records import Record
 
 _MAGIC = b"WALFSCUR"
 
@@ -136,7 +134,7 @@ class Consumer:
 
     def __init__(
         self,
-        wal: "Wal",
+        engine: LogEngine,
         group: str,
         topic: str,
         partition: int,
@@ -146,23 +144,23 @@ class Consumer:
         if mode not in ("at_least_once", "strictly_once"):
             raise ValueError(f"mode must be 'at_least_once' or 'strictly_once', not {mode!r}")
         topic_bytes(group)
-        self.wal, self.group, self.topic, self.partition = wal, group, topic, partition
+        self.engine, self.group, self.topic, self.partition = engine, group, topic, partition
         self.mode = mode
         self.persist_every = persist_every
         self._reads = 0
-        committed = wal.committed_offset(group, topic, partition)
+        committed = engine.committed(group, topic, partition)
         self.committed = committed
-        self.position = max(committed or 0, wal.low_watermark(topic, partition))
+        self.position = max(committed or 0, engine.info(topic, partition).low_watermark)
 
-    def read_next(self, max_records: int = 1000, max_bytes: int = 16 << 20) -> "list[Record]":
+    def read_next(self, max_records: int = 1000, max_bytes: int = 16 << 20) -> list[Record]:
         """The next records, durable ones only (records published beyond the durable mark
         are synced first): a record handed out here is never taken back by a power cut."""
-        self.position = max(self.position, self.wal.low_watermark(self.topic, self.partition))
-        end = self.wal.durable_end(self.topic, self.position, self.partition)
+        self.position = max(self.position, self.engine.info(self.topic, self.partition).low_watermark)
+        end = durable_end(self.engine, self.topic, self.partition, self.position)
         max_records = min(max_records, end - self.position)
         if max_records <= 0:
             return []
-        recs = self.wal.read_records(self.topic, self.position, self.partition, max_records, max_bytes)
+        recs = read_records(self.engine, self.topic, self.partition, self.position, max_records, max_bytes)
         if not recs:
             return recs
         self.position = recs[-1].offset + 1
@@ -173,7 +171,7 @@ class Consumer:
 
     def commit(self, offset: int | None = None) -> None:
         target = self.position if offset is None else offset
-        self.wal.commit_offset(self.group, self.topic, target, self.partition)
+        self.engine.commit(self.group, self.topic, self.partition, target)
         self.committed = target
 
     def seek(self, offset: int) -> None:

@@ -299,6 +299,20 @@ class Engine:
         finally:
             self._exit()
 
+    def append_one(self, stream_no: int, value: bytes, wait: bool) -> int:
+        """Appends one plain record in one C call (value is passed without a copy); with
+        wait, under fsync="always", returns once it is durable. Returns its offset."""
+        h = self._enter()
+        try:
+            rc = lib.walfs_append_one(
+                h, stream_no, value if type(value) is bytes else ffi.from_buffer(value), len(value), wait
+            )
+            if rc < 0:
+                self._check(rc, "append")
+            return int(rc)
+        finally:
+            self._exit()
+
     def append_lines(self, stream_no: int, data: bytes) -> tuple[int, int, int, int]:
         """Appends the lines of data as one batch; returns (first gid, first offset, ticket, n)."""
         h = self._enter()

@@ -1,0 +1,30 @@
+"""Calls that exist only for tests and torture runs, kept off the public face (walfs.Wal
+and the engine interface): simulated power loss and injected I/O faults of the local
+engine. They take a walfs.Wal or a LocalEngine."""
+
+from typing import Any
+
+from walfs.local_engine import LocalEngine
+
+
+def local_engine(wal: Any) -> LocalEngine:
+    """The LocalEngine behind a Wal (or the engine itself); TypeError for another engine."""
+    engine = getattr(wal, "engine", wal)
+    if not isinstance(engine, LocalEngine):
+        raise TypeError(f"{type(engine).__name__} is not the local engine")
+    return engine
+
+
+def power_cut(wal: Any, seed: int, keep_permille: int = 0) -> None:
+    """Test mode only (opened with test_mode=True): simulates power loss. Every page written
+    since its file's last sync reverts (except keep_permille/1000 of them, chosen by seed),
+    and the WAL is abandoned without syncing or closing cleanly."""
+    engine = local_engine(wal)
+    engine.stop_background()
+    engine.core.power_cut(seed, keep_permille)
+
+
+def inject_fault(wal: Any, op: str, err: int, after: int = 0, count: int = -1) -> None:
+    """Makes the core's next `op` ("write", "sync" or "alloc") calls fail with errno `err`:
+    after `after` good ones, `count` times (-1: for ever)."""
+    local_engine(wal).core.inject_fault(op, err, after, count)

@@ -1,0 +1,545 @@
+"""LocalEngine: the local C core behind the engine interface (walfs/engine_api.py).
+
+It owns the C core binding (walfs/engine.py: the one source of truth for offsets and
+watermarks), the topic index (names -> streams), the cursor store (the one commit rule),
+the per-topic settings, and a background duty: retention, then segment reclamation."""
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from walfs._core import ffi
+from walfs.consumer import CursorStore
+from walfs.engine import Engine
+from walfs.engine_api import REC_SIZE, Appender, Change, StreamInfo
+from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError, WalClosedError, WalCorruptError
+from walfs.metrics import WalStats
+from walfs.names import check_partition, stream_key, topic_bytes, topic_hash
+from walfs.retention import Policy, TopicSettings
+from walfs.topic_index import Stream, TopicIndex, drop_legacy_snapshot
+
+log = logging.getLogger("walfs")
+
+# Geometry of a new WAL (an existing one keeps what it was created with). The environment
+# can change the defaults: WALFS_SEGMENT_SIZE, WALFS_BLOCK_SIZE (bytes).
+DEFAULT_SEGMENT_SIZE = 1 << 30
+DEFAULT_BLOCK_SIZE = 10 << 20
+MAX_U32 = 2**32 - 1
+
+assert ffi.sizeof("walfs_rec_t") == REC_SIZE and ffi.offsetof("walfs_rec_t", "buf_pos") == 32
+
+
+class LocalEngine:
+    """A walfs.engine_api.LogEngine on a local data directory (see that module for the
+    contract of each call)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        fsync: str = "interval",
+        org_id: int = 1,
+        *,
+        fsync_interval_ms: int = 100,
+        segment_size: int | None = None,
+        block_size: int | None = None,
+        read_only: bool = False,
+        reclaim_interval_s: float = 10.0,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        retention_groups: Sequence[str] = (),
+        min_free_bytes: int = 0,
+        test_mode: bool = False,
+        io_uring: bool = True,
+    ) -> None:
+        if not isinstance(org_id, int) or not 0 <= org_id < 2**63:
+            raise ValueError(f"org_id must be an int in 0..2**63-1, not {org_id!r}")
+        self.path = os.fspath(path)
+        self.org_id = org_id
+        self.read_only = read_only
+        self.stats = WalStats()
+        opened = time.monotonic()
+        self.core = Engine(
+            self.path,
+            fsync=fsync,
+            fsync_interval_ms=fsync_interval_ms,
+            segment_size=segment_size or int(os.environ.get("WALFS_SEGMENT_SIZE", DEFAULT_SEGMENT_SIZE)),
+            block_size=block_size or int(os.environ.get("WALFS_BLOCK_SIZE", DEFAULT_BLOCK_SIZE)),
+            read_only=read_only,
+            test_mode=test_mode,
+            io_uring=io_uring,
+            min_free_bytes=min_free_bytes,
+        )
+        self.stats.open_seconds = time.monotonic() - opened
+        self.fsync = fsync
+        self.cursors = CursorStore(self.path, read_only)
+        # The WAL's default retention (None: keep everything) and per-topic overrides.
+        self.retention_default = Policy(retention_ms, retention_bytes, tuple(retention_groups))
+        try:
+            self.settings = TopicSettings(self.path, read_only)
+        except BaseException:
+            self.core.close()
+            raise
+        self._lock = threading.Lock()  # the stream maps
+        self._watchers: list[Callable[[Change], None]] = []
+        self._generation = 0  # bumped by delete(): Appender handles re-resolve their stream
+        self._index = TopicIndex()
+        for no in range(self.core.stream_count()):
+            info = self.core.stream_info(no)
+            if not info.deleted:
+                self._index.add(Stream(no, info.org_id, info.partition, info.topic_hash, info.name))
+        self._stop = threading.Event()
+        # Wakes the background thread early: a stream with a size limit grew by an eighth
+        # of it since the last pass (so disk use stays near the limit at any append rate).
+        self._wake = threading.Event()
+        self._size_limits: dict[int, int | None] = {}  # stream_no -> retention bytes (a cache)
+        self._grown: dict[int, int] = {}  # stream_no -> bytes appended since the last wake
+        self._worker: threading.Thread | None = None
+        if not read_only:
+            drop_legacy_snapshot(self.path)
+            self._clamp_cursors()
+            self._worker = threading.Thread(
+                target=self._background,
+                args=(reclaim_interval_s,),
+                name="walfs-bg",
+                daemon=True,
+            )
+            self._worker.start()
+
+    # -- lifetime -------------------------------------------------------------------
+    def close(self) -> None:
+        if self.core.closed:
+            return
+        self.stop_background()
+        try:
+            self.core.close()
+        finally:
+            self._notify(Change("delete", "", -1))  # wakes wait_for callers: closed
+
+    def stop_background(self) -> None:
+        """Stops the retention/reclamation thread (close(), and walfs.debug's power cut)."""
+        self._stop.set()
+        self._wake.set()
+        if self._worker is not None:
+            self._worker.join()
+
+    @property
+    def closed(self) -> bool:
+        return self.core.closed
+
+    @property
+    def failed(self) -> bool:
+        return self.core.failed
+
+    def _background(self, reclaim_every: float) -> None:
+        """Retention, then reclamation, every reclaim_every seconds, or at once when a
+        size-limited stream has grown by an eighth of its limit."""
+        while True:
+            self._wake.wait(reclaim_every)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.apply_retention()
+                self.stats.reclaimed_segments += self.core.reclaim()
+            except WalClosedError:
+                return
+            except Exception:  # a background failure must not kill the worker silently
+                log.exception("walfs background work failed")
+
+    # -- streams --------------------------------------------------------------------
+    def _stream(self, topic: str, partition: int, create: bool) -> Stream | None:
+        check_partition(partition)
+        s = self._index.get(self.org_id, topic, partition)
+        if s is not None or not create:
+            if s is None:
+                topic_bytes(topic)
+            return s
+        raw = topic_bytes(topic)
+        with self._lock:
+            s = self._index.get(self.org_id, topic, partition)
+            if s is None:
+                thash = topic_hash(self.org_id, topic)
+                no = self.core.stream_open(self.org_id, partition, thash, raw, True)
+                assert no is not None
+                s = Stream(no, self.org_id, partition, thash, topic)
+                self._index.add(s)
+                created = True
+            else:
+                created = False
+        if created:
+            self._notify(Change("create", topic, partition))
+        return s
+
+    def streams(self, topic: str | None = None) -> list[tuple[str, int]]:
+        if topic is not None:
+            return [(topic, p) for p in self._index.partitions(self.org_id, topic)]
+        return sorted((s.name, s.partition) for s in self._index.org_streams(self.org_id))
+
+    def create(self, topic: str, partition: int = 0) -> None:
+        self._stream(topic, partition, True)
+
+    def info(self, topic: str, partition: int = 0) -> StreamInfo:
+        s = self._stream(topic, partition, False)
+        if s is None:
+            return StreamInfo(
+                self.org_id, topic, topic_hash(self.org_id, topic).hex(), partition, 0, 0, 0, 0, 0
+            )
+        low, high, durable, next_byte, _durable_byte = self.core.marks(s.stream_no)
+        return StreamInfo(
+            self.org_id,
+            topic,
+            s.topic_hash.hex(),
+            partition,
+            low,
+            high,
+            self.core.stream_info(s.stream_no).low_byte if low else 0,
+            next_byte,
+            durable,
+        )
+
+    def delete(self, topic: str, partition: int | None = None) -> list[int]:
+        parts = (
+            self._index.partitions(self.org_id, topic) if partition is None else [check_partition(partition)]
+        )
+        done = []
+        for p in parts:
+            s = self._stream(topic, p, False)
+            if s is None:
+                continue
+            with self._lock:
+                self.core.stream_delete(s.stream_no)
+                self._index.remove(s)
+                self._generation += 1
+            self.cursors.forget(stream_key(s.org_id, s.topic_hash, s.partition))
+            done.append(p)
+            self._notify(Change("delete", topic, p))
+        if (
+            done
+            and not self._index.partitions(self.org_id, topic)
+            and self.settings.overrides(self.org_id, topic)
+        ):
+            self._size_limits.clear()
+            self.settings.set(
+                self.org_id,
+                topic,
+                **{k: "default" for k in ("retention_ms", "retention_bytes", "retention_groups")},
+            )
+        return done
+
+    # -- appending ------------------------------------------------------------------
+    def append(self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any) -> int:
+        n = len(meta_lens)
+        if n == 0 or len(value_lens) != n:
+            raise ValueError("append needs one meta and one value length per record, at least one record")
+        if sum(meta_lens) + sum(value_lens) != len(data):
+            raise ValueError("the lengths do not add up to the data")
+        s = self._stream(topic, partition, True)
+        assert s is not None
+        _gid, offset, ticket = self.core.append(s.stream_no, data, meta_lens, value_lens)
+        self._appended(s, ticket, n, len(data))
+        return offset
+
+    def append_lines(self, topic: str, partition: int, data: bytes) -> tuple[int, int]:
+        if not data:
+            raise ValueError("append_lines needs at least one byte")
+        s = self._stream(topic, partition, True)
+        assert s is not None
+        _gid, offset, ticket, n = self.core.append_lines(s.stream_no, data)
+        self._appended(s, ticket, n, len(data))
+        return offset, n
+
+    def appender(self, topic: str, partition: int = 0) -> Appender:
+        return LocalAppender(self, topic, partition)
+
+    def _appended(self, s: Stream, ticket: int, n: int, nbytes: int) -> None:
+        self.stats.appended(s.name, s.partition, n, nbytes)
+        self._note_growth(s, nbytes)
+        if self._watchers:
+            self._notify(Change("append", s.name, s.partition))
+        if self.fsync == "always":
+            # Appenders of the same stream share the next fsync (group commit).
+            with self.stats.durable_waits.time("append"):
+                self.core.wait_durable(ticket)
+
+    def _note_growth(self, s: Stream, nbytes: int) -> None:
+        limit = self._size_limits.get(s.stream_no, -1)
+        if limit == -1:
+            limit = self._size_limits[s.stream_no] = self.settings.policy(
+                s.org_id, s.name, self.retention_default
+            ).bytes
+        if limit is not None:
+            grown = self._grown.get(s.stream_no, 0) + nbytes
+            if grown > max(limit // 8, 1 << 20):
+                grown = 0
+                self._wake.set()
+            self._grown[s.stream_no] = grown
+
+    def sync(self) -> None:
+        with self.stats.durable_waits.time("sync"):
+            self.core.sync()
+
+    # -- change notification --------------------------------------------------------
+    def watch(self, fn: Callable[[Change], None]) -> Callable[[], None]:
+        with self._lock:
+            self._watchers = [*self._watchers, fn]  # copy on write: _notify reads without a lock
+
+        def stop() -> None:
+            with self._lock:
+                self._watchers = [w for w in self._watchers if w is not fn]
+
+        return stop
+
+    def _notify(self, change: Change) -> None:
+        for fn in self._watchers:
+            fn(change)
+
+    # -- reading --------------------------------------------------------------------
+    def read(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        buf: Any,
+        recs: Any,
+        max_records: int = 1 << 20,
+        max_bytes: int = 16 << 20,
+    ) -> int:
+        if not isinstance(offset, int) or offset < 0:
+            raise OffsetOutOfRangeError(f"offset {offset!r} is negative or not an int")
+        s = self._stream(topic, partition, False)
+        if s is None:
+            if offset == 0:
+                return 0
+            raise OffsetOutOfRangeError(f"offset {offset} is beyond the end of {topic!r} (empty)")
+        try:
+            return self.core.read_into(s.stream_no, offset, buf, recs, max_records, max_bytes)
+        except OffsetOutOfRangeError:
+            low, high = self.core.marks(s.stream_no)[:2]
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside {low}..{high} of {topic!r}[{partition}]"
+            ) from None
+
+    def read_bytes(self, topic: str, partition: int, position: int, buf: Any) -> int:
+        if position < 0:
+            raise OffsetOutOfRangeError("position must not be negative")
+        s = self._stream(topic, partition, False)
+        if s is None:
+            return 0
+        return self.core.read_bytes_into(s.stream_no, position, buf, len(buf))
+
+    def locate(
+        self,
+        topic: str,
+        partition: int = 0,
+        *,
+        offset: int | None = None,
+        byte: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> int:
+        if (offset is None) + (byte is None) + (timestamp_ms is None) != 2:
+            raise ValueError("locate takes exactly one of offset=, byte=, timestamp_ms=")
+        s = self._stream(topic, partition, False)
+        if offset is not None:
+            if not isinstance(offset, int) or offset < 0:
+                raise OffsetOutOfRangeError(f"offset {offset!r} is negative or not an int")
+            if s is None:
+                if offset == 0:
+                    return 0
+                raise OffsetOutOfRangeError(f"offset {offset} is beyond the end of {topic!r} (empty)")
+            return self.core.byte_position(s.stream_no, offset)
+        if byte is not None:
+            if byte < 0:
+                raise OffsetOutOfRangeError("position must not be negative")
+            return self.core.offset_at_byte(s.stream_no, byte) if s else 0
+        assert timestamp_ms is not None
+        return self.core.offset_for_time(s.stream_no, timestamp_ms) if s else 0
+
+    def resident(self, topic: str, partition: int, position: int, size: int) -> bool:
+        s = self._stream(topic, partition, False)
+        return True if s is None or position < 0 else self.core.bytes_resident(s.stream_no, position, size)
+
+    # -- trims ------------------------------------------------------------------------
+    def trim(self, topic: str, partition: int, before_offset: int) -> None:
+        s = self._stream(topic, partition, False)
+        if s is None:
+            if before_offset == 0:
+                return
+            raise OffsetOutOfRangeError(f"cannot trim empty topic {topic!r} to {before_offset}")
+        low, high = self.core.marks(s.stream_no)[:2]
+        if not isinstance(before_offset, int) or before_offset < 0 or before_offset > high:
+            raise OffsetOutOfRangeError(f"cannot trim {topic!r}[{partition}] to {before_offset} (0..{high})")
+        if before_offset > low:
+            self.core.trim(s.stream_no, before_offset)  # syncs first past the durable mark
+            self._notify(Change("trim", topic, partition))
+
+    # -- consumer cursors -----------------------------------------------------------
+    def _key(self, topic: str, partition: int) -> str:
+        return stream_key(self.org_id, topic_hash(self.org_id, topic), check_partition(partition))
+
+    def committed(self, group: str, topic: str, partition: int = 0) -> int | None:
+        return self.cursors.get(group, self._key(topic, partition))
+
+    def commit(
+        self, group: str, topic: str, partition: int, offset: int, *, advance_only: bool = False
+    ) -> bool:
+        if not isinstance(offset, int) or offset < 0:
+            raise OffsetOutOfRangeError(f"cannot commit offset {offset!r} of {topic!r}[{partition}]")
+        s = self._stream(topic, partition, False)
+        high, durable = self.core.marks(s.stream_no)[1:3] if s else (0, 0)
+        if offset > high:
+            raise OffsetOutOfRangeError(
+                f"cannot commit offset {offset} of {topic!r}[{partition}]: the end is {high}"
+            )
+        if offset > durable:
+            self.core.sync()
+        return self.cursors.put(group, self._key(topic, partition), offset, advance_only=advance_only)
+
+    def groups(self) -> list[str]:
+        return self.cursors.groups()
+
+    def create_group(self, group: str) -> None:
+        self.cursors.create_group(group)
+
+    def _clamp_cursors(self) -> None:
+        """A cursor past its stream's end (the log lost its tail: a power cut under an
+        older release, a restored backup) would make the group skip the records that reuse
+        those offsets. It is set back to the end, and logged."""
+        ends = {}
+        for s in self._index.org_streams_all():
+            ends[stream_key(s.org_id, s.topic_hash, s.partition)] = (s, self.core.marks(s.stream_no)[1])
+        for group in self.cursors.groups():
+            for key in self.cursors.keys(group):
+                try:
+                    offset = self.cursors.get(group, key)
+                except WalCorruptError as e:
+                    log.error("%s", e)
+                    continue
+                s_end = ends.get(key)
+                end = s_end[1] if s_end else 0
+                if offset is not None and offset > end:
+                    name = f"{s_end[0].name!r}[{s_end[0].partition}]" if s_end else key
+                    log.warning(
+                        "cursor of group %r on %s was past the end (%d > %d): set back to %d",
+                        group,
+                        name,
+                        offset,
+                        end,
+                        end,
+                    )
+                    self.cursors.put(group, key, end)
+
+    # -- per-topic settings, retention and reclamation --------------------------------
+    def retention(self, topic: str) -> Policy:
+        return self.settings.policy(self.org_id, topic, self.retention_default)
+
+    def set_retention(self, topic: str, **values: Any) -> None:
+        topic_bytes(topic)
+        self.settings.set(self.org_id, topic, **values)
+        self._size_limits.clear()
+
+    def apply_retention(self, now_ms: int | None = None) -> dict[tuple[int, str, int], int]:
+        """Trims every stream (of every org) to what its policy keeps; returns the new low
+        watermarks of the streams it trimmed. The background thread runs it."""
+        if self.read_only:
+            return {}
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        out = {}
+        for s in self._index.org_streams_all():
+            policy = self.settings.policy(s.org_id, s.name, self.retention_default)
+            if policy.unlimited:
+                continue
+            target = self._retention_target(s, policy, now)
+            if target is not None:
+                self.core.trim(s.stream_no, target)
+                out[(s.org_id, s.name, s.partition)] = target
+                if s.org_id == self.org_id:
+                    self._notify(Change("trim", s.name, s.partition))
+        return out
+
+    def _retention_target(self, s: Stream, policy: Policy, now: int) -> int | None:
+        low, high, _durable, next_byte, _db = self.core.marks(s.stream_no)
+        if high == low:
+            return None
+        target = low
+        if policy.ms is not None:
+            target = max(target, self.core.offset_for_time(s.stream_no, now - policy.ms))
+        cap = low  # what the size limit alone demands
+        if policy.bytes is not None:
+            keep_from = next_byte - policy.bytes
+            if keep_from > self.core.byte_position(s.stream_no, low):
+                cap = self.core.offset_at_byte(s.stream_no, keep_from)
+                if cap < high and self.core.byte_position(s.stream_no, cap) < keep_from:
+                    cap += 1
+            target = max(target, cap)
+        if policy.groups and target > low:
+            key = stream_key(s.org_id, s.topic_hash, s.partition)
+            safe = min(self.cursors.get(g, key) or 0 for g in policy.groups)
+            if target > safe:
+                target = max(safe, cap)
+                if cap > safe:
+                    log.warning(
+                        "retention of %r[%d]: the size limit (%d bytes) trims to %d, past what "
+                        "consumer groups %s have committed (%d)",
+                        s.name,
+                        s.partition,
+                        policy.bytes,
+                        cap,
+                        ",".join(policy.groups),
+                        safe,
+                    )
+        target = min(target, high)
+        return target if target > low else None
+
+    def reclaim(self) -> int:
+        """Deletes segment files that hold only trimmed data; returns how many."""
+        n = self.core.reclaim()
+        self.stats.reclaimed_segments += n
+        return n
+
+    # -- checks -----------------------------------------------------------------------
+    def report(self) -> dict[str, int]:
+        return self.core.recovery_report()
+
+    def verify(self) -> list[tuple[str, int, int, str]]:
+        out = []
+        for no, offset, what in self.core.verify():
+            s = self._index.by_no(no)
+            out.append((s.name if s else f"#{no}", s.partition if s else -1, offset, what))
+        return out
+
+
+class LocalAppender:
+    """engine_api.Appender on the local core: the stream is resolved once; an append is
+    one C call (walfs_append_one: the record staged in C, the fsync="always" wait inside
+    the same call), plus the counters every append keeps."""
+
+    def __init__(self, engine: LocalEngine, topic: str, partition: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self._engine = engine
+        self._resolve()
+
+    def _resolve(self) -> None:
+        eng = self._engine
+        self._generation = eng._generation
+        s = eng._stream(self.topic, self.partition, True)
+        assert s is not None
+        self._s = s
+
+    def append(self, value: bytes) -> int:
+        eng = self._engine
+        if self._generation != eng._generation:
+            self._resolve()
+        n = len(value)
+        if n >= MAX_U32:
+            raise RecordTooLargeError("a record is larger than 4 GiB")
+        s = self._s
+        offset = eng.core.append_one(s.stream_no, value, eng.fsync == "always")
+        eng.stats.appended(s.name, s.partition, 1, n)
+        eng._note_growth(s, n)
+        if eng._watchers:
+            eng._notify(Change("append", s.name, s.partition))
+        return offset
