@@ -277,7 +277,12 @@ class LogEngine(Protocol):
 # -- engine-neutral rules over the interface (one home each) --------------------------------
 def open_engine(target: str, **options: Any) -> LogEngine:
     """The engine for `target`: a data directory is the local C core (options as
-    walfs.Wal's). Issue 16 adds kafka:// targets here."""
+    walfs.Wal's); kafka://HOST:PORT[,...]/NAMESPACE is a Kafka cluster
+    (walfs/cluster_engine.py)."""
+    if target.startswith("kafka://"):
+        from walfs.cluster_engine import KafkaEngine
+
+        return KafkaEngine(target, **options)
     from walfs.local_engine import LocalEngine
 
     return LocalEngine(target, **options)
