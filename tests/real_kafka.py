@@ -75,94 +75,174 @@ def run_tool(
 
 
 def cluster_id() -> str:
-    """A KRaft cluster id: a random UUID in Kafka's URL-safe base64, 22 characters."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A KRaft cluster id: a random UUID in Kafka's URL-safe base64, 22 characters (not
+    starting with "-", which the storage tool would take for an option)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
 
 
-class KafkaBroker:
-    """A single KRaft node on free ports; `with KafkaBroker() as k: k.bootstrap`.
+class KafkaCluster:
+    """`nodes` KRaft nodes (broker and controller in each JVM) on free ports, one cluster id.
 
-    `extra` adds server.properties lines (e.g. {"log.flush.interval.messages": "1"}).
+    `extra` adds server.properties lines (e.g. {"log.flush.interval.messages": "1"}). With
+    three nodes the internal topics and new topics get replication factor 3 and
+    min.insync.replicas=2, as a production cluster would. Nodes can be killed and
+    restarted by index (`kill(i)`, `restart(i)`) to test failover.
     """
 
     def __init__(
-        self, extra: dict[str, str] | None = None, heap: str = "512m", startup_timeout: float = 90
+        self,
+        nodes: int = 3,
+        extra: dict[str, str] | None = None,
+        heap: str = "512m",
+        startup_timeout: float = 120,
     ) -> None:
+        self.n = nodes
         self.extra = extra or {}
         self.heap = heap
         self.startup_timeout = startup_timeout
         self.dir = Path(tempfile.mkdtemp(prefix="walfs-kafka-"))
-        self.port = free_port()
-        self.controller_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.ports = [free_port() for _ in range(nodes)]
+        self.controller_ports = [free_port() for _ in range(nodes)]
+        self.procs: list[subprocess.Popen[bytes] | None] = [None] * nodes
+        self.id = cluster_id()
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return ",".join(f"127.0.0.1:{p}" for p in self.ports)
 
-    def _properties(self) -> str:
+    def _properties(self, i: int) -> str:
+        rf = str(min(3, self.n))
+        isr = str(2 if self.n >= 3 else 1)
+        voters = ",".join(f"{k + 1}@127.0.0.1:{p}" for k, p in enumerate(self.controller_ports))
+        port, cport = self.ports[i], self.controller_ports[i]
         props = {
             "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "node.id": str(i + 1),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "log.dirs": str(self.dir / "logs"),
-            "offsets.topic.replication.factor": "1",
+            "log.dirs": str(self.dir / f"node{i + 1}"),
+            "offsets.topic.replication.factor": rf,
             "offsets.topic.num.partitions": "1",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": isr,
+            "share.coordinator.state.topic.replication.factor": rf,
+            "share.coordinator.state.topic.min.isr": isr,
+            "default.replication.factor": rf,
+            "min.insync.replicas": isr,
             "group.initial.rebalance.delay.ms": "0",
             "num.partitions": "1",
             **self.extra,
         }
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
-    def start(self) -> KafkaBroker:
+    def _conf(self, i: int) -> Path:
+        return self.dir / f"server{i + 1}.properties"
+
+    def start(self) -> KafkaCluster:
         cp = classpath()
-        conf = self.dir / "server.properties"
-        conf.write_text(self._properties())
-        subprocess.run(
-            ["java", "-cp", cp, "kafka.tools.StorageTool", "format", "-t", cluster_id(), "-c", str(conf)],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-        log = open(self.dir / "broker.log", "wb")  # noqa: SIM115 (lives as long as the broker)
-        self.proc = subprocess.Popen(
-            ["java", f"-Xmx{self.heap}", "-XX:+UseSerialGC", "-cp", cp, "kafka.Kafka", str(conf)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        for i in range(self.n):
+            self._conf(i).write_text(self._properties(i))
+            subprocess.run(
+                [
+                    "java",
+                    "-cp",
+                    cp,
+                    "kafka.tools.StorageTool",
+                    "format",
+                    "-t",
+                    self.id,
+                    "-c",
+                    str(self._conf(i)),
+                ],
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
         try:
-            wait_for_port(self.port, self.startup_timeout, self.proc)
+            for i in range(self.n):
+                self._spawn(i)
+            for i in range(self.n):
+                wait_for_port(self.ports[i], self.startup_timeout, self.procs[i])
         except BaseException:
             self.stop()
             raise
         return self
 
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+    def _spawn(self, i: int) -> None:
+        heap = self.heap if self.n == 1 else "512m"
+        log = open(self.dir / f"node{i + 1}.log", "ab")  # noqa: SIM115 (lives as long as the node)
+        self.procs[i] = subprocess.Popen(
+            [
+                "java",
+                f"-Xmx{heap}",
+                "-XX:+UseSerialGC",
+                "-cp",
+                classpath(),
+                "kafka.Kafka",
+                str(self._conf(i)),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def pid(self, i: int = 0) -> int:
+        proc = self.procs[i]
+        assert proc is not None
+        return proc.pid
+
+    def kill(self, i: int, sig: int = signal.SIGKILL) -> None:
+        """Kills node i (SIGKILL by default: a lost machine, no clean shutdown)."""
+        proc = self.procs[i]
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=60)
+
+    def restart(self, i: int) -> None:
+        self.kill(i)
+        self._spawn(i)
+        wait_for_port(self.ports[i], self.startup_timeout, self.procs[i])
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            if proc is None:
+                continue
             try:
-                self.proc.wait(timeout=30)
+                proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=30)
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> KafkaBroker:
+    def __enter__(self) -> KafkaCluster:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class KafkaBroker(KafkaCluster):
+    """A single KRaft node on free ports; `with KafkaBroker() as k: k.bootstrap`."""
+
+    def __init__(
+        self, extra: dict[str, str] | None = None, heap: str = "512m", startup_timeout: float = 90
+    ) -> None:
+        super().__init__(1, extra, heap, startup_timeout)
+
+    @property
+    def port(self) -> int:
+        return self.ports[0]
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.procs[0]
