@@ -6,7 +6,7 @@ MOUNTPOINT ?= /mnt/wal
 START     ?= 1
 APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd
 
-.PHONY: install deps venv start testdeps test lint ctest bench torture clean
+.PHONY: install deps venv start testdeps kafka test lint ctest bench torture clean
 
 install: deps venv
 	install -m 755 mount/mount.fuse.walfs /sbin/mount.fuse.walfs
@@ -33,8 +33,15 @@ start:
 test: testdeps lint ctest
 	$(PY) -m pytest -q tests
 
-testdeps:
+testdeps: kafka
 	$(PY) -m pip install -q -e '.[test]'
+
+# Apache Kafka 4.1.1 (broker, CLI and perf tools) from Maven Central, for the reference tests
+# and bench/: the class path goes to kafka/classpath.txt (tests/real_kafka.py reads it).
+kafka: kafka/classpath.txt
+kafka/classpath.txt: kafka/pom.xml
+	@command -v mvn >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven)
+	mvn -q -B -f kafka/pom.xml dependency:build-classpath -Dmdep.outputFile=classpath.txt
 
 lint: testdeps
 	$(PY) -m ruff check walfs pyspark_walfs tests bench tools
