@@ -260,7 +260,11 @@ class KafkaEngine:
         self._cache_bytes = 0
         self._cache_lock = threading.Lock()
         self._read_lock = threading.Lock()
-        common = {"bootstrap.servers": self.t.bootstrap, "client.id": f"walfs-{self.t.namespace}"}
+        common = {
+            "bootstrap.servers": self.t.bootstrap,
+            "client.id": f"walfs-{self.t.namespace}",
+            "logger": logging.getLogger("walfs.kafka_client"),  # librdkafka's log, not stderr
+        }
         opened = time.monotonic()
         self.admin = AdminClient(common)
         self._ensure_topics()
@@ -369,10 +373,19 @@ class KafkaEngine:
     def _ends(self, topic: str, parts: range) -> dict[int, tuple[int, int]]:
         from confluent_kafka import TopicPartition
 
+        from confluent_kafka import KafkaException
+
         out = {}
+        deadline = time.monotonic() + self.timeout
         for p in parts:
-            lo, hi = self._tail.get_watermark_offsets(TopicPartition(topic, p), timeout=self.timeout)
-            out[p] = (lo, hi)
+            while True:
+                try:
+                    out[p] = self._tail.get_watermark_offsets(TopicPartition(topic, p), timeout=self.timeout)
+                    break
+                except KafkaException as e:  # a leader moving (a new topic, a lost broker)
+                    if not e.args[0].retriable() and "LEADER" not in str(e) or time.monotonic() > deadline:
+                        raise WalIOError(5, f"{topic}[{p}]: cannot read its ends: {e}") from None
+                    time.sleep(0.2)
         return out
 
     def _recover(self) -> None:
