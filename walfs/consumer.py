@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import blake3
 
 from walfs.engine_api import LogEngine, durable_end, read_records
-from walfs.errors import WalCorruptError
+from walfs.errors import ReadOnlyError, WalCorruptError
 from walfs.names import topic_bytes
 from walfs.records import Record
 
@@ -52,6 +52,8 @@ class CursorStore:
         """Sets the cursor (only forward with advance_only: the check and the write are one
         step under the store's lock). Returns whether it changed."""
         path = self._path(group, key)
+        if self.read_only:
+            raise ReadOnlyError(f"cannot commit {path}: the WAL is open read-only")
         head = _MAGIC + struct.pack("<Q", offset)
         data = head + blake3.blake3(head).digest(length=16)
         gdir = os.path.dirname(path)
@@ -79,7 +81,7 @@ class CursorStore:
     def create_group(self, group: str) -> None:
         gdir = os.path.dirname(self._path(group, "x"))
         if self.read_only:
-            raise OSError(30, "read-only WAL")
+            raise ReadOnlyError(f"cannot create group {group!r}: the WAL is open read-only")
         with self._lock:
             if os.path.isdir(gdir):
                 return
