@@ -260,7 +260,7 @@ class KafkaEngine:
         self._cache_bytes = 0
         self._cache_lock = threading.Lock()
         self._read_lock = threading.Lock()
-        common = {
+        common: dict[str, Any] = {
             "bootstrap.servers": self.t.bootstrap,
             "client.id": f"walfs-{self.t.namespace}",
             "logger": logging.getLogger("walfs.kafka_client"),  # librdkafka's log, not stderr
@@ -296,7 +296,9 @@ class KafkaEngine:
         self.stats.open_seconds = time.monotonic() - opened
         self._threads = [threading.Thread(target=self._tail_loop, name="walfs-kafka-tail", daemon=True)]
         if self.producer is not None:
-            self._threads.append(threading.Thread(target=self._poll_loop, name="walfs-kafka-poll", daemon=True))
+            self._threads.append(
+                threading.Thread(target=self._poll_loop, name="walfs-kafka-poll", daemon=True)
+            )
             self._threads.append(
                 threading.Thread(
                     target=self._background, args=(reclaim_interval_s,), name="walfs-kafka-bg", daemon=True
@@ -371,9 +373,7 @@ class KafkaEngine:
             self.t = Target(self.t.bootstrap, self.t.namespace, n)
 
     def _ends(self, topic: str, parts: range) -> dict[int, tuple[int, int]]:
-        from confluent_kafka import TopicPartition
-
-        from confluent_kafka import KafkaException
+        from confluent_kafka import KafkaException, TopicPartition
 
         out = {}
         deadline = time.monotonic() + self.timeout
@@ -412,7 +412,9 @@ class KafkaEngine:
                         key = stream_key_bytes(s.org, s.topic, s.partition)
                         self._add_stream(key, s)
                 except (KeyError, TypeError, ValueError) as e:
-                    raise WalCorruptError(f"{self.t.meta_topic}: snapshot of region {r} unreadable: {e}") from None
+                    raise WalCorruptError(
+                        f"{self.t.meta_topic}: snapshot of region {r} unreadable: {e}"
+                    ) from None
             if lo > start:
                 raise WalCorruptError(
                     f"{self.t.log_topic}[{r}] starts at {lo}, but the newest snapshot covers only up "
@@ -633,13 +635,13 @@ class KafkaEngine:
             deadline = time.monotonic() + self.timeout
             while time.monotonic() < deadline:
                 for m in self._reader.consume(500, 0.5):
-                    if m.error() or m.value() is None or len(m.value()) < _HEAD.size:
+                    value, at = m.value(), m.offset()
+                    if m.error() or value is None or at is None or len(value) < _HEAD.size:
                         continue
-                    if m.value()[0] == ord("D"):
-                        where = f"{self.t.log_topic}[{region}]@{m.offset()}"
-                        got = to_chunk(m.value(), m.timestamp()[1], where)
-                        self._cache_put((region, m.offset()), got)
-                        if m.offset() == koff:
+                    if value[0] == ord("D"):
+                        got = to_chunk(value, m.timestamp()[1], f"{self.t.log_topic}[{region}]@{at}")
+                        self._cache_put((region, at), got)
+                        if at == koff:
                             c = got
                 if c is not None:
                     return c
@@ -761,7 +763,9 @@ class KafkaEngine:
         if s is None:
             return StreamInfo(self.org_id, topic, h, partition, 0, 0, 0, 0, 0)
         with self._lock:
-            return StreamInfo(self.org_id, topic, h, partition, s.low, s.next, s.low_byte, s.next_byte, s.next)
+            return StreamInfo(
+                self.org_id, topic, h, partition, s.low, s.next, s.low_byte, s.next_byte, s.next
+            )
 
     def delete(self, topic: str, partition: int | None = None) -> list[int]:
         self._check_open(True)
@@ -777,7 +781,9 @@ class KafkaEngine:
             self._op(topic, p, b"X")
             done.append(p)
         if done and not self.streams(topic) and (self.org_id, topic) in self._settings:
-            self._produce(self.t.meta_topic, 0, b"s" + self.org_id.to_bytes(8, "little") + topic_bytes(topic), None)
+            self._produce(
+                self.t.meta_topic, 0, b"s" + self.org_id.to_bytes(8, "little") + topic_bytes(topic), None
+            )
         return done
 
     # -- appending --------------------------------------------------------------------------
@@ -881,7 +887,9 @@ class KafkaEngine:
         while n < limit and offset < high:
             with self._lock:
                 if offset < s.low:
-                    raise OffsetOutOfRangeError(f"offset {offset} of {topic!r}[{partition}] was trimmed meanwhile")
+                    raise OffsetOutOfRangeError(
+                        f"offset {offset} of {topic!r}[{partition}] was trimmed meanwhile"
+                    )
                 i = s.chunk_index(offset)
                 koff, first, ts = s.koff[i], s.first[i], s.ts[i]
             chunk = self._chunk(s.region, koff)
@@ -909,7 +917,9 @@ class KafkaEngine:
         if s is None or position >= s.next_byte:
             return 0
         if position < s.low_byte:
-            raise OffsetOutOfRangeError(f"position {position} of {topic!r} was trimmed (low byte {s.low_byte})")
+            raise OffsetOutOfRangeError(
+                f"position {position} of {topic!r} was trimmed (low byte {s.low_byte})"
+            )
         out = memoryview(buf).cast("B")
         got = 0
         while got < len(out) and position < s.next_byte:
@@ -1002,7 +1012,9 @@ class KafkaEngine:
         key = stream_key_bytes(self.org_id, topic, check_partition(partition))
         return self._cursors.get(group, {}).get(key)
 
-    def commit(self, group: str, topic: str, partition: int, offset: int, *, advance_only: bool = False) -> bool:
+    def commit(
+        self, group: str, topic: str, partition: int, offset: int, *, advance_only: bool = False
+    ) -> bool:
         self._check_open(True)
         gb = topic_bytes(group)
         if not isinstance(offset, int) or offset < 0:
@@ -1011,11 +1023,15 @@ class KafkaEngine:
         s = self._streams.get(key)
         high = s.next if s else 0
         if offset > high:
-            raise OffsetOutOfRangeError(f"cannot commit offset {offset} of {topic!r}[{partition}]: the end is {high}")
+            raise OffsetOutOfRangeError(
+                f"cannot commit offset {offset} of {topic!r}[{partition}]: the end is {high}"
+            )
         before = self._cursors.get(group, {}).get(key)
         if advance_only and before is not None and before >= offset:
             return False
-        moff = self._produce(self.t.meta_topic, 0, b"c" + gb + b"\0" + key, _U64.pack(offset) + bytes([advance_only]))
+        moff = self._produce(
+            self.t.meta_topic, 0, b"c" + gb + b"\0" + key, _U64.pack(offset) + bytes([advance_only])
+        )
         self._wait_meta(moff)
         return self._cursors.get(group, {}).get(key) == offset and before != offset
 
@@ -1055,7 +1071,9 @@ class KafkaEngine:
                 entry[k] = list(v) if k == "retention_groups" else v
         Policy(ms=entry.get("retention_ms"), bytes=entry.get("retention_bytes"))  # validates
         key = b"s" + self.org_id.to_bytes(8, "little") + tb
-        self._wait_meta(self._produce(self.t.meta_topic, 0, key, json.dumps(entry).encode() if entry else None))
+        self._wait_meta(
+            self._produce(self.t.meta_topic, 0, key, json.dumps(entry).encode() if entry else None)
+        )
 
     def apply_retention(self, now_ms: int | None = None) -> dict[tuple[int, str, int], int]:
         if self.producer is None:
@@ -1172,4 +1190,6 @@ class KafkaAppender:
         topic_bytes(topic)
 
     def append(self, value: bytes) -> int:
-        return self._engine.append(self.topic, self.partition, value, array("I", [0]), array("I", [len(value)]))
+        return self._engine.append(
+            self.topic, self.partition, value, array("I", [0]), array("I", [len(value)])
+        )
