@@ -291,6 +291,10 @@ class KafkaEngine:
         }
         self._tail = Consumer(cons)
         self._reader = Consumer({**cons, "group.id": f"walfs-read-{uuid.uuid4().hex}"})
+        # Watermark queries get their own handle: on the replay's consumer, a query from
+        # another thread while it consumes can block past its own timeout.
+        self._query = Consumer({**cons, "group.id": f"walfs-query-{uuid.uuid4().hex}"})
+        self._query_lock = threading.Lock()
         self._stop = threading.Event()
         self._recover()
         self.stats.open_seconds = time.monotonic() - opened
@@ -380,7 +384,10 @@ class KafkaEngine:
         for p in parts:
             while True:
                 try:
-                    out[p] = self._tail.get_watermark_offsets(TopicPartition(topic, p), timeout=self.timeout)
+                    with self._query_lock:
+                        out[p] = self._query.get_watermark_offsets(
+                            TopicPartition(topic, p), timeout=self.timeout
+                        )
                     break
                 except KafkaException as e:  # a leader moving (a new topic, a lost broker)
                     if not e.args[0].retriable() and "LEADER" not in str(e) or time.monotonic() > deadline:
@@ -669,6 +676,7 @@ class KafkaEngine:
                 th.join(timeout=30)
             self._tail.close()
             self._reader.close()
+            self._query.close()
             with self._applied:
                 self._applied.notify_all()
             self._notify(Change("delete", "", -1))
