@@ -147,24 +147,19 @@ class KafkaCluster:
 
     def start(self) -> KafkaCluster:
         cp = classpath()
-        for i in range(self.n):
+        formats = []
+        for i in range(self.n):  # the nodes' log dirs are formatted in parallel
             self._conf(i).write_text(self._properties(i))
-            subprocess.run(
-                [
-                    "java",
-                    "-cp",
-                    cp,
-                    "kafka.tools.StorageTool",
-                    "format",
-                    "-t",
-                    self.id,
-                    "-c",
-                    str(self._conf(i)),
-                ],
-                check=True,
-                capture_output=True,
-                timeout=120,
+            cmd = ["java", "-cp", cp, "kafka.tools.StorageTool", "format", "-t", self.id]
+            formats.append(
+                subprocess.Popen(
+                    [*cmd, "-c", str(self._conf(i))], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+                )
             )
+        for f in formats:
+            out, _ = f.communicate(timeout=300)
+            if f.returncode != 0:
+                raise RuntimeError(f"kafka-storage format failed: {out.decode(errors='replace')}")
         try:
             for i in range(self.n):
                 self._spawn(i)
