@@ -73,6 +73,7 @@ class LocalEngine:
             min_free_bytes=min_free_bytes,
         )
         self.stats.open_seconds = time.monotonic() - opened
+        _inject_env_faults(self.core)
         self.fsync = fsync
         self.cursors = CursorStore(self.path, read_only)
         # The WAL's default retention (None: keep everything) and per-topic overrides.
@@ -116,7 +117,7 @@ class LocalEngine:
         try:
             self.core.close()
         finally:
-            self._notify(Change("delete", "", -1))  # wakes wait_for callers: closed
+            self._notify(Change("close", "", -1))  # wakes wait_for callers
 
     def stop_background(self) -> None:
         """Stops the retention/reclamation thread (close(), and walfs.debug's power cut)."""
@@ -242,7 +243,7 @@ class LocalEngine:
         self._appended(s, ticket, n, len(data))
         return offset
 
-    def append_lines(self, topic: str, partition: int, data: bytes) -> tuple[int, int]:
+    def append_lines(self, topic: str, partition: int, data: Any) -> tuple[int, int]:
         if not data:
             raise ValueError("append_lines needs at least one byte")
         s = self._stream(topic, partition, True)
@@ -543,3 +544,16 @@ class LocalAppender:
         if eng._watchers:
             eng._notify(Change("append", s.name, s.partition))
         return offset
+
+
+def _inject_env_faults(core: Engine) -> None:
+    """TEST ONLY: WALFS_TEST_FAULT="op:errno:after" (op write|sync|alloc) makes the core
+    fail that operation after `after` successes, for the daemon tests (the mount and
+    `walfs serve` open their engine themselves). Never set it in production; it is logged
+    loudly when set."""
+    spec = os.environ.get("WALFS_TEST_FAULT")
+    if not spec or core.read_only:
+        return
+    op, err, after = spec.split(":")
+    log.warning("WALFS_TEST_FAULT=%s: injecting faults (tests only)", spec)
+    core.inject_fault(op, int(err), after=int(after))
