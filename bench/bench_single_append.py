@@ -13,6 +13,8 @@ the figure is the median of the rounds, records per second:
                   walrus: append_for_topic.
 - batch:          2,000 records per call. walfs: Wal.append_batch; walrus:
                   batch_append_for_topic.
+Both rates are reported: per second of wall time (the figure on a quiet machine) and per
+second of CPU time (user + system; robust when the machine is shared and busy).
 fsync: walfs fsync="never" / walrus FsyncSchedule::NoFsync (default), or "interval" (100 ms
 both). Every case ends with the data written (walfs: its final sync is not timed, as
 walrus's NoFsync never syncs).
@@ -23,6 +25,7 @@ import array
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -54,31 +57,31 @@ def fresh(base: str, name: str) -> str:
     return path
 
 
-def walfs_case(base: str, how: str, size: int, count: int, fsync: str) -> float:
-    """Records per second of one walfs run."""
+def walfs_case(base: str, how: str, size: int, count: int, fsync: str) -> tuple[float, float]:
+    """(records per second of wall time, of CPU time) of one walfs run."""
     path = fresh(base, "walfs")
     value = b"x" * size
     w = walfs.Wal(path, fsync=fsync, segment_size=1 << 30, block_size=10 << 20)
     try:
         if how == "handle":
             append = w.appender("bench").append
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(count):
                 append(value)
         elif how == "wal_append":
-            append = w.append
-            t0 = time.perf_counter()
+            wal_append = w.append
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(count):
-                append("bench", value)
+                wal_append("bench", value)
         elif how == "engine_append":
             engine_append = w.engine.append
             metas, values = array.array("I", [0]), array.array("I", [size])
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(count):
                 engine_append("bench", 0, value, metas, values)
         elif how == "batch":
             batch = [value] * BATCH
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             done = 0
             while done < count:
                 n = min(BATCH, count - done)
@@ -86,17 +89,20 @@ def walfs_case(base: str, how: str, size: int, count: int, fsync: str) -> float:
                 done += n
         else:
             raise ValueError(how)
-        secs = time.perf_counter() - t0
+        secs, cpu = time.perf_counter() - t0, time.process_time() - c0
         assert w.high_watermark("bench") == count
     finally:
         w.close()
     shutil.rmtree(path, ignore_errors=True)
-    return count / secs
+    return count / secs, count / cpu
 
 
-def walrus_case(base: str, mode: str, size: int, count: int, fsync: str) -> float:
+def walrus_case(base: str, mode: str, size: int, count: int, fsync: str) -> tuple[float, float]:
+    """(records per second of wall time, of CPU time: the process's user + system time,
+    its start-up included)."""
     path = fresh(base, "walrus")
     os.makedirs(path)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(
         [WALRUS_BIN, path, mode, str(size), str(count), str(BATCH)],
         env=dict(os.environ, FSYNC=fsync),
@@ -104,8 +110,10 @@ def walrus_case(base: str, mode: str, size: int, count: int, fsync: str) -> floa
         capture_output=True,
         text=True,
     ).stdout
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     shutil.rmtree(path, ignore_errors=True)
-    return float(json.loads(out.strip().splitlines()[-1])["records_per_s"])
+    return float(json.loads(out.strip().splitlines()[-1])["records_per_s"]), count / cpu
 
 
 def main() -> None:
@@ -125,7 +133,7 @@ def main() -> None:
     results: dict[str, dict[str, object]] = {}
     try:
         for size, count in counts.items():
-            runs: dict[str, list[float]] = {k: [] for k in (
+            runs: dict[str, list[tuple[float, float]]] = {k: [] for k in (
                 "walfs_handle", "walfs_wal_append", "walfs_engine_append", "walrus_one",
                 "walfs_batch", "walrus_batch")}
             for _ in range(a.rounds):  # alternating, so that a busy moment hits both
@@ -135,15 +143,19 @@ def main() -> None:
                 runs["walfs_engine_append"].append(walfs_case(base, "engine_append", size, count, a.fsync))
                 runs["walrus_batch"].append(walrus_case(base, "batch", size, count, a.fsync))
                 runs["walfs_batch"].append(walfs_case(base, "batch", size, count, a.fsync))
-            med = {k: statistics.median(v) for k, v in runs.items()}
+            med = {k: statistics.median(w for w, _ in v) for k, v in runs.items()}
+            cpu = {k: statistics.median(c for _, c in v) for k, v in runs.items()}
             results[f"{size}B"] = {
                 "records": count,
                 "median_records_per_s": {k: round(v) for k, v in med.items()},
-                "runs": {k: [round(x) for x in v] for k, v in runs.items()},
+                "median_records_per_cpu_s": {k: round(v) for k, v in cpu.items()},
+                "runs_wall": {k: [round(w) for w, _ in v] for k, v in runs.items()},
                 "one_per_call_vs_walrus": round(med["walfs_handle"] / med["walrus_one"], 2),
                 "wal_append_vs_walrus": round(med["walfs_wal_append"] / med["walrus_one"], 2),
                 "general_path_vs_walrus": round(med["walfs_engine_append"] / med["walrus_one"], 2),
                 "batch_vs_walrus": round(med["walfs_batch"] / med["walrus_batch"], 2),
+                "cpu_one_per_call_vs_walrus": round(cpu["walfs_handle"] / cpu["walrus_one"], 2),
+                "cpu_batch_vs_walrus": round(cpu["walfs_batch"] / cpu["walrus_batch"], 2),
             }
     finally:
         if a.dir is None:

@@ -29,6 +29,7 @@ def _walfs_core_log(level: int, directory: Any, message: Any) -> None:
 
 
 lib.walfs_set_log(lib._walfs_core_log)
+_append_one = lib.walfs_append_one  # looked up once: the single-append hot path
 # walfs_rec_t (csrc/walfs.h) as numpy-style fields, for callers of read_into that view the
 # descriptor array as a structured array; its size is checked against the C layout here.
 REC_LAYOUT = [
@@ -255,17 +256,25 @@ class Engine:
 
     def append_one(self, stream_no: int, value: bytes, wait: bool) -> int:
         """Appends one plain record in one C call (value is passed without a copy); with
-        wait, under fsync="always", returns once it is durable. Returns its offset."""
-        h = self._enter()
+        wait, under fsync="always", returns once it is durable. Returns its offset. The
+        hot path of single appends: _enter/_exit are inlined."""
+        mu = self._mu
+        with mu:
+            h = self._h
+            if h is None:
+                raise WalClosedError(f"WAL {self.path} is closed")
+            self._users += 1
         try:
-            rc = lib.walfs_append_one(
-                h, stream_no, value if type(value) is bytes else ffi.from_buffer(value), len(value), wait
-            )
-            if rc < 0:
-                self._check(rc, "append")
-            return int(rc)
+            data = value if type(value) is bytes else ffi.from_buffer(value)
+            rc = _append_one(h, stream_no, data, len(value), wait)
         finally:
-            self._exit()
+            with mu:
+                self._users -= 1
+                if self._users == 0 and self._h is None:
+                    self._idle.notify_all()
+        if rc < 0:
+            self._check(rc, "append")
+        return rc
 
     def append_lines(self, stream_no: int, data: bytes) -> tuple[int, int, int, int]:
         """Appends the lines of data as one batch; returns (first gid, first offset, ticket, n)."""

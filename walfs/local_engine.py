@@ -529,6 +529,9 @@ class LocalAppender:
         s = eng._stream(self.topic, self.partition, True)
         assert s is not None
         self._s = s
+        self._no = s.stream_no
+        self._wait = eng.fsync == "always"
+        self._append_one = eng.core.append_one
 
     def append(self, value: bytes) -> int:
         eng = self._engine
@@ -537,10 +540,15 @@ class LocalAppender:
         n = len(value)
         if n >= MAX_U32:
             raise RecordTooLargeError("a record is larger than 4 GiB")
+        if self._wait:
+            with eng.stats.durable_waits.time("append"):
+                offset = self._append_one(self._no, value, True)
+        else:
+            offset = self._append_one(self._no, value, False)
         s = self._s
-        offset = eng.core.append_one(s.stream_no, value, eng.fsync == "always")
         eng.stats.appended(s.name, s.partition, 1, n)
-        eng._note_growth(s, n)
+        if eng._size_limits.get(self._no, -1) is not None:  # None: no size limit (the usual case)
+            eng._note_growth(s, n)
         if eng._watchers:
             eng._notify(Change("append", s.name, s.partition))
         return offset
