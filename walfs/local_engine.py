@@ -189,16 +189,15 @@ class LocalEngine:
                 self.org_id, topic, topic_hash(self.org_id, topic).hex(), partition, 0, 0, 0, 0, 0
             )
         low, high, durable, next_byte, _durable_byte = self.core.marks(s.stream_no)
+        low_byte = 0
+        if low:
+            try:
+                low_byte = self.core.byte_position(s.stream_no, low)
+            except OffsetOutOfRangeError:  # trimmed since marks(): read both under one lock
+                i = self.core.stream_info(s.stream_no)
+                low, high, low_byte, next_byte = i.low_offset, i.next_offset, i.low_byte, i.next_byte
         return StreamInfo(
-            self.org_id,
-            topic,
-            s.topic_hash.hex(),
-            partition,
-            low,
-            high,
-            self.core.stream_info(s.stream_no).low_byte if low else 0,
-            next_byte,
-            durable,
+            self.org_id, topic, s.topic_hash.hex(), partition, low, high, low_byte, next_byte, durable
         )
 
     def delete(self, topic: str, partition: int | None = None) -> list[int]:
