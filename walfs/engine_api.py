@@ -340,8 +340,10 @@ class _ReadBuffers(threading.local):
     recs: bytearray
 
     def __init__(self) -> None:
-        self.buf = bytearray(64 << 10)
-        self.recs = bytearray(REC_SIZE * 1024)
+        # Empty until a read in this thread needs them (read_raw grows them): nothing is
+        # allocated at import.
+        self.buf = bytearray()
+        self.recs = bytearray()
 
 
 _bufs = _ReadBuffers()
