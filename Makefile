@@ -6,7 +6,7 @@ MOUNTPOINT ?= /mnt/wal
 START     ?= 1
 APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd
 
-.PHONY: install deps venv start testdeps kafka test lint ctest bench torture clean
+.PHONY: install deps venv start testdeps kafka test lint ctest bench walrus-baseline bench-single torture clean
 
 install: deps venv
 	install -m 755 mount/mount.fuse.walfs /sbin/mount.fuse.walfs
@@ -57,6 +57,16 @@ bench:
 	$(PY) bench/bench_spark.py
 	$(PY) bench/bench_kafka.py
 
+# The seed's crate (walrus-rust 0.2.0, from crates.io through cargo) as the baseline of
+# one append per call: bench/walrus_baseline. cargo comes from the Debian package when it
+# is not installed already (rustup's works as well).
+walrus-baseline:
+	@command -v cargo >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cargo)
+	cargo build --quiet --release --manifest-path bench/walrus_baseline/Cargo.toml
+
+bench-single: walrus-baseline
+	$(PY) bench/bench_single_append.py
+
 # Crash and damage torture (not in CI; minutes to hours; docs/durability.md). Sizes from the
 # environment: TORTURE_MOUNT_CYCLES, TORTURE_WRITERS, TORTURE_POWERCUT_CYCLES,
 # WALFS_FUZZ_CASES, TORTURE_SEED; JSON summary to stdout and $(TORTURE_OUT).
@@ -65,4 +75,4 @@ torture: testdeps
 	TORTURE_OUT=$(TORTURE_OUT) $(PY) tools/torture.py
 
 clean:
-	rm -rf build *.egg-info walfs/_core*.so
+	rm -rf build *.egg-info walfs/_core*.so bench/walrus_baseline/target

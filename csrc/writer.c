@@ -36,7 +36,16 @@ static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bod
         fmt_blk_open(hdr, wal, b);
         if ((rc = seg_pwrite(wal, b->seg, hdr, sizeof(hdr), b->file_off))) return rc;
     }
-    uint8_t *stage = malloc(STAGE_SIZE);
+    /* The stage holds what this chunk stages, up to STAGE_SIZE: a single small record
+     * (one append per call) stages on the stack instead of mapping 256 KiB per call. */
+    size_t stage_cap = 0;
+    for (uint32_t j = 0; j < c->n && stage_cap < STAGE_SIZE; j++) {
+        size_t body = (size_t)meta_lens[c->first + j] + value_lens[c->first + j];
+        stage_cap += REC_HDR_SIZE + (body <= SMALL_BODY ? body : 0);
+    }
+    if (stage_cap > STAGE_SIZE) stage_cap = STAGE_SIZE;
+    uint8_t stack_stage[2 * (REC_HDR_SIZE + SMALL_BODY)];
+    uint8_t *stage = stage_cap <= sizeof(stack_stage) ? stack_stage : malloc(stage_cap);
     if (!stage) return -ENOMEM;
     struct iovec iov[IOV_SLOTS];
     uint64_t pos = c->data_start, view = c->bytes_before, group_pos = pos;
@@ -53,7 +62,7 @@ static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bod
         size_t body = (size_t)meta_lens[i] + value_lens[i];
         int small = body <= SMALL_BODY;
         size_t staged = REC_HDR_SIZE + (small ? body : 0);
-        if (used + staged > STAGE_SIZE || k + 2 > IOV_SLOTS) {
+        if (used + staged > stage_cap || k + 2 > IOV_SLOTS) {
             for (int q = 0; q < np; q++) fmt_rec_seal(pend[q], wal->crc_seed, pend[q] + REC_HDR_SIZE, pend_len[q]);
             np = 0;
             rc = seg_pwritev(wal, b->seg, iov, k, b->file_off + group_pos);
@@ -88,7 +97,7 @@ static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bod
     }
     for (int q = 0; q < np && !rc; q++) fmt_rec_seal(pend[q], wal->crc_seed, pend[q] + REC_HDR_SIZE, pend_len[q]);
     if (!rc && k) rc = seg_pwritev(wal, b->seg, iov, k, b->file_off + group_pos);
-    free(stage);
+    if (stage != stack_stage) free(stage);
     if (rc) return rc;
     uint64_t slot_off = b->run_size - (c->count_before + c->n) * SLOT_SIZE;
     return seg_pwrite(wal, b->seg, slots, (size_t)c->n * SLOT_SIZE, b->file_off + slot_off);

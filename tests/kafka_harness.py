@@ -33,7 +33,8 @@ SMALL_WAL_ARGS = ("--segment-size", str(16 << 20), "--block-size", str(1 << 20))
 
 
 class Listener:
-    """serve_kafka on its own thread and trio loop, bound to 127.0.0.1:<free port>."""
+    """serve_kafka on its own thread and trio loop, bound to 127.0.0.1:<free port>, over
+    the engine of the walfs.Wal `wal` (tests use the Wal's friendly calls beside it)."""
 
     def __init__(
         self,
@@ -64,7 +65,7 @@ class Listener:
                     port = await nursery.start(
                         partial(
                             serve_kafka,
-                            self.wal,
+                            self.wal.engine,
                             "127.0.0.1",
                             0,
                             allow_delete=self._allow_delete,

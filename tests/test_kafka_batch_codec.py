@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from walfs.engine import decode_kafka_records
 from walfs.kafka.record_batch import (
     BatchError,
     WireRecord,
@@ -22,6 +21,7 @@ from walfs.kafka.record_batch import (
     encode_records_for_test,
     read_batch,
 )
+from walfs.kafka_codec import decode_kafka_records
 from walfs.records import encode_meta
 
 
@@ -50,7 +50,7 @@ def test_c_batches_equal_the_python_encoding(open_wal):
         (high - 1, 10, 1),
     ]:
         expected = encode_batch(w.read_records("t", offset, max_records=n, max_bytes=max_bytes))
-        got = read_batch(w, "t", offset, 0, n, max_bytes)
+        got = read_batch(w.engine, "t", offset, 0, n, max_bytes)
         assert got == expected, (offset, n, max_bytes)
         # And what a consumer decodes from it is what was appended.
         (batch,) = decode_batches(got)
@@ -58,7 +58,7 @@ def test_c_batches_equal_the_python_encoding(open_wal):
         assert [(r.key, r.value, list(r.headers)) for r in recs] == [
             (b.key, b.value, b.headers) for b in batch.records
         ]
-    assert read_batch(w, "t", high, 0, 10, 1 << 20) == b""
+    assert read_batch(w.engine, "t", high, 0, 10, 1 << 20) == b""
 
 
 def test_a_meta_section_that_does_not_parse_is_refused(open_wal):
@@ -66,7 +66,7 @@ def test_a_meta_section_that_does_not_parse_is_refused(open_wal):
     bad_meta = b"\x01\x01\xff\xff\x00\x00"  # a key longer than the section
     w.append_bodies("t", bad_meta + b"value", array.array("I", [len(bad_meta)]), array.array("I", [5]))
     with pytest.raises(ValueError, match="meta"):
-        read_batch(w, "t", 0, 0, 10, 1 << 20)
+        read_batch(w.engine, "t", 0, 0, 10, 1 << 20)
 
 
 # --- the produce path: walfs_kafka_records against the Python decoder + encode_meta ---

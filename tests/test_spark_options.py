@@ -92,7 +92,7 @@ def test_read_range_fast_path_matches_the_public_api(tmp_path: Path) -> None:
     with walfs.Wal(tmp_path / "d", read_only=True) as wal:
         # Small batches so ranges cut through runs of plain and meta-carrying records.
         fast = pa.Table.from_batches(
-            list(read_range(wal, "t", 0, 3, 153, batch_records=17, batch_bytes=4096))
+            list(read_range(wal.engine, "t", 0, 3, 153, batch_records=17, batch_bytes=4096))
         )
         slow = pa.Table.from_batches([records_to_batch("t", 0, wal.read_records("t", 3, max_records=150))])
     assert fast.schema == ARROW_SCHEMA

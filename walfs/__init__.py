@@ -6,6 +6,7 @@ with walfs.Wal("/var/lib/walfs") as wal:
 """
 
 from walfs.consumer import Consumer
+from walfs.engine_api import Change, LogEngine, open_engine
 from walfs.errors import (
     BufferTooSmallError,
     CorruptRecordError,
@@ -26,11 +27,14 @@ from walfs.wal import StreamInfo, Wal
 
 __all__ = [
     "BufferTooSmallError",
+    "Change",
     "Consumer",
     "CorruptRecordError",
     "InvalidPartitionError",
     "InvalidTopicError",
+    "LogEngine",
     "OffsetOutOfRangeError",
+    "open_engine",
     "ReadOnlyError",
     "Record",
     "RecordTooLargeError",

@@ -29,6 +29,7 @@ from typing import Any
 import pyfuse3
 import trio
 
+from walfs.engine_api import LogEngine
 from walfs.fuse_ops import WalOperations
 from walfs.metrics import Metrics
 
@@ -168,8 +169,8 @@ def set_read_ahead(mountpoint: str, kib: int) -> None:
         log.info("read-ahead left at the kernel default: %s", exc)
 
 
-def open_wal(config: MountConfig) -> Any:
-    from walfs import Wal  # late: `walfs --help` should not need the engine built
+def open_wal(config: MountConfig) -> LogEngine:
+    from walfs.engine_api import open_engine  # late: `walfs --help` should not need the engine built
 
     kwargs: dict[str, Any] = {
         "fsync_interval_ms": config.fsync_interval_ms,
@@ -181,7 +182,7 @@ def open_wal(config: MountConfig) -> Any:
         kwargs["segment_size"] = config.segment_size
     if config.block_size is not None:
         kwargs["block_size"] = config.block_size
-    return Wal(config.data_dir, fsync=config.fsync, org_id=config.org_id, **kwargs)
+    return open_engine(config.data_dir, fsync=config.fsync, org_id=config.org_id, **kwargs)
 
 
 def fuse_options(config: MountConfig) -> set[str]:
@@ -213,7 +214,6 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
         allow_delete=config.allow_delete,
         info={"fsync": config.fsync, "org_id": str(config.org_id)},
     )
-    inject_test_faults(wal)
     metrics = Metrics(wal)
     metrics.time_fuse_ops(ops, FUSE_OPS)
     ops.metrics_text = metrics.text
@@ -255,18 +255,6 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
 EXIT_WAL_FAILED = 75
 
 
-def inject_test_faults(wal: Any) -> None:
-    """TEST ONLY: WALFS_TEST_FAULT="op:errno:after" (op write|sync|alloc) makes the core
-    fail that operation after `after` successes, for the daemon tests. Never set it in
-    production; it is logged loudly when set."""
-    spec = os.environ.get("WALFS_TEST_FAULT")
-    if not spec:
-        return
-    op, err, after = spec.split(":")
-    log.warning("WALFS_TEST_FAULT=%s: injecting faults (tests only)", spec)
-    wal.engine.inject_fault(op, int(err), after=int(after))
-
-
 async def watch_wal_failure(wal: Any, stop: Callable[[], None], every_s: float = 0.2) -> None:
     """Stops the daemon once the WAL has failed: answering EIO forever helps nobody,
     while an exit lets systemd restart it with a clean recovery."""
@@ -289,7 +277,7 @@ async def _serve(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ops.invalidation_task, name="walfs-invalidate")
         nursery.start_soon(ops.watch_task, name="walfs-watch")
-        ops.wal.add_append_listener(ops.poke_watcher)
+        ops.wal.watch(ops.poke_watcher)
         nursery.start_soon(_signals, name="walfs-signals")
         nursery.start_soon(watch_wal_failure, ops.wal, pyfuse3.terminate, name="walfs-failure")
         nursery.start_soon(_after_init, ops, config, name="walfs-after-init")

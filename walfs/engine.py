@@ -29,6 +29,7 @@ def _walfs_core_log(level: int, directory: Any, message: Any) -> None:
 
 
 lib.walfs_set_log(lib._walfs_core_log)
+_append_one = lib.walfs_append_one  # looked up once: the single-append hot path
 # walfs_rec_t (csrc/walfs.h) as numpy-style fields, for callers of read_into that view the
 # descriptor array as a structured array; its size is checked against the C layout here.
 REC_LAYOUT = [
@@ -41,52 +42,6 @@ REC_LAYOUT = [
 ]
 REC_SIZE = 40
 assert ffi.sizeof("walfs_rec_t") == REC_SIZE and ffi.offsetof("walfs_rec_t", "buf_pos") == 32
-
-
-def decode_kafka_records(body: bytes, count: int, base_ts: int) -> tuple[bytes, array.array, array.array]:
-    """A produce batch's records section as walfs bodies (C: walfs_kafka_records):
-    (bodies back to back, meta lengths, value lengths). ValueError when it does not parse."""
-    metas = array.array("I", bytes(4 * count))
-    values = array.array("I", bytes(4 * count))
-    needed = ffi.new("uint64_t *")
-    size = len(body) + 32 * count + 64
-    while True:
-        out = bytearray(size)
-        rc = lib.walfs_kafka_records(
-            body,
-            len(body),
-            count,
-            base_ts,
-            ffi.from_buffer(out),
-            size,
-            ffi.from_buffer("uint32_t[]", metas),
-            ffi.from_buffer("uint32_t[]", values),
-            needed,
-        )
-        if rc == -errno.ENOBUFS:
-            size = int(needed[0])
-            continue
-        if rc < 0:
-            raise ValueError("the batch's records do not parse")
-        del out[rc:]
-        return bytes(out), metas, values
-
-
-def encode_kafka_batch(buf: Any, recs: Any, n: int) -> bytes:
-    """n records as Engine.read_into left them, as one Kafka record batch (v2) (C:
-    walfs_kafka_batch). Raises ValueError for a meta section that does not parse."""
-    if n == 0:
-        return b""
-    cbuf = ffi.from_buffer(buf)
-    crecs = ffi.from_buffer("walfs_rec_t[]", recs)
-    needed = ffi.new("uint64_t *")
-    # A sizing call first (nothing written), then the batch into a buffer of its size.
-    rc = lib.walfs_kafka_batch(cbuf, crecs, n, ffi.NULL, 0, needed)
-    if rc == -errno.ENOBUFS:
-        out = bytearray(int(needed[0]))
-        if lib.walfs_kafka_batch(cbuf, crecs, n, ffi.from_buffer(out), len(out), needed) == len(out):
-            return bytes(out)
-    raise ValueError("a record's meta section does not parse")
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,17 +256,25 @@ class Engine:
 
     def append_one(self, stream_no: int, value: bytes, wait: bool) -> int:
         """Appends one plain record in one C call (value is passed without a copy); with
-        wait, under fsync="always", returns once it is durable. Returns its offset."""
-        h = self._enter()
+        wait, under fsync="always", returns once it is durable. Returns its offset. The
+        hot path of single appends: _enter/_exit are inlined."""
+        mu = self._mu
+        with mu:
+            h = self._h
+            if h is None:
+                raise WalClosedError(f"WAL {self.path} is closed")
+            self._users += 1
         try:
-            rc = lib.walfs_append_one(
-                h, stream_no, value if type(value) is bytes else ffi.from_buffer(value), len(value), wait
-            )
-            if rc < 0:
-                self._check(rc, "append")
-            return int(rc)
+            data = value if type(value) is bytes else ffi.from_buffer(value)
+            rc = _append_one(h, stream_no, data, len(value), wait)
         finally:
-            self._exit()
+            with mu:
+                self._users -= 1
+                if self._users == 0 and self._h is None:
+                    self._idle.notify_all()
+        if rc < 0:
+            self._check(rc, "append")
+        return rc
 
     def append_lines(self, stream_no: int, data: bytes) -> tuple[int, int, int, int]:
         """Appends the lines of data as one batch; returns (first gid, first offset, ticket, n)."""

@@ -72,12 +72,13 @@ class StreamInfo:
     durable_watermark: int = 0  # every record below survives power loss
 
 
-ChangeKind = Literal["append", "trim", "create", "delete"]
+ChangeKind = Literal["append", "trim", "create", "delete", "close"]
 
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """What LogEngine.watch reports: `kind` happened to (topic, partition) of the org."""
+    """What LogEngine.watch reports: `kind` happened to (topic, partition) of the org;
+    "close" (topic "", partition -1): the engine closed, the last call a watcher gets."""
 
     kind: ChangeKind
     topic: str
@@ -153,7 +154,7 @@ class LogEngine(Protocol):
         ReadOnlyError, WalFailedError, WalIOError (ENOSPC: nothing was appended)."""
         ...
 
-    def append_lines(self, topic: str, partition: int, data: bytes) -> tuple[int, int]:
+    def append_lines(self, topic: str, partition: int, data: Any) -> tuple[int, int]:
         """Appends each line of `data` (split on b"\\n" by the engine; a final newline ends
         the last line) as one batch of plain records: the file face's write. Returns
         (first offset, number of records). Same contract as append."""
@@ -220,7 +221,8 @@ class LogEngine(Protocol):
     def watch(self, fn: Callable[[Change], None]) -> Callable[[], None]:
         """Calls fn(change) after every append (once its records are readable), trim,
         stream creation and deletion of the org's streams, in the thread that made the
-        change; returns a function that stops the calls. fn must be quick and must not
+        change, and once with kind "close" when the engine closes; returns a function
+        that stops the calls. fn must be quick and must not
         raise. No polling: wait_for() below is built on it."""
         ...
 
@@ -316,7 +318,7 @@ def wait_for(
     woken = threading.Event()
 
     def on_change(c: Change) -> None:
-        if c.topic == topic and c.partition == partition:
+        if c.kind == "close" or (c.topic == topic and c.partition == partition):
             woken.set()
 
     stop = engine.watch(on_change)
@@ -343,8 +345,10 @@ class _ReadBuffers(threading.local):
     recs: bytearray
 
     def __init__(self) -> None:
-        self.buf = bytearray(64 << 10)
-        self.recs = bytearray(REC_SIZE * 1024)
+        # Empty until a read in this thread needs them (read_raw grows them): nothing is
+        # allocated at import.
+        self.buf = bytearray()
+        self.recs = bytearray()
 
 
 _bufs = _ReadBuffers()

@@ -1,4 +1,5 @@
-"""The FUSE face of a walfs.Wal: a pyfuse3 Operations class that only translates.
+"""The FUSE face of a walfs engine (walfs.engine_api.LogEngine): a pyfuse3 Operations
+class that only translates.
 
 The tree it shows::
 
@@ -7,16 +8,16 @@ The tree it shows::
     MOUNT/.consumers/<group>/<topic>               <topic> after <group>'s committed offset
     MOUNT/.consumers/<group>/partition=<n>/<topic>
 
-A topic file's bytes are its records' values, each followed by b"\\n" (walfs.Wal's byte
+A topic file's bytes are its records' values, each followed by b"\\n" (the engine's byte
 view). Each newline-terminated line written is one record; a partial line stays with its
 file handle until its newline, flush (close) or fsync. Everything here is append-only in
 the way Linux treats append-only inodes: every call that would change or remove bytes gets
-EPERM. Byte and record logic lives in walfs.Wal; this module decides errnos, inodes,
+EPERM. Byte and record logic lives in the engine; this module decides errnos, inodes,
 kernel cache timeouts and when blocking work leaves the trio loop.
 
 pyfuse3 runs every request as a trio task on one thread, so a handler must never wait for
 the disk: appends that wait for fsync (fsync=always), fsync itself, topic creation and
-consumer commits run in worker threads (walfs.Wal is thread-safe and its C calls release
+consumer commits run in worker threads (engines are thread-safe and its C calls release
 the GIL). Reads, non-durable appends and the engine's index look-ups (byte_position,
 offset_at_byte) are memory work and run inline: a thread hop (~100 us here) would cost
 more than the call.
@@ -40,6 +41,7 @@ import pyfuse3
 import trio
 
 from walfs import errors as wal_errors
+from walfs.engine_api import Change, LogEngine
 from walfs.names import CONSUMERS_DIR, MAX_NAME_BYTES, PARTITION_PREFIX, name_error
 from walfs.retention import parse_limit, show_limit
 
@@ -191,18 +193,19 @@ def wal_errors_as_errno(what: str) -> Iterator[None]:
 
 
 class WalOperations(pyfuse3.Operations):
-    """Translates FUSE requests into walfs.Wal calls.
+    """Translates FUSE requests into engine calls.
 
-    `wal` is a walfs.Wal (or anything with its interface). `blocking_appends` says whether
-    an append can wait for the disk (fsync=always): such appends run in a worker thread,
-    others run inline because a thread hop costs more than the append itself.
+    `wal` is the engine (walfs.engine_api.LogEngine: this class uses nothing else).
+    `blocking_appends` says whether an append can wait for the disk (fsync=always): such
+    appends run in a worker thread, others run inline because a thread hop costs more than
+    the append itself.
     """
 
     enable_writeback_cache = False  # the kernel would then ignore our sizes (fuse-facts)
 
     def __init__(
         self,
-        wal: Any,
+        wal: LogEngine,
         data_dir: str,
         *,
         uid: int | None = None,
@@ -294,7 +297,7 @@ class WalOperations(pyfuse3.Operations):
         new = [st for st in self.wal.streams() if st not in self._streams]
         for st in new:
             self._add_stream(st)
-        groups = self.wal.consumer_groups()
+        groups = self.wal.groups()
         if not self._groups.issuperset(groups):
             self._groups.update(groups)
             self._inos_of_stream.clear()
@@ -326,7 +329,7 @@ class WalOperations(pyfuse3.Operations):
             return True
         # Streams that did not come through this mount (e.g. an in-process Kafka
         # listener) are found here before the watcher's next round.
-        if partition in self.wal.partitions(topic):
+        if (topic, partition) in self.wal.streams(topic):
             self._add_stream((topic, partition))
             return True
         return False
@@ -357,7 +360,7 @@ class WalOperations(pyfuse3.Operations):
         else:
             stream = (node.topic, node.partition)
             mtime = self._mtime_ns.get(stream, self.start_ns)
-            size = self.wal.byte_size(node.topic, node.partition)
+            size = self.wal.info(node.topic, node.partition).byte_size
             if node.kind == "topic":
                 attrs.st_mode = stat.S_IFREG | self.file_mode
                 # One stream, two names when partition 0 (MOUNT/t and MOUNT/partition=0/t).
@@ -390,21 +393,21 @@ class WalOperations(pyfuse3.Operations):
     # ----------------------------------------------------------------- consumer positions
 
     def _committed(self, node: Node) -> int:
-        committed = self.wal.committed_offset(node.group, node.topic, node.partition)
-        low = self.wal.low_watermark(node.topic, node.partition)
+        committed = self.wal.committed(node.group, node.topic, node.partition)
+        low = self.wal.info(node.topic, node.partition).low_watermark
         return max(committed or 0, low)
 
     def _committed_byte(self, node: Node) -> int:
         """Byte position in the topic's view where the group's next record starts."""
         offset = self._committed(node)
-        if offset >= self.wal.high_watermark(node.topic, node.partition):
-            return int(self.wal.byte_size(node.topic, node.partition))
-        return int(self.wal.byte_position(node.topic, offset, node.partition))
+        if offset >= self.wal.info(node.topic, node.partition).high_watermark:
+            return int(self.wal.info(node.topic, node.partition).byte_size)
+        return int(self.wal.locate(node.topic, node.partition, offset=offset))
 
     def _records_within(self, h: Handle) -> int:
         """How many whole records lie in the first h.frontier bytes of a consumer view."""
         node = h.node
-        end = int(self.wal.offset_at_byte(node.topic, h.base_byte + h.frontier, node.partition))
+        end = int(self.wal.locate(node.topic, node.partition, byte=h.base_byte + h.frontier))
         return end - h.base_offset
 
     # ----------------------------------------------------------------- invalidation
@@ -466,11 +469,13 @@ class WalOperations(pyfuse3.Operations):
             for parent, name in entries:
                 pyfuse3.invalidate_entry_async(parent, name, ignore_enoent=True)
 
-    def poke_watcher(self, topic: str, partition: int) -> None:
-        """Any thread: a stream grew (an append by the Kafka listener, say). The watcher
-        looks at it now instead of at its next round."""
-        if getattr(self._own_append, "active", False):
+    def poke_watcher(self, change: Change) -> None:
+        """Any thread (the engine's watch callback): a stream grew, was trimmed or made
+        (by the Kafka listener, say). The watcher looks at it now instead of at its next
+        round."""
+        if change.kind not in ("append", "create", "trim") or getattr(self._own_append, "active", False):
             return
+        topic, partition = change.topic, change.partition
         first = not self._poked
         self._poked.add((topic, partition))
         if first and self._trio_token is not None:
@@ -490,7 +495,7 @@ class WalOperations(pyfuse3.Operations):
                 for stream in poked:
                     if stream not in self._streams:
                         self._add_stream(stream)
-                    size = self.wal.byte_size(*stream)
+                    size = self.wal.info(*stream).byte_size
                     if self._seen_size.get(stream) != size:
                         if stream in self._seen_size:
                             self._stream_changed(*stream, seen=False)
@@ -499,7 +504,7 @@ class WalOperations(pyfuse3.Operations):
             try:
                 self.refresh_streams()
                 for stream in list(self._streams):
-                    size = self.wal.byte_size(*stream)
+                    size = self.wal.info(*stream).byte_size
                     if self._seen_size.get(stream) != size:
                         if stream in self._seen_size:
                             self._stream_changed(*stream, seen=False)
@@ -521,12 +526,17 @@ class WalOperations(pyfuse3.Operations):
             raise logged_fuse_error(f"append to {node.topic!r}/{node.partition}", exc) from exc
         self._stream_changed(node.topic, node.partition)
 
+    def _read_cold(self, topic: str, part: int, pos: int, size: int) -> memoryview:
+        """A read that may wait for the disk (in a worker thread), into its own buffer."""
+        buf = bytearray(size)
+        return memoryview(buf)[: self.wal.read_bytes(topic, part, pos, buf)]
+
     def _append_lines(self, node: Node, lines: bytes | bytearray | memoryview) -> None:
         # Flagged so that the append listener (poke_watcher) leaves this one alone: the
         # handler reports it itself, and a poke would cost a trio wakeup per write.
         self._own_append.active = True
         try:
-            self.wal.append_lines(node.topic, lines, node.partition)
+            self.wal.append_lines(node.topic, node.partition, lines)
         finally:
             self._own_append.active = False
 
@@ -650,7 +660,7 @@ class WalOperations(pyfuse3.Operations):
 
     def _known_groups(self) -> set[str]:
         """Groups stored in the data directory (made by another face since the last look)."""
-        groups = set(self.wal.consumer_groups())
+        groups = set(self.wal.groups())
         if not self._groups.issuperset(groups):
             self._groups.update(groups)
             self._inos_of_stream.clear()
@@ -695,7 +705,7 @@ class WalOperations(pyfuse3.Operations):
         if not self._is_topic(text, partition):
             raise pyfuse3.FUSEError(errno.ENOENT)
         with wal_errors_as_errno(f"delete {text!r}"):
-            await trio.to_thread.run_sync(self.wal.delete_topic, text, partition)
+            await trio.to_thread.run_sync(self.wal.delete, text, partition)
         self._streams.discard((text, partition))
         self._inos_of_stream.pop((text, partition), None)
         parents = [Node("pdir", partition)] + ([ROOT] if partition == 0 else [])
@@ -830,7 +840,7 @@ class WalOperations(pyfuse3.Operations):
     async def _open_consumer(self, node: Node, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         with wal_errors_as_errno("open consumer file"):
             base_offset = self._committed(node)
-            base_byte = int(self.wal.byte_position(node.topic, base_offset, node.partition))
+            base_byte = int(self.wal.locate(node.topic, node.partition, offset=base_offset))
         h = Handle(node, base_offset=base_offset, base_byte=base_byte, may_commit=self.may_write_dir(ctx))
         # direct_io: the view's start moves with each commit, so cached pages of another
         # open would be stale.
@@ -865,7 +875,7 @@ class WalOperations(pyfuse3.Operations):
         h = Handle(node, writable=writable, append=bool(flags & os.O_APPEND))
         # The empty stream is made durable now, so that `touch t` leaves a topic behind.
         with wal_errors_as_errno(f"create {topic!r}"):
-            await trio.to_thread.run_sync(self.wal.create_partition, topic, partition)
+            await trio.to_thread.run_sync(self.wal.create, topic, partition)
         self._add_stream((topic, partition))
         fh = self._new_handle(h)
         return pyfuse3.FileInfo(fh=fh, direct_io=writable, keep_cache=False), self._entry(node)
@@ -883,14 +893,14 @@ class WalOperations(pyfuse3.Operations):
         pos = h.base_byte + off if node.kind == "cfile" else off
         data: bytes | memoryview
         try:  # a plain try: this runs for every READ request
-            if self.wal.bytes_resident(topic, pos, size, part):
+            if self.wal.resident(topic, part, pos, size):
                 if len(self._read_buf) < size:
                     self._read_buf = bytearray(size)
                 out = memoryview(self._read_buf)[:size]
-                data = out[: self.wal.read_bytes_into(topic, pos, out, part)]
+                data = out[: self.wal.read_bytes(topic, part, pos, out)]
             else:
                 self.cold_reads += 1
-                data = await trio.to_thread.run_sync(self.wal.read_bytes, topic, pos, size, part)
+                data = await trio.to_thread.run_sync(self._read_cold, topic, part, pos, size)
         except Exception as exc:
             raise logged_fuse_error(f"read {node.topic!r}", exc) from exc
         if node.kind == "cfile" and off <= h.frontier:
@@ -984,7 +994,7 @@ class WalOperations(pyfuse3.Operations):
                 new = h.base_offset + n
                 # Two handles of one group: never move the committed offset backwards
                 # (advance_only checks and writes in one step under the cursor store's lock).
-                self.wal.commit_offset(node.group, node.topic, new, node.partition, advance_only=True)
+                self.wal.commit(node.group, node.topic, node.partition, new, advance_only=True)
             return n
 
         frontier = h.frontier
@@ -1032,7 +1042,7 @@ class WalOperations(pyfuse3.Operations):
 
         def info(name: str) -> Callable[[], str]:
             def get() -> str:
-                return str(getattr(self.wal.stream_info(t, p), name))
+                return str(getattr(self.wal.info(t, p), name))
 
             return get
 
@@ -1041,12 +1051,12 @@ class WalOperations(pyfuse3.Operations):
             "topic": lambda: t,
             "topic_hash": info("topic_hash"),
             "partition": lambda: str(p),
-            "low_watermark": lambda: str(self.wal.low_watermark(t, p)),
-            "high_watermark": lambda: str(self.wal.high_watermark(t, p)),
-            "durable_watermark": lambda: str(self.wal.durable_watermark(t, p)),
+            "low_watermark": lambda: str(self.wal.info(t, p).low_watermark),
+            "high_watermark": lambda: str(self.wal.info(t, p).high_watermark),
+            "durable_watermark": lambda: str(self.wal.info(t, p).durable_watermark),
             "retention_ms": lambda: show_limit(self.wal.retention(t).ms),
             "retention_bytes": lambda: show_limit(self.wal.retention(t).bytes),
-            "byte_size": lambda: str(self.wal.byte_size(t, p)),
+            "byte_size": lambda: str(self.wal.info(t, p).byte_size),
         }
         if node.kind == "cfile":
             out["group"] = lambda: node.group
@@ -1084,11 +1094,11 @@ class WalOperations(pyfuse3.Operations):
                 if not text.isdigit():
                     raise ValueError(text)
                 offset = int(text)
-                if offset > self.wal.high_watermark(t, p):
+                if offset > self.wal.info(t, p).high_watermark:
                     raise ValueError(f"{offset} is past the end")
 
                 def change() -> None:
-                    self.wal.trim(t, offset, p)
+                    self.wal.trim(t, p, offset)
             else:
                 setting: int | str | None = "default" if text == "default" else parse_limit(text)
 

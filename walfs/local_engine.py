@@ -73,6 +73,7 @@ class LocalEngine:
             min_free_bytes=min_free_bytes,
         )
         self.stats.open_seconds = time.monotonic() - opened
+        _inject_env_faults(self.core)
         self.fsync = fsync
         self.cursors = CursorStore(self.path, read_only)
         # The WAL's default retention (None: keep everything) and per-topic overrides.
@@ -116,7 +117,7 @@ class LocalEngine:
         try:
             self.core.close()
         finally:
-            self._notify(Change("delete", "", -1))  # wakes wait_for callers: closed
+            self._notify(Change("close", "", -1))  # wakes wait_for callers
 
     def stop_background(self) -> None:
         """Stops the retention/reclamation thread (close(), and walfs.debug's power cut)."""
@@ -188,16 +189,15 @@ class LocalEngine:
                 self.org_id, topic, topic_hash(self.org_id, topic).hex(), partition, 0, 0, 0, 0, 0
             )
         low, high, durable, next_byte, _durable_byte = self.core.marks(s.stream_no)
+        low_byte = 0
+        if low:
+            try:
+                low_byte = self.core.byte_position(s.stream_no, low)
+            except OffsetOutOfRangeError:  # trimmed since marks(): read both under one lock
+                i = self.core.stream_info(s.stream_no)
+                low, high, low_byte, next_byte = i.low_offset, i.next_offset, i.low_byte, i.next_byte
         return StreamInfo(
-            self.org_id,
-            topic,
-            s.topic_hash.hex(),
-            partition,
-            low,
-            high,
-            self.core.stream_info(s.stream_no).low_byte if low else 0,
-            next_byte,
-            durable,
+            self.org_id, topic, s.topic_hash.hex(), partition, low, high, low_byte, next_byte, durable
         )
 
     def delete(self, topic: str, partition: int | None = None) -> list[int]:
@@ -242,7 +242,7 @@ class LocalEngine:
         self._appended(s, ticket, n, len(data))
         return offset
 
-    def append_lines(self, topic: str, partition: int, data: bytes) -> tuple[int, int]:
+    def append_lines(self, topic: str, partition: int, data: Any) -> tuple[int, int]:
         if not data:
             raise ValueError("append_lines needs at least one byte")
         s = self._stream(topic, partition, True)
@@ -528,6 +528,9 @@ class LocalAppender:
         s = eng._stream(self.topic, self.partition, True)
         assert s is not None
         self._s = s
+        self._no = s.stream_no
+        self._wait = eng.fsync == "always"
+        self._append_one = eng.core.append_one
 
     def append(self, value: bytes) -> int:
         eng = self._engine
@@ -536,10 +539,28 @@ class LocalAppender:
         n = len(value)
         if n >= MAX_U32:
             raise RecordTooLargeError("a record is larger than 4 GiB")
+        if self._wait:
+            with eng.stats.durable_waits.time("append"):
+                offset = self._append_one(self._no, value, True)
+        else:
+            offset = self._append_one(self._no, value, False)
         s = self._s
-        offset = eng.core.append_one(s.stream_no, value, eng.fsync == "always")
         eng.stats.appended(s.name, s.partition, 1, n)
-        eng._note_growth(s, n)
+        if eng._size_limits.get(self._no, -1) is not None:  # None: no size limit (the usual case)
+            eng._note_growth(s, n)
         if eng._watchers:
             eng._notify(Change("append", s.name, s.partition))
         return offset
+
+
+def _inject_env_faults(core: Engine) -> None:
+    """TEST ONLY: WALFS_TEST_FAULT="op:errno:after" (op write|sync|alloc) makes the core
+    fail that operation after `after` successes, for the daemon tests (the mount and
+    `walfs serve` open their engine themselves). Never set it in production; it is logged
+    loudly when set."""
+    spec = os.environ.get("WALFS_TEST_FAULT")
+    if not spec or core.read_only:
+        return
+    op, err, after = spec.split(":")
+    log.warning("WALFS_TEST_FAULT=%s: injecting faults (tests only)", spec)
+    core.inject_fault(op, int(err), after=int(after))

@@ -89,7 +89,8 @@ class WalStats:
 
 
 class Metrics:
-    """What one daemon exposes: its Wal's figures plus request latencies of its faces."""
+    """What one daemon exposes: its engine's figures (walfs.engine_api.LogEngine) plus
+    request latencies of its faces."""
 
     def __init__(self, wal: Any) -> None:
         self.wal = wal
@@ -112,7 +113,7 @@ class Metrics:
             nbytes.add_metric([topic, str(partition)], b)
         yield appends
         yield nbytes
-        report = wal.recovery_report()
+        report = wal.report()
         yield CounterMetricFamily("walfs_fsync_rounds", "fsync rounds since open", value=report["syncs"])
         total = stats.records_appended
         yield GaugeMetricFamily(
@@ -229,11 +230,14 @@ def _errors(family: Any, name: str, doc: str, label: str, hist: Latency) -> Any:
 def consumer_lags(wal: Any) -> list[tuple[str, str, int, int]]:
     """(group, topic, partition, records behind the high watermark) for every cursor."""
     out = []
-    for group in wal.consumer_groups():
-        try:
-            committed = wal.committed_offsets(group)
-        except WalError:
-            continue  # a damaged cursor file is reported where it is read
-        for (topic, partition), offset in committed.items():
-            out.append((group, topic, partition, max(wal.high_watermark(topic, partition) - offset, 0)))
+    streams = wal.streams()
+    for group in wal.groups():
+        for topic, partition in streams:
+            try:
+                offset = wal.committed(group, topic, partition)
+            except WalError:
+                continue  # a damaged cursor file is reported where it is read
+            if offset is not None:
+                behind = max(wal.info(topic, partition).high_watermark - offset, 0)
+                out.append((group, topic, partition, behind))
     return out

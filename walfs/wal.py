@@ -21,7 +21,7 @@ from walfs.engine_api import (
     read_values,
     wait_for,
 )
-from walfs.errors import RecordTooLargeError
+from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError
 from walfs.names import check_partition, stream_key, topic_hash
 from walfs.records import Header, Record, encode_meta
 from walfs.retention import Policy
@@ -228,11 +228,10 @@ class Wal:
         return self.engine.read(topic, partition, offset, buf, recs, max_records, max_bytes)
 
     def read_bytes(self, topic: str, position: int, size: int, partition: int = 0) -> bytes:
-        if size < 0:
-            from walfs.errors import OffsetOutOfRangeError
-
+        if size < 0 or position < 0:
             raise OffsetOutOfRangeError("position and size must not be negative")
-        buf = bytearray(size)
+        # A buffer no larger than what the view holds past `position` (bounded memory).
+        buf = bytearray(max(0, min(size, self.engine.info(topic, partition).byte_size - position)))
         return bytes(memoryview(buf)[: self.engine.read_bytes(topic, partition, position, buf)])
 
     def read_bytes_into(self, topic: str, position: int, buf: Any, partition: int = 0) -> int:

@@ -2,7 +2,7 @@
 checks its CRC and index slot. Exit 0 when clean, 1 when damage was found, 2 when the
 directory cannot be opened at all.
 
-walfs fsck --repair DAMAGED_DIR --into NEW_DIR: salvage (walfs/salvage.py). Copies every
+walfs fsck --repair DAMAGED_DIR --into NEW_DIR: salvage (engine_api.repair: walfs/salvage.py). Copies every
 intact record and cursor of DAMAGED_DIR, which may not even open, into the new data
 directory NEW_DIR; DAMAGED_DIR is never written. Lists what could not be kept. Exit 0 when
 everything was kept, 1 when anything was lost or renumbered, 2 when nothing could be read."""
@@ -10,8 +10,8 @@ everything was kept, 1 when anything was lost or renumbered, 2 when nothing coul
 import argparse
 import json
 
+from walfs.engine_api import open_engine, repair
 from walfs.errors import WalError
-from walfs.wal import Wal
 
 
 def main(argv: list[str]) -> int:
@@ -28,15 +28,15 @@ def main(argv: list[str]) -> int:
         return _repair(args.data_dir, args.into, args.json)
     try:
         # Read-only: fsck works beside a running daemon and never changes a byte.
-        wal = Wal(args.data_dir, read_only=True)
+        wal = open_engine(args.data_dir, read_only=True)
     except WalError as e:
         print(f"walfs fsck: {args.data_dir}: {e}")
         print(f"walfs fsck: to copy what is intact: walfs fsck --repair {args.data_dir} --into NEW_DIR")
         return 2
     try:
         problems = wal.verify()
-        report = wal.recovery_report()
-        streams = sum(len(wal.partitions(t)) for t in wal.topics())
+        report = wal.report()
+        streams = len(wal.streams())
     finally:
         wal.close()
     if args.json:
@@ -54,10 +54,8 @@ def main(argv: list[str]) -> int:
 
 
 def _repair(src: str, dst: str, as_json: bool) -> int:
-    from walfs.salvage import salvage
-
     try:
-        report = salvage(src, dst)
+        report = repair(src, dst)
     except (WalError, OSError, ValueError) as e:
         print(f"walfs fsck --repair: {e}")
         return 2

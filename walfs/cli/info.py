@@ -3,7 +3,7 @@
 import argparse
 import json
 
-from walfs.wal import Wal
+from walfs.engine_api import open_engine
 
 
 def main(argv: list[str]) -> int:
@@ -11,8 +11,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("data_dir")
     p.add_argument("--org-id", type=int, default=1)
     args = p.parse_args(argv)
-    with Wal(args.data_dir, read_only=True, org_id=args.org_id) as wal:
-        rows = [wal.stream_info(t, part) for t in wal.topics() for part in wal.partitions(t)]
+    wal = open_engine(args.data_dir, read_only=True, org_id=args.org_id)
+    try:
+        rows = [wal.info(t, part) for t, part in wal.streams()]
+    finally:
+        wal.close()
     for r in rows:
         print(
             json.dumps(

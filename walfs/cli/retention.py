@@ -1,6 +1,6 @@
 """`walfs trim` and `walfs retention`: lifecycle of a topic, on a mounted WAL (through the
 mount's xattrs, so the daemon that holds the data directory does the work) or on an
-unmounted data directory (through walfs.Wal).
+unmounted data directory (through the engine interface, walfs.engine_api).
 
     walfs trim PATH TOPIC OFFSET [--partition N]
     walfs retention PATH TOPIC [--ms MS] [--bytes SIZE] [--partition N]
@@ -47,10 +47,13 @@ def trim_main(argv: list[str]) -> int:
             f = topic_file(a.path, a.topic, a.partition)
             os.setxattr(f, XATTR + "low_watermark", str(a.offset).encode())
         else:
-            import walfs
+            from walfs.engine_api import open_engine
 
-            with walfs.Wal(a.path, org_id=a.org_id) as w:
-                w.trim(a.topic, a.offset, a.partition)
+            w = open_engine(a.path, org_id=a.org_id)
+            try:
+                w.trim(a.topic, a.partition, a.offset)
+            finally:
+                w.close()
     except (OSError, ValueError) as e:
         print(f"walfs trim: {e}", file=sys.stderr)
         return 1
@@ -77,15 +80,18 @@ def retention_main(argv: list[str]) -> int:
                 os.setxattr(f, XATTR + k, v.encode())
             shown = {k: os.getxattr(f, XATTR + k).decode() for k in ("retention_ms", "retention_bytes")}
         else:
-            import walfs
+            from walfs.engine_api import open_engine
 
-            with walfs.Wal(a.path, org_id=a.org_id) as w:
+            w = open_engine(a.path, org_id=a.org_id)
+            try:
                 if changes:
                     w.set_retention(
                         a.topic, **{k: (v if v == "default" else parse_limit(v)) for k, v in changes.items()}
                     )
                 pol = w.retention(a.topic)
                 shown = {"retention_ms": show_limit(pol.ms), "retention_bytes": show_limit(pol.bytes)}
+            finally:
+                w.close()
     except (OSError, ValueError) as e:
         print(f"walfs retention: {e}", file=sys.stderr)
         return 1

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from walfs import Wal
+    from walfs.engine_api import LogEngine
     from walfs.metrics import Metrics
 
 DEFAULT_LISTEN = "127.0.0.1:9092"
@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _run(wal: Wal, host: str, port: int, args: argparse.Namespace, metrics: Metrics) -> None:
+async def _run(wal: LogEngine, host: str, port: int, args: argparse.Namespace, metrics: Metrics) -> None:
     from walfs.daemon import watch_wal_failure
     from walfs.kafka import serve_kafka
     from walfs.kafka.framing import (
@@ -129,15 +129,15 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         print(f"walfs serve: --kafka-listen: {e}", file=sys.stderr)
         return 2
-    import walfs
     from walfs.cli.mount import limit_option
+    from walfs.engine_api import open_engine
 
     os.makedirs(args.data_dir, exist_ok=True)
     try:
         geometry = {
             k: v for k, v in (("segment_size", args.segment_size), ("block_size", args.block_size)) if v
         }
-        wal = walfs.Wal(
+        wal = open_engine(
             args.data_dir,
             fsync=args.fsync,
             org_id=args.org_id,
@@ -150,9 +150,7 @@ def main(argv: list[str]) -> int:
     except Exception as e:
         print(f"walfs serve: cannot open {args.data_dir}: {e}", file=sys.stderr)
         return 1
-    from walfs.daemon import EXIT_WAL_FAILED, inject_test_faults
-
-    inject_test_faults(wal)
+    from walfs.daemon import EXIT_WAL_FAILED
     from walfs.metrics import Metrics
 
     metrics = Metrics(wal)

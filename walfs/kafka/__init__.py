@@ -1,4 +1,4 @@
-"""Kafka-wire listener over a walfs.Wal (docs/kafka.md)."""
+"""Kafka-wire listener over a walfs engine (walfs.engine_api.LogEngine; docs/kafka.md)."""
 
 from walfs.kafka.listener import parse_listen_address, serve_kafka
 

@@ -16,7 +16,7 @@ from walfs.kafka.producer_ids import ProducerIds
 from walfs.kafka.topic_catalog import TopicCatalog
 
 if TYPE_CHECKING:
-    from walfs import Wal
+    from walfs.engine_api import LogEngine
 
 log = logging.getLogger("walfs.kafka")
 
@@ -40,7 +40,7 @@ class Connection:
 
 @dataclass
 class Broker:
-    wal: Wal
+    wal: LogEngine
     allow_delete: bool = False
     # What ApiVersions advertises (filled from the dispatch table by the listener).
     api_versions: dict[int, tuple[int, int]] = field(default_factory=dict)

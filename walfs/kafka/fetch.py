@@ -11,6 +11,7 @@ from typing import Any
 
 import trio
 
+from walfs.engine_api import durable_end, read_records, wait_for
 from walfs.kafka.api import Api
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.messages import ErrorCode, build, response_module
@@ -48,9 +49,9 @@ def _read_partitions(broker: Broker, req: Any) -> tuple[list[Any], int, list[tup
             # The high watermark Kafka clients see is the durable one (Kafka's for acks=all):
             # a record a power cut could take back is never handed out. Records published
             # past it at this offset are made durable first (one group-committed sync).
-            hwm = wal.durable_end(topic, offset, p)
-            lwm = wal.low_watermark(topic, p)
-            if offset < lwm or offset > wal.high_watermark(topic, p):
+            hwm = durable_end(wal, topic, p, offset)
+            lwm = wal.info(topic, p).low_watermark
+            if offset < lwm or offset > wal.info(topic, p).high_watermark:
                 parts.append((p, ErrorCode.offset_out_of_range, hwm, lwm, b""))
                 continue
             data = b""
@@ -79,7 +80,7 @@ async def _wait_for_any(broker: Broker, watch: list[tuple[str, int, int]], timeo
 
     async def watch_one(topic: str, partition: int, offset: int, scope: trio.CancelScope) -> None:
         grew = await trio.to_thread.run_sync(
-            lambda: wal.wait_for(topic, offset, partition, timeout=timeout_s),
+            lambda: wait_for(wal, topic, partition, offset, timeout=timeout_s),
             abandon_on_cancel=True,
             limiter=broker.wait_limiter,
         )
@@ -134,24 +135,24 @@ def _list_offset(broker: Broker, topic: str, p: int, ts: int) -> tuple[ErrorCode
     if p < 0 or p >= broker.catalog.partition_count(topic):
         return ErrorCode.unknown_topic_or_partition, -1, -1
     try:
-        hwm = wal.high_watermark(topic, p)
+        hwm = wal.info(topic, p).high_watermark
         if ts == LATEST:
             return ErrorCode.none, -1, hwm
         if ts == EARLIEST:
-            return ErrorCode.none, -1, wal.low_watermark(topic, p)
+            return ErrorCode.none, -1, wal.info(topic, p).low_watermark
         if ts == MAX_TIMESTAMP:
             # The record with the largest timestamp; walfs indexes time by first
             # offset at or after a time, so answer with the newest record instead.
-            if hwm == wal.low_watermark(topic, p):
+            if hwm == wal.info(topic, p).low_watermark:
                 return ErrorCode.none, -1, -1
-            last = wal.read_records(topic, hwm - 1, p, max_records=1)
+            last = read_records(wal, topic, p, hwm - 1, max_records=1)
             return ErrorCode.none, last[0].timestamp_ms, hwm - 1
         if ts < 0:
             return ErrorCode.invalid_request, -1, -1
-        off = wal.offset_for_timestamp(topic, ts, p)
+        off = wal.locate(topic, p, timestamp_ms=ts)
         if off >= hwm:
             return ErrorCode.none, -1, -1  # Kafka's answer when no record is that new
-        rec = wal.read_records(topic, off, p, max_records=1)
+        rec = read_records(wal, topic, p, off, max_records=1)
         return ErrorCode.none, rec[0].timestamp_ms, off
     except Exception as e:
         return error_code_for(e, f"list offsets {topic}/{p}@{ts}"), -1, -1

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from walfs import Wal
+    from walfs.engine_api import LogEngine
 
 log = logging.getLogger("walfs.kafka.groups")
 
@@ -110,7 +110,7 @@ class JoinRequest:
 
 
 class GroupCoordinator:
-    def __init__(self, wal: Wal, initial_delay_s: float = INITIAL_REBALANCE_DELAY_S) -> None:
+    def __init__(self, wal: LogEngine, initial_delay_s: float = INITIAL_REBALANCE_DELAY_S) -> None:
         self._wal = wal
         self._groups: dict[str, Group] = {}
         self._initial_delay_s = initial_delay_s

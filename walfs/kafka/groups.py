@@ -160,7 +160,7 @@ async def handle_offset_commit(broker: Broker, conn: Connection, version: int, r
                     code = ErrorCode.unknown_topic_or_partition
                 if code is ErrorCode.none:
                     try:
-                        broker.wal.commit_offset(req.group_id, t.name, p.committed_offset, p.partition_index)
+                        broker.wal.commit(req.group_id, t.name, p.partition_index, p.committed_offset)
                     except Exception as e:
                         code = error_code_for(e, f"commit {req.group_id} {t.name}/{p.partition_index}")
                 parts.append(
@@ -203,7 +203,7 @@ async def handle_offset_fetch(broker: Broker, conn: Connection, version: int, re
                     )
                     continue
                 try:
-                    off = wal.committed_offset(req.group_id, t.name, p)
+                    off = wal.committed(req.group_id, t.name, p)
                     code = ErrorCode.none
                 except Exception as e:
                     off, code = None, error_code_for(e, f"offset fetch {req.group_id} {t.name}/{p}")

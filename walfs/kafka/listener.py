@@ -25,7 +25,7 @@ from walfs.kafka.framing import (
 )
 
 if TYPE_CHECKING:
-    from walfs import Wal
+    from walfs.engine_api import LogEngine
 
 log = logging.getLogger("walfs.kafka")
 
@@ -108,7 +108,7 @@ async def _serve_connection(
 
 
 async def serve_kafka(
-    wal: Wal,
+    wal: LogEngine,
     host: str,
     port: int,
     *,

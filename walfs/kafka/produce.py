@@ -41,20 +41,21 @@ def _append_partition(
     # (A null value, a Kafka tombstone, is stored as an empty record: walfs values are
     # bytes, and the file view needs a line for it.)
     if produced is None:
-        return ErrorCode.none, wal.high_watermark(topic, partition), wal.low_watermark(topic, partition)
+        info = wal.info(topic, partition)
+        return ErrorCode.none, info.high_watermark, info.low_watermark
     n = len(produced.meta_lens)
     dup = broker.producer_ids.duplicate_of(produced.producer_id, topic, partition, produced.base_sequence, n)
     if dup is not None:
         log.info(
             "produce to %s/%d: resent batch of producer %d dropped", topic, partition, produced.producer_id
         )
-        return ErrorCode.none, dup, wal.low_watermark(topic, partition)
+        return ErrorCode.none, dup, wal.info(topic, partition).low_watermark
     try:
-        base = wal.append_bodies(topic, produced.data, produced.meta_lens, produced.value_lens, partition)
+        base = wal.append(topic, partition, produced.data, produced.meta_lens, produced.value_lens)
     except Exception as e:
         return error_code_for(e, f"produce to {topic}/{partition}"), -1, -1
     broker.producer_ids.remember(produced.producer_id, topic, partition, produced.base_sequence, n, base)
-    return ErrorCode.none, base, wal.low_watermark(topic, partition)
+    return ErrorCode.none, base, wal.info(topic, partition).low_watermark
 
 
 async def handle_produce(broker: Broker, conn: Connection, version: int, req: Any) -> Any:

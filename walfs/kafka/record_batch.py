@@ -33,8 +33,9 @@ from typing import Any
 
 from crc32c import crc32c
 
-from walfs.engine import REC_SIZE, decode_kafka_records, encode_kafka_batch
+from walfs.engine_api import REC_SIZE
 from walfs.errors import BufferTooSmallError
+from walfs.kafka_codec import decode_kafka_records, encode_kafka_batch
 
 _BATCH_HEAD = struct.Struct(">qiibIhiqqqhii")
 BATCH_OVERHEAD = _BATCH_HEAD.size  # 61 bytes before the first record
@@ -134,7 +135,7 @@ def _decompress(codec: int, data: bytes) -> bytes:
 
 @dataclass(slots=True)
 class ProducedBodies:
-    """A produce request's records in the stored layout (see ``Wal.append_bodies``)."""
+    """A produce request's records in the stored layout (see ``LogEngine.append``)."""
 
     producer_id: int
     producer_epoch: int
@@ -322,7 +323,7 @@ def read_batch(wal: Any, topic: str, offset: int, partition: int, max_records: i
         if getattr(tl, "recs_n", 0) < max_records:
             tl.recs, tl.recs_n = bytearray(REC_SIZE * max_records), max_records
         try:
-            n = wal.read_into(topic, offset, tl.buf, tl.recs, partition, max_records, max_bytes)
+            n = wal.read(topic, partition, offset, tl.buf, tl.recs, max_records, max_bytes)
         except BufferTooSmallError as e:
             size = e.needed
             continue

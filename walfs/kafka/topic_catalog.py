@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from walfs import Wal
+    from walfs.engine_api import LogEngine
 
 # Auto-created topics (Metadata for an unknown topic) get one partition, as with
 # Kafka's num.partitions default.
@@ -21,20 +21,20 @@ MAX_PARTITIONS = 10_000
 
 
 class TopicCatalog:
-    def __init__(self, wal: Wal) -> None:
+    def __init__(self, wal: LogEngine) -> None:
         self._wal = wal
 
     def partition_count(self, topic: str) -> int:
         """0 for a topic that does not exist."""
-        stored = self._wal.partitions(topic)
+        stored = [p for _, p in self._wal.streams(topic)]
         return max(stored) + 1 if stored else 0
 
     def topics(self) -> list[str]:
-        return self._wal.topics()
+        return sorted({t for t, _ in self._wal.streams()})
 
     def declare(self, topic: str, partitions: int) -> None:
         """Make the topic exist with at least ``partitions`` partitions, durably: the
         client is told the topic exists, so it must still exist after a crash."""
         for p in range(partitions):
-            self._wal.create_partition(topic, p)
+            self._wal.create(topic, p)
         self._wal.sync()

@@ -58,9 +58,9 @@ async def handle_create_topics(broker: Broker, conn: Connection, version: int, r
 
 
 def _delete_topic(broker: Broker, topic: str) -> None:
-    """Deletes the topic for real (Wal.delete_topic): its space comes back, its committed
+    """Deletes the topic for real (LogEngine.delete): its space comes back, its committed
     offsets go, and creating it again starts from offset 0, as on Kafka."""
-    broker.wal.delete_topic(topic)
+    broker.wal.delete(topic)
 
 
 async def handle_delete_topics(broker: Broker, conn: Connection, version: int, req: Any) -> Any:

@@ -1,12 +1,12 @@
 """Reads an offset range of one stream as pyarrow RecordBatches in the schema of
 walfs.spark.schema.
 
-Why not Wal.read_records: it builds a Python Record per row (~6 µs each), which caps a
+Why not engine_api.read_records: it builds a Python Record per row (~6 µs each), which caps a
 core at ~150k rows/s, while the C read itself costs ~0.25 µs per record. The fast path
 below calls the C reader into one Arrow buffer and turns the record table it fills
 (walfs_rec_t[]) into columns with numpy, so values of file-appended records reach Spark
-without a per-row Python object: Wal.read_into fills an Arrow buffer with the record
-bodies and a numpy array with one descriptor per record (walfs.engine.REC_LAYOUT).
+without a per-row Python object: LogEngine.read fills an Arrow buffer with the record
+bodies and a numpy array with one descriptor per record (walfs.engine_api.REC_LAYOUT).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from walfs import BufferTooSmallError, Record, Wal
-from walfs.engine import REC_LAYOUT, REC_SIZE
+from walfs import BufferTooSmallError, Record
+from walfs.engine_api import REC_LAYOUT, REC_SIZE, LogEngine, read_records
 from walfs.errors import OffsetOutOfRangeError
 from walfs.records import decode_meta
 from walfs.spark.schema import ARROW_SCHEMA, CREATE_TIME, HEADER_TYPE, LOG_APPEND_TIME
@@ -33,7 +33,7 @@ _FAST = REC_DTYPE.itemsize == REC_SIZE
 
 
 def read_range(
-    wal: Wal,
+    wal: LogEngine,
     topic: str,
     partition: int,
     start: int,
@@ -51,7 +51,7 @@ def read_range(
             batch = _read_fast(wal, topic, partition, offset, want, batch_bytes)
         if batch is None:
             batch = records_to_batch(
-                topic, partition, wal.read_records(topic, offset, partition, want, batch_bytes)
+                topic, partition, read_records(wal, topic, partition, offset, want, batch_bytes)
             )
         if batch.num_rows == 0:
             raise OffsetOutOfRangeError(
@@ -62,7 +62,7 @@ def read_range(
 
 
 def _read_fast(
-    wal: Wal, topic: str, partition: int, offset: int, want: int, max_bytes: int
+    wal: LogEngine, topic: str, partition: int, offset: int, want: int, max_bytes: int
 ) -> pa.RecordBatch | None:
     recs = np.empty(want, REC_DTYPE)
     buflen = max_bytes
@@ -70,7 +70,7 @@ def _read_fast(
         # An Arrow buffer, so the values column can point into it without a copy.
         buf = pa.allocate_buffer(buflen)
         try:
-            n = wal.read_into(topic, offset, buf, recs, partition, want, max_bytes)
+            n = wal.read(topic, partition, offset, buf, recs, want, max_bytes)
         except BufferTooSmallError as e:  # one record larger than the buffer: read it alone
             buflen = max_bytes = e.needed
             continue

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from walfs import OffsetOutOfRangeError, Wal
+from walfs import OffsetOutOfRangeError
+from walfs.engine_api import LogEngine
 from walfs.spark.options import EARLIEST, LATEST, OffsetSpec, StreamId, WalfsOptions
 
 Offsets = dict[StreamId, int]
@@ -45,12 +46,12 @@ class WalfsInputPartition(InputPartition):
         return f"WalfsInputPartition({self.topic!r}[{self.partition}] {self.start}..{self.end})"
 
 
-def stream_bounds(wal: Wal, opts: WalfsOptions) -> dict[StreamId, StreamBounds]:
+def stream_bounds(wal: LogEngine, opts: WalfsOptions) -> dict[StreamId, StreamBounds]:
     """Every selected stream as the read-only handle `wal` sees it."""
     out: dict[StreamId, StreamBounds] = {}
-    for topic in opts.select(wal.topics()):
-        for p in wal.partitions(topic):
-            info = wal.stream_info(topic, p)
+    for topic in opts.select(sorted({t for t, _ in wal.streams()})):
+        for _, p in wal.streams(topic):
+            info = wal.info(topic, p)
             n = info.high_watermark - info.low_watermark
             per = (info.byte_size - info.low_byte) / n if n > 0 else 0.0
             out[(topic, p)] = StreamBounds(info.low_watermark, info.high_watermark, per)

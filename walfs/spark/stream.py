@@ -44,7 +44,7 @@ class WalfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._cap: Offsets | None = None
 
     def _bounds(self) -> dict[StreamId, StreamBounds]:
-        # A fresh handle each time: a read-only Wal only sees records present at open.
+        # A fresh handle each time: a read-only engine only sees records present at open.
         with wal_cache.open_fresh(self.opts.path, self.opts.org_id) as wal:
             return stream_bounds(wal, self.opts)
 

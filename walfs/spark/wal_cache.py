@@ -1,42 +1,50 @@
-"""Read-only Wal handles shared by the tasks that run in one Python worker.
+"""Read-only engine handles (walfs.engine_api) shared by the tasks that run in one Python worker.
 
 Spark reuses its Python workers across tasks (spark.python.worker.reuse), and opening a
 WAL costs a scan of the segment directory, so a worker keeps one read-only handle per
 (data directory, org) and reopens it only when a task asks for records past what that
-handle saw at open (a read-only Wal is a snapshot of the complete records present when it
+handle saw at open (a read-only engine is a snapshot of the complete records present when it
 was opened). Read-only handles take no lock, so this never blocks the writer.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from walfs import Wal, WalError
+from walfs.engine_api import LogEngine, open_engine
+from walfs.errors import WalError
 
 _lock = threading.Lock()
-_open: dict[tuple[str, int], Wal] = {}
+_open: dict[tuple[str, int], LogEngine] = {}
 
 
-def open_fresh(path: str, org_id: int) -> Wal:
+@contextmanager
+def open_fresh(path: str, org_id: int) -> Iterator[LogEngine]:
     """A new read-only handle that sees every complete record present now (the planner
-    uses it to learn the latest offsets); the caller closes it."""
-    return Wal(path, org_id=org_id, read_only=True)
+    uses it to learn the latest offsets), closed when the with block ends."""
+    wal = open_engine(path, org_id=org_id, read_only=True)
+    try:
+        yield wal
+    finally:
+        wal.close()
 
 
-def wal_covering(path: str, org_id: int, topic: str, partition: int, end: int) -> Wal:
+def wal_covering(path: str, org_id: int, topic: str, partition: int, end: int) -> LogEngine:
     """A shared read-only handle whose view of topic[partition] reaches offset `end`."""
     key = (path, org_id)
     with _lock:
         wal = _open.get(key)
-        if wal is not None and wal.high_watermark(topic, partition) >= end:
+        if wal is not None and wal.info(topic, partition).high_watermark >= end:
             return wal
         if wal is not None:
             # Tasks of one worker run one at a time, so nobody else reads through it now.
             _open.pop(key)
             wal.close()
-        wal = Wal(path, org_id=org_id, read_only=True)
+        wal = open_engine(path, org_id=org_id, read_only=True)
         _open[key] = wal
-        high = wal.high_watermark(topic, partition)
+        high = wal.info(topic, partition).high_watermark
         if high < end:
             raise WalError(
                 f"{topic!r}[{partition}] of {path} ends at offset {high}, but the query planned to read up "

@@ -1,0 +1,55 @@
+"""The C library's Kafka record codecs (csrc/kafka_batch.c): produce batches into walfs
+record bodies, and records as an engine's read() left them (engine_api.REC_LAYOUT) into
+one fetch batch. Engine-neutral: they hold no engine state, so every face may use them."""
+
+import array
+import errno
+from typing import Any
+
+from walfs._core import ffi, lib
+
+
+def decode_kafka_records(body: bytes, count: int, base_ts: int) -> tuple[bytes, array.array, array.array]:
+    """A produce batch's records section as walfs bodies (C: walfs_kafka_records):
+    (bodies back to back, meta lengths, value lengths). ValueError when it does not parse."""
+    metas = array.array("I", bytes(4 * count))
+    values = array.array("I", bytes(4 * count))
+    needed = ffi.new("uint64_t *")
+    size = len(body) + 32 * count + 64
+    while True:
+        out = bytearray(size)
+        rc = lib.walfs_kafka_records(
+            body,
+            len(body),
+            count,
+            base_ts,
+            ffi.from_buffer(out),
+            size,
+            ffi.from_buffer("uint32_t[]", metas),
+            ffi.from_buffer("uint32_t[]", values),
+            needed,
+        )
+        if rc == -errno.ENOBUFS:
+            size = int(needed[0])
+            continue
+        if rc < 0:
+            raise ValueError("the batch's records do not parse")
+        del out[rc:]
+        return bytes(out), metas, values
+
+
+def encode_kafka_batch(buf: Any, recs: Any, n: int) -> bytes:
+    """n records as Engine.read_into left them, as one Kafka record batch (v2) (C:
+    walfs_kafka_batch). Raises ValueError for a meta section that does not parse."""
+    if n == 0:
+        return b""
+    cbuf = ffi.from_buffer(buf)
+    crecs = ffi.from_buffer("walfs_rec_t[]", recs)
+    needed = ffi.new("uint64_t *")
+    # A sizing call first (nothing written), then the batch into a buffer of its size.
+    rc = lib.walfs_kafka_batch(cbuf, crecs, n, ffi.NULL, 0, needed)
+    if rc == -errno.ENOBUFS:
+        out = bytearray(int(needed[0]))
+        if lib.walfs_kafka_batch(cbuf, crecs, n, ffi.from_buffer(out), len(out), needed) == len(out):
+            return bytes(out)
+    raise ValueError("a record's meta section does not parse")
