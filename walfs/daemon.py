@@ -29,7 +29,7 @@ from typing import Any
 import pyfuse3
 import trio
 
-from walfs.engine_api import LogEngine
+from walfs.engine_api import LogEngine, normalize_target
 from walfs.fuse_ops import WalOperations
 from walfs.metrics import Metrics
 
@@ -186,7 +186,7 @@ def open_wal(config: MountConfig) -> LogEngine:
 
 
 def fuse_options(config: MountConfig) -> set[str]:
-    data_dir = os.path.abspath(config.data_dir)
+    data_dir = normalize_target(config.data_dir)
     # fsname shows in /proc/mounts and df; a comma would split the option string.
     fsname = data_dir if "," not in data_dir else "walfs"
     options = {"default_permissions", f"fsname={fsname}", "subtype=walfs"}
@@ -205,7 +205,7 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
     wal = open_wal(config)
     ops = WalOperations(
         wal,
-        os.path.abspath(config.data_dir),
+        normalize_target(config.data_dir),
         blocking_appends=config.fsync == "always",
         max_line_bytes=config.max_line_bytes,
         uid=config.uid,

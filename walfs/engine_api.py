@@ -277,6 +277,27 @@ class LogEngine(Protocol):
 
 
 # -- engine-neutral rules over the interface (one home each) --------------------------------
+def is_local(target: str) -> bool:
+    """The one rule for what a target names: URL-like targets (kafka://...) are remote
+    engines; anything else is a local data directory."""
+    return "://" not in target
+
+
+def normalize_target(target: str) -> str:
+    """A target as faces store and show it: local directories absolute, URLs unchanged."""
+    import os
+
+    return os.path.abspath(target) if is_local(target) else target
+
+
+def prepare_target(target: str) -> None:
+    """Creates a local data directory if missing (remote engines make their own topics)."""
+    import os
+
+    if is_local(target):
+        os.makedirs(target, exist_ok=True)
+
+
 def open_engine(target: str, **options: Any) -> LogEngine:
     """The engine for `target`: a data directory is the local C core (options as
     walfs.Wal's); kafka://HOST:PORT[,...]/NAMESPACE is a Kafka cluster

@@ -41,7 +41,7 @@ import pyfuse3
 import trio
 
 from walfs import errors as wal_errors
-from walfs.engine_api import Change, LogEngine
+from walfs.engine_api import Change, LogEngine, is_local
 from walfs.names import CONSUMERS_DIR, MAX_NAME_BYTES, PARTITION_PREFIX, name_error
 from walfs.retention import parse_limit, show_limit
 
@@ -1010,8 +1010,14 @@ class WalOperations(pyfuse3.Operations):
     # ----------------------------------------------------------------- FUSE: the rest
 
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
-        st = os.statvfs(self.data_dir)
         out = pyfuse3.StatvfsData()
+        out.f_namemax = MAX_NAME_BYTES
+        if not is_local(self.data_dir):
+            # A cluster engine has no local file system to report: sizes show as 0 blocks
+            # (df shows the mount; Kafka's own tools show the cluster's disks).
+            out.f_bsize = out.f_frsize = 4096
+            return out
+        st = os.statvfs(self.data_dir)
         out.f_bsize = st.f_bsize
         out.f_frsize = st.f_frsize
         out.f_blocks = st.f_blocks

@@ -13,6 +13,8 @@ import logging
 import os
 import sys
 
+from walfs.engine_api import normalize_target, prepare_target
+
 SIZE_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 # Options mount(8)/fstab pass that concern mount(8) itself, not the file system.
 IGNORED_MOUNT_OPTIONS = frozenset(
@@ -42,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="walfs mount", description="Mount a walfs data directory as a file tree."
     )
-    p.add_argument("data_dir", help="the WAL's data directory (created if missing)")
+    p.add_argument(
+        "data_dir", help="the WAL's data directory (created if missing), or kafka://HOST:PORT[,...]/NAMESPACE"
+    )
     p.add_argument("mountpoint", help="an existing empty directory")
     p.add_argument("-f", "--foreground", action="store_true", help="stay attached (systemd)")
     p.add_argument("--fsync", choices=("always", "interval", "never"), default=None)
@@ -200,7 +204,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
     if max_line_bytes < MIN_MAX_LINE_BYTES:
         raise SystemExit(f"walfs mount: max_line_bytes must be at least {MIN_MAX_LINE_BYTES}")
     config = MountConfig(
-        data_dir=os.path.abspath(args.data_dir),
+        data_dir=normalize_target(args.data_dir),
         mountpoint=os.path.abspath(args.mountpoint),
         fsync=fsync,
         org_id=int(pick(args.org_id, "org_id", "1") or 1),
@@ -267,7 +271,7 @@ def main(argv: list[str]) -> int:
         # A second mount on top would hide the first one's tree without stopping it.
         print(f"walfs mount: {config.mountpoint} is already a mount point", file=sys.stderr)
         return 1
-    os.makedirs(config.data_dir, exist_ok=True)
+    prepare_target(config.data_dir)
 
     if log_opts["foreground"]:
         setup_logging(log_opts["level"], log_opts["file"] or None)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
 from functools import partial
@@ -130,9 +129,9 @@ def main(argv: list[str]) -> int:
         print(f"walfs serve: --kafka-listen: {e}", file=sys.stderr)
         return 2
     from walfs.cli.mount import limit_option
-    from walfs.engine_api import open_engine
+    from walfs.engine_api import open_engine, prepare_target
 
-    os.makedirs(args.data_dir, exist_ok=True)
+    prepare_target(args.data_dir)
     try:
         geometry = {
             k: v for k, v in (("segment_size", args.segment_size), ("block_size", args.block_size)) if v
