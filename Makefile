@@ -6,7 +6,7 @@ MOUNTPOINT ?= /mnt/wal
 START     ?= 1
 APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd
 
-.PHONY: install deps venv start testdeps kafka test lint ctest bench walrus-baseline bench-single torture clean
+.PHONY: install deps venv start testdeps kafka test lint ctest bench walrus-baseline bench-single cluster cluster-stop torture clean
 
 install: deps venv
 	install -m 755 mount/mount.fuse.walfs /sbin/mount.fuse.walfs
@@ -66,6 +66,19 @@ walrus-baseline:
 
 bench-single: walrus-baseline
 	$(PY) bench/bench_single_append.py
+
+# A real 3-node Kafka cluster on this machine with walfs mounted on it (docs/cluster.md).
+CLUSTER_DIR   ?= /var/lib/walfs/kafka-cluster
+CLUSTER_MOUNT ?= /mnt/wal-cluster
+cluster: kafka
+	$(PY) tools/kafka_cluster.py start $(CLUSTER_DIR)
+	mkdir -p $(CLUSTER_MOUNT)
+	.venv/bin/walfs mount "kafka://$$($(PY) tools/kafka_cluster.py bootstrap $(CLUSTER_DIR))/main" $(CLUSTER_MOUNT)
+	@echo "walfs on Kafka mounted at $(CLUSTER_MOUNT); try: echo hello >> $(CLUSTER_MOUNT)/orders"
+
+cluster-stop:
+	-fusermount3 -u $(CLUSTER_MOUNT)
+	$(PY) tools/kafka_cluster.py stop $(CLUSTER_DIR)
 
 # Crash and damage torture (not in CI; minutes to hours; docs/durability.md). Sizes from the
 # environment: TORTURE_MOUNT_CYCLES, TORTURE_WRITERS, TORTURE_POWERCUT_CYCLES,

@@ -98,14 +98,22 @@ class KafkaCluster:
         extra: dict[str, str] | None = None,
         heap: str = "512m",
         startup_timeout: float = 120,
+        directory: Path | None = None,
+        base_port: int | None = None,
     ) -> None:
         self.n = nodes
         self.extra = extra or {}
         self.heap = heap
         self.startup_timeout = startup_timeout
-        self.dir = Path(tempfile.mkdtemp(prefix="walfs-kafka-"))
-        self.ports = [free_port() for _ in range(nodes)]
-        self.controller_ports = [free_port() for _ in range(nodes)]
+        # A given directory and base port make a cluster that outlives this process
+        # (tools/kafka_cluster.py); the defaults make a throw-away one for a test.
+        self.dir = directory if directory is not None else Path(tempfile.mkdtemp(prefix="walfs-kafka-"))
+        if base_port is not None:
+            self.ports = [base_port + i for i in range(nodes)]
+            self.controller_ports = [base_port + 100 + i for i in range(nodes)]
+        else:
+            self.ports = [free_port() for _ in range(nodes)]
+            self.controller_ports = [free_port() for _ in range(nodes)]
         self.procs: list[subprocess.Popen[bytes] | None] = [None] * nodes
         self.id = cluster_id()
 
