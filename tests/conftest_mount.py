@@ -79,8 +79,9 @@ def wait_until(predicate: object, timeout: float = 10.0, what: str = "condition"
 class Mount:
     """One walfs mount of `data` on `path`, driven through the CLI like a user would."""
 
-    def __init__(self, base: Path, name: str = "m") -> None:
-        self.data = base / f"{name}-data"
+    def __init__(self, base: Path, name: str = "m", target: str | None = None) -> None:
+        # A data directory, or an engine URL (kafka://...) for the mount on a cluster.
+        self.data: Path | str = target if target is not None else base / f"{name}-data"
         self.path = base / f"{name}-mnt"
         self.log = base / f"{name}.log"
         self.path.mkdir(parents=True, exist_ok=True)

@@ -234,6 +234,25 @@ class KafkaCluster:
         self.stop()
 
 
+_SHARED: list[KafkaCluster] = []
+
+
+def shared_broker() -> KafkaCluster:
+    """One single-node broker for the whole test run, started on first use and stopped at
+    exit (the conformance suite and the mount tests on the Kafka engine share it)."""
+    if not _SHARED:
+        import atexit
+
+        _SHARED.append(KafkaBroker().start())
+        atexit.register(_SHARED[0].stop)
+    return _SHARED[0]
+
+
+def fresh_target(regions: int = 2) -> str:
+    """A new, empty walfs namespace on the shared broker."""
+    return f"kafka://{shared_broker().bootstrap}/t{uuid.uuid4().hex[:12]}?regions={regions}"
+
+
 class KafkaBroker(KafkaCluster):
     """A single KRaft node on free ports; `with KafkaBroker() as k: k.bootstrap`."""
 

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,20 +55,12 @@ class EngineKind:
     exclusive_writer: bool = True  # a second writer on the same log gets WalLockedError
 
 
-_BROKER: list[Any] = []
-
-
 def kafka_target(tmp: str) -> str:
-    """A fresh namespace on one real single-node Kafka broker, started once for the run
-    (tests/real_kafka.py; `make kafka` fetched its jars) and stopped at exit."""
-    if not _BROKER:
-        import atexit
+    """A fresh namespace on one real single-node Kafka broker shared by the run
+    (tests/real_kafka.py; `make kafka` fetched its jars)."""
+    from real_kafka import fresh_target
 
-        from real_kafka import KafkaBroker
-
-        _BROKER.append(KafkaBroker().start())
-        atexit.register(_BROKER[0].stop)
-    return f"kafka://{_BROKER[0].bootstrap}/t{uuid.uuid4().hex[:12]}?regions=2"
+    return fresh_target()
 
 
 ENGINES: dict[str, EngineKind] = {
