@@ -132,6 +132,16 @@ def region_of(key: bytes, regions: int) -> int:
     return int.from_bytes(blake3.blake3(key).digest(length=8), "little") % regions
 
 
+def take(consumer: Any, timeout: float, most: int = 1000) -> list[Any]:
+    """What the consumer has, without waiting for `most` messages: librdkafka's batch
+    consume waits out its whole timeout unless the batch fills, which would add the
+    timeout to every append's replay. Waits for the first message only."""
+    first = consumer.poll(timeout)
+    if first is None:
+        return []
+    return [first, *consumer.consume(most - 1, 0)]
+
+
 @dataclass
 class Chunk:
     """One data record of the log, parsed: its records' lengths and bodies."""
@@ -440,7 +450,7 @@ class KafkaEngine:
                 return
             if time.monotonic() > deadline:
                 raise WalError(f"{self.path}: replay did not reach the cluster's end in time ({pending})")
-            self._apply_batch(self._tail.consume(1000, 0.5))
+            self._apply_batch(take(self._tail, 0.5))
 
     def _position(self, k: tuple[str, int]) -> int:
         return self._meta_pos if k[0] == "m" else self._pos.get(k[1], 0)
@@ -449,7 +459,7 @@ class KafkaEngine:
     def _tail_loop(self) -> None:
         while not self._stop.is_set():
             try:
-                msgs = self._tail.consume(1000, 0.1)
+                msgs = take(self._tail, 0.1)
                 if msgs:
                     self._apply_batch(msgs)
             except WalCorruptError as e:
@@ -641,7 +651,7 @@ class KafkaEngine:
             self._reader.assign([TopicPartition(self.t.log_topic, region, koff)])
             deadline = time.monotonic() + self.timeout
             while time.monotonic() < deadline:
-                for m in self._reader.consume(500, 0.5):
+                for m in take(self._reader, 0.5):
                     value, at = m.value(), m.offset()
                     if m.error() or value is None or at is None or len(value) < _HEAD.size:
                         continue
@@ -837,7 +847,8 @@ class KafkaEngine:
     def append_lines(self, topic: str, partition: int, data: bytes) -> tuple[int, int]:
         if not data:
             raise ValueError("append_lines needs at least one byte")
-        lines = bytes(data).split(b"\n")
+        data = bytes(data)
+        lines = data.split(b"\n")
         if data.endswith(b"\n"):
             lines.pop()
         body = b"".join(lines)

@@ -29,7 +29,7 @@ from typing import Any
 import pyfuse3
 import trio
 
-from walfs.engine_api import LogEngine, normalize_target
+from walfs.engine_api import LogEngine, is_local, normalize_target
 from walfs.fuse_ops import WalOperations
 from walfs.metrics import Metrics
 
@@ -206,7 +206,9 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
     ops = WalOperations(
         wal,
         normalize_target(config.data_dir),
-        blocking_appends=config.fsync == "always",
+        # Appends that wait (for an fsync, or for a cluster's acknowledgement) run in
+        # worker threads, not on the event loop.
+        blocking_appends=config.fsync == "always" or not is_local(config.data_dir),
         max_line_bytes=config.max_line_bytes,
         uid=config.uid,
         gid=config.gid,
