@@ -10,6 +10,31 @@
 #define SMALL_BODY 4096u        /* bodies up to this size are staged, larger ones are not */
 #define IOV_SLOTS 1024          /* IOV_MAX */
 
+/* Each appending thread's stage (STAGE_SIZE bytes), made at its first batch that needs
+ * it and freed when the thread exits: a batch append does not allocate and free 256 KiB
+ * per call (glibc then grows and trims its heap, page-faulting the stage in every
+ * time). The key is the core's one piece of process-wide state besides the log callback
+ * and the SIGBUS handler. */
+static pthread_key_t stage_key;
+static pthread_once_t stage_once = PTHREAD_ONCE_INIT;
+static int stage_key_ok;
+
+static void stage_key_make(void)
+{
+    stage_key_ok = pthread_key_create(&stage_key, free) == 0;
+}
+
+static uint8_t *thread_stage(int *owned)
+{
+    pthread_once(&stage_once, stage_key_make);
+    uint8_t *p = stage_key_ok ? pthread_getspecific(stage_key) : NULL;
+    if (p) return p;
+    p = malloc(STAGE_SIZE);
+    if (p && stage_key_ok && pthread_setspecific(stage_key, p) == 0) return p;
+    *owned = p != NULL; /* no key: this call frees it */
+    return p;
+}
+
 typedef struct chunk {
     block_t *b;
     int is_new;
@@ -36,8 +61,8 @@ static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bod
         fmt_blk_open(hdr, wal, b);
         if ((rc = seg_pwrite(wal, b->seg, hdr, sizeof(hdr), b->file_off))) return rc;
     }
-    /* The stage holds what this chunk stages, up to STAGE_SIZE: a single small record
-     * (one append per call) stages on the stack instead of mapping 256 KiB per call. */
+    /* The stage holds what this chunk stages, up to STAGE_SIZE: one or two small records
+     * stage on the stack, more in the thread's stage. */
     size_t stage_cap = 0;
     for (uint32_t j = 0; j < c->n && stage_cap < STAGE_SIZE; j++) {
         size_t body = (size_t)meta_lens[c->first + j] + value_lens[c->first + j];
@@ -45,7 +70,8 @@ static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bod
     }
     if (stage_cap > STAGE_SIZE) stage_cap = STAGE_SIZE;
     uint8_t stack_stage[2 * (REC_HDR_SIZE + SMALL_BODY)];
-    uint8_t *stage = stage_cap <= sizeof(stack_stage) ? stack_stage : malloc(stage_cap);
+    int owned = 0;
+    uint8_t *stage = stage_cap <= sizeof(stack_stage) ? stack_stage : thread_stage(&owned);
     if (!stage) return -ENOMEM;
     struct iovec iov[IOV_SLOTS];
     uint64_t pos = c->data_start, view = c->bytes_before, group_pos = pos;
@@ -97,7 +123,7 @@ static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bod
     }
     for (int q = 0; q < np && !rc; q++) fmt_rec_seal(pend[q], wal->crc_seed, pend[q] + REC_HDR_SIZE, pend_len[q]);
     if (!rc && k) rc = seg_pwritev(wal, b->seg, iov, k, b->file_off + group_pos);
-    if (stage != stack_stage) free(stage);
+    if (owned) free(stage);
     if (rc) return rc;
     uint64_t slot_off = b->run_size - (c->count_before + c->n) * SLOT_SIZE;
     return seg_pwrite(wal, b->seg, slots, (size_t)c->n * SLOT_SIZE, b->file_off + slot_off);

@@ -195,6 +195,17 @@ def test_append_and_read_every_size_from_zero_bytes(make: Maker) -> None:
     assert read_all(e2, "sizes") == expect
 
 
+def test_the_appender_takes_empty_values_and_any_buffer(make: Maker) -> None:
+    """Appender.append: a 0-byte value, and bytearray / memoryview values, are records."""
+    e = make(fsync="never")
+    a = e.appender("buf", 2)
+    assert a.append(b"") == 0
+    assert a.append(bytearray(b"from a bytearray")) == 1
+    assert a.append(memoryview(b"..a memoryview..")[2:-2]) == 2
+    assert read_all(e, "buf", 2) == [b"", b"from a bytearray", b"a memoryview"]
+    assert view(e, "buf", 2) == b"\nfrom a bytearray\na memoryview\n"
+
+
 def test_read_fills_caller_buffers_with_descriptors(make: Maker) -> None:
     """read(): bodies back to back in buf, one REC_LAYOUT descriptor each in recs."""
     e = make(fsync="never")

@@ -1,4 +1,4 @@
-"""Torture (b): simulated power cuts of the engine (Wal(test_mode=True).debug_power_cut) with
+"""Torture (b): simulated power cuts of the engine (Wal(test_mode=True) and walfs.debug.power_cut) with
 appends, syncs, trims, reclaims and cursor commits in the mix. After every cut the WAL is
 reopened and checked: every record acknowledged durable (sync returned) is there, byte for
 byte, from the durable low watermark on; no record is other than what was appended; every
