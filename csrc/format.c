@@ -132,7 +132,7 @@ void fmt_cat_header(uint8_t *out, uint64_t uuid, uint64_t created_ms, uint64_t s
 {
     memset(out, 0, CAT_HDR_SIZE);
     memcpy(out, CAT_MAGIC, 8);
-    put32(out + 8, FORMAT_VERSION);
+    put32(out + 8, CAT_VERSION);
     put32(out + 12, block_size);
     put64(out + 16, uuid);
     put64(out + 24, created_ms);
@@ -146,11 +146,21 @@ int fmt_cat_header_parse(const uint8_t *in, uint64_t *uuid, uint64_t *segment_si
 {
     if (memcmp(in, CAT_MAGIC, 8) != 0) return -EUCLEAN;
     if (get32(in + 60) != crc32c(0, in, 60)) return -EBADMSG;
-    if (get32(in + 8) != FORMAT_VERSION) return -EPROTONOSUPPORT;
+    if (get32(in + 8) < 1 || get32(in + 8) > CAT_VERSION) return -EPROTONOSUPPORT;
     *uuid = get64(in + 16);
     *block_size = get32(in + 12);
     *segment_size = get64(in + 32);
     return 0;
+}
+
+/* The version of a header that fmt_cat_header_parse accepted. */
+uint32_t fmt_cat_header_version(const uint8_t *in) { return get32(in + 8); }
+
+/* A version 1 header made version 2 (catalog.c: upgrade at close), crc redone. */
+void fmt_cat_header_upgrade(uint8_t *hdr)
+{
+    put32(hdr + 8, CAT_VERSION);
+    put32(hdr + 60, crc32c(0, hdr, 60));
 }
 
 static size_t cat_entry_finish(uint8_t *out, uint32_t seed, uint16_t type, size_t len)
@@ -196,6 +206,12 @@ size_t fmt_cat_delete(uint8_t *out, uint32_t seed, uint32_t stream_no)
     put32(out + 8, stream_no);
     put32(out + 12, 0);
     return cat_entry_finish(out, seed, CAT_DELETE, 16);
+}
+
+size_t fmt_cat_segment(uint8_t *out, uint32_t seed, uint16_t type, uint64_t seg_id)
+{
+    put64(out + 8, seg_id);
+    return cat_entry_finish(out, seed, type, 16);
 }
 
 size_t fmt_cat_open(uint8_t *out, uint32_t seed, uint64_t epoch)
@@ -249,6 +265,11 @@ size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_e
         return len;
     case CAT_OPEN:
         if (len != 16) BAD("OPEN entry of the wrong length");
+        e->a = get64(in + 8);
+        return len;
+    case CAT_SEGMENT:
+    case CAT_SEGMENT_GONE:
+        if (len != 16) BAD("SEGMENT entry of the wrong length");
         e->a = get64(in + 8);
         return len;
     default:

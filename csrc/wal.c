@@ -27,6 +27,7 @@ static void wal_free(walfs_t *wal)
     for (size_t i = 0; i < wal->n_segs; i++) seg_free(wal->segs[i]);
     free(wal->segs);
     free(wal->seals);
+    free(wal->cat_segs);
     if (wal->cat_fd >= 0) close(wal->cat_fd);
     if (wal->lockfd >= 0) close(wal->lockfd); /* releases the flock */
     if (wal->dirfd >= 0) close(wal->dirfd);
@@ -143,6 +144,7 @@ int walfs_close(walfs_t *wal)
         rc = atomic_load(&wal->failed);
         if (!rc) rc = sync_force(wal); /* data, then the seals it allowed */
         if (!rc) rc = sync_force(wal);
+        if (!rc) rc = cat_close(wal); /* durable-end marks; a version 1 catalog is upgraded */
     }
     sync_shutdown(wal);
     wal_free(wal);
