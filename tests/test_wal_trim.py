@@ -208,21 +208,21 @@ def test_read_only_open_survives_a_compaction_during_its_segment_scan(open_wal, 
 def test_failed_compaction_keeps_the_old_catalog_and_the_trim(open_wal, wal_dir):
     import errno
 
-    w = open_wal(test_mode=True)  # compacts at 16 entries: OPEN, DEFINE and 14 TRIMs
+    w = open_wal(test_mode=True)  # compacts at 20 entries (4 x live: OPEN, DEFINE, SEGMENT and 17 TRIMs)
     fill(w, "t", 100)
-    for k in range(1, 14):
+    for k in range(1, 17):
         w.trim("t", k)
     grown = cat_size(wal_dir)
     w.engine.inject_fault("write", errno.ENOSPC, after=1, count=1)  # the TRIM passes, the rewrite fails
-    w.trim("t", 14)
-    assert w.low_watermark("t") == 14
+    w.trim("t", 17)
+    assert w.low_watermark("t") == 17
     assert cat_size(wal_dir) > grown  # the old catalog, one entry longer
     assert not os.path.exists(os.path.join(wal_dir, "streams.cat.tmp"))
-    w.trim("t", 15)  # the next trim compacts
+    w.trim("t", 18)  # the next trim compacts
     assert cat_size(wal_dir) < grown
     w.close()
     w = open_wal()
-    assert (w.low_watermark("t"), w.high_watermark("t")) == (15, 100)
+    assert (w.low_watermark("t"), w.high_watermark("t")) == (18, 100)
 
 
 def test_writer_open_compacts_a_long_catalog(open_wal, wal_dir):
