@@ -248,13 +248,21 @@ int cat_open(walfs_t *wal)
     free(buf);
     if (used < 0) return (int)used;
     size_t pos = CAT_HDR_SIZE + (size_t)used;
-    if (pos < size) {
-        /* A crash in the middle of an append (proven by torn_tail): nothing after it was
-         * ever acknowledged. */
-        wal_log(wal, CAT_NAME ": cutting %zu bytes of torn tail at byte %zu", size - pos, pos);
-        if (!wal->opt.read_only && (ftruncate(fd, (off_t)pos) != 0 || fdatasync(fd) != 0)) return -errno;
-    }
     wal->cat_end = pos;
+    wal->cat_torn = size - pos; /* cut by cat_cut_torn once recovery found no damage */
+    return 0;
+}
+
+/* A crash in the middle of an append (proven by torn_tail): nothing after it was ever
+ * acknowledged. Cut only after recovery judged the rest: a catalog shorter than the
+ * segments prove is damage, and damaged files are left as they are. */
+int cat_cut_torn(walfs_t *wal)
+{
+    if (!wal->cat_torn) return 0;
+    wal_log(wal, CAT_NAME ": cutting %" PRIu64 " bytes of torn tail at byte %" PRIu64, wal->cat_torn, wal->cat_end);
+    if (!wal->opt.read_only && (ftruncate(wal->cat_fd, (off_t)wal->cat_end) != 0 || fdatasync(wal->cat_fd) != 0))
+        return -errno;
+    wal->cat_torn = 0;
     return 0;
 }
 

@@ -239,9 +239,9 @@ static int settle_stream(walfs_t *wal, stream_t *s)
             /* A hole or an overlap: a crash explains it only if nothing after it is sealed. */
             for (size_t j = i; j < s->n_blocks; j++) {
                 if (s->blocks[j]->sealed) {
-                    wal_log(wal, "stream %u (%.*s): run at offset %" PRIu64 " does not follow offset %" PRIu64
-                                 " but later data is sealed: damaged",
-                            s->no, (int)s->name_len, s->name, b->first_offset, expected);
+                    wal_damage(wal, "%s: stream %u (%.*s): run at offset %" PRIu64 " does not follow offset %" PRIu64
+                                    " but later data is sealed: damaged",
+                               wal->dir, s->no, (int)s->name_len, s->name, b->first_offset, expected);
                     return -EUCLEAN;
                 }
             }
@@ -259,8 +259,8 @@ static int settle_stream(walfs_t *wal, stream_t *s)
                 keep = i + 1;
                 for (size_t j = i + 1; j < s->n_blocks; j++)
                     if (s->blocks[j]->sealed) {
-                        wal_log(wal, "stream %u: unsealed run ends at offset %" PRIu64 " before sealed data",
-                                s->no, expected);
+                        wal_damage(wal, "%s: stream %u: unsealed run ends at offset %" PRIu64 " before sealed data: damaged",
+                                   wal->dir, s->no, expected);
                         return -EUCLEAN;
                     }
                 break;

@@ -111,6 +111,7 @@ int walfs_open(const char *dir, const walfs_options_t *opts, walfs_t **out, char
     wal->blocks_per_seg = (uint32_t)((wal->opt.segment_size - SEG_HDR_SIZE) / wal->opt.block_size);
     if ((rc = recover(wal)))
         FAIL(rc, "recovery of %s failed: %s", dir, wal->damage[0] ? wal->damage : strerror(-rc));
+    if ((rc = cat_cut_torn(wal))) FAIL(rc, "cannot cut the torn tail of %s/streams.cat: %s", dir, strerror(-rc));
     durable_init(wal);
     if (!o.read_only) {
         pthread_mutex_lock(&wal->gid_lock);
