@@ -156,6 +156,7 @@ int walfs_recovery_report(walfs_t *wal, walfs_recovery_report_t *out)
 {
     *out = wal->report;
     out->syncs = atomic_load(&wal->syncs);
+    out->catalog_version = wal->cat_version;
     return 0;
 }
 

@@ -1,7 +1,7 @@
 """The damage fuzzer (issue 9): one closed WAL with many streams, batches, trims, cursors and
 records from 0 bytes to several blocks is damaged at random (flipped bits, zeroed 4 KiB
 pages, truncated files, deleted files, of every kind: streams.cat, segments, index.snap,
-cursor files), then opened and read whole in a forked child with a time limit.
+cursor files, cursors.manifest, topics.conf), then opened and read whole in a forked child with a time limit.
 
 Allowed outcomes of a case: a clear walfs exception (at open or on read), or every record
 and cursor returned exactly as written. Anything else is a failure: a signal, a hang, other
@@ -286,10 +286,9 @@ def judge(g: Golden, res: dict) -> tuple[str, str] | None:
     for grp, cur in g.cursors.items():
         for key, off in cur.items():
             have = res["cursors"].get(grp, {}).get(key)
-            # A deleted cursor file leaves no trace (nothing lists them): the group then
-            # reads from the low watermark again. That re-delivers, it never skips, so it
-            # is allowed; any other value than the one committed is a failure.
-            if have is not None and have != off:
+            if have is None:  # a deleted cursor file must be reported (cursors.manifest)
+                return "cursor missing", f"{grp} {key}"
+            if have != off:
                 return "cursor", f"{grp} {key}: {have} != {off}"
     for key in streams:
         if key not in g.records:
