@@ -471,6 +471,21 @@ int cat_note_segment(walfs_t *wal, uint64_t seg_id)
     return cat_append_marks(wal, buf, len, 1);
 }
 
+/* After a sync round (sync.c, at most every MARK_INTERVAL_MS): the marks alone. A failed
+ * mark costs only protection; a failed catalog fdatasync has failed the WAL already. */
+int cat_mark_ends(walfs_t *wal)
+{
+    pthread_mutex_lock(&wal->lock);
+    int rc = cat_append_marks(wal, NULL, 0, 0);
+    if (!rc) {
+        int crc = cat_compact_if_due(wal);
+        if (crc) wal_log(wal, "catalog compaction failed (%d); keeping the old catalog", crc);
+    }
+    pthread_mutex_unlock(&wal->lock);
+    if (rc) wal_log(wal, "durable-end marks not written (%d)", rc);
+    return rc;
+}
+
 /* At a writer's clean close, after the last sync: durable-end marks, then a version 1
  * catalog is upgraded (rewritten as version 2, listing the segment files). Upgrading at
  * close, not at open, lets the Python layer build its cursor manifest first (walfs/
@@ -479,9 +494,11 @@ int cat_close(walfs_t *wal)
 {
     pthread_mutex_lock(&wal->lock);
     int rc = cat_append_marks(wal, NULL, 0, 0);
-    if (!rc && wal->cat_version < 2) rc = cat_compact(wal, 1);
+    if (!rc && wal->cat_version < 2 && (rc = cat_compact(wal, 1)))
+        wal_log(wal, "catalog upgrade to version 2 failed (%d); it stays version 1 until a later close", rc);
     pthread_mutex_unlock(&wal->lock);
-    return rc;
+    /* Marks and the upgrade are optional (the catalog stays whole); a failed fsync is not. */
+    return atomic_load(&wal->failed);
 }
 
 /* Under wal->gid_lock: starts a new gid epoch (at open, or when a session used up 2^40). */

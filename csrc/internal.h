@@ -135,6 +135,7 @@ struct walfs {
     int cat_fd;
     uint64_t cat_end;
     uint64_t cat_torn;      /* bytes of a torn last entry after cat_end, cut after recovery */
+    int64_t last_mark_ms;   /* durable-end marks written by a sync round (sync.c); sync leader only */
     uint64_t cat_entries;   /* entries in streams.cat (compaction rewrites it when mostly dead) */
     uint64_t floor_gid;     /* the highest FLOOR next_gid in the catalog */
     uint32_t cat_version;   /* of streams.cat as read at open (1: upgraded at close) */
@@ -264,6 +265,8 @@ int cat_append_n(walfs_t *wal, const uint8_t *buf, size_t len, uint64_t n_entrie
 int cat_note_segment(walfs_t *wal, uint64_t seg_id);
 int cat_close(walfs_t *wal);
 int cat_cut_torn(walfs_t *wal);
+int cat_mark_ends(walfs_t *wal);
+#define MARK_INTERVAL_MS 1000 /* sync rounds write durable-end marks at most this often */
 cat_seg_t *cat_seg_find(const walfs_t *wal, uint64_t id);
 int cat_new_epoch(walfs_t *wal);
 int cat_refresh(walfs_t *wal);

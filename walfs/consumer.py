@@ -143,11 +143,16 @@ class CursorStore:
             with open(self._path(group, key), "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            if key in self._manifest().get(group, ()):
-                raise WalCorruptError(
-                    f"cursor file {self._path(group, key)} is missing: {self.manifest_path} lists it"
-                ) from None
-            return None
+            with self._lock:  # a put() in flight creates the file before it lists it
+                if self.read_only:
+                    self._listed = None  # a live writer may have unlisted it since
+                if key not in self._manifest().get(group, ()):
+                    return None
+                if os.path.exists(self._path(group, key)):
+                    return self.get(group, key)
+            raise WalCorruptError(
+                f"cursor file {self._path(group, key)} is missing: {self.manifest_path} lists it"
+            ) from None
         if len(data) != 32 or data[:8] != _MAGIC or blake3.blake3(data[:16]).digest(length=16) != data[16:]:
             raise WalCorruptError(f"cursor file {self._path(group, key)} is damaged")
         return int(struct.unpack_from("<Q", data, 8)[0])
