@@ -470,9 +470,13 @@ static int check_listed_files(walfs_t *wal)
     for (size_t i = 0; i < wal->n_cat_segs; i++) {
         uint64_t id = wal->cat_segs[i].id;
         if (wal->cat_segs[i].gone) continue;
-        int open = 0;
-        for (size_t k = 0; k < wal->n_segs && !open; k++) open = wal->segs[k]->id == id;
-        if (open) continue;
+        size_t lo = 0, hi = wal->n_segs; /* wal->segs is in id order (opened in order) */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (wal->segs[mid]->id < id) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo < wal->n_segs && wal->segs[lo]->id == id) continue;
         /* Read-only beside a live writer: created after this open listed the directory
          * (then it exists), or reclaimed since (then SEGMENT_GONE precedes the unlink). */
         if (wal->opt.read_only && (file_exists(wal, id) || (listed(wal, id) && listed(wal, id)->gone))) continue;

@@ -685,3 +685,57 @@ def test_sigkill_while_cursors_are_created_never_looks_like_a_missing_cursor(wal
         finally:
             w.close()
     assert len(done) > 5
+
+
+def test_sync_rounds_mark_durable_ends_so_a_lost_run_header_after_a_crash_is_reported(open_wal, wal_dir):
+    import time
+
+    w = open_wal(fsync="never", test_mode=True)
+    w.append_batch("a", [payload("a", i, 3000) for i in range(100)])  # several runs
+    w.sync()
+    time.sleep(1.1)  # marks are written at most once a second, by a sync round
+    w.append("a", payload("a", 100, 3000))
+    w.sync()
+    w.debug_power_cut(1, keep_permille=1000)  # a crash that keeps every page: no close
+    name, pos, _stream, first = max((h for h in run_headers(wal_dir) if h[2] == 0), key=lambda h: h[3])
+    assert first > 0
+    with open(os.path.join(wal_dir, name), "r+b") as f:
+        f.seek(pos)
+        f.write(bytes(4096))
+    with pytest.raises(walfs.WalCorruptError) as exc:
+        open_wal()
+    assert "FLOOR" in str(exc.value), exc.value
+
+
+def test_read_only_open_beside_a_writer_creating_segments_and_streams(open_wal, wal_dir, monkeypatch):
+    # The reader reads the catalog, waits, then scans: files and streams created in
+    # between are not in what it read first, and must not be taken for damage.
+    import threading
+
+    w = open_wal(test_mode=True)
+    w.append_batch("t", [payload("t", i, 3000) for i in range(300)])
+    w.sync()
+    monkeypatch.setenv("WALFS_TEST_SCAN_DELAY_MS", "400")
+    opened: list[walfs.Wal] = []
+    failure: list[BaseException] = []
+
+    def open_reader() -> None:
+        try:
+            opened.append(walfs.Wal(wal_dir, read_only=True, test_mode=True, **SMALL))
+        except BaseException as exc:
+            failure.append(exc)
+
+    t = threading.Thread(target=open_reader)
+    t.start()
+    import time
+
+    time.sleep(0.1)
+    for k in range(4):
+        w.append_batch(f"new{k}", [payload("n", i, 3000) for i in range(150)])  # new segments
+    w.sync()
+    w.trim("t", 290)
+    w.reclaim()
+    t.join()
+    assert not failure, failure
+    opened[0].close()
+    w.close()
