@@ -467,9 +467,15 @@ static int file_exists(const walfs_t *wal, uint64_t id)
 /* Every segment the catalog lists as live must have been opened. */
 static int check_listed_files(walfs_t *wal)
 {
-    for (size_t i = 0; i < wal->n_cat_segs; i++) {
-        uint64_t id = wal->cat_segs[i].id;
-        if (wal->cat_segs[i].gone) continue;
+    /* A copy: listed() may re-read the catalog, which rebuilds wal->cat_segs. */
+    size_t n = 0;
+    uint64_t *ids = malloc((wal->n_cat_segs + 1) * sizeof(*ids));
+    if (!ids) return -ENOMEM;
+    for (size_t i = 0; i < wal->n_cat_segs; i++)
+        if (!wal->cat_segs[i].gone) ids[n++] = wal->cat_segs[i].id;
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        uint64_t id = ids[i];
         size_t lo = 0, hi = wal->n_segs; /* wal->segs is in id order (opened in order) */
         while (lo < hi) {
             size_t mid = lo + (hi - lo) / 2;
@@ -478,15 +484,21 @@ static int check_listed_files(walfs_t *wal)
         }
         if (lo < wal->n_segs && wal->segs[lo]->id == id) continue;
         /* Read-only beside a live writer: created after this open listed the directory
-         * (then it exists), or reclaimed since (then SEGMENT_GONE precedes the unlink). */
-        if (wal->opt.read_only && (file_exists(wal, id) || (listed(wal, id) && listed(wal, id)->gone))) continue;
+         * (then it exists), or reclaimed since (then SEGMENT_GONE precedes the unlink, and
+         * a compaction after it lists only the files that are left). */
+        if (wal->opt.read_only) {
+            if (file_exists(wal, id)) continue;
+            cat_seg_t *cs = listed(wal, id);
+            if (!cs || cs->gone) continue;
+        }
         char name[64];
         seg_path(wal, id, name, sizeof(name));
         wal_damage(wal, "%s/%s is missing: streams.cat lists it and no SEGMENT_GONE entry says it was reclaimed",
                    wal->dir, name);
-        return -EUCLEAN;
+        rc = -EUCLEAN;
     }
-    return 0;
+    free(ids);
+    return rc;
 }
 
 static int recover_unguarded(walfs_t *wal)

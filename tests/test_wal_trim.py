@@ -176,7 +176,7 @@ def test_read_only_open_survives_a_compaction_during_its_segment_scan(open_wal, 
     w = open_wal(test_mode=True)
     fill(w, "t", 6000)  # several 1 MiB segments
     w.sync()
-    monkeypatch.setenv("WALFS_TEST_SCAN_DELAY_MS", "300")
+    monkeypatch.setenv("WALFS_TEST_SCAN_DELAY_MS", "1500")
     opened: list[walfs.Wal] = []
     failure: list[BaseException] = []
 
@@ -190,7 +190,8 @@ def test_read_only_open_survives_a_compaction_during_its_segment_scan(open_wal, 
     t.start()
     import time
 
-    time.sleep(0.1)  # the reader has read the catalog and waits before its scan
+    time.sleep(0.1)  # the reader has read the catalog and waits before its scan (1.5 s: room
+    # for 40 synced trims on a busy machine)
     for k in range(1, 41):
         w.trim("t", 100 * k)  # 40 TRIMs: two compactions, the last trims in the new file
     w.sync()
