@@ -405,7 +405,8 @@ def run_headers(wal_dir: str) -> list[tuple[str, int, int, int]]:
             continue
         data = open(os.path.join(wal_dir, name), "rb").read()
         for pos in range(SEG_HDR, len(data), BLOCK):
-            if data[pos : pos + 8] == b"WALFSBLK" and int.from_bytes(data[pos + 10 : pos + 12], "little") == 1:
+            kind = int.from_bytes(data[pos + 10 : pos + 12], "little")
+            if data[pos : pos + 8] == b"WALFSBLK" and kind == 1:
                 stream = int.from_bytes(data[pos + 36 : pos + 40], "little")
                 out.append((name, pos, stream, int.from_bytes(data[pos + 40 : pos + 48], "little")))
     return out

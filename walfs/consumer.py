@@ -97,7 +97,8 @@ class CursorStore:
         except (UnicodeDecodeError, ValueError):
             listed = None
         if not isinstance(listed, dict) or not all(
-            isinstance(g, str) and isinstance(v, list) and all(isinstance(k, str) for k in v) for g, v in listed.items()
+            isinstance(g, str) and isinstance(v, list) and all(isinstance(k, str) for k in v)
+            for g, v in listed.items()
         ):
             raise WalCorruptError(f"cursor manifest {path} is damaged")
         return {g: set(v) for g, v in listed.items()}
