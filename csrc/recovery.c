@@ -538,7 +538,7 @@ static int recover_unguarded(walfs_t *wal)
             rc = 0;
             continue;
         }
-        if (rc == -ENODATA && k + 1 == n) {
+        if (rc == -ENODATA && k + 1 == n && !cs) {
             /* Only the newest file can be a creation cut short, and only a file that
              * provably never held data (seg_open: zero header, no run header) may go. */
             char name[64];
@@ -550,9 +550,11 @@ static int recover_unguarded(walfs_t *wal)
             continue;
         }
         if (rc == -ENODATA) {
+            /* An older file, or one the catalog lists (its header was durable first). */
             char name[64];
             seg_path(wal, ids[k], name, sizeof(name));
-            wal_damage(wal, "%s/%s: header is zero but newer segments exist: damaged", wal->dir, name);
+            wal_damage(wal, "%s/%s: header is zero but %s: damaged", wal->dir, name,
+                       cs ? "streams.cat lists the file" : "newer segments exist");
             rc = -EUCLEAN;
         }
         if (rc) break;
