@@ -740,3 +740,15 @@ def test_read_only_open_beside_a_writer_creating_segments_and_streams(open_wal, 
     assert not failure, failure
     opened[0].close()
     w.close()
+
+
+def test_zeroed_newest_segment_the_catalog_lists_is_reported_and_kept(open_wal, wal_dir):
+    three_streams(open_wal)
+    newest = sorted(n for n in os.listdir(wal_dir) if n.startswith("seg-"))[-1]
+    path = os.path.join(wal_dir, newest)
+    with open(path, "r+b") as f:  # looks like a creation cut short, but the catalog lists it
+        f.write(bytes(os.path.getsize(path)))
+    with pytest.raises(walfs.WalCorruptError) as exc:
+        open_wal()
+    assert newest in str(exc.value) and "streams.cat lists the file" in str(exc.value), exc.value
+    assert os.path.exists(path)
