@@ -77,6 +77,34 @@ static int cat_create(walfs_t *wal)
     return rc;
 }
 
+/* The catalog's list of segment files is sorted by id (SEGMENT entries come in creation
+ * order, ids only grow). */
+cat_seg_t *cat_seg_find(const walfs_t *wal, uint64_t id)
+{
+    size_t lo = 0, hi = wal->n_cat_segs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (wal->cat_segs[mid].id == id) return &wal->cat_segs[mid];
+        if (wal->cat_segs[mid].id < id) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
+static int cat_seg_add(walfs_t *wal, uint64_t id)
+{
+    if (wal->n_cat_segs && wal->cat_segs[wal->n_cat_segs - 1].id >= id) return -EUCLEAN;
+    if (wal->n_cat_segs == wal->cap_cat_segs) {
+        size_t cap = wal->cap_cat_segs ? wal->cap_cat_segs * 2 : 16;
+        cat_seg_t *n = realloc(wal->cat_segs, cap * sizeof(*n));
+        if (!n) return -ENOMEM;
+        wal->cat_segs = n;
+        wal->cap_cat_segs = cap;
+    }
+    wal->cat_segs[wal->n_cat_segs++] = (cat_seg_t){id, 0};
+    return 0;
+}
+
 /* Applies one entry. merge: the entries come from a catalog a writer has rewritten
  * since this handle read it (cat_refresh), so streams it knows are defined again. */
 static int apply(walfs_t *wal, const cat_entry_t *e, int merge)
@@ -117,6 +145,16 @@ static int apply(walfs_t *wal, const cat_entry_t *e, int merge)
         if (!(s = stream_get(wal, e->stream_no))) return -EUCLEAN;
         s->deleted = 1;
         return 0;
+    case CAT_SEGMENT: {
+        if (merge && cat_seg_find(wal, e->a)) return 0;
+        return cat_seg_add(wal, e->a);
+    }
+    case CAT_SEGMENT_GONE: {
+        cat_seg_t *cs = cat_seg_find(wal, e->a);
+        if (!cs || cs->gone) return merge ? 0 : -EUCLEAN;
+        cs->gone = 1;
+        return 0;
+    }
     }
     return -EUCLEAN;
 }
@@ -154,7 +192,10 @@ static int64_t apply_all(walfs_t *wal, const uint8_t *buf, size_t size, int merg
         }
         int rc = apply(wal, &e, merge);
         if (rc) {
-            if (rc == -EUCLEAN)
+            if (rc == -EUCLEAN && (e.type == CAT_SEGMENT || e.type == CAT_SEGMENT_GONE))
+                wal_damage(wal, "%s/" CAT_NAME ": entry at byte %" PRIu64 " (type %u, segment %" PRIu64 ") does not fit the entries before it",
+                           wal->dir, base + pos, e.type, e.a);
+            else if (rc == -EUCLEAN)
                 wal_damage(wal, "%s/" CAT_NAME ": entry at byte %" PRIu64 " (type %u, stream %u) does not fit the entries before it",
                            wal->dir, base + pos, e.type, e.stream_no);
             return rc;
@@ -201,18 +242,27 @@ int cat_open(walfs_t *wal)
     }
     wal->opt.segment_size = seg_size;
     wal->opt.block_size = block_size;
+    wal->cat_version = fmt_cat_header_version(buf);
     wal->crc_seed = crc_seed_for(wal->uuid);
     int64_t used = apply_all(wal, buf + CAT_HDR_SIZE, size - CAT_HDR_SIZE, 0, CAT_HDR_SIZE);
     free(buf);
     if (used < 0) return (int)used;
     size_t pos = CAT_HDR_SIZE + (size_t)used;
-    if (pos < size) {
-        /* A crash in the middle of an append (proven by torn_tail): nothing after it was
-         * ever acknowledged. */
-        wal_log(wal, CAT_NAME ": cutting %zu bytes of torn tail at byte %zu", size - pos, pos);
-        if (!wal->opt.read_only && (ftruncate(fd, (off_t)pos) != 0 || fdatasync(fd) != 0)) return -errno;
-    }
     wal->cat_end = pos;
+    wal->cat_torn = size - pos; /* cut by cat_cut_torn once recovery found no damage */
+    return 0;
+}
+
+/* A crash in the middle of an append (proven by torn_tail): nothing after it was ever
+ * acknowledged. Cut only after recovery judged the rest: a catalog shorter than the
+ * segments prove is damage, and damaged files are left as they are. */
+int cat_cut_torn(walfs_t *wal)
+{
+    if (!wal->cat_torn) return 0;
+    wal_log(wal, CAT_NAME ": cutting %" PRIu64 " bytes of torn tail at byte %" PRIu64, wal->cat_torn, wal->cat_end);
+    if (!wal->opt.read_only && (ftruncate(wal->cat_fd, (off_t)wal->cat_end) != 0 || fdatasync(wal->cat_fd) != 0))
+        return -errno;
+    wal->cat_torn = 0;
     return 0;
 }
 
@@ -233,6 +283,7 @@ int cat_refresh(walfs_t *wal)
         close(wal->cat_fd);
         wal->cat_fd = fd;
         wal->cat_end = CAT_HDR_SIZE;
+        wal->n_cat_segs = 0; /* the new file lists the segments that are left */
     }
     if ((uint64_t)st.st_size <= wal->cat_end) return 0;
     size_t size = (size_t)st.st_size - wal->cat_end;
@@ -254,10 +305,10 @@ int cat_refresh(walfs_t *wal)
  * during another catalog append); epoch changes take wal->lock too. */
 #define CAT_COMPACT_MIN 1024
 
-static int cat_compact(walfs_t *wal)
+static int cat_compact(walfs_t *wal, int upgrade)
 {
     size_t ns = atomic_load(&wal->n_streams);
-    size_t cap = CAT_HDR_SIZE + ns * (4 * 64 + MAX_NAME) + 64;
+    size_t cap = CAT_HDR_SIZE + ns * (4 * 64 + MAX_NAME) + 64 + wal->n_segs * 16;
     uint8_t *buf = malloc(cap);
     if (!buf) return -ENOMEM;
     int rc = 0;
@@ -265,8 +316,15 @@ static int cat_compact(walfs_t *wal)
         free(buf);
         return -EIO;
     }
+    if (upgrade) fmt_cat_header_upgrade(buf);
     size_t len = CAT_HDR_SIZE;
     uint64_t entries = 0;
+    /* Catalog v2: the segment files that exist (reclaimed ones are gone from disk before
+     * any compaction runs: walfs_reclaim unlinks before it compacts). */
+    for (size_t i = 0; (upgrade || wal->cat_version >= 2) && i < wal->n_segs; i++) {
+        len += fmt_cat_segment(buf + len, wal->crc_seed, CAT_SEGMENT, wal->segs[i]->id);
+        entries++;
+    }
     for (size_t i = 0; i < ns; i++) {
         stream_t *s = stream_get(wal, (uint32_t)i);
         len += fmt_cat_define(buf + len, wal->crc_seed, s);
@@ -310,8 +368,10 @@ static int cat_compact(walfs_t *wal)
     close(wal->cat_fd);
     wal->cat_fd = fd;
     wal->cat_end = len;
-    wal_info(wal, "catalog: compacted %" PRIu64 " entries to %" PRIu64, wal->cat_entries, entries);
+    wal_info(wal, "catalog: compacted %" PRIu64 " entries to %" PRIu64 "%s", wal->cat_entries, entries,
+             upgrade ? " (upgraded to version 2)" : "");
     wal->cat_entries = entries;
+    if (upgrade) wal->cat_version = CAT_VERSION;
     /* The rename is durable once the directory is; until then either file is complete,
      * but entries appended to the new one must not outlive a name that may revert: a
      * failed directory fsync fails the WAL like a failed catalog fdatasync. */
@@ -323,14 +383,20 @@ static int cat_compact(walfs_t *wal)
 int cat_compact_if_due(walfs_t *wal)
 {
     if (wal->opt.read_only) return 0;
-    uint64_t live = 3 * (uint64_t)atomic_load(&wal->n_streams) + 1;
+    uint64_t live = 3 * (uint64_t)atomic_load(&wal->n_streams) + 1 + wal->n_segs;
     uint64_t min = wal->opt.test_mode ? 16 : CAT_COMPACT_MIN; /* tests race it often */
     if (wal->cat_entries < min || wal->cat_entries < 4 * live) return 0;
-    return cat_compact(wal);
+    return cat_compact(wal, 0);
 }
 
 /* Under wal->lock. */
 int cat_append(walfs_t *wal, const uint8_t *buf, size_t len)
+{
+    return cat_append_n(wal, buf, len, 1);
+}
+
+/* Under wal->lock: n entries in one write and one fdatasync. */
+int cat_append_n(walfs_t *wal, const uint8_t *buf, size_t len, uint64_t n_entries)
 {
     if (wal->opt.read_only) return -EROFS;
     int rc = fault_hit(wal, WALFS_FAULT_WRITE);
@@ -348,8 +414,91 @@ int cat_append(walfs_t *wal, const uint8_t *buf, size_t len)
         return rc;
     }
     wal->cat_end += len;
-    wal->cat_entries++;
+    wal->cat_entries += n_entries;
     return 0;
+}
+
+/* Durable-end marks: a FLOOR entry for every stream whose durable end passed its highest
+ * FLOOR, appended after `pre` (pre_len bytes, pre_n entries) in one write. Recovery of a
+ * version 2 catalog requires each stream's runs to reach its FLOOR (above the low
+ * watermark): a deleted segment or a lost run header that shortens a stream below what a
+ * mark proved durable is damage, not a shorter stream. Marks are written when a segment
+ * is created, at reclamation and at close: never on the append path. Under wal->lock. */
+static int cat_append_marks(walfs_t *wal, const uint8_t *pre, size_t pre_len, uint64_t pre_n)
+{
+    size_t ns = atomic_load(&wal->n_streams);
+    uint8_t *buf = malloc(pre_len + ns * 40 + 1);
+    if (!buf) return -ENOMEM;
+    if (pre_len) memcpy(buf, pre, pre_len);
+    size_t len = pre_len;
+    uint64_t n = pre_n;
+    uint64_t next_gid = __atomic_load_n(&wal->next_gid, __ATOMIC_RELAXED);
+    for (size_t i = 0; i < ns; i++) {
+        stream_t *s = stream_get(wal, (uint32_t)i);
+        pthread_mutex_lock(&s->lock);
+        if (!s->deleted && s->durable_offset > s->floor_offset) {
+            len += fmt_cat_floor(buf + len, wal->crc_seed, s->no, s->durable_offset, s->durable_byte, next_gid);
+            n++;
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    int rc = n ? cat_append_n(wal, buf, len, n) : 0;
+    if (!rc && n > pre_n) {
+        /* Raise the in-memory floors to what was written (read back from the entries). */
+        for (size_t pos = pre_len; pos < len; pos += 40) {
+            cat_entry_t e;
+            const char *why;
+            if (!fmt_cat_entry_parse(buf + pos, len - pos, wal->crc_seed, &e, &why)) break;
+            stream_t *s = stream_get(wal, e.stream_no);
+            pthread_mutex_lock(&s->lock);
+            if (e.a > s->floor_offset) s->floor_offset = e.a;
+            if (e.b > s->floor_byte) s->floor_byte = e.b;
+            pthread_mutex_unlock(&s->lock);
+        }
+        if (next_gid > wal->floor_gid) wal->floor_gid = next_gid;
+    }
+    free(buf);
+    return rc;
+}
+
+/* Under wal->lock: a new segment file, durable on disk, enters the catalog (version 2)
+ * before any run is allocated in it, together with the durable-end marks. */
+int cat_note_segment(walfs_t *wal, uint64_t seg_id)
+{
+    if (wal->cat_version < 2) return 0;
+    uint8_t buf[16];
+    size_t len = fmt_cat_segment(buf, wal->crc_seed, CAT_SEGMENT, seg_id);
+    return cat_append_marks(wal, buf, len, 1);
+}
+
+/* After a sync round (sync.c, at most every MARK_INTERVAL_MS): the marks alone. A failed
+ * mark costs only protection; a failed catalog fdatasync has failed the WAL already. */
+int cat_mark_ends(walfs_t *wal)
+{
+    pthread_mutex_lock(&wal->lock);
+    int rc = cat_append_marks(wal, NULL, 0, 0);
+    if (!rc) {
+        int crc = cat_compact_if_due(wal);
+        if (crc) wal_log(wal, "catalog compaction failed (%d); keeping the old catalog", crc);
+    }
+    pthread_mutex_unlock(&wal->lock);
+    if (rc) wal_log(wal, "durable-end marks not written (%d)", rc);
+    return rc;
+}
+
+/* At a writer's clean close, after the last sync: durable-end marks, then a version 1
+ * catalog is upgraded (rewritten as version 2, listing the segment files). Upgrading at
+ * close, not at open, lets the Python layer build its cursor manifest first (walfs/
+ * consumer.py): a crash before the close leaves a version 1 directory, upgraded later. */
+int cat_close(walfs_t *wal)
+{
+    pthread_mutex_lock(&wal->lock);
+    int rc = cat_append_marks(wal, NULL, 0, 0);
+    if (!rc && wal->cat_version < 2 && (rc = cat_compact(wal, 1)))
+        wal_log(wal, "catalog upgrade to version 2 failed (%d); it stays version 1 until a later close", rc);
+    pthread_mutex_unlock(&wal->lock);
+    /* Marks and the upgrade are optional (the catalog stays whole); a failed fsync is not. */
+    return atomic_load(&wal->failed);
 }
 
 /* Under wal->gid_lock: starts a new gid epoch (at open, or when a session used up 2^40). */

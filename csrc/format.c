@@ -5,18 +5,20 @@
  * seed = (uint32_t)(uuid ^ (uuid >> 32)) where uuid is the WAL's random 64-bit id, so that
  * bytes left over from another WAL never validate here.
  *
- * FORMAT VERSION 1
+ * FORMAT VERSION 2: catalog version 2; segment and run headers version 1 (unchanged)
  *
  * Data directory
  *   LOCK                     flock()ed by the one process that writes the WAL
- *   streams.cat              the catalog: stream definitions, trims, floors
+ *   streams.cat              the catalog: stream definitions, trims, floors, segment files
  *   seg-<16 hex digits>.wal  segment files, ids increasing from 1
- *   index.snap               topic index snapshot (written by the Python layer)
+ *   index.snap               topic index snapshot (releases before 0.2; deleted at open)
  *   cursors/                 consumer cursors (written by the Python layer)
+ *   cursors.manifest         the list of cursor files (walfs/consumer.py)
+ *   topics.conf              per-topic settings (walfs/retention.py)
  *
  * Catalog (streams.cat): a 64-byte header then entries, appended and fdatasync()ed before
  * the call that wrote them returns.
- *   header: 0 magic "WALFSCAT" | 8 u32 version=1 | 12 u32 block_size | 16 u64 uuid
+ *   header: 0 magic "WALFSCAT" | 8 u32 version (2; 1 is read, see below) | 12 u32 block_size | 16 u64 uuid
  *           | 24 u64 created_ms | 32 u64 segment_size | 40..60 zero
  *           | 60 u32 crc (seed 0) of bytes 0..60
  *   The sizes are the WAL's for life: options given at a later open are ignored.
@@ -26,16 +28,40 @@
  *     type 2 TRIM:   u32 stream_no | u32 0 | u64 low_offset
  *     type 3 FLOOR:  u32 stream_no | u32 0 | u64 next_offset | u64 next_byte | u64 next_gid
  *     type 4 OPEN:   u64 epoch (one per writer open; gids are epoch << 40 | sequence)
+ *     type 5 DELETE: u32 stream_no | u32 0 (the stream was deleted; written after a TRIM to its end)
+ *     type 6 SEGMENT:      u64 segment_id (version 2)
+ *     type 7 SEGMENT_GONE: u64 segment_id (version 2)
+ *   What version 2 proves (catalog.c, recovery.c, segment.c, reclaim.c):
+ *     - SEGMENT is appended once the new file, its header and the directory are durable,
+ *       before any run is put in it; SEGMENT_GONE before reclamation unlinks the file. So a
+ *       file the catalog does not list is damage (a catalog cut short), except the newest
+ *       file when no run header in it is valid (a creation cut short: removed by a writer
+ *       open); a listed file that is missing without SEGMENT_GONE is damage; a listed-GONE
+ *       file that still exists is a reclamation cut short (a writer open deletes it). ids
+ *       in SEGMENT entries only grow.
+ *     - FLOOR entries double as durable-end marks: written with a stream's durable end
+ *       (offset, view byte; never beyond what a completed sync made durable) when a segment
+ *       is created, at reclamation, after a sync round at most once a second, and at close.
+ *       A stream whose runs end below its highest FLOOR, with the FLOOR above its low
+ *       watermark, lost durable records: damage, reported before anything is cut.
+ *     - A run naming a stream_no the catalog does not define is damage (a DEFINE is synced
+ *       before its stream can allocate a run, and stream numbers are never reused).
+ *   Version 1 catalogs (no SEGMENT entries) are read without these checks; a writer's
+ *   clean close rewrites them as version 2 (a compaction with a version 2 header that lists
+ *   the segment files), after the Python layer built its cursor manifest. Releases before
+ *   this one refuse version 2 ("unknown format version").
  *   Stream numbers are dense from 0 in DEFINE order. A crash leaves at most one incomplete
  *   entry, at the end (one pwrite + fdatasync per entry; a failed append is truncated
- *   away). So a bad entry (crc, type or length wrong) is a torn tail, and is cut, only if
- *   at most CAT_MAX_ENTRY (297) bytes remain from it AND no valid entry starts at any later
- *   byte; any other bad or out-of-order entry is damage: the open fails with -EUCLEAN
- *   naming the byte offset (catalog.c), and the file is never truncated or rewritten.
+ *   away). So a bad entry (crc, type or length wrong) is a torn tail, and is cut (by a
+ *   writer, once recovery found no damage), only if at most CAT_MAX_ENTRY (297) bytes
+ *   remain from it AND no valid entry starts at any later byte; any other bad or
+ *   out-of-order entry is damage: the open fails with -EUCLEAN naming the byte offset
+ *   (catalog.c), and the file is never truncated or rewritten.
  *   Compaction (catalog.c): once at least 1024 entries and four times the live ones are
- *   stored, the writer rewrites the file as the same header, then per stream its DEFINE,
- *   its TRIM (if its low watermark is above 0) and its highest FLOOR (if any), then one
- *   OPEN with the current epoch; written to streams.cat.tmp, fsynced, renamed over
+ *   stored, the writer rewrites the file as the same header, then (version 2) a SEGMENT
+ *   entry per segment file, then per stream its DEFINE, its TRIM (if its low watermark is
+ *   above 0), its highest FLOOR (if any) and its DELETE (if deleted), then one OPEN with
+ *   the current epoch; written to streams.cat.tmp, fsynced, renamed over
  *   streams.cat, directory fsynced. A reader holding the old file re-reads the new one
  *   when its inode changes; a leftover streams.cat.tmp means nothing.
  *
@@ -132,7 +158,7 @@ void fmt_cat_header(uint8_t *out, uint64_t uuid, uint64_t created_ms, uint64_t s
 {
     memset(out, 0, CAT_HDR_SIZE);
     memcpy(out, CAT_MAGIC, 8);
-    put32(out + 8, FORMAT_VERSION);
+    put32(out + 8, CAT_VERSION);
     put32(out + 12, block_size);
     put64(out + 16, uuid);
     put64(out + 24, created_ms);
@@ -146,11 +172,21 @@ int fmt_cat_header_parse(const uint8_t *in, uint64_t *uuid, uint64_t *segment_si
 {
     if (memcmp(in, CAT_MAGIC, 8) != 0) return -EUCLEAN;
     if (get32(in + 60) != crc32c(0, in, 60)) return -EBADMSG;
-    if (get32(in + 8) != FORMAT_VERSION) return -EPROTONOSUPPORT;
+    if (get32(in + 8) < 1 || get32(in + 8) > CAT_VERSION) return -EPROTONOSUPPORT;
     *uuid = get64(in + 16);
     *block_size = get32(in + 12);
     *segment_size = get64(in + 32);
     return 0;
+}
+
+/* The version of a header that fmt_cat_header_parse accepted. */
+uint32_t fmt_cat_header_version(const uint8_t *in) { return get32(in + 8); }
+
+/* A version 1 header made version 2 (catalog.c: upgrade at close), crc redone. */
+void fmt_cat_header_upgrade(uint8_t *hdr)
+{
+    put32(hdr + 8, CAT_VERSION);
+    put32(hdr + 60, crc32c(0, hdr, 60));
 }
 
 static size_t cat_entry_finish(uint8_t *out, uint32_t seed, uint16_t type, size_t len)
@@ -196,6 +232,12 @@ size_t fmt_cat_delete(uint8_t *out, uint32_t seed, uint32_t stream_no)
     put32(out + 8, stream_no);
     put32(out + 12, 0);
     return cat_entry_finish(out, seed, CAT_DELETE, 16);
+}
+
+size_t fmt_cat_segment(uint8_t *out, uint32_t seed, uint16_t type, uint64_t seg_id)
+{
+    put64(out + 8, seg_id);
+    return cat_entry_finish(out, seed, type, 16);
 }
 
 size_t fmt_cat_open(uint8_t *out, uint32_t seed, uint64_t epoch)
@@ -249,6 +291,11 @@ size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_e
         return len;
     case CAT_OPEN:
         if (len != 16) BAD("OPEN entry of the wrong length");
+        e->a = get64(in + 8);
+        return len;
+    case CAT_SEGMENT:
+    case CAT_SEGMENT_GONE:
+        if (len != 16) BAD("SEGMENT entry of the wrong length");
         e->a = get64(in + 8);
         return len;
     default:

@@ -13,7 +13,8 @@
 
 #include "walfs.h"
 
-#define FORMAT_VERSION 1
+#define FORMAT_VERSION 1 /* segment and run headers */
+#define CAT_VERSION 2    /* streams.cat: 2 adds SEGMENT / SEGMENT_GONE entries (format.c) */
 #define CAT_HDR_SIZE 64
 #define SEG_HDR_SIZE 4096
 #define BLK_HDR_SIZE 128
@@ -28,7 +29,7 @@
 #define STREAM_CHUNK 1024
 #define STREAM_CHUNKS 4096
 
-enum { CAT_DEFINE = 1, CAT_TRIM = 2, CAT_FLOOR = 3, CAT_OPEN = 4, CAT_DELETE = 5 };
+enum { CAT_DEFINE = 1, CAT_TRIM = 2, CAT_FLOOR = 3, CAT_OPEN = 4, CAT_DELETE = 5, CAT_SEGMENT = 6, CAT_SEGMENT_GONE = 7 };
 /* gid = epoch << GID_EPOCH_SHIFT | sequence: every writer open starts a new epoch, so a
  * gid never repeats and stale bytes from an earlier epoch never pass as newer records. */
 #define GID_EPOCH_SHIFT 40
@@ -37,6 +38,12 @@ enum { BS_FREE = 0, BS_HEAD = 1, BS_TAIL = 2 };
 
 typedef struct walfs walfs_t;
 typedef struct segment segment_t;
+
+/* A segment file as the catalog lists it (catalog v2). */
+typedef struct cat_seg {
+    uint64_t id;
+    int gone;               /* a SEGMENT_GONE entry: reclamation deletes (or deleted) the file */
+} cat_seg_t;
 
 /* Test mode: content of 4 KiB pages as of their file's last successful sync. */
 typedef struct page_save {
@@ -73,6 +80,7 @@ typedef struct block {
     int full;               /* takes no more records */
     uint64_t frontier_count; /* records its frontier header claims durable (frontier.c) */
     uint64_t durable_count;  /* at open: the frontier found on disk (recovery.c) */
+    int dirty_tail;          /* at open: bytes follow its last record (zeroed once the stream is judged) */
 } block_t;
 
 typedef struct stream {
@@ -91,6 +99,7 @@ typedef struct stream {
     uint64_t floor_offset, floor_byte; /* the highest FLOOR in the catalog (kept by compaction) */
     uint64_t durable_offset, durable_byte; /* what the last successful sync made durable (sync.c) */
     int deleted;            /* a DELETE entry: no appends, no name; its runs go like trimmed ones */
+    uint64_t check_floor;   /* recovery: the FLOOR its runs must reach (catalog v2; recovery.c) */
     int64_t last_ts;
 } stream_t;
 
@@ -125,8 +134,13 @@ struct walfs {
     atomic_size_t n_streams;          /* published after the stream is complete */
     int cat_fd;
     uint64_t cat_end;
+    uint64_t cat_torn;      /* bytes of a torn last entry after cat_end, cut after recovery */
+    int64_t last_mark_ms;   /* durable-end marks written by a sync round (sync.c); sync leader only */
     uint64_t cat_entries;   /* entries in streams.cat (compaction rewrites it when mostly dead) */
     uint64_t floor_gid;     /* the highest FLOOR next_gid in the catalog */
+    uint32_t cat_version;   /* of streams.cat as read at open (1: upgraded at close) */
+    cat_seg_t *cat_segs;    /* segment files the catalog lists (SEGMENT / SEGMENT_GONE); open only */
+    size_t n_cat_segs, cap_cat_segs;
     pending_seal_t *seals;
     size_t n_seals, cap_seals;
 
@@ -192,6 +206,9 @@ void crc32c_x4(uint32_t crc, const uint8_t *const *bufs, const size_t *lens, uin
 uint32_t crc_seed_for(uint64_t uuid);
 void fmt_cat_header(uint8_t *out, uint64_t uuid, uint64_t created_ms, uint64_t segment_size, uint32_t block_size);
 int fmt_cat_header_parse(const uint8_t *in, uint64_t *uuid, uint64_t *segment_size, uint32_t *block_size);
+uint32_t fmt_cat_header_version(const uint8_t *in);
+void fmt_cat_header_upgrade(uint8_t *hdr);
+size_t fmt_cat_segment(uint8_t *out, uint32_t seed, uint16_t type, uint64_t seg_id);
 size_t fmt_cat_define(uint8_t *out, uint32_t seed, const stream_t *s);
 size_t fmt_cat_trim(uint8_t *out, uint32_t seed, uint32_t stream_no, uint64_t low_offset);
 size_t fmt_cat_floor(uint8_t *out, uint32_t seed, uint32_t stream_no, uint64_t next_offset,
@@ -244,6 +261,13 @@ void seg_path(const walfs_t *wal, uint64_t id, char *out, size_t outlen);
 /* catalog.c */
 int cat_open(walfs_t *wal);
 int cat_append(walfs_t *wal, const uint8_t *buf, size_t len);
+int cat_append_n(walfs_t *wal, const uint8_t *buf, size_t len, uint64_t n_entries);
+int cat_note_segment(walfs_t *wal, uint64_t seg_id);
+int cat_close(walfs_t *wal);
+int cat_cut_torn(walfs_t *wal);
+int cat_mark_ends(walfs_t *wal);
+#define MARK_INTERVAL_MS 1000 /* sync rounds write durable-end marks at most this often */
+cat_seg_t *cat_seg_find(const walfs_t *wal, uint64_t id);
 int cat_new_epoch(walfs_t *wal);
 int cat_refresh(walfs_t *wal);
 int cat_compact_if_due(walfs_t *wal);

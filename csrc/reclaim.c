@@ -192,6 +192,19 @@ int walfs_reclaim(walfs_t *wal)
         int crc = cat_compact_if_due(wal);
         if (crc) wal_log(wal, "catalog compaction failed (%d); keeping the old catalog", crc);
     }
+    /* Catalog v2: SEGMENT_GONE entries before anything is forgotten or unlinked, so
+     * that every missing file the catalog lists is damage (recovery.c); a crash between
+     * the entries and the unlinks leaves files that the next writer open deletes. */
+    size_t n_going = 0;
+    for (size_t si = 0; si < nseg; si++) n_going += !t[si].keep;
+    if (!rc && n_going && wal->cat_version >= 2) {
+        uint8_t *ebuf = malloc(n_going * 16);
+        size_t elen = 0;
+        for (size_t si = 0; ebuf && si < nseg; si++)
+            if (!t[si].keep) elen += fmt_cat_segment(ebuf + elen, wal->crc_seed, CAT_SEGMENT_GONE, wal->segs[si]->id);
+        rc = ebuf ? cat_append_n(wal, ebuf, elen, n_going) : -ENOMEM;
+        free(ebuf);
+    }
     if (rc) {
         free(t);
         goto out;

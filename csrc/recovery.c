@@ -6,10 +6,12 @@
 #include "internal.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -56,16 +58,17 @@ static int list_segments(walfs_t *wal, uint64_t **ids, size_t *n)
     return 0;
 }
 
-/* Returns 1 if bytes follow the run's last record, and zeroes the header they would form
- * (writer mode) so that later opens do not meet them again. They could never validate (see
- * the epoch rule in format.c); this keeps the report of later opens clean. */
-static int clear_tail(walfs_t *wal, const block_t *b)
+/* Returns 1 if bytes follow the run's last record; with `write`, zeroes the header they
+ * would form (writer mode) so that later opens do not meet them again. They could never
+ * validate (see the epoch rule in format.c); this keeps the report of later opens clean.
+ * verify_run only looks: nothing is written before the whole stream is judged. */
+static int clear_tail(walfs_t *wal, const block_t *b, int write)
 {
     static const uint8_t zero[REC_HDR_SIZE];
     uint64_t pos = b->data_end;
     if (pos + REC_HDR_SIZE > b->run_size - b->count * SLOT_SIZE) return 0;
     if (memcmp(run_ptr(b, pos), zero, REC_HDR_SIZE) == 0) return 0;
-    if (!wal->opt.read_only && seg_zero(wal, b->seg, b->file_off + pos, REC_HDR_SIZE) != 0)
+    if (write && !wal->opt.read_only && seg_zero(wal, b->seg, b->file_off + pos, REC_HDR_SIZE) != 0)
         wal_log(wal, "could not clear the tail of a run");
     return 1;
 }
@@ -112,7 +115,8 @@ static int verify_run(walfs_t *wal, block_t *b, uint32_t *last_batch_left)
     b->byte_len = view;
     wal->report.verified_records += i;
     /* Bytes where the next record would start: a torn or damaged record, unless zero. */
-    if (clear_tail(wal, b)) {
+    if (clear_tail(wal, b, 0)) {
+        b->dirty_tail = 1;
         wal->report.cut_records++;
         wal_log(wal, "stream %u: record %" PRIu64 " at the tail, above the durable frontier, is torn: cut",
                 b->stream_no, b->first_offset + i);
@@ -175,7 +179,7 @@ static int shorten(walfs_t *wal, block_t *b, uint64_t keep)
     b->count = keep;
     b->data_end = end;
     b->byte_len = view;
-    clear_tail(wal, b);
+    clear_tail(wal, b, 1);
     return 0;
 }
 
@@ -199,11 +203,27 @@ static int unseal(walfs_t *wal, block_t *b)
     return seg_zero(wal, b->seg, b->file_off + BLK_SEAL_OFF, BLK_HDR_SIZE);
 }
 
+/* Catalog v2: every stream's highest FLOOR (a durable-end mark, catalog.c) is an offset
+ * below which every record above the low watermark was durable. A stream whose records
+ * would end below it lost durable records (a deleted segment file, a lost run header, a
+ * damaged record above a lagging frontier): damage, reported before anything is cut. */
+static int short_of_floor(walfs_t *wal, const stream_t *s, uint64_t end)
+{
+    if (s->check_floor <= s->low_offset || end >= s->check_floor) return 0;
+    wal_damage(wal, "%s: stream %u (%.*s) would end at offset %" PRIu64 " but streams.cat proves offsets up to %" PRIu64
+                    " durable (a FLOOR entry): its records from offset %" PRIu64 " are missing (deleted segment file or "
+                    "lost run header?): damaged",
+               wal->dir, s->no, (int)s->name_len, s->name, end, s->check_floor, end > s->low_offset ? end : s->low_offset);
+    return -EUCLEAN;
+}
+
+static uint64_t end_of(const block_t *b) { return b->first_offset + b->count; }
+
 /* Orders a stream's runs, checks that they continue each other, and cuts the tail. */
 static int settle_stream(walfs_t *wal, stream_t *s)
 {
     int rc = 0;
-    if (!s->n_blocks) return 0;
+    if (!s->n_blocks) return short_of_floor(wal, s, 0);
     qsort(s->blocks, s->n_blocks, sizeof(*s->blocks), cmp_block);
     size_t keep = s->n_blocks;
     uint32_t last_batch_left = 0;
@@ -219,9 +239,9 @@ static int settle_stream(walfs_t *wal, stream_t *s)
             /* A hole or an overlap: a crash explains it only if nothing after it is sealed. */
             for (size_t j = i; j < s->n_blocks; j++) {
                 if (s->blocks[j]->sealed) {
-                    wal_log(wal, "stream %u (%.*s): run at offset %" PRIu64 " does not follow offset %" PRIu64
-                                 " but later data is sealed: damaged",
-                            s->no, (int)s->name_len, s->name, b->first_offset, expected);
+                    wal_damage(wal, "%s: stream %u (%.*s): run at offset %" PRIu64 " does not follow offset %" PRIu64
+                                    " but later data is sealed: damaged",
+                               wal->dir, s->no, (int)s->name_len, s->name, b->first_offset, expected);
                     return -EUCLEAN;
                 }
             }
@@ -239,8 +259,8 @@ static int settle_stream(walfs_t *wal, stream_t *s)
                 keep = i + 1;
                 for (size_t j = i + 1; j < s->n_blocks; j++)
                     if (s->blocks[j]->sealed) {
-                        wal_log(wal, "stream %u: unsealed run ends at offset %" PRIu64 " before sealed data",
-                                s->no, expected);
+                        wal_damage(wal, "%s: stream %u: unsealed run ends at offset %" PRIu64 " before sealed data: damaged",
+                                   wal->dir, s->no, expected);
                         return -EUCLEAN;
                     }
                 break;
@@ -253,6 +273,7 @@ static int settle_stream(walfs_t *wal, stream_t *s)
             expected = b->first_offset + b->count;
         }
     }
+    if ((rc = short_of_floor(wal, s, keep ? end_of(s->blocks[keep - 1]) : 0))) return rc;
     for (size_t j = keep; j < s->n_blocks; j++) {
         if ((rc = drop_header(wal, s->blocks[j]))) return rc;
         pthread_mutex_lock(&wal->lock);
@@ -277,6 +298,7 @@ static int settle_stream(walfs_t *wal, stream_t *s)
             k--;
         }
         if (k < b->count) {
+            if ((rc = short_of_floor(wal, s, b->first_offset + k))) return rc;
             if (b->sealed && (rc = unseal(wal, b))) return rc;
             if ((rc = shorten(wal, b, k))) return rc;
         }
@@ -293,8 +315,12 @@ static int settle_stream(walfs_t *wal, stream_t *s)
         }
     }
 
-    if (!s->n_blocks) return 0;
+    if (!s->n_blocks) return short_of_floor(wal, s, 0);
     block_t *last = s->blocks[s->n_blocks - 1];
+    if ((rc = short_of_floor(wal, s, end_of(last)))) return rc;
+    /* Judged whole: now the torn tails verify_run found may be cleared. */
+    for (size_t i = 0; i < s->n_blocks; i++)
+        if (s->blocks[i]->dirty_tail) clear_tail(wal, s->blocks[i], 1);
     s->next_offset = last->first_offset + last->count > s->next_offset ? last->first_offset + last->count
                                                                         : s->next_offset;
     uint64_t nb = last->first_byte + last->byte_len;
@@ -326,11 +352,19 @@ static int scan_segment(walfs_t *wal, segment_t *seg)
             continue;
         }
         stream_t *s = stream_get(wal, h.stream_no);
+        /* A read-only open may meet a run of a stream a live writer defined after the
+         * catalog was read: read the catalog's new entries once more. */
+        if (!s && wal->opt.read_only && cat_refresh(wal) == 0) s = stream_get(wal, h.stream_no);
         if (!s) {
-            /* A run of a stream whose definition never became durable cannot hold
-             * acknowledged data (definitions are synced first): free it. */
-            i++;
-            continue;
+            /* A DEFINE is durable before its stream can allocate a run, and stream numbers
+             * are never reused or forgotten (deleted streams keep theirs): a run naming
+             * a stream the catalog does not define means the catalog lost entries. */
+            char name[64];
+            seg_path(wal, seg->id, name, sizeof(name));
+            wal_damage(wal, "%s/%s: run at byte %" PRIu64 " belongs to stream %u, which streams.cat does not define "
+                            "(%zu streams): the catalog lost entries (cut short?)",
+                       wal->dir, name, off, h.stream_no, atomic_load(&wal->n_streams));
+            return -EUCLEAN;
         }
         block_t *b = calloc(1, sizeof(*b));
         if (!b) return -ENOMEM;
@@ -400,14 +434,103 @@ static int scan_segment(walfs_t *wal, segment_t *seg)
     return 0;
 }
 
+/* 1 if no block of the mapped segment starts with a valid run header. */
+static int seg_no_runs(walfs_t *wal, const segment_t *seg)
+{
+    for (uint32_t i = 0; i < seg->n_blocks; i++) {
+        blk_hdr_t h;
+        if (fmt_blk_parse(seg->map + SEG_HDR_SIZE + (uint64_t)i * wal->opt.block_size, wal, seg->id, i, BLK_KIND_OPEN,
+                          &h) == 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* Catalog v2 lists every segment file (segment.c: SEGMENT entry once the file is
+ * durable, before any run is put in it; reclaim.c: SEGMENT_GONE before the unlink).
+ * The listing's entry of `id`, after re-reading the catalog for a read-only open (a live
+ * writer may have created or reclaimed files since this open read it). */
+static cat_seg_t *listed(walfs_t *wal, uint64_t id)
+{
+    cat_seg_t *cs = cat_seg_find(wal, id);
+    if ((!cs || !cs->gone) && wal->opt.read_only && cat_refresh(wal) == 0) cs = cat_seg_find(wal, id);
+    return cs;
+}
+
+static int file_exists(const walfs_t *wal, uint64_t id)
+{
+    char name[64];
+    seg_path(wal, id, name, sizeof(name));
+    return faccessat(wal->dirfd, name, F_OK, 0) == 0;
+}
+
+/* Every segment the catalog lists as live must have been opened. */
+static int check_listed_files(walfs_t *wal)
+{
+    /* A copy: listed() may re-read the catalog, which rebuilds wal->cat_segs. */
+    size_t n = 0;
+    uint64_t *ids = malloc((wal->n_cat_segs + 1) * sizeof(*ids));
+    if (!ids) return -ENOMEM;
+    for (size_t i = 0; i < wal->n_cat_segs; i++)
+        if (!wal->cat_segs[i].gone) ids[n++] = wal->cat_segs[i].id;
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        uint64_t id = ids[i];
+        size_t lo = 0, hi = wal->n_segs; /* wal->segs is in id order (opened in order) */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (wal->segs[mid]->id < id) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo < wal->n_segs && wal->segs[lo]->id == id) continue;
+        /* Read-only beside a live writer: created after this open listed the directory
+         * (then it exists), or reclaimed since (then SEGMENT_GONE precedes the unlink, and
+         * a compaction after it lists only the files that are left). */
+        if (wal->opt.read_only) {
+            if (file_exists(wal, id)) continue;
+            cat_seg_t *cs = listed(wal, id);
+            if (!cs || cs->gone) continue;
+        }
+        char name[64];
+        seg_path(wal, id, name, sizeof(name));
+        wal_damage(wal, "%s/%s is missing: streams.cat lists it and no SEGMENT_GONE entry says it was reclaimed",
+                   wal->dir, name);
+        rc = -EUCLEAN;
+    }
+    free(ids);
+    return rc;
+}
+
 static int recover_unguarded(walfs_t *wal)
 {
     uint64_t *ids = NULL;
     size_t n = 0;
     int rc = list_segments(wal, &ids, &n);
     if (rc) return rc;
+    int v2 = wal->cat_version >= 2, unlinked = 0;
+    /* The marks this open checks are those read before the scan: a read-only open's
+     * refreshes may bring marks of records appended after the scan. */
+    for (size_t i = 0; i < atomic_load(&wal->n_streams); i++) {
+        stream_t *s = stream_get(wal, (uint32_t)i);
+        s->check_floor = v2 ? s->floor_offset : 0;
+    }
+    for (size_t i = 0; i < wal->n_cat_segs; i++)
+        if (wal->cat_segs[i].id >= wal->next_seg_id) wal->next_seg_id = wal->cat_segs[i].id + 1;
     for (size_t k = 0; k < n; k++) {
         segment_t *seg;
+        cat_seg_t *cs = v2 ? cat_seg_find(wal, ids[k]) : NULL;
+        if (ids[k] >= wal->next_seg_id) wal->next_seg_id = ids[k] + 1;
+        if (cs && cs->gone) {
+            /* Reclamation wrote SEGMENT_GONE and was cut short before the unlink: every
+             * run in it was below its stream's low watermark. Finish the job. */
+            char name[64];
+            seg_path(wal, ids[k], name, sizeof(name));
+            if (!wal->opt.read_only) {
+                wal_log(wal, "removing %s: reclaimed (SEGMENT_GONE) but not yet deleted", name);
+                if (unlinkat(wal->dirfd, name, 0) == 0) unlinked = 1;
+            }
+            continue;
+        }
         rc = seg_open(wal, ids[k], &seg);
         if (rc == -ENOENT) {
             /* Reclaimed by the writer between the listing and the open (read-only opens
@@ -415,7 +538,7 @@ static int recover_unguarded(walfs_t *wal)
             rc = 0;
             continue;
         }
-        if (rc == -ENODATA && k + 1 == n) {
+        if (rc == -ENODATA && k + 1 == n && !cs) {
             /* Only the newest file can be a creation cut short, and only a file that
              * provably never held data (seg_open: zero header, no run header) may go. */
             char name[64];
@@ -427,23 +550,47 @@ static int recover_unguarded(walfs_t *wal)
             continue;
         }
         if (rc == -ENODATA) {
+            /* An older file, or one the catalog lists (its header was durable first). */
             char name[64];
             seg_path(wal, ids[k], name, sizeof(name));
-            wal_damage(wal, "%s/%s: header is zero but newer segments exist: damaged", wal->dir, name);
+            wal_damage(wal, "%s/%s: header is zero but %s: damaged", wal->dir, name,
+                       cs ? "streams.cat lists the file" : "newer segments exist");
             rc = -EUCLEAN;
         }
         if (rc) break;
+        if (v2 && !cs && !(cs = listed(wal, ids[k]))) {
+            char name[64];
+            seg_path(wal, ids[k], name, sizeof(name));
+            if (k + 1 == n && seg_no_runs(wal, seg)) {
+                /* Created and synced, but the crash came before its SEGMENT entry: no run
+                 * was ever put in it (segment.c). */
+                seg_free(seg);
+                wal_log(wal, "removing %s: its creation never finished (not in streams.cat) and it holds no data", name);
+                if (!wal->opt.read_only && unlinkat(wal->dirfd, name, 0) == 0) unlinked = 1;
+                continue;
+            }
+            seg_free(seg);
+            if (wal->opt.read_only && !file_exists(wal, ids[k])) continue; /* reclaimed meanwhile */
+            wal_damage(wal, "%s/%s is not listed in streams.cat: the catalog lost entries (cut short?)", wal->dir, name);
+            rc = -EUCLEAN;
+            break;
+        }
+        if (cs && cs->gone) { /* a read-only open: reclaimed since the catalog was read */
+            seg_free(seg);
+            continue;
+        }
         if ((rc = seg_add(wal, seg))) {
             seg_free(seg);
             break;
         }
-        if (ids[k] >= wal->next_seg_id) wal->next_seg_id = ids[k] + 1;
         wal->report.segments++;
         if ((rc = scan_segment(wal, seg))) break;
     }
     free(ids);
+    if (unlinked) fsync_dir(wal->dirfd);
     if (rc) return rc;
     if (wal->opt.read_only && (rc = cat_refresh(wal))) return rc;
+    if (v2 && (rc = check_listed_files(wal))) return rc;
     size_t ns = atomic_load(&wal->n_streams);
     for (size_t i = 0; i < ns && !rc; i++) rc = settle_stream(wal, stream_get(wal, (uint32_t)i));
     return rc;

@@ -49,12 +49,16 @@ int64_t walfs_salvage_catalog(const uint8_t *buf, uint64_t len, uint64_t uuid, w
         memcpy(&elen, buf + pos + 6, 2);
         cat_entry_t e;
         const char *why;
-        size_t used = type >= CAT_DEFINE && type <= CAT_DELETE && elen >= 8 && elen <= 42 + MAX_NAME
+        size_t used = type >= CAT_DEFINE && type <= CAT_SEGMENT_GONE && elen >= 8 && elen <= 42 + MAX_NAME
                           ? fmt_cat_entry_parse(buf + pos, len - pos, seed, &e, &why)
                           : 0;
-        if (!used || e.type < CAT_DEFINE || e.type > CAT_DELETE) {
+        if (!used || e.type < CAT_DEFINE || e.type > CAT_SEGMENT_GONE) {
             pos++;
             (*skipped)++;
+            continue;
+        }
+        if (e.type == CAT_SEGMENT || e.type == CAT_SEGMENT_GONE) { /* file lists: salvage reads every file */
+            pos += used;
             continue;
         }
         if (n == cap) return -ENOBUFS;

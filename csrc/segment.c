@@ -103,8 +103,21 @@ int seg_create(walfs_t *wal, segment_t **out)
         goto fail;
     }
     if ((rc = seg_map(seg))) goto fail;
-    if ((rc = seg_add(wal, seg))) goto fail;
+    /* Listed in the catalog (with the durable-end marks) only once it is durable, and
+     * before any run is allocated in it: a file the catalog does not list can then only
+     * be a creation cut short, with no run in it (recovery.c). */
+    if ((rc = cat_note_segment(wal, id))) {
+        if (!atomic_load(&wal->failed)) goto fail; /* the entry was truncated away */
+        /* The catalog's fdatasync failed: its entry may be on disk, so the file stays. */
+        wal->next_seg_id++;
+        seg_free(seg);
+        return rc;
+    }
     wal->next_seg_id++;
+    if ((rc = seg_add(wal, seg))) {
+        seg_free(seg); /* listed and whole: the file stays, empty, for the next open */
+        return rc;
+    }
     *out = seg;
     return 0;
 fail:

@@ -195,6 +195,12 @@ static int lead_sync(walfs_t *wal)
         if (ends) publish_durable(wal, ends, n_ends);
         write_seals(wal, target);
         frontier_record(wal, frontier);
+        /* Durable-end marks in the catalog (catalog.c), rate-limited: one catalog write
+         * and fdatasync per MARK_INTERVAL_MS at most, in the round's leader. */
+        if (!wal->opt.read_only && wal->cat_version >= 2 && now_ms() - wal->last_mark_ms >= MARK_INTERVAL_MS) {
+            wal->last_mark_ms = now_ms();
+            cat_mark_ends(wal);
+        }
     } else {
         wal_log(wal, "fsync failed (%s): refusing appends until reopened", strerror(-rc));
     }

@@ -27,6 +27,7 @@ static void wal_free(walfs_t *wal)
     for (size_t i = 0; i < wal->n_segs; i++) seg_free(wal->segs[i]);
     free(wal->segs);
     free(wal->seals);
+    free(wal->cat_segs);
     if (wal->cat_fd >= 0) close(wal->cat_fd);
     if (wal->lockfd >= 0) close(wal->lockfd); /* releases the flock */
     if (wal->dirfd >= 0) close(wal->dirfd);
@@ -110,6 +111,7 @@ int walfs_open(const char *dir, const walfs_options_t *opts, walfs_t **out, char
     wal->blocks_per_seg = (uint32_t)((wal->opt.segment_size - SEG_HDR_SIZE) / wal->opt.block_size);
     if ((rc = recover(wal)))
         FAIL(rc, "recovery of %s failed: %s", dir, wal->damage[0] ? wal->damage : strerror(-rc));
+    if ((rc = cat_cut_torn(wal))) FAIL(rc, "cannot cut the torn tail of %s/streams.cat: %s", dir, strerror(-rc));
     durable_init(wal);
     if (!o.read_only) {
         pthread_mutex_lock(&wal->gid_lock);
@@ -143,6 +145,7 @@ int walfs_close(walfs_t *wal)
         rc = atomic_load(&wal->failed);
         if (!rc) rc = sync_force(wal); /* data, then the seals it allowed */
         if (!rc) rc = sync_force(wal);
+        if (!rc) rc = cat_close(wal); /* durable-end marks; a version 1 catalog is upgraded */
     }
     sync_shutdown(wal);
     wal_free(wal);
@@ -153,6 +156,7 @@ int walfs_recovery_report(walfs_t *wal, walfs_recovery_report_t *out)
 {
     *out = wal->report;
     out->syncs = atomic_load(&wal->syncs);
+    out->catalog_version = wal->cat_version;
     return 0;
 }
 

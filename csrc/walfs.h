@@ -73,6 +73,7 @@ typedef struct walfs_recovery_report {
     uint64_t cut_bytes;
     uint64_t freed_blocks;
     uint64_t syncs;              /* since open: fsync rounds (one round syncs every dirty file) */
+    uint64_t catalog_version;    /* of streams.cat as found at open (1: upgraded at a writer's clean close) */
 } walfs_recovery_report_t;
 
 void walfs_default_options(walfs_options_t *opts);

@@ -1,7 +1,7 @@
 """The damage fuzzer (issue 9): one closed WAL with many streams, batches, trims, cursors and
 records from 0 bytes to several blocks is damaged at random (flipped bits, zeroed 4 KiB
 pages, truncated files, deleted files, of every kind: streams.cat, segments, index.snap,
-cursor files), then opened and read whole in a forked child with a time limit.
+cursor files, cursors.manifest, topics.conf), then opened and read whole in a forked child with a time limit.
 
 Allowed outcomes of a case: a clear walfs exception (at open or on read), or every record
 and cursor returned exactly as written. Anything else is a failure: a signal, a hang, other
@@ -259,19 +259,6 @@ def _in_child(d: str, timeout: float) -> dict:
         os.unlink(out)
 
 
-# Damage walfs does not detect yet, listed in docs/durability.md: a catalog cut exactly at
-# an entry boundary looks like a shorter, whole catalog (streams defined after the cut are
-# not seen), and a deleted segment file holding a stream's last runs looks like a shorter
-# stream, as does a zeroed page holding the open header of a stream's last run. The
-# fix (catalog entries for segment files, a catalog length record) is open.
-# Only these outcomes, after only these damages, are tolerated; everything else fails.
-KNOWN_GAPS = {
-    "stream missing": ("truncate streams.cat", "delete streams.cat"),
-    "records missing": ("delete seg-", "zero seg-"),
-    "high watermark": ("delete seg-", "zero seg-"),
-}
-
-
 def judge(g: Golden, res: dict) -> tuple[str, str] | None:
     """None when the outcome is allowed, else (failure class, detail)."""
     for bad in ("signal", "hang", "uncaught"):
@@ -299,10 +286,9 @@ def judge(g: Golden, res: dict) -> tuple[str, str] | None:
     for grp, cur in g.cursors.items():
         for key, off in cur.items():
             have = res["cursors"].get(grp, {}).get(key)
-            # A deleted cursor file leaves no trace (nothing lists them): the group then
-            # reads from the low watermark again. That re-delivers, it never skips, so it
-            # is allowed; any other value than the one committed is a failure.
-            if have is not None and have != off:
+            if have is None:  # a deleted cursor file must be reported (cursors.manifest)
+                return "cursor missing", f"{grp} {key}"
+            if have != off:
                 return "cursor", f"{grp} {key}: {have} != {off}"
     for key in streams:
         if key not in g.records:
@@ -328,8 +314,6 @@ def run_case(g: Golden, seed: int, workdir: str, timeout: float = CHILD_TIMEOUT_
             (f"{k}: {res[k]}" for k in ("signal", "hang", "uncaught") if k in res), "read back"
         )
         verdict = judge(g, res)
-        if verdict and verdict[0] in KNOWN_GAPS and any(d.startswith(KNOWN_GAPS[verdict[0]]) for d in done):
-            verdict = None  # documented in docs/durability.md ("What is not detected yet")
         return Outcome(seed, done, summary, verdict)
     finally:
         shutil.rmtree(d, ignore_errors=True)

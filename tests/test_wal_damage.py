@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import SMALL
+from conftest import SMALL, payload
 
 import walfs
 from walfs import debug
@@ -374,3 +374,382 @@ def test_sigbus_guard_survives_a_handler_installed_later(tmp_path):
     )
     assert r.returncode == 0, (r.returncode, r.stderr)
     assert r.stdout.strip() == "EIO", r.stdout
+
+
+# -- issue 9, the fuzzer's former KNOWN_GAPS: what the catalog and the cursor manifest prove
+
+
+def crc32c(seed: int, data: bytes) -> int:
+    crc = seed ^ 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    return crc ^ 0xFFFFFFFF
+
+
+def tree_bytes(d: str) -> dict[str, bytes]:
+    out = {}
+    for root, _dirs, names in os.walk(d):
+        for n in names:
+            if n != "LOCK":
+                p = os.path.join(root, n)
+                out[os.path.relpath(p, d)] = open(p, "rb").read()
+    return out
+
+
+def run_headers(wal_dir: str) -> list[tuple[str, int, int, int]]:
+    """(segment file, file byte, stream, first offset) of every valid-looking run header."""
+    out = []
+    for name in sorted(os.listdir(wal_dir)):
+        if not name.startswith("seg-"):
+            continue
+        data = open(os.path.join(wal_dir, name), "rb").read()
+        for pos in range(SEG_HDR, len(data), BLOCK):
+            kind = int.from_bytes(data[pos + 10 : pos + 12], "little")
+            if data[pos : pos + 8] == b"WALFSBLK" and kind == 1:
+                stream = int.from_bytes(data[pos + 36 : pos + 40], "little")
+                out.append((name, pos, stream, int.from_bytes(data[pos + 40 : pos + 48], "little")))
+    return out
+
+
+def three_streams(open_wal) -> None:
+    w = open_wal()
+    for k in range(5):  # two segment files
+        w.append_batch("a", [payload("a", 40 * k + i, 3000) for i in range(40)])
+        w.append_batch("b", [payload("b", 40 * k + i, 3000) for i in range(40)])
+    w.append_batch("c", [payload("c", i, 100) for i in range(10)])
+    w.close()
+
+
+def test_catalog_cut_at_an_entry_boundary_is_reported(open_wal, wal_dir):
+    three_streams(open_wal)
+    path = os.path.join(wal_dir, CAT)
+    define_c = [off for off, typ, _ in cat_entries(path) if typ == 1][-1]  # the DEFINE of "c"
+    whole = open(path, "rb").read()
+    os.truncate(path, define_c)  # a whole, shorter catalog: every entry before verifies
+    before = tree_bytes(wal_dir)
+    with pytest.raises(walfs.WalCorruptError) as exc:
+        open_wal()
+    assert "which streams.cat does not define" in str(exc.value), exc.value
+    assert tree_bytes(wal_dir) == before  # nothing cut, truncated or rewritten
+    fsck = subprocess.run(
+        [sys.executable, "-m", "walfs", "fsck", wal_dir], capture_output=True, text=True, timeout=120
+    )
+    assert fsck.returncode == 2 and "does not define" in fsck.stdout, fsck
+    with open(path, "wb") as f:
+        f.write(whole)
+    w = open_wal()
+    assert w.read("c", 0, max_records=100) == [payload("c", i, 100) for i in range(10)]
+
+
+def test_catalog_cut_before_a_segment_entry_is_reported(open_wal, wal_dir):
+    three_streams(open_wal)
+    path = os.path.join(wal_dir, CAT)
+    seg_entries = [off for off, typ, _ in cat_entries(path) if typ == 6]
+    assert len(seg_entries) >= 2
+    os.truncate(path, seg_entries[-1])
+    with pytest.raises(walfs.WalCorruptError) as exc:
+        open_wal()
+    assert "is not listed in streams.cat" in str(exc.value), exc.value
+
+
+def test_deleted_segment_file_is_reported_not_a_shorter_stream(open_wal, wal_dir):
+    three_streams(open_wal)
+    newest = sorted(n for n in os.listdir(wal_dir) if n.startswith("seg-"))[-1]
+    saved = open(os.path.join(wal_dir, newest), "rb").read()
+    os.unlink(os.path.join(wal_dir, newest))
+    with pytest.raises(walfs.WalCorruptError) as exc:
+        open_wal()
+    assert f"{newest} is missing" in str(exc.value), exc.value
+    with open(os.path.join(wal_dir, newest), "wb") as f:
+        f.write(saved)
+    w = open_wal()
+    assert w.high_watermark("a") == 200 and w.read("a", 199) == [payload("a", 199, 3000)]
+
+
+def test_zeroed_header_of_a_streams_last_run_is_reported(open_wal, wal_dir):
+    three_streams(open_wal)
+    name, pos, _stream, first = max((h for h in run_headers(wal_dir) if h[2] == 0), key=lambda h: h[3])
+    assert first > 0  # not the stream's only run
+    path = os.path.join(wal_dir, name)
+    saved = open(path, "rb").read()
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        f.write(bytes(4096))  # the open, frontier and seal headers of the run
+    before = tree_bytes(wal_dir)
+    with pytest.raises(walfs.WalCorruptError) as exc:
+        open_wal()
+    assert "FLOOR" in str(exc.value) and f"from offset {first}" in str(exc.value), exc.value
+    assert tree_bytes(wal_dir) == before
+    with open(path, "wb") as f:
+        f.write(saved)
+    assert open_wal().high_watermark("a") == 200
+
+
+def test_reclaimed_segment_left_by_a_crash_before_its_unlink_is_deleted(open_wal, wal_dir):
+    w = open_wal()
+    w.append_batch("t", [payload("t", i, 3000) for i in range(600)])
+    w.sync()
+    first = os.path.join(wal_dir, seg_name(1))
+    saved = open(first, "rb").read()
+    w.trim("t", 500)
+    assert w.reclaim() >= 1 and not os.path.exists(first)
+    w.close()
+    # The crash: SEGMENT_GONE is in the catalog, the unlink never happened.
+    with open(first, "wb") as f:
+        f.write(saved)
+    r = walfs.Wal(wal_dir, read_only=True, **SMALL)  # ignores it, changes nothing
+    assert r.low_watermark("t") == 500 and os.path.exists(first)
+    r.close()
+    w = open_wal()
+    assert not os.path.exists(first)
+    assert (w.low_watermark("t"), w.high_watermark("t")) == (500, 600)
+    assert w.read("t", 500, max_records=1) == [payload("t", 500, 3000)]
+
+
+def segment_header(wal_dir: str, seg_id: int) -> bytes:
+    """A valid header of segment seg_id, as a creation that synced it would leave."""
+    cat = open(os.path.join(wal_dir, CAT), "rb").read(64)
+    uuid = int.from_bytes(cat[16:24], "little")
+    seg_size, block = SMALL["segment_size"], SMALL["block_size"]
+    h = bytearray(64)
+    h[0:8] = b"WALFSSEG"
+    h[8:12] = (1).to_bytes(4, "little")
+    h[12:16] = block.to_bytes(4, "little")
+    h[16:24] = seg_size.to_bytes(8, "little")
+    h[24:32] = seg_id.to_bytes(8, "little")
+    h[32:40] = uuid.to_bytes(8, "little")
+    h[40:48] = (1).to_bytes(8, "little")
+    h[48:52] = ((seg_size - SEG_HDR) // block).to_bytes(4, "little")
+    h[60:64] = crc32c((uuid ^ (uuid >> 32)) & 0xFFFFFFFF, bytes(h[:60])).to_bytes(4, "little")
+    return bytes(h)
+
+
+def test_unlisted_newest_segment_without_runs_is_a_crashed_creation(open_wal, wal_dir):
+    w = open_wal()
+    w.append("t", b"x")
+    w.close()
+    # Created and synced, then the crash before its SEGMENT entry reached the catalog.
+    path = os.path.join(wal_dir, seg_name(2))
+    with open(path, "wb") as f:
+        f.write(segment_header(wal_dir, 2))
+        f.truncate(SMALL["segment_size"])
+    w = open_wal()
+    assert not os.path.exists(path) and w.read("t", 0) == [b"x"]
+    w.append_batch("t", [b"y" * 3000] * 600)  # new segments, listed, id 3 on
+    w.close()
+    assert open_wal().high_watermark("t") == 601
+
+
+def test_unlisted_segment_holding_runs_is_reported(open_wal, wal_dir):
+    w = open_wal()
+    w.append("t", b"x")
+    w.close()
+    # An older, unlisted file with a run in it: only a lost catalog entry explains it.
+    w = open_wal()
+    w.append_batch("u", [b"y" * 3000] * 400)  # fills seg 1 and creates seg 2
+    w.close()
+    path = os.path.join(wal_dir, CAT)
+    entries = cat_entries(path)
+    seg2 = [off for off, typ, _ in entries if typ == 6][1]
+    data = open(path, "rb").read()
+    ln = next(n for off, _t, n in entries if off == seg2)
+    with open(path, "wb") as f:  # the SEGMENT entry of seg 2 cut out, the rest kept whole
+        f.write(data[:seg2] + data[seg2 + ln :])
+    with pytest.raises(walfs.WalCorruptError) as exc:
+        open_wal()
+    assert f"{seg_name(2)} is not listed" in str(exc.value), exc.value
+
+
+def test_power_cuts_with_new_segments_trims_and_reclaims_never_look_like_damage(wal_dir):
+    for seed in range(6):
+        w = walfs.Wal(wal_dir, fsync="never", test_mode=True, **SMALL)
+        hwm = w.high_watermark("t")
+        w.append_batch("t", [payload("t", hwm + i, 2500) for i in range(300)])  # new segments
+        w.sync()
+        w.trim("t", hwm + 250)
+        w.reclaim()  # FLOOR marks, SEGMENT_GONE, unlinks
+        w.append_batch("t", [payload("t", hwm + 300 + i, 2500) for i in range(200)])
+        w.sync()
+        w.append_batch("t", [payload("t", hwm + 500 + i, 2500) for i in range(150)])  # not synced
+        w.debug_power_cut(seed, keep_permille=seed * 150)
+        w = walfs.Wal(wal_dir, **SMALL)
+        try:
+            assert w.low_watermark("t") == hwm + 250
+            assert hwm + 500 <= w.high_watermark("t") <= hwm + 650
+            assert w.read("t", hwm + 499, max_records=1) == [payload("t", hwm + 499, 2500)]
+            assert w.verify() == []
+        finally:
+            w.close()
+
+
+def to_version_1(wal_dir: str) -> None:
+    """Rewrites a closed data directory as walfs wrote it before catalog version 2: no
+    SEGMENT entries, a version 1 header, no cursor manifest."""
+    path = os.path.join(wal_dir, CAT)
+    data = open(path, "rb").read()
+    hdr = bytearray(data[:64])
+    hdr[8:12] = (1).to_bytes(4, "little")
+    hdr[60:64] = crc32c(0, bytes(hdr[:60])).to_bytes(4, "little")
+    body = b"".join(data[off : off + ln] for off, typ, ln in cat_entries(path) if typ not in (6, 7))
+    with open(path, "wb") as f:
+        f.write(bytes(hdr) + body)
+    os.unlink(os.path.join(wal_dir, "cursors.manifest"))
+
+
+def test_version_1_directory_opens_gets_a_manifest_and_is_upgraded_at_close(open_wal, wal_dir):
+    w = open_wal()
+    w.append_batch("t", [b"r%d" % i for i in range(10)])
+    w.commit_offset("g", "t", 7)
+    w.close()
+    to_version_1(wal_dir)
+    w = open_wal()
+    assert w.recovery_report()["catalog_version"] == 1
+    assert os.path.exists(os.path.join(wal_dir, "cursors.manifest"))  # built at the open
+    assert w.committed_offset("g", "t") == 7 and w.read("t", 9) == [b"r9"]
+    w.close()
+    assert open(os.path.join(wal_dir, CAT), "rb").read(12)[8:12] == (2).to_bytes(4, "little")
+    assert 6 in {typ for _o, typ, _l in cat_entries(os.path.join(wal_dir, CAT))}
+    w = open_wal()
+    assert w.recovery_report()["catalog_version"] == 2 and w.committed_offset("g", "t") == 7
+    w.close()
+
+
+def test_deleted_cursor_file_is_reported_not_read_as_no_cursor(open_wal, wal_dir):
+    w = open_wal()
+    w.append_batch("t", [b"r%d" % i for i in range(10)])
+    w.commit_offset("g", "t", 7)
+    key = w.stream_key("t", 0)
+    w.close()
+    os.unlink(os.path.join(wal_dir, "cursors", "g", key))
+    w = open_wal()
+    with pytest.raises(walfs.WalCorruptError) as exc:
+        w.committed_offset("g", "t")
+    assert "is missing" in str(exc.value) and "cursors.manifest" in str(exc.value)
+    with pytest.raises(walfs.WalCorruptError):
+        w.committed_offsets("g")
+    w.close()
+    from walfs.salvage import salvage
+
+    rep = salvage(wal_dir, os.path.join(os.path.dirname(wal_dir), "new"))
+    assert any(x.where == f"cursors/g/{key}" and "missing" in x.why for x in rep.lost), rep.lost
+
+
+def test_deleted_cursor_manifest_beside_cursor_files_is_reported(open_wal, wal_dir):
+    w = open_wal()
+    w.append("t", b"x")
+    w.commit_offset("g", "t", 1)
+    w.close()
+    os.unlink(os.path.join(wal_dir, "cursors.manifest"))
+    with pytest.raises(walfs.WalCorruptError) as exc:
+        open_wal()
+    assert "cursors.manifest is missing" in str(exc.value)
+
+
+CURSOR_CHILD = """
+import sys, walfs
+w = walfs.Wal(sys.argv[1], segment_size=1 << 20, block_size=64 << 10)
+i = int(sys.argv[2])
+while True:
+    t = f"t{i % 7}"
+    w.append(t, b"x")
+    g = f"g{i % 5}-{i // 35}"  # new groups and new (group, stream) pairs all along
+    off = w.high_watermark(t)
+    w.commit_offset(g, t, off)
+    print(g, t, off, flush=True)
+    i += 1
+"""
+
+
+def test_sigkill_while_cursors_are_created_never_looks_like_a_missing_cursor(wal_dir):
+    import random
+    import time
+
+    rng = random.Random(5)
+    done: dict[tuple[str, str], int] = {}
+    start = 0
+    for _round in range(5):
+        p = subprocess.Popen(
+            [sys.executable, "-c", CURSOR_CHILD, wal_dir, str(start)], stdout=subprocess.PIPE, text=True
+        )
+        time.sleep(rng.uniform(0.3, 1.2))
+        p.kill()
+        out, _ = p.communicate(timeout=60)
+        for line in out.splitlines():
+            g, t, off = line.split()
+            done[(g, t)] = int(off)
+            start += 1
+        w = walfs.Wal(wal_dir, **SMALL)
+        try:
+            for (g, t), off in done.items():
+                assert w.committed_offset(g, t) == off, (g, t)
+        finally:
+            w.close()
+    assert len(done) > 5
+
+
+def test_sync_rounds_mark_durable_ends_so_a_lost_run_header_after_a_crash_is_reported(open_wal, wal_dir):
+    import time
+
+    w = open_wal(fsync="never", test_mode=True)
+    w.append_batch("a", [payload("a", i, 3000) for i in range(100)])  # several runs
+    w.sync()
+    time.sleep(1.1)  # marks are written at most once a second, by a sync round
+    w.append("a", payload("a", 100, 3000))
+    w.sync()
+    w.debug_power_cut(1, keep_permille=1000)  # a crash that keeps every page: no close
+    name, pos, _stream, first = max((h for h in run_headers(wal_dir) if h[2] == 0), key=lambda h: h[3])
+    assert first > 0
+    with open(os.path.join(wal_dir, name), "r+b") as f:
+        f.seek(pos)
+        f.write(bytes(4096))
+    with pytest.raises(walfs.WalCorruptError) as exc:
+        open_wal()
+    assert "FLOOR" in str(exc.value), exc.value
+
+
+def test_read_only_open_beside_a_writer_creating_segments_and_streams(open_wal, wal_dir, monkeypatch):
+    # The reader reads the catalog, waits, then scans: files and streams created in
+    # between are not in what it read first, and must not be taken for damage.
+    import threading
+
+    w = open_wal(test_mode=True)
+    w.append_batch("t", [payload("t", i, 3000) for i in range(300)])
+    w.sync()
+    monkeypatch.setenv("WALFS_TEST_SCAN_DELAY_MS", "400")
+    opened: list[walfs.Wal] = []
+    failure: list[BaseException] = []
+
+    def open_reader() -> None:
+        try:
+            opened.append(walfs.Wal(wal_dir, read_only=True, test_mode=True, **SMALL))
+        except BaseException as exc:
+            failure.append(exc)
+
+    t = threading.Thread(target=open_reader)
+    t.start()
+    import time
+
+    time.sleep(0.1)
+    for k in range(4):
+        w.append_batch(f"new{k}", [payload("n", i, 3000) for i in range(150)])  # new segments
+    w.sync()
+    w.trim("t", 290)
+    w.reclaim()
+    t.join()
+    assert not failure, failure
+    opened[0].close()
+    w.close()
+
+
+def test_zeroed_newest_segment_the_catalog_lists_is_reported_and_kept(open_wal, wal_dir):
+    three_streams(open_wal)
+    newest = sorted(n for n in os.listdir(wal_dir) if n.startswith("seg-"))[-1]
+    path = os.path.join(wal_dir, newest)
+    with open(path, "r+b") as f:  # looks like a creation cut short, but the catalog lists it
+        f.write(bytes(os.path.getsize(path)))
+    with pytest.raises(walfs.WalCorruptError) as exc:
+        open_wal()
+    assert newest in str(exc.value) and "streams.cat lists the file" in str(exc.value), exc.value
+    assert os.path.exists(path)

@@ -177,7 +177,7 @@ def test_read_only_open_survives_a_compaction_during_its_segment_scan(open_wal, 
     w = open_wal(test_mode=True)
     fill(w, "t", 6000)  # several 1 MiB segments
     w.sync()
-    monkeypatch.setenv("WALFS_TEST_SCAN_DELAY_MS", "300")
+    monkeypatch.setenv("WALFS_TEST_SCAN_DELAY_MS", "1500")
     opened: list[walfs.Wal] = []
     failure: list[BaseException] = []
 
@@ -191,7 +191,8 @@ def test_read_only_open_survives_a_compaction_during_its_segment_scan(open_wal, 
     t.start()
     import time
 
-    time.sleep(0.1)  # the reader has read the catalog and waits before its scan
+    time.sleep(0.1)  # the reader has read the catalog and waits before its scan (1.5 s: room
+    # for 40 synced trims on a busy machine)
     for k in range(1, 41):
         w.trim("t", 100 * k)  # 40 TRIMs: two compactions, the last trims in the new file
     w.sync()
@@ -209,21 +210,21 @@ def test_read_only_open_survives_a_compaction_during_its_segment_scan(open_wal, 
 def test_failed_compaction_keeps_the_old_catalog_and_the_trim(open_wal, wal_dir):
     import errno
 
-    w = open_wal(test_mode=True)  # compacts at 16 entries: OPEN, DEFINE and 14 TRIMs
+    w = open_wal(test_mode=True)  # compacts at 20 entries (4 x live: OPEN, DEFINE, SEGMENT and 17 TRIMs)
     fill(w, "t", 100)
-    for k in range(1, 14):
+    for k in range(1, 17):
         w.trim("t", k)
     grown = cat_size(wal_dir)
     debug.inject_fault(w, "write", errno.ENOSPC, after=1, count=1)  # the TRIM passes, the rewrite fails
-    w.trim("t", 14)
-    assert w.low_watermark("t") == 14
+    w.trim("t", 17)
+    assert w.low_watermark("t") == 17
     assert cat_size(wal_dir) > grown  # the old catalog, one entry longer
     assert not os.path.exists(os.path.join(wal_dir, "streams.cat.tmp"))
-    w.trim("t", 15)  # the next trim compacts
+    w.trim("t", 18)  # the next trim compacts
     assert cat_size(wal_dir) < grown
     w.close()
     w = open_wal()
-    assert (w.low_watermark("t"), w.high_watermark("t")) == (15, 100)
+    assert (w.low_watermark("t"), w.high_watermark("t")) == (18, 100)
 
 
 def test_writer_open_compacts_a_long_catalog(open_wal, wal_dir):

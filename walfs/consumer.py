@@ -8,11 +8,24 @@ the directory, and its parent when the group directory is new), so a crash leave
 or the new offset, never a mix; leftover .tmp files are ignored. A file of another length
 or with a bad magic or checksum is damage: reading it raises WalCorruptError naming the file.
 
+The cursor manifest, cursors.manifest in the data directory (any name may be a group),
+lists every cursor file, so that a deleted one is reported instead of read as "no cursor"
+(which would deliver the stream again from its low watermark): b"WALFSCMF" | u32 version (1) | u32 N | N bytes of UTF-8 JSON
+{"<group>": ["<stream key>", ...]} | the first 16 bytes of blake3 of everything before.
+Replaced atomically like a cursor file. A new cursor file is written first and listed
+after (a crash between leaves a file that is not listed: a writer's open lists every file
+it finds); a forgotten one is unlisted first and deleted after. A listed file that is
+missing, a damaged manifest, and a missing manifest beside cursor files are damage
+(WalCorruptError naming the file). Data directories from before the manifest (catalog
+version 1, `legacy`) get one, built from the files, at a writer's open; the catalog is
+upgraded at that writer's clean close, after it (csrc/catalog.c).
+
 The commit rule itself (range, durability, advance-only) is LogEngine.commit's
 (walfs/engine_api.py; the local engine keeps its cursors here): this module only stores
 what it is given. Consumer is written against the engine interface alone.
 """
 
+import json
 import os
 import struct
 import threading
@@ -26,13 +39,99 @@ from walfs.names import topic_bytes
 from walfs.records import Record
 
 _MAGIC = b"WALFSCUR"
+_MANIFEST_MAGIC = b"WALFSCMF"
+_MANIFEST_VERSION = 1
+MANIFEST = "cursors.manifest"  # in the data directory: any name may be a group
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class CursorStore:
-    def __init__(self, dir_path: str, read_only: bool = False) -> None:
+    def __init__(self, dir_path: str, read_only: bool = False, legacy: bool = False) -> None:
         self.root = os.path.join(dir_path, "cursors")
         self.read_only = read_only
-        self._lock = threading.Lock()
+        self.legacy = legacy  # written before the manifest existed: it is built from the files
+        self._lock = threading.RLock()
+        self.manifest_path = os.path.join(dir_path, MANIFEST)
+        self._listed: dict[str, set[str]] | None = None  # the manifest, loaded on first use
+        if legacy and not read_only:
+            self._manifest()  # built now: the catalog is upgraded at this writer's close
+
+    # -- the manifest -----------------------------------------------------------------
+    def _files(self) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        try:
+            groups = [e.name for e in os.scandir(self.root) if e.is_dir()]
+        except FileNotFoundError:
+            return out
+        for g in groups:
+            try:
+                keys = {e.name for e in os.scandir(os.path.join(self.root, g)) if ".tmp." not in e.name}
+            except FileNotFoundError:
+                continue
+            if keys:
+                out[g] = keys
+        return out
+
+    def read_manifest(self) -> dict[str, set[str]] | None:
+        path = self.manifest_path
+        try:
+            with open(path, "rb") as f:
+                data = f.read(1 << 26)
+        except FileNotFoundError:
+            return None
+        ok = len(data) >= 32 and data[:8] == _MANIFEST_MAGIC
+        n = struct.unpack_from("<I", data, 12)[0] if ok else 0
+        ok = ok and struct.unpack_from("<I", data, 8)[0] == _MANIFEST_VERSION and len(data) == 16 + n + 16
+        ok = ok and blake3.blake3(data[:-16]).digest(length=16) == data[-16:]
+        try:
+            listed = json.loads(data[16 : 16 + n].decode()) if ok else None
+        except (UnicodeDecodeError, ValueError):
+            listed = None
+        if not isinstance(listed, dict) or not all(
+            isinstance(g, str) and isinstance(v, list) and all(isinstance(k, str) for k in v)
+            for g, v in listed.items()
+        ):
+            raise WalCorruptError(f"cursor manifest {path} is damaged")
+        return {g: set(v) for g, v in listed.items()}
+
+    def _write_manifest(self, listed: dict[str, set[str]]) -> None:
+        body = json.dumps({g: sorted(v) for g, v in sorted(listed.items()) if v}).encode()
+        head = _MANIFEST_MAGIC + struct.pack("<II", _MANIFEST_VERSION, len(body)) + body
+        path = self.manifest_path
+        tmp = f"{path}.tmp.{threading.get_ident()}"
+        with open(tmp, "wb") as f:
+            f.write(head + blake3.blake3(head).digest(length=16))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(os.path.dirname(path))
+
+    def _manifest(self) -> dict[str, set[str]]:
+        """The cursor files that must exist, per group (loaded, checked and, by a writer,
+        completed with the files it finds, on first use)."""
+        with self._lock:
+            if self._listed is not None:
+                return self._listed
+            listed = self.read_manifest()
+            files = self._files()
+            if listed is None:
+                if files and not self.legacy:
+                    raise WalCorruptError(
+                        f"cursor manifest {self.manifest_path} is missing beside cursor files"
+                    )
+                listed = {}
+            merged = {g: listed.get(g, set()) | files.get(g, set()) for g in set(listed) | set(files)}
+            if not self.read_only and merged != listed:
+                self._write_manifest(merged)  # a crash between a new file and its listing
+            self._listed = merged
+            return merged
 
     def _path(self, group: str, key: str) -> str:
         topic_bytes(group)  # groups obey the same rules as topics
@@ -43,7 +142,16 @@ class CursorStore:
             with open(self._path(group, key), "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            return None
+            with self._lock:  # a put() in flight creates the file before it lists it
+                if self.read_only:
+                    self._listed = None  # a live writer may have unlisted it since
+                if key not in self._manifest().get(group, ()):
+                    return None
+                if os.path.exists(self._path(group, key)):
+                    return self.get(group, key)
+            raise WalCorruptError(
+                f"cursor file {self._path(group, key)} is missing: {self.manifest_path} lists it"
+            ) from None
         if len(data) != 32 or data[:8] != _MAGIC or blake3.blake3(data[:16]).digest(length=16) != data[16:]:
             raise WalCorruptError(f"cursor file {self._path(group, key)} is damaged")
         return int(struct.unpack_from("<Q", data, 8)[0])
@@ -62,6 +170,10 @@ class CursorStore:
                 current = self.get(group, key)
                 if current is not None and current >= offset:
                     return False
+            listed = self._manifest()
+            new_key = key not in listed.get(group, ())
+            if new_key and not os.path.exists(self.manifest_path):
+                self._write_manifest(listed)  # a file beside no manifest would be damage
             new_dir = not os.path.isdir(gdir)
             os.makedirs(gdir, exist_ok=True)
             tmp = f"{path}.tmp.{threading.get_ident()}"
@@ -71,11 +183,10 @@ class CursorStore:
                 os.fsync(f.fileno())
             os.replace(tmp, path)
             for d in (gdir, self.root) if new_dir else (gdir,):
-                fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                _fsync_dir(d)
+            if new_key:  # listed once it exists: a crash before leaves it unlisted, not missing
+                listed.setdefault(group, set()).add(key)
+                self._write_manifest(listed)
         return True
 
     def create_group(self, group: str) -> None:
@@ -96,6 +207,11 @@ class CursorStore:
     def forget(self, key: str) -> None:
         """Removes every group's cursor on one stream (its topic was deleted)."""
         with self._lock:
+            listed = self._manifest()
+            if any(key in keys for keys in listed.values()):
+                for keys in listed.values():
+                    keys.discard(key)
+                self._write_manifest(listed)  # unlisted first: a crash leaves a file, not a hole
             for group in self.groups():
                 path = os.path.join(self.root, group, key)
                 try:
@@ -115,12 +231,13 @@ class CursorStore:
             return []
 
     def keys(self, group: str) -> Iterator[str]:
+        """The group's cursors: the files, and listed ones that are missing (get() then
+        reports them)."""
         try:
-            yield from sorted(
-                e.name for e in os.scandir(os.path.join(self.root, group)) if ".tmp." not in e.name
-            )
+            found = {e.name for e in os.scandir(os.path.join(self.root, group)) if ".tmp." not in e.name}
         except FileNotFoundError:
-            return
+            found = set()
+        yield from sorted(found | self._manifest().get(group, set()))
 
 
 class Consumer:

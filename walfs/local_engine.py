@@ -75,7 +75,8 @@ class LocalEngine:
         self.stats.open_seconds = time.monotonic() - opened
         _inject_env_faults(self.core)
         self.fsync = fsync
-        self.cursors = CursorStore(self.path, read_only)
+        legacy = self.core.recovery_report()["catalog_version"] < 2  # no cursor manifest yet
+        self.cursors = CursorStore(self.path, read_only, legacy=legacy)
         # The WAL's default retention (None: keep everything) and per-topic overrides.
         self.retention_default = Policy(retention_ms, retention_bytes, tuple(retention_groups))
         try:

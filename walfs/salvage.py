@@ -31,8 +31,8 @@ from typing import Any
 import blake3
 
 from walfs._core import ffi, lib
-from walfs.consumer import CursorStore
-from walfs.errors import WalError, from_errno
+from walfs.consumer import MANIFEST, CursorStore
+from walfs.errors import WalCorruptError, WalError, from_errno
 from walfs.names import stream_key
 from walfs.records import decode_meta, encode_meta
 
@@ -252,21 +252,38 @@ def _cursors(
     src: str, dst: str, shift_of: dict[str, Callable[[int], int | None]], report: SalvageReport
 ) -> None:
     root = os.path.join(src, "cursors")
+    # The manifest lists the cursor files that must exist (walfs/consumer.py): a listed
+    # one that is gone is a loss to report. A damaged manifest is listed, and only the
+    # files are copied.
+    listed: dict[str, set[str]] = {}
     try:
-        groups = sorted(e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False))
+        listed = CursorStore(src, read_only=True).read_manifest() or {}
+    except WalCorruptError:
+        report.lost.append(Loss(MANIFEST, "cursor manifest", "damaged (checksum fails)"))
+    except OSError as e:
+        report.lost.append(Loss(MANIFEST, "cursor manifest", f"unreadable ({e.strerror})"))
+    try:
+        groups = sorted(
+            {e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False)} | set(listed)
+        )
     except OSError:
-        return
+        groups = sorted(listed)
     store = CursorStore(dst)
     for g in groups:
         try:
-            keys = sorted(e.name for e in os.scandir(os.path.join(root, g)) if ".tmp." not in e.name)
+            found = {e.name for e in os.scandir(os.path.join(root, g)) if ".tmp." not in e.name}
+        except FileNotFoundError:
+            found = set()
         except OSError as e:
             report.lost.append(Loss(f"cursors/{g}", "group", f"unreadable ({e.strerror})"))
             continue
-        for key in keys:
+        for key in sorted(found | listed.get(g, set())):
             where = f"cursors/{g}/{key}"
             try:
                 data = _read_file(os.path.join(root, g, key))
+            except FileNotFoundError:
+                report.lost.append(Loss(where, "cursor", f"missing (listed in {MANIFEST})"))
+                continue
             except OSError as e:
                 report.lost.append(Loss(where, "cursor", f"unreadable ({e.strerror})"))
                 continue
