@@ -573,7 +573,7 @@ def test_power_cuts_with_new_segments_trims_and_reclaims_never_look_like_damage(
         w.append_batch("t", [payload("t", hwm + 300 + i, 2500) for i in range(200)])
         w.sync()
         w.append_batch("t", [payload("t", hwm + 500 + i, 2500) for i in range(150)])  # not synced
-        w.debug_power_cut(seed, keep_permille=seed * 150)
+        debug.power_cut(w, seed, keep_permille=seed * 150)
         w = walfs.Wal(wal_dir, **SMALL)
         try:
             assert w.low_watermark("t") == hwm + 250
@@ -677,13 +677,17 @@ def test_sigkill_while_cursors_are_created_never_looks_like_a_missing_cursor(wal
         p.kill()
         out, _ = p.communicate(timeout=60)
         for line in out.splitlines():
-            g, t, off = line.split()
+            fields = line.split()
+            if len(fields) != 3:  # the kill cut the last line short: its commit may have landed
+                continue
+            g, t, off = fields
             done[(g, t)] = int(off)
             start += 1
         w = walfs.Wal(wal_dir, **SMALL)
         try:
             for (g, t), off in done.items():
-                assert w.committed_offset(g, t) == off, (g, t)
+                got = w.committed_offset(g, t)
+                assert got is not None and got >= off, (g, t)
         finally:
             w.close()
     assert len(done) > 5
@@ -698,7 +702,7 @@ def test_sync_rounds_mark_durable_ends_so_a_lost_run_header_after_a_crash_is_rep
     time.sleep(1.1)  # marks are written at most once a second, by a sync round
     w.append("a", payload("a", 100, 3000))
     w.sync()
-    w.debug_power_cut(1, keep_permille=1000)  # a crash that keeps every page: no close
+    debug.power_cut(w, 1, keep_permille=1000)  # a crash that keeps every page: no close
     name, pos, _stream, first = max((h for h in run_headers(wal_dir) if h[2] == 0), key=lambda h: h[3])
     assert first > 0
     with open(os.path.join(wal_dir, name), "r+b") as f:
