@@ -10,8 +10,9 @@ or with a bad magic or checksum is damage: reading it raises WalCorruptError nam
 
 The cursor manifest, cursors.manifest in the data directory (any name may be a group),
 lists every cursor file, so that a deleted one is reported instead of read as "no cursor"
-(which would deliver the stream again from its low watermark): b"WALFSCMF" | u32 version (1) | u32 N | N bytes of UTF-8 JSON
-{"<group>": ["<stream key>", ...]} | the first 16 bytes of blake3 of everything before.
+(which would deliver the stream again from its low watermark):
+b"WALFSCMF" | u32 version (1) | u32 N | N bytes of UTF-8 JSON {"<group>": ["<stream key>",
+...]} | the first 16 bytes of blake3 of everything before.
 Replaced atomically like a cursor file. A new cursor file is written first and listed
 after (a crash between leaves a file that is not listed: a writer's open lists every file
 it finds); a forgotten one is unlisted first and deleted after. A listed file that is
