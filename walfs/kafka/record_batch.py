@@ -23,10 +23,8 @@ zigzag-encoded.
 from __future__ import annotations
 
 import array
-import gzip
 import struct
 import threading
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +33,13 @@ from crc32c import crc32c
 
 from walfs.engine import REC_SIZE, decode_kafka_records, encode_kafka_batch
 from walfs.errors import BufferTooSmallError
+from walfs.kafka.compression import (
+    MAX_DECOMPRESSED_BYTES,
+    CompressionError,
+    UnknownCodec,
+    compress,
+    decompress,
+)
 
 _BATCH_HEAD = struct.Struct(">qiibIhiqqqhii")
 BATCH_OVERHEAD = _BATCH_HEAD.size  # 61 bytes before the first record
@@ -50,7 +55,7 @@ class BatchError(ValueError):
 
 
 class UnsupportedCompression(BatchError):
-    """The batch uses a codec this listener does not decode (only gzip is built in)."""
+    """The batch names a codec Kafka does not define (attributes codec bits 5-7)."""
 
 
 @dataclass(slots=True)
@@ -100,36 +105,13 @@ def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
     return buf[pos:end], end
 
 
-# A batch's records may not decompress to more than Kafka's message.max.bytes default:
-# a small gzip "bomb" is refused after this many bytes instead of filling memory.
-MAX_DECOMPRESSED_BYTES = 1048588
-
-
-def _gunzip_bounded(data: bytes, cap: int) -> bytes:
-    """gzip members one after another (as gzip.decompress reads them), stopping at cap."""
-    out = bytearray()
-    rest = data
-    while True:
-        d = zlib.decompressobj(wbits=31)
-        out += d.decompress(rest, cap + 1 - len(out))
-        if len(out) > cap:
-            raise BatchError(f"gzip data decompresses to more than {cap} bytes")
-        if not d.eof:
-            if d.unconsumed_tail:
-                raise BatchError(f"gzip data decompresses to more than {cap} bytes")
-            raise BatchError("bad gzip data: truncated")
-        rest = d.unused_data
-        if not rest:
-            return bytes(out)
-
-
 def _decompress(codec: int, data: bytes) -> bytes:
-    if codec == 1:
-        try:
-            return _gunzip_bounded(data, MAX_DECOMPRESSED_BYTES)
-        except zlib.error as e:
-            raise BatchError(f"bad gzip data: {e}") from e
-    raise UnsupportedCompression(f"compression codec {codec} is not supported")
+    try:
+        return decompress(codec, data, MAX_DECOMPRESSED_BYTES)
+    except UnknownCodec as e:
+        raise UnsupportedCompression(str(e)) from e
+    except CompressionError as e:
+        raise BatchError(str(e)) from e
 
 
 @dataclass(slots=True)
@@ -347,7 +329,7 @@ def encode_records_for_test(records: Sequence[WireRecord], *, base_offset: int =
             _nbytes(hv, rec)
         _varint(len(rec), body)
         body += rec
-    payload = gzip.compress(bytes(body)) if codec == 1 else bytes(body)
+    payload = compress(codec, bytes(body))
     max_ts = max((r.timestamp_ms or 0) for r in records) if records else 0
     tail = struct.pack(">hiqqqhii", codec, len(records) - 1, base_ts, max_ts, -1, -1, -1, len(records))
     crc = crc32c(tail + payload)
