@@ -1,11 +1,15 @@
 """Record: what reads return. Keys, headers and producer timestamps travel in a record's
 meta section, which the C core stores opaquely before the value.
 
-Meta encoding (version 1), all little-endian:
-  u8 version=1 | u8 flags (1: has key, 2: has producer timestamp) | [i64 timestamp_ms]
-  | [u32 key_len, key] | u32 n_headers | n x (u16 name_len, name utf-8, i32 value_len
-  (-1 = null), value)
-A record with no key, no headers and no producer timestamp has an empty meta section.
+Meta encoding, all little-endian:
+  u8 version (1 or 2) | u8 flags (1: has key, 2: has producer timestamp, 4: null value,
+  version 2 only) | [i64 timestamp_ms] | [u32 key_len, key] | u32 n_headers
+  | n x (u16 name_len, name utf-8, i32 value_len (-1 = null), value)
+A record with no key, no headers and no producer timestamp and a non-null value has an
+empty meta section. Version 2 is version 1 plus flag 4: a null value (a Kafka tombstone),
+whose stored value is empty. It is written only for null values, so data without them is
+byte for byte what older releases wrote and read; an older release refuses a version-2
+meta section (unknown version) rather than showing a null as an empty value.
 """
 
 import struct
@@ -16,23 +20,31 @@ Header = tuple[str, bytes | None]
 
 _HAS_KEY = 1
 _HAS_TS = 2
+_NULL_VALUE = 4
 
 
 @dataclass(frozen=True, slots=True)
 class Record:
     offset: int
     timestamp_ms: int
-    value: bytes
+    value: bytes | None  # None: a null value (a Kafka tombstone); the file view shows b""
     key: bytes | None = None
     headers: Sequence[Header] = field(default_factory=tuple)
     gid: int = -1
 
 
-def encode_meta(key: bytes | None, headers: Sequence[Header] | None, timestamp_ms: int | None) -> bytes:
-    if key is None and not headers and timestamp_ms is None:
+def encode_meta(
+    key: bytes | None,
+    headers: Sequence[Header] | None,
+    timestamp_ms: int | None,
+    null_value: bool = False,
+) -> bytes:
+    if key is None and not headers and timestamp_ms is None and not null_value:
         return b""
     flags = (_HAS_KEY if key is not None else 0) | (_HAS_TS if timestamp_ms is not None else 0)
-    parts = [struct.pack("<BB", 1, flags)]
+    if null_value:
+        flags |= _NULL_VALUE
+    parts = [struct.pack("<BB", 2 if null_value else 1, flags)]
     if timestamp_ms is not None:
         parts.append(struct.pack("<q", timestamp_ms))
     if key is not None:
@@ -57,8 +69,8 @@ def decode_meta(meta: bytes) -> tuple[bytes | None, tuple[Header, ...], int | No
     if not meta:
         return None, (), None
     version, flags = struct.unpack_from("<BB", meta, 0)
-    if version != 1:
-        raise ValueError(f"unknown record meta version {version}")
+    if version not in (1, 2) or (flags & _NULL_VALUE and version < 2):
+        raise ValueError(f"unknown record meta version {version} (flags {flags})")
     pos = 2
     ts = None
     key = None
@@ -86,3 +98,8 @@ def decode_meta(meta: bytes) -> tuple[bytes | None, tuple[Header, ...], int | No
             pos += vlen
         headers.append((name, value))
     return key, tuple(headers), ts
+
+
+def value_is_null(meta: bytes) -> bool:
+    """Whether a record's meta section marks its (empty) value as null."""
+    return len(meta) >= 2 and meta[0] == 2 and bool(meta[1] & _NULL_VALUE)

@@ -18,7 +18,7 @@ from walfs.engine import Engine
 from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError, WalClosedError, WalCorruptError
 from walfs.metrics import WalStats
 from walfs.names import check_partition, stream_key, topic_bytes, topic_hash
-from walfs.records import Header, Record, decode_meta, encode_meta
+from walfs.records import Header, Record, decode_meta, encode_meta, value_is_null
 from walfs.retention import Policy, TopicSettings
 from walfs.topic_index import Stream, TopicIndex, drop_legacy_snapshot
 
@@ -280,7 +280,10 @@ class Wal:
                 key, value, headers, ts = r
             else:
                 key, value, headers, ts = r.key, r.value, r.headers, getattr(r, "timestamp_ms", None)
-            meta = encode_meta(key, headers, ts)
+            # A None value is a null (a Kafka tombstone): stored empty, marked in the meta.
+            meta = encode_meta(key, headers, ts, null_value=value is None)
+            if value is None:
+                value = b""
             bodies.append(meta + bytes(value) if meta else bytes(value))
             metas.append(len(meta))
             if len(value) >= MAX_U32:
@@ -417,7 +420,8 @@ class Wal:
         out = []
         for r in self.engine.read(s.stream_no, offset, max_records, max_bytes):
             key, headers, ts = decode_meta(r.meta)
-            out.append(Record(r.offset, r.timestamp_ms if ts is None else ts, r.value, key, headers, r.gid))
+            value = None if value_is_null(r.meta) else r.value
+            out.append(Record(r.offset, r.timestamp_ms if ts is None else ts, value, key, headers, r.gid))
         return out
 
     def read_into(
