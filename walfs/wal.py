@@ -525,8 +525,20 @@ class Wal:
     def committed_offset(self, group: str, topic: str, partition: int = 0) -> int | None:
         return self.cursors.get(group, self.stream_key(topic, partition))
 
+    def committed(self, group: str, topic: str, partition: int = 0) -> tuple[int, str] | None:
+        """(offset, metadata) of the group's cursor (metadata: the string the last commit
+        carried, "" for none), or None when the group never committed on the stream."""
+        return self.cursors.get_entry(group, self.stream_key(topic, partition))
+
     def commit_offset(
-        self, group: str, topic: str, offset: int, partition: int = 0, *, advance_only: bool = False
+        self,
+        group: str,
+        topic: str,
+        offset: int,
+        partition: int = 0,
+        *,
+        advance_only: bool = False,
+        metadata: str = "",
     ) -> bool:
         """The one cursor-commit rule, for every face (Consumer, consumer files, Kafka
         OffsetCommit). The offset must lie in 0..high watermark (OffsetOutOfRangeError
@@ -535,7 +547,9 @@ class Wal:
         what a power cut leaves. With advance_only (commits that follow reads), a commit
         at or below the current cursor changes nothing, atomically, so two readers of one
         group cannot move it backwards by racing; without it (seeks, resets) the cursor
-        is set as asked. Returns whether the cursor changed."""
+        is set as asked. `metadata` (Kafka's commit metadata, at most
+        walfs.consumer.MAX_METADATA_BYTES of UTF-8, ValueError beyond) is kept with the
+        offset and returned by `committed`. Returns whether the cursor changed."""
         if not isinstance(offset, int) or offset < 0:
             raise OffsetOutOfRangeError(f"cannot commit offset {offset!r} of {topic!r}[{partition}]")
         s = self._stream(topic, partition, False)
@@ -546,7 +560,9 @@ class Wal:
             )
         if offset > durable:
             self.engine.sync()
-        return self.cursors.put(group, self.stream_key(topic, partition), offset, advance_only=advance_only)
+        return self.cursors.put(
+            group, self.stream_key(topic, partition), offset, advance_only=advance_only, metadata=metadata
+        )
 
     def _clamp_cursors(self) -> None:
         """A cursor past its stream's end (the log lost its tail: a power cut under an

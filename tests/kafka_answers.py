@@ -1,0 +1,101 @@
+"""Scripted exchanges whose answers walfs must give as Kafka gives them: each function
+runs requests against a bootstrap address (`walfs serve` or a real broker,
+tests/real_kafka.py) and returns the answers as plain tuples, to be compared."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from confluent_kafka import Producer
+from kafka_wire import Wire, make
+
+
+def produce(bootstrap: str, topic: str, rows: list[tuple[bytes | None, int]]) -> None:
+    """(value, timestamp) records to partition 0, in order, one batch each."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "enable.idempotence": False})
+    for value, ts in rows:
+        p.produce(topic, value=value, partition=0, timestamp=ts)
+        p.flush(30)
+    assert p.flush(30) == 0
+
+
+def _commit(w: Wire, group: str, topic: str, partition: int, offset: int, metadata: str | None,
+            version: int = 8, generation: int = -1, member: str = "") -> int:
+    req = make(
+        8, version, "OffsetCommitRequest",
+        group_id=group, generation_id_or_member_epoch=generation, member_id=member,
+        group_instance_id=None, retention_time_ms=-1,
+        topics=(
+            make(8, version, "OffsetCommitRequestTopic", name=topic, partitions=(
+                make(8, version, "OffsetCommitRequestPartition", partition_index=partition,
+                     committed_offset=offset, committed_leader_epoch=-1, committed_metadata=metadata),
+            )),
+        ),
+    )
+    resp = w.call(8, version, req)
+    return int(resp.topics[0].partitions[0].error_code)
+
+
+def _fetch(w: Wire, group: str, topics: list[tuple[str, list[int]]] | None, version: int = 7) -> Any:
+    req = make(
+        9, version, "OffsetFetchRequest", group_id=group, require_stable=False,
+        topics=None if topics is None else tuple(
+            make(9, version, "OffsetFetchRequestTopic", name=t, partition_indexes=tuple(ps)) for t, ps in topics
+        ),
+    )
+    resp = w.call(9, version, req)
+    return (
+        int(getattr(resp, "error_code", 0)),
+        sorted(
+            (t.name, p.partition_index, int(p.committed_offset), p.metadata, int(p.error_code))
+            for t in resp.topics for p in t.partitions
+        ),
+    )
+
+
+def offset_commit_answers(bootstrap: str) -> dict[str, Any]:
+    produce(bootstrap, "known", [(b"a", 1_000), (b"b", 2_000), (b"c", 3_000)])
+    out: dict[str, Any] = {}
+    with Wire(bootstrap) as w:
+        out["commit with metadata"] = _commit(w, "g", "known", 0, 1, "m1")
+        out["fetch it"] = _fetch(w, "g", [("known", [0])])
+        out["commit null metadata"] = _commit(w, "g", "known", 0, 2, None)
+        out["fetch null metadata"] = _fetch(w, "g", [("known", [0])])
+        out["metadata too large"] = _commit(w, "g", "known", 0, 3, "x" * 5000)
+        out["fetch after too large"] = _fetch(w, "g", [("known", [0])])
+        out["commit at the end"] = _commit(w, "g", "known", 0, 3, "end")
+        out["unknown topic"] = _commit(w, "g", "nope", 0, 0, "")
+        out["unknown partition"] = _commit(w, "g", "known", 7, 0, "")
+        out["empty group commit"] = _commit(w, "", "known", 0, 1, "")
+        out["empty group fetch"] = _fetch(w, "", [("known", [0])])
+        out["unknown group fetch"] = _fetch(w, "nobody", [("known", [0])])
+        out["member of no generation"] = _commit(w, "g", "known", 0, 1, "", generation=5, member="m-x")
+        out["fetch all topics"] = _fetch(w, "g", None)
+        out["fetch v1"] = _fetch(w, "g", [("known", [0])], version=1)
+        out["commit v2"] = _commit(w, "g2", "known", 0, 2, "v2", version=2)
+        out["fetch v2 commit"] = _fetch(w, "g2", [("known", [0])])
+    return out
+
+
+def list_offsets_answers(bootstrap: str) -> dict[str, Any]:
+    # Producer timestamps out of append order: 5000, 1000, 9000, 3000, 9000, 7000.
+    rows = [(b"r0", 5_000), (b"r1", 1_000), (b"r2", 9_000), (b"r3", 3_000), (b"r4", 9_000), (b"r5", 7_000)]
+    produce(bootstrap, "times", rows)
+    time.sleep(0.5)
+    out: dict[str, Any] = {}
+    with Wire(bootstrap) as w:
+        for version in (1, 7):
+            for ts in (-2, -1, -3, 0, 1_000, 2_000, 5_000, 6_000, 9_000, 9_001):
+                req = make(
+                    2, version, "ListOffsetsRequest", replica_id=-1, isolation_level=0,
+                    topics=(make(2, version, "ListOffsetsTopic", name="times", partitions=(
+                        make(2, version, "ListOffsetsPartition", partition_index=0, current_leader_epoch=-1,
+                             timestamp=ts, max_num_offsets=1),
+                    )),),
+                )
+                p = w.call(2, version, req).topics[0].partitions[0]
+                out[f"v{version} ts={ts}"] = (int(p.error_code), int(p.timestamp), int(p.offset))
+    return out
+
+
