@@ -20,17 +20,44 @@ def produce(bootstrap: str, topic: str, rows: list[tuple[bytes | None, int]]) ->
     assert p.flush(30) == 0
 
 
-def _commit(w: Wire, group: str, topic: str, partition: int, offset: int, metadata: str | None,
-            version: int = 8, generation: int = -1, member: str = "") -> int:
+def _commit(
+    w: Wire,
+    group: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    metadata: str | None,
+    version: int = 8,
+    generation: int = -1,
+    member: str = "",
+) -> int:
     req = make(
-        8, version, "OffsetCommitRequest",
-        group_id=group, generation_id_or_member_epoch=generation, member_id=member,
-        group_instance_id=None, retention_time_ms=-1,
+        8,
+        version,
+        "OffsetCommitRequest",
+        group_id=group,
+        generation_id_or_member_epoch=generation,
+        member_id=member,
+        group_instance_id=None,
+        retention_time_ms=-1,
         topics=(
-            make(8, version, "OffsetCommitRequestTopic", name=topic, partitions=(
-                make(8, version, "OffsetCommitRequestPartition", partition_index=partition,
-                     committed_offset=offset, committed_leader_epoch=-1, committed_metadata=metadata),
-            )),
+            make(
+                8,
+                version,
+                "OffsetCommitRequestTopic",
+                name=topic,
+                partitions=(
+                    make(
+                        8,
+                        version,
+                        "OffsetCommitRequestPartition",
+                        partition_index=partition,
+                        committed_offset=offset,
+                        committed_leader_epoch=-1,
+                        committed_metadata=metadata,
+                    ),
+                ),
+            ),
         ),
     )
     resp = w.call(8, version, req)
@@ -39,9 +66,16 @@ def _commit(w: Wire, group: str, topic: str, partition: int, offset: int, metada
 
 def _fetch(w: Wire, group: str, topics: list[tuple[str, list[int]]] | None, version: int = 7) -> Any:
     req = make(
-        9, version, "OffsetFetchRequest", group_id=group, require_stable=False,
-        topics=None if topics is None else tuple(
-            make(9, version, "OffsetFetchRequestTopic", name=t, partition_indexes=tuple(ps)) for t, ps in topics
+        9,
+        version,
+        "OffsetFetchRequest",
+        group_id=group,
+        require_stable=False,
+        topics=None
+        if topics is None
+        else tuple(
+            make(9, version, "OffsetFetchRequestTopic", name=t, partition_indexes=tuple(ps))
+            for t, ps in topics
         ),
     )
     resp = w.call(9, version, req)
@@ -49,15 +83,34 @@ def _fetch(w: Wire, group: str, topics: list[tuple[str, list[int]]] | None, vers
         int(getattr(resp, "error_code", 0)),
         sorted(
             (t.name, p.partition_index, int(p.committed_offset), p.metadata, int(p.error_code))
-            for t in resp.topics for p in t.partitions
+            for t in resp.topics
+            for p in t.partitions
         ),
     )
+
+
+def _find_coordinator(w: Wire, group: str) -> None:
+    """Until the broker says it coordinates the group (Kafka creates its offsets topic on
+    the first FindCoordinator and then loads it)."""
+    deadline = time.monotonic() + 60
+    while True:
+        req = make(10, 3, "FindCoordinatorRequest", key=group, key_type=0)
+        if int(w.call(10, 3, req).error_code) == 0:
+            return
+        assert time.monotonic() < deadline, "no coordinator"
+        time.sleep(0.5)
 
 
 def offset_commit_answers(bootstrap: str) -> dict[str, Any]:
     produce(bootstrap, "known", [(b"a", 1_000), (b"b", 2_000), (b"c", 3_000)])
     out: dict[str, Any] = {}
     with Wire(bootstrap) as w:
+        for group in ("g", "g2", "", "nobody"):
+            _find_coordinator(w, group)
+        deadline = time.monotonic() + 60
+        while _commit(w, "g", "known", 0, 0, None) != 0:  # the coordinator may still be loading
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
         out["commit with metadata"] = _commit(w, "g", "known", 0, 1, "m1")
         out["fetch it"] = _fetch(w, "g", [("known", [0])])
         out["commit null metadata"] = _commit(w, "g", "known", 0, 2, None)
@@ -88,14 +141,31 @@ def list_offsets_answers(bootstrap: str) -> dict[str, Any]:
         for version in (1, 7):
             for ts in (-2, -1, -3, 0, 1_000, 2_000, 5_000, 6_000, 9_000, 9_001):
                 req = make(
-                    2, version, "ListOffsetsRequest", replica_id=-1, isolation_level=0,
-                    topics=(make(2, version, "ListOffsetsTopic", name="times", partitions=(
-                        make(2, version, "ListOffsetsPartition", partition_index=0, current_leader_epoch=-1,
-                             timestamp=ts, max_num_offsets=1),
-                    )),),
+                    2,
+                    version,
+                    "ListOffsetsRequest",
+                    replica_id=-1,
+                    isolation_level=0,
+                    topics=(
+                        make(
+                            2,
+                            version,
+                            "ListOffsetsTopic",
+                            name="times",
+                            partitions=(
+                                make(
+                                    2,
+                                    version,
+                                    "ListOffsetsPartition",
+                                    partition_index=0,
+                                    current_leader_epoch=-1,
+                                    timestamp=ts,
+                                    max_num_offsets=1,
+                                ),
+                            ),
+                        ),
+                    ),
                 )
                 p = w.call(2, version, req).topics[0].partitions[0]
                 out[f"v{version} ts={ts}"] = (int(p.error_code), int(p.timestamp), int(p.offset))
     return out
-
-

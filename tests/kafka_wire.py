@@ -51,5 +51,3 @@ class Wire:
 def make(api_key: int, version: int, cls_name: str, **values: Any) -> Any:
     """An instance of request class ``cls_name`` of an API version (fields it lacks dropped)."""
     return build(getattr(request_module(api_key, version), cls_name), **values)
-
-

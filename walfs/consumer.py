@@ -7,8 +7,8 @@ the 16 bytes before; or, for a commit that carries metadata (Kafka's OffsetCommi
 metadata string), 36 + n bytes: b"WALFSCU2" | u64 offset | u32 n | n bytes of UTF-8
 metadata (n <= MAX_METADATA_BYTES) | blake3-16 of everything before. A commit without
 metadata writes the first form, so such files are what older releases wrote and read;
-an older release refuses the second form as damage. It is replaced atomically (write <path>.tmp.<thread>, fsync, rename, fsync
-the directory, and its parent when the group directory is new), so a crash leaves the old
+an older release refuses the second form as damage. It is replaced atomically (write
+<path>.tmp.<thread>, fsync, rename, fsync the directory, and its parent when the group directory is new), so a crash leaves the old
 or the new offset, never a mix; leftover .tmp files are ignored. A file of another length
 or with a bad magic or checksum is damage: reading it raises WalCorruptError naming the file.
 
@@ -73,7 +73,10 @@ class CursorStore:
         n = len(data) - 36
         if data[:8] == _MAGIC and len(data) == 32:
             body, metadata = data[:16], b""
-        elif data[:8] == _MAGIC_META and 0 < n <= MAX_METADATA_BYTES and struct.unpack_from("<I", data, 16)[0] == n:
+        elif (
+            data[:8] == _MAGIC_META and 0 < n <= MAX_METADATA_BYTES
+            and struct.unpack_from("<I", data, 16)[0] == n
+        ):
             body, metadata = data[: 20 + n], data[20 : 20 + n]
         else:
             raise WalCorruptError(f"cursor file {path} is damaged")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from walfs.consumer import MAX_METADATA_BYTES
 from walfs.kafka.api import Api
 from walfs.kafka.broker import NODE_ID, Broker, Connection
 from walfs.kafka.group_coordinator import GroupError, JoinRequest
@@ -158,9 +159,14 @@ async def handle_offset_commit(broker: Broker, conn: Connection, version: int, r
                     # Kafka answers a commit to a topic or partition it does not have
                     # with UNKNOWN_TOPIC_OR_PARTITION (not the engine's range check).
                     code = ErrorCode.unknown_topic_or_partition
+                metadata = p.committed_metadata or ""  # Kafka keeps a null as ""
+                if code is ErrorCode.none and len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
+                    code = ErrorCode.offset_metadata_too_large  # offset.metadata.max.bytes
                 if code is ErrorCode.none:
                     try:
-                        broker.wal.commit_offset(req.group_id, t.name, p.committed_offset, p.partition_index)
+                        broker.wal.commit_offset(
+                            req.group_id, t.name, p.committed_offset, p.partition_index, metadata=metadata
+                        )
                     except Exception as e:
                         code = error_code_for(e, f"commit {req.group_id} {t.name}/{p.partition_index}")
                 parts.append(
@@ -203,17 +209,17 @@ async def handle_offset_fetch(broker: Broker, conn: Connection, version: int, re
                     )
                     continue
                 try:
-                    off = wal.committed_offset(req.group_id, t.name, p)
+                    entry = wal.committed(req.group_id, t.name, p)
                     code = ErrorCode.none
                 except Exception as e:
-                    off, code = None, error_code_for(e, f"offset fetch {req.group_id} {t.name}/{p}")
+                    entry, code = None, error_code_for(e, f"offset fetch {req.group_id} {t.name}/{p}")
                 parts.append(
                     build(
                         mod.OffsetFetchResponsePartition,
                         partition_index=p,
-                        committed_offset=-1 if off is None else off,
+                        committed_offset=-1 if entry is None else entry[0],
                         committed_leader_epoch=-1,
-                        metadata="",
+                        metadata="" if entry is None else entry[1],
                         error_code=code,
                     )
                 )
