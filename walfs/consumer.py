@@ -8,9 +8,10 @@ metadata string), 36 + n bytes: b"WALFSCU2" | u64 offset | u32 n | n bytes of UT
 metadata (n <= MAX_METADATA_BYTES) | blake3-16 of everything before. A commit without
 metadata writes the first form, so such files are what older releases wrote and read;
 an older release refuses the second form as damage. It is replaced atomically (write
-<path>.tmp.<thread>, fsync, rename, fsync the directory, and its parent when the group directory is new), so a crash leaves the old
-or the new offset, never a mix; leftover .tmp files are ignored. A file of another length
-or with a bad magic or checksum is damage: reading it raises WalCorruptError naming the file.
+<path>.tmp.<thread>, fsync, rename, fsync the directory, and its parent when the group
+directory is new), so a crash leaves the old or the new offset, never a mix; leftover .tmp
+files are ignored. A file of another length or with a bad magic or checksum is damage:
+reading it raises WalCorruptError naming the file.
 
 The commit rule itself (range, durability, advance-only) is Wal.commit_offset's: this
 module only stores what it is given.
