@@ -5,9 +5,11 @@
  * Input, per record: the meta section the Python layer writes (walfs/records.py,
  * little-endian; empty when there is no key, no header, no producer timestamp and the
  * value is not null):
- *   u8 version (1, or 2 when flag 4 is set) | u8 flags (1: key, 2: producer timestamp,
- *   4: null value, version 2 only) | [i64 timestamp_ms] | [u32 key_len, key]
- *   | u32 n_headers | n x (u16 name_len, name, i32 value_len (-1 = null), value)
+ *   u8 version (1, or 2 when flag 4 or 8 is set) | u8 flags (1: key, 2: producer
+ *   timestamp, 4: null value, 8: producer section; 4 and 8 in version 2 only)
+ *   | [i64 timestamp_ms] | [u32 key_len, key] | u32 n_headers | n x (u16 name_len, name,
+ *   i32 value_len (-1 = null), value) | [producer section, 18 bytes: i64 producer id,
+ *   i16 epoch, i32 base sequence, i32 record count; not sent to consumers]
  * then the value (empty for a null value: Kafka's tombstone, sent back as length -1).
  *
  * Output (big-endian, Apache Kafka's layout):
@@ -91,9 +93,13 @@ static int parse_meta(const uint8_t *m, uint32_t len, int64_t append_ts, kmeta_t
     if (len == 0) return 0;
     if (len < 6 || (m[0] != 1 && m[0] != 2)) return -EBADMSG;
     uint8_t flags = m[1];
-    if (flags & 4) {
+    if (flags & (4 | 8)) {
         if (m[0] != 2) return -EBADMSG;
-        out->null_value = 1;
+        out->null_value = (flags & 4) != 0;
+        if (flags & 8) { /* the producer section closes the meta: not part of the record */
+            if (len < 6 + 18) return -EBADMSG;
+            len -= 18;
+        }
     }
     uint64_t pos = 2;
     if (flags & 2) {

@@ -34,7 +34,7 @@ from walfs._core import ffi, lib
 from walfs.consumer import CursorStore
 from walfs.errors import WalError, from_errno
 from walfs.names import stream_key
-from walfs.records import decode_meta, encode_meta, value_is_null
+from walfs.records import decode_meta, encode_meta, producer_of, value_is_null, with_producer
 
 _SEG_NAME = re.compile(r"^seg-([0-9a-f]{16})\.wal$")
 _CURSOR_MAGIC = b"WALFSCUR"
@@ -422,7 +422,10 @@ def _copy_stream(
             r = s.recs[o]
             meta, value = _value(segs, r)
             key, headers, ts = decode_meta(meta) if meta else (None, (), None)
+            producer = producer_of(meta)
             meta = encode_meta(key, headers, r.ts if ts is None else ts, value_is_null(meta))
+            if producer is not None:
+                meta = with_producer(meta, producer)
             bodies.append(meta + value)
             metas.append(len(meta))
             values.append(len(value))

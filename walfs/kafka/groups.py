@@ -13,6 +13,7 @@ from walfs.kafka.broker import NODE_ID, Broker, Connection
 from walfs.kafka.group_coordinator import GroupError, JoinRequest
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.wal_errors import error_code_for
+from walfs.names import topic_bytes
 
 
 async def handle_find_coordinator(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
@@ -147,6 +148,8 @@ async def handle_offset_commit(broker: Broker, conn: Connection, version: int, r
         broker.groups.check_commit(req.group_id, generation, req.member_id)
     except GroupError as e:
         group_code = ErrorCode(e.code)
+    if not _storable_group(req.group_id):
+        group_code = ErrorCode.invalid_group_id
 
     def commit_all() -> list[Any]:
         out = []
@@ -187,11 +190,14 @@ async def handle_offset_fetch(broker: Broker, conn: Connection, version: int, re
 
     def fetch_all() -> list[Any]:
         out = []
-        # topics=None asks for everything the group committed; the engine cannot list
-        # a group's topics yet, so that answers with none (clients ask by topic).
-        for t in req.topics or ():
-            known = broker.catalog.partition_count(t.name)
-            indexes = t.partition_indexes
+        asked: list[tuple[str, Any]] = [(t.name, t.partition_indexes) for t in req.topics or ()]
+        if req.topics is None:  # everything the group committed
+            by_topic: dict[str, list[int]] = {}
+            for topic, p in sorted(wal.committed_offsets(req.group_id)):
+                by_topic.setdefault(topic, []).append(p)
+            asked = list(by_topic.items())
+        for name, indexes in asked:
+            known = broker.catalog.partition_count(name)
             if indexes is None:
                 indexes = range(known)
             parts = []
@@ -209,10 +215,10 @@ async def handle_offset_fetch(broker: Broker, conn: Connection, version: int, re
                     )
                     continue
                 try:
-                    entry = wal.committed(req.group_id, t.name, p)
+                    entry = wal.committed(req.group_id, name, p)
                     code = ErrorCode.none
                 except Exception as e:
-                    entry, code = None, error_code_for(e, f"offset fetch {req.group_id} {t.name}/{p}")
+                    entry, code = None, error_code_for(e, f"offset fetch {req.group_id} {name}/{p}")
                 parts.append(
                     build(
                         mod.OffsetFetchResponsePartition,
@@ -223,11 +229,23 @@ async def handle_offset_fetch(broker: Broker, conn: Connection, version: int, re
                         error_code=code,
                     )
                 )
-            out.append(build(mod.OffsetFetchResponseTopic, name=t.name, partitions=tuple(parts)))
+            out.append(build(mod.OffsetFetchResponseTopic, name=name, partitions=tuple(parts)))
         return out
 
+    if not _storable_group(req.group_id):
+        return build(mod.OffsetFetchResponse, topics=(), error_code=ErrorCode.invalid_group_id)
     topics = await broker.blocking(fetch_all)
     return build(mod.OffsetFetchResponse, topics=tuple(topics), error_code=ErrorCode.none)
+
+
+def _storable_group(group: str) -> bool:
+    """Group ids walfs can keep offsets for: the one name rule (walfs.names), which Kafka
+    does not have (it accepts "" too); others get INVALID_GROUP_ID."""
+    try:
+        topic_bytes(group)
+    except ValueError:
+        return False
+    return True
 
 
 HANDLERS = {
