@@ -4,11 +4,15 @@ tests/real_kafka.py) and returns the answers as plain tuples, to be compared."""
 
 from __future__ import annotations
 
+import datetime
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Producer
 from kafka_wire import Wire, make
+
+from walfs.kafka.record_batch import WireRecord, encode_records_for_test
 
 
 def produce(bootstrap: str, topic: str, rows: list[tuple[bytes | None, int]]) -> None:
@@ -168,4 +172,64 @@ def list_offsets_answers(bootstrap: str) -> dict[str, Any]:
                 )
                 p = w.call(2, version, req).topics[0].partitions[0]
                 out[f"v{version} ts={ts}"] = (int(p.error_code), int(p.timestamp), int(p.offset))
+    return out
+
+
+def _produce_raw(w: Wire, topic: str, records: bytes) -> tuple[int, int]:
+    req = make(
+        0, 9, "ProduceRequest", transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
+        topic_data=(make(0, 9, "TopicProduceData", name=topic, partition_data=(
+            make(0, 9, "PartitionProduceData", index=0, records=records),
+        )),),
+    )
+    p = w.call(0, 9, req).responses[0].partition_responses[0]
+    return int(p.error_code), int(p.base_offset) if int(p.error_code) == 0 else -1
+
+
+def create_topic(w: Wire, topic: str, partitions: int = 1) -> int:
+    req = make(
+        19, 5, "CreateTopicsRequest", timeout=datetime.timedelta(seconds=30), validate_only=False,
+        topics=(make(19, 5, "CreatableTopic", name=topic, num_partitions=partitions, replication_factor=1,
+                     assignments=(), configs=()),),
+    )
+    return int(w.call(19, 5, req).topics[0].error_code)
+
+
+def idempotence_answers(bootstrap: str, restart: Callable[[], str]) -> dict[str, Any]:
+    """An idempotent producer's batches, resent, out of order, across a restart of the
+    broker (``restart`` returns the new bootstrap), and with epochs bumped."""
+    out: dict[str, Any] = {}
+
+    def batch(pid: int, epoch: int, seq: int, n: int) -> bytes:
+        recs = [WireRecord(None, b"s%d" % (seq + i), [], 1_000 + seq + i) for i in range(n)]
+        return encode_records_for_test(recs, producer=(pid, epoch, seq))
+
+    with Wire(bootstrap) as w:
+        out["create"] = create_topic(w, "idem")
+        init = make(22, 4, "InitProducerIdRequest", transactional_id=None,
+                    transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1, producer_epoch=-1)
+        resp = w.call(22, 4, init)
+        pid = int(resp.producer_id)
+        out["init"] = (int(resp.error_code), int(resp.producer_epoch))
+        out["seq 0-2"] = _produce_raw(w, "idem", batch(pid, 0, 0, 3))
+        out["seq 0-2 again"] = _produce_raw(w, "idem", batch(pid, 0, 0, 3))
+        out["seq 3-4"] = _produce_raw(w, "idem", batch(pid, 0, 3, 2))
+        out["seq 10 (gap)"] = _produce_raw(w, "idem", batch(pid, 0, 10, 1))
+        out["seq 4 (overlap)"] = _produce_raw(w, "idem", batch(pid, 0, 4, 1))
+    bootstrap = restart()
+    with Wire(bootstrap) as w:
+        out["after restart: seq 3-4 again"] = _produce_raw(w, "idem", batch(pid, 0, 3, 2))
+        out["after restart: seq 0-2 again"] = _produce_raw(w, "idem", batch(pid, 0, 0, 3))
+        out["after restart: seq 5"] = _produce_raw(w, "idem", batch(pid, 0, 5, 1))
+        out["after restart: seq 7 (gap)"] = _produce_raw(w, "idem", batch(pid, 0, 7, 1))
+        out["epoch 1 seq 3"] = _produce_raw(w, "idem", batch(pid, 1, 3, 1))
+        out["epoch 1 seq 0"] = _produce_raw(w, "idem", batch(pid, 1, 0, 1))
+        out["epoch 0 again"] = _produce_raw(w, "idem", batch(pid, 0, 6, 1))
+        out["unknown producer, seq 17"] = _produce_raw(w, "idem", batch(pid + 1000, 0, 17, 1))
+        req = make(2, 7, "ListOffsetsRequest", replica_id=-1, isolation_level=0, topics=(
+            make(2, 7, "ListOffsetsTopic", name="idem", partitions=(
+                make(2, 7, "ListOffsetsPartition", partition_index=0, current_leader_epoch=-1, timestamp=-1),
+            )),
+        ))
+        out["end"] = int(w.call(2, 7, req).topics[0].partitions[0].offset)
     return out

@@ -13,8 +13,10 @@ from walfs.kafka.api import Api
 from walfs.kafka.broker import Broker, Connection, log
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.metadata import valid_new_topic
-from walfs.kafka.record_batch import BatchError, UnsupportedCompression, decode_for_append
+from walfs.kafka.producer_ids import DUPLICATE, OUT_OF_ORDER, STALE_EPOCH
+from walfs.kafka.record_batch import BatchError, ProducedBodies, UnsupportedCompression, decode_for_append
 from walfs.kafka.wal_errors import error_code_for
+from walfs.records import with_producer
 
 
 def _append_partition(
@@ -38,22 +40,46 @@ def _append_partition(
     except BatchError as e:
         log.warning("produce to %s/%d: rejected batch: %s", topic, partition, e)
         return ErrorCode.corrupt_message, -1, -1
-    # (A null value, a Kafka tombstone, is stored as an empty record: walfs values are
-    # bytes, and the file view needs a line for it.)
     if produced is None:
         return ErrorCode.none, wal.high_watermark(topic, partition), wal.low_watermark(topic, partition)
-    n = len(produced.meta_lens)
-    dup = broker.producer_ids.duplicate_of(produced.producer_id, topic, partition, produced.base_sequence, n)
-    if dup is not None:
-        log.info(
-            "produce to %s/%d: resent batch of producer %d dropped", topic, partition, produced.producer_id
-        )
-        return ErrorCode.none, dup, wal.low_watermark(topic, partition)
+    if produced.producer_id < 0 or produced.base_sequence < 0:
+        return _append(wal, topic, partition, produced)
+    # An idempotent producer: its sequence is checked, and the batch carries its producer
+    # section into the log, so the check survives a restart (walfs/kafka/producer_ids.py).
+    ids = broker.producer_ids
+    pid, epoch, first, n = (
+        produced.producer_id,
+        produced.producer_epoch,
+        produced.base_sequence,
+        len(produced.meta_lens),
+    )
+    with ids.guard(pid, topic, partition):
+        verdict, offset = ids.check(wal, pid, epoch, topic, partition, first, n)
+        if verdict == DUPLICATE:
+            log.info(
+                "produce to %s/%d: resent batch of producer %d not appended again", topic, partition, pid
+            )
+            return ErrorCode.none, offset, wal.low_watermark(topic, partition)
+        if verdict == OUT_OF_ORDER:
+            log.info("produce to %s/%d: producer %d sequence %d out of order", topic, partition, pid, first)
+            return ErrorCode.out_of_order_sequence_number, -1, -1
+        if verdict == STALE_EPOCH:
+            return ErrorCode.invalid_producer_epoch, -1, -1
+        m0 = produced.meta_lens[0]
+        meta = with_producer(bytes(produced.data[:m0]), (pid, epoch, first, n))
+        produced.data = meta + produced.data[m0:]
+        produced.meta_lens[0] = len(meta)
+        code, base, start = _append(wal, topic, partition, produced)
+        if code is ErrorCode.none:
+            ids.remember(pid, epoch, topic, partition, first, n, base)
+        return code, base, start
+
+
+def _append(wal: Any, topic: str, partition: int, produced: ProducedBodies) -> tuple[ErrorCode, int, int]:
     try:
         base = wal.append_bodies(topic, produced.data, produced.meta_lens, produced.value_lens, partition)
     except Exception as e:
         return error_code_for(e, f"produce to {topic}/{partition}"), -1, -1
-    broker.producer_ids.remember(produced.producer_id, topic, partition, produced.base_sequence, n, base)
     return ErrorCode.none, base, wal.low_watermark(topic, partition)
 
 

@@ -311,8 +311,15 @@ def read_batch(wal: Any, topic: str, offset: int, partition: int, max_records: i
         return encode_kafka_batch(tl.buf, tl.recs, n)
 
 
-def encode_records_for_test(records: Sequence[WireRecord], *, base_offset: int = 0, codec: int = 0) -> bytes:
-    """Build a producer-style batch (used by tests to craft requests by hand)."""
+def encode_records_for_test(
+    records: Sequence[WireRecord],
+    *,
+    base_offset: int = 0,
+    codec: int = 0,
+    producer: tuple[int, int, int] = (-1, -1, -1),
+) -> bytes:
+    """Build a producer-style batch (used by tests to craft requests by hand); producer is
+    (producer id, epoch, base sequence)."""
     base_ts = min((r.timestamp_ms or 0) for r in records) if records else 0
     body = bytearray()
     rec = bytearray()
@@ -331,7 +338,7 @@ def encode_records_for_test(records: Sequence[WireRecord], *, base_offset: int =
         body += rec
     payload = compress(codec, bytes(body))
     max_ts = max((r.timestamp_ms or 0) for r in records) if records else 0
-    tail = struct.pack(">hiqqqhii", codec, len(records) - 1, base_ts, max_ts, -1, -1, -1, len(records))
+    tail = struct.pack(">hiqqqhii", codec, len(records) - 1, base_ts, max_ts, *producer, len(records))
     crc = crc32c(tail + payload)
     head = struct.pack(">qiibI", base_offset, BATCH_OVERHEAD - 12 + len(payload), -1, 2, crc)
     return head + tail + payload
