@@ -177,10 +177,21 @@ def list_offsets_answers(bootstrap: str) -> dict[str, Any]:
 
 def _produce_raw(w: Wire, topic: str, records: bytes) -> tuple[int, int]:
     req = make(
-        0, 9, "ProduceRequest", transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30),
-        topic_data=(make(0, 9, "TopicProduceData", name=topic, partition_data=(
-            make(0, 9, "PartitionProduceData", index=0, records=records),
-        )),),
+        0,
+        9,
+        "ProduceRequest",
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            make(
+                0,
+                9,
+                "TopicProduceData",
+                name=topic,
+                partition_data=(make(0, 9, "PartitionProduceData", index=0, records=records),),
+            ),
+        ),
     )
     p = w.call(0, 9, req).responses[0].partition_responses[0]
     return int(p.error_code), int(p.base_offset) if int(p.error_code) == 0 else -1
@@ -188,9 +199,23 @@ def _produce_raw(w: Wire, topic: str, records: bytes) -> tuple[int, int]:
 
 def create_topic(w: Wire, topic: str, partitions: int = 1) -> int:
     req = make(
-        19, 5, "CreateTopicsRequest", timeout=datetime.timedelta(seconds=30), validate_only=False,
-        topics=(make(19, 5, "CreatableTopic", name=topic, num_partitions=partitions, replication_factor=1,
-                     assignments=(), configs=()),),
+        19,
+        5,
+        "CreateTopicsRequest",
+        timeout=datetime.timedelta(seconds=30),
+        validate_only=False,
+        topics=(
+            make(
+                19,
+                5,
+                "CreatableTopic",
+                name=topic,
+                num_partitions=partitions,
+                replication_factor=1,
+                assignments=(),
+                configs=(),
+            ),
+        ),
     )
     return int(w.call(19, 5, req).topics[0].error_code)
 
@@ -206,9 +231,19 @@ def idempotence_answers(bootstrap: str, restart: Callable[[], str]) -> dict[str,
 
     with Wire(bootstrap) as w:
         out["create"] = create_topic(w, "idem")
-        init = make(22, 4, "InitProducerIdRequest", transactional_id=None,
-                    transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1, producer_epoch=-1)
-        resp = w.call(22, 4, init)
+        init = make(
+            22,
+            4,
+            "InitProducerIdRequest",
+            transactional_id=None,
+            transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+        deadline = time.monotonic() + 60
+        while int((resp := w.call(22, 4, init)).error_code) != 0:  # Kafka: coordinator loading
+            assert time.monotonic() < deadline, resp
+            time.sleep(0.5)
         pid = int(resp.producer_id)
         out["init"] = (int(resp.error_code), int(resp.producer_epoch))
         out["seq 0-2"] = _produce_raw(w, "idem", batch(pid, 0, 0, 3))
@@ -226,10 +261,30 @@ def idempotence_answers(bootstrap: str, restart: Callable[[], str]) -> dict[str,
         out["epoch 1 seq 0"] = _produce_raw(w, "idem", batch(pid, 1, 0, 1))
         out["epoch 0 again"] = _produce_raw(w, "idem", batch(pid, 0, 6, 1))
         out["unknown producer, seq 17"] = _produce_raw(w, "idem", batch(pid + 1000, 0, 17, 1))
-        req = make(2, 7, "ListOffsetsRequest", replica_id=-1, isolation_level=0, topics=(
-            make(2, 7, "ListOffsetsTopic", name="idem", partitions=(
-                make(2, 7, "ListOffsetsPartition", partition_index=0, current_leader_epoch=-1, timestamp=-1),
-            )),
-        ))
+        req = make(
+            2,
+            7,
+            "ListOffsetsRequest",
+            replica_id=-1,
+            isolation_level=0,
+            topics=(
+                make(
+                    2,
+                    7,
+                    "ListOffsetsTopic",
+                    name="idem",
+                    partitions=(
+                        make(
+                            2,
+                            7,
+                            "ListOffsetsPartition",
+                            partition_index=0,
+                            current_leader_epoch=-1,
+                            timestamp=-1,
+                        ),
+                    ),
+                ),
+            ),
+        )
         out["end"] = int(w.call(2, 7, req).topics[0].partitions[0].offset)
     return out

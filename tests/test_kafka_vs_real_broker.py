@@ -46,3 +46,23 @@ def test_list_offsets_by_timestamp_answer_as_kafka(tmp_path: Path, kafka: KafkaB
     assert ours["v7 ts=6000"] == (0, 9000, 2)  # by record timestamp, not append time
     assert ours["v7 ts=-3"] == (0, 9000, 2)  # the first offset of the largest timestamp
     assert ours == theirs
+
+
+def test_idempotent_producer_answers_as_kafka(tmp_path: Path, kafka: KafkaBroker) -> None:
+    from kafka_answers import idempotence_answers
+    from kafka_harness import SMALL_WAL_ARGS, ServeProcess
+
+    procs = [ServeProcess(tmp_path / "data", *SMALL_WAL_ARGS)]
+
+    def restart() -> str:
+        procs[-1].stop()
+        procs.append(ServeProcess(tmp_path / "data", *SMALL_WAL_ARGS))
+        return procs[-1].bootstrap
+
+    try:
+        ours = idempotence_answers(procs[0].bootstrap, restart)  # walfs restarts in between
+    finally:
+        procs[-1].stop()
+    theirs = idempotence_answers(kafka.bootstrap, lambda: kafka.bootstrap)  # Kafka does not
+    assert ours["after restart: seq 3-4 again"] == (0, 3)
+    assert ours == theirs
