@@ -5,11 +5,13 @@ tests/real_kafka.py) and returns the answers as plain tuples, to be compared."""
 from __future__ import annotations
 
 import datetime
+import struct
 import time
 from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import Producer
+from crc32c import crc32c
 from kafka_wire import Wire, make
 
 from walfs.kafka.record_batch import WireRecord, encode_records_for_test
@@ -287,4 +289,35 @@ def idempotence_answers(bootstrap: str, restart: Callable[[], str]) -> dict[str,
             ),
         )
         out["end"] = int(w.call(2, 7, req).topics[0].partitions[0].offset)
+    return out
+
+
+def _patched(batch: bytes, attributes: int | None = None, last_delta: int | None = None) -> bytes:
+    """A batch with its attributes or last offset delta changed, CRC made right again."""
+    b = bytearray(batch)
+    if attributes is not None:
+        struct.pack_into(">h", b, 21, attributes)
+    if last_delta is not None:
+        struct.pack_into(">i", b, 23, last_delta)
+    struct.pack_into(">I", b, 17, crc32c(bytes(b[21:])))
+    return bytes(b)
+
+
+def invalid_batch_answers(bootstrap: str) -> dict[str, Any]:
+    """Batches Kafka refuses with INVALID_RECORD (87) as a whole (LogValidator's batch
+    rules), each followed by a good one that must still be appended."""
+    good = encode_records_for_test([WireRecord(b"k", b"v", [], 1_000), WireRecord(b"k", b"w", [], 1_001)])
+    cases = {
+        "inconsistent offset range": _patched(good, last_delta=5),
+        "control batch": _patched(good, attributes=0x20),
+        "producer id without sequence": encode_records_for_test(
+            [WireRecord(b"k", b"v", [], 1_000)], producer=(1234, 0, -1)
+        ),
+    }
+    out: dict[str, Any] = {}
+    with Wire(bootstrap) as w:
+        out["create"] = create_topic(w, "bad")
+        for name, records in cases.items():
+            out[name] = _produce_raw(w, "bad", records)
+            out[f"then good ({name})"] = _produce_raw(w, "bad", good)
     return out

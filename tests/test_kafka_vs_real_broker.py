@@ -66,3 +66,11 @@ def test_idempotent_producer_answers_as_kafka(tmp_path: Path, kafka: KafkaBroker
     theirs = idempotence_answers(kafka.bootstrap, lambda: kafka.bootstrap)  # Kafka does not
     assert ours["after restart: seq 3-4 again"] == (0, 3)
     assert ours == theirs
+
+
+def test_invalid_batches_answer_as_kafka(tmp_path: Path, kafka: KafkaBroker) -> None:
+    from kafka_answers import invalid_batch_answers
+
+    ours, theirs = _both(tmp_path, kafka, invalid_batch_answers)
+    assert ours["control batch"] == (87, -1)
+    assert ours == theirs

@@ -14,7 +14,13 @@ from walfs.kafka.broker import Broker, Connection, log
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.metadata import valid_new_topic
 from walfs.kafka.producer_ids import DUPLICATE, OUT_OF_ORDER, STALE_EPOCH
-from walfs.kafka.record_batch import BatchError, ProducedBodies, UnsupportedCompression, decode_for_append
+from walfs.kafka.record_batch import (
+    BatchError,
+    InvalidRecords,
+    ProducedBodies,
+    UnsupportedCompression,
+    decode_for_append,
+)
 from walfs.kafka.wal_errors import error_code_for
 from walfs.records import with_producer
 
@@ -37,6 +43,10 @@ def _append_partition(
     except UnsupportedCompression as e:
         log.info("produce to %s/%d: %s", topic, partition, e)
         return ErrorCode.unsupported_compression_type, -1, -1
+    except InvalidRecords as e:
+        # Kafka's INVALID_RECORD, with the records at fault (ProduceResponse v8+).
+        log.info("produce to %s/%d: invalid records: %s", topic, partition, e)
+        raise
     except BatchError as e:
         log.warning("produce to %s/%d: rejected batch: %s", topic, partition, e)
         return ErrorCode.corrupt_message, -1, -1
@@ -85,6 +95,7 @@ def _append(wal: Any, topic: str, partition: int, produced: ProducedBodies) -> t
 
 async def handle_produce(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
     results: list[tuple[str, list[tuple[int, ErrorCode, int, int]]]] = []
+    invalid: dict[tuple[str, int], InvalidRecords] = {}
     appended = False
     for td in req.topic_data:
         parts = []
@@ -93,9 +104,13 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
                 # No transactions here: refuse instead of pretending.
                 parts.append((pd.index, ErrorCode.transactional_id_authorization_failed, -1, -1))
                 continue
-            code, base, start = await broker.blocking(
-                _append_partition, broker, td.name, pd.index, pd.records
-            )
+            try:
+                code, base, start = await broker.blocking(
+                    _append_partition, broker, td.name, pd.index, pd.records
+                )
+            except InvalidRecords as e:
+                code, base, start = ErrorCode.invalid_record, -1, -1
+                invalid[(td.name, pd.index)] = e
             appended |= code is ErrorCode.none
             parts.append((pd.index, code, base, start))
         results.append((td.name, parts))
@@ -122,10 +137,14 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
                         base_offset=base,
                         log_append_time=None,
                         log_start_offset=start,
-                        record_errors=(),
-                        error_message=None,
+                        record_errors=tuple(
+                            build(mod.BatchIndexAndErrorMessage, batch_index=i, batch_index_error_message=m)
+                            for i, m in (bad.record_errors if bad and version >= 8 else ())
+                        ),
+                        error_message=str(bad) if bad else None,
                     )
                     for index, code, base, start in parts
+                    for bad in [invalid.get((topic, index))]
                 ),
             )
             for topic, parts in results

@@ -54,6 +54,16 @@ class BatchError(ValueError):
     """A batch that cannot be accepted: bad length, magic, CRC or record layout."""
 
 
+class InvalidRecords(BatchError):
+    """A well-formed batch Kafka refuses with INVALID_RECORD: a batch-level rule (count,
+    offset range, control batch from a client, producer id without sequence) or, per
+    record, ``record_errors`` [(index in the batch, why)] (ProduceResponse v8+)."""
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str]] | None = None) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors or []
+
+
 class UnsupportedCompression(BatchError):
     """The batch names a codec Kafka does not define (attributes codec bits 5-7)."""
 
@@ -138,6 +148,8 @@ def decode_for_append(data: bytes) -> ProducedBodies | None:
         try:
             joined, m, v = decode_kafka_records(body, count, base_ts)
         except ValueError as e:
+            # The reference decoder says why (and which records, for per-record errors).
+            _decode_records(body, count, base_ts)
             raise BatchError(str(e)) from e
         if first is None:
             first = (producer_id, producer_epoch, base_sequence)
@@ -150,7 +162,7 @@ def decode_for_append(data: bytes) -> ProducedBodies | None:
 
 
 def decode_batches(data: bytes) -> list[ProducedBatch]:
-    """Parse a produce request's record set. Control batches are skipped."""
+    """Parse a produce request's record set (the reference decoder)."""
     return [
         ProducedBatch(producer_id, producer_epoch, base_sequence, _decode_records(body, count, base_ts))
         for producer_id, producer_epoch, base_sequence, base_ts, count, body in _batches(data)
@@ -172,7 +184,7 @@ def _batches(data: bytes) -> Iterator[tuple[int, int, int, int, int, bytes]]:
             magic,
             crc,
             attributes,
-            _last_delta,
+            last_delta,
             base_ts,
             _max_ts,
             producer_id,
@@ -189,8 +201,15 @@ def _batches(data: bytes) -> Iterator[tuple[int, int, int, int, int, bytes]]:
             raise BatchError("record batch CRC-32C mismatch")
         body = data[pos + BATCH_OVERHEAD : end]
         pos = end
+        # Kafka's batch rules for what clients send (LogValidator.validateBatch).
+        if count <= 0:
+            raise InvalidRecords(f"invalid reported count for record batch: {count}")
+        if last_delta + 1 != count:
+            raise InvalidRecords(f"inconsistent batch offset range: last delta {last_delta}, {count} records")
         if attributes & CONTROL_FLAG:
-            continue
+            raise InvalidRecords("clients are not allowed to write control records")
+        if producer_id >= 0 and base_sequence < 0:
+            raise InvalidRecords(f"invalid sequence number {base_sequence} of producer {producer_id}")
         codec = attributes & COMPRESSION_MASK
         if codec:
             body = _decompress(codec, body)
@@ -201,8 +220,9 @@ def _batches(data: bytes) -> Iterator[tuple[int, int, int, int, int, bytes]]:
 
 def _decode_records(body: bytes, count: int, base_ts: int) -> list[WireRecord]:
     records: list[WireRecord] = []
+    errors: list[tuple[int, str]] = []
     p = 0
-    for _ in range(count):
+    for index in range(count):
         length, p = _read_varint(body, p)
         rec_end = p + length
         if length < 0 or rec_end > len(body):
@@ -223,14 +243,20 @@ def _decode_records(body: bytes, count: int, base_ts: int) -> list[WireRecord]:
                 raise BatchError("null header key")
             try:
                 headers.append((hk.decode(), hv))
-            except UnicodeDecodeError as e:
-                raise BatchError("header key is not UTF-8") from e
+            except UnicodeDecodeError:
+                # The record is whole, only walfs cannot keep it: a per-record error.
+                errors.append((index, "header key is not UTF-8"))
+                continue
+            if len(hk) > 0xFFFF:
+                errors.append((index, f"header key of {len(hk)} bytes (at most 65535)"))
         if p != rec_end:
             raise BatchError("record fields do not add up to the record length")
         ts = base_ts + ts_delta
         records.append(WireRecord(key, value, headers, ts if base_ts >= 0 else None))
     if p != len(body):
         raise BatchError("trailing bytes after the last record")
+    if errors:
+        raise InvalidRecords(f"{len(errors)} invalid record(s): {errors[0][1]}", errors)
     return records
 
 
