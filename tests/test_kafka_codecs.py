@@ -171,3 +171,21 @@ def test_librdkafka_zstd_bomb_refused_then_next_producer_served(tmp_path: Path) 
         good.produce("t", value=b"after", partition=0)
         assert good.flush(30) == 0
         assert lst.wal.read("t", 0) == [b"after"]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_kafka_python_produces_with_each_codec(tmp_path: Path, codec: str) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    with listener(tmp_path) as lst:
+        p = KafkaProducer(bootstrap_servers=lst.bootstrap, compression_type=codec, linger_ms=20)
+        values = [b"kafka-python %s %d " % (codec.encode(), i) * 10 for i in range(300)]
+        futures = [p.send("kp", value=v, key=b"k") for v in values]
+        assert [f.get(timeout=30).offset for f in futures] == list(range(300))
+        p.close()
+        assert lst.wal.read("kp", 0, max_records=1000) == values
+        c = KafkaConsumer(
+            "kp", bootstrap_servers=lst.bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=5000
+        )
+        assert [m.value for m in c][:300] == values
+        c.close()
