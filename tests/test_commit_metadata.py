@@ -1,0 +1,77 @@
+"""Commit metadata (Kafka's OffsetCommit string) in the cursor store (issue 12): kept
+durably with the offset and returned by Wal.committed; a commit without metadata writes
+the 32-byte file older releases wrote (and they still read); a file with metadata is
+checked (magic, length, checksum, UTF-8) and damage is reported, never guessed."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from walfs.consumer import MAX_METADATA_BYTES
+from walfs.errors import WalCorruptError
+
+
+def _cursor_file(wal_dir: str, group: str) -> str:
+    (name,) = os.listdir(os.path.join(wal_dir, "cursors", group))
+    return os.path.join(wal_dir, "cursors", group, name)
+
+
+def test_metadata_kept_across_reopen_and_old_form_without_it(open_wal, wal_dir):
+    w = open_wal()
+    w.append_batch("t", [b"a", b"b", b"c"])
+    assert w.committed("g", "t") is None
+    w.commit_offset("g", "t", 2, metadata="consumer-7 gen 3 ✓")
+    assert w.committed("g", "t") == (2, "consumer-7 gen 3 ✓")
+    assert w.committed_offset("g", "t") == 2
+    w.close()
+    w = open_wal()
+    assert w.committed("g", "t") == (2, "consumer-7 gen 3 ✓")
+    with open(_cursor_file(wal_dir, "g"), "rb") as f:
+        assert f.read(8) == b"WALFSCU2"
+    # A commit without metadata goes back to the 32-byte form.
+    w.commit_offset("g", "t", 3)
+    assert w.committed("g", "t") == (3, "")
+    assert os.path.getsize(_cursor_file(wal_dir, "g")) == 32
+    # advance_only: a commit that does not advance changes neither offset nor metadata.
+    w.commit_offset("g", "t", 3, metadata="x")
+    assert not w.commit_offset("g", "t", 1, advance_only=True, metadata="y")
+    assert w.committed("g", "t") == (3, "x")
+
+
+def test_metadata_size_limit(open_wal):
+    w = open_wal()
+    w.append("t", b"a")
+    w.commit_offset("g", "t", 1, metadata="m" * MAX_METADATA_BYTES)
+    with pytest.raises(ValueError, match="metadata"):
+        w.commit_offset("g", "t", 0, metadata="m" * (MAX_METADATA_BYTES + 1))
+    assert w.committed("g", "t") == (1, "m" * MAX_METADATA_BYTES)
+
+
+@pytest.mark.parametrize("damage", ["flip", "cut", "grow", "length", "utf8"])
+def test_damaged_metadata_cursor_is_reported(open_wal, wal_dir, damage: str):
+    import struct
+
+    import blake3
+
+    w = open_wal()
+    w.append("t", b"a")
+    w.commit_offset("g", "t", 1, metadata="meta")
+    path = _cursor_file(wal_dir, "g")
+    data = bytearray(open(path, "rb").read())
+    if damage == "flip":
+        data[21] ^= 1
+    elif damage == "cut":
+        del data[-1]
+    elif damage == "grow":
+        data += b"\0" * (MAX_METADATA_BYTES + 100)
+    elif damage == "length":
+        struct.pack_into("<I", data, 16, 3)
+    else:  # checksum right, metadata not UTF-8
+        data[20:24] = b"\xff\xfe\xfd\xfc"
+        data[24:] = blake3.blake3(bytes(data[:24])).digest(length=16)
+    with open(path, "wb") as f:
+        f.write(data)
+    with pytest.raises(WalCorruptError, match="cursor file"):
+        w.committed("g", "t")
