@@ -5,12 +5,19 @@ checked (magic, length, checksum, UTF-8) and damage is reported, never guessed."
 
 from __future__ import annotations
 
+import array
 import os
+import struct
+import subprocess
+import sys
 
+import blake3
 import pytest
 
+import walfs
 from walfs.consumer import MAX_METADATA_BYTES
 from walfs.errors import WalCorruptError
+from walfs.records import encode_meta, producer_of, with_producer
 
 
 def _cursor_file(wal_dir: str, group: str) -> str:
@@ -51,10 +58,6 @@ def test_metadata_size_limit(open_wal):
 
 @pytest.mark.parametrize("damage", ["flip", "cut", "grow", "length", "utf8"])
 def test_damaged_metadata_cursor_is_reported(open_wal, wal_dir, damage: str):
-    import struct
-
-    import blake3
-
     w = open_wal()
     w.append("t", b"a")
     w.commit_offset("g", "t", 1, metadata="meta")
@@ -75,3 +78,29 @@ def test_damaged_metadata_cursor_is_reported(open_wal, wal_dir, damage: str):
         f.write(data)
     with pytest.raises(WalCorruptError, match="cursor file"):
         w.committed("g", "t")
+
+
+def test_salvage_keeps_null_values_producer_sections_and_commit_metadata(open_wal, wal_dir, tmp_path):
+
+    w = open_wal()
+    w.append_records("t", [(b"k", None, None, 5), (None, b"", None, 6)])
+    meta = with_producer(encode_meta(b"k", None, 7), (99, 1, 10, 1))
+    w.append_bodies("t", meta + b"v", array.array("I", [len(meta)]), array.array("I", [1]))
+    w.commit_offset("g", "t", 2, metadata="kept")
+    w.close()
+    new = str(tmp_path / "new")
+    r = subprocess.run(
+        [sys.executable, "-m", "walfs", "fsck", "--repair", wal_dir, "--into", new, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    with walfs.Wal(new) as w2:
+        recs = w2.read_records("t", 0)
+        assert [(r.key, r.value) for r in recs] == [(b"k", None), (None, b""), (b"k", b"v")]
+        assert w2.committed("g", "t") == (2, "kept")
+        buf, descs = bytearray(1 << 16), bytearray(40 * 3)
+        assert w2.read_into("t", 0, buf, descs, 0, 3) == 3
+        _gid, _off, _ts, meta_len, _vlen, pos = struct.unpack_from("<QQqIIQ", descs, 80)
+        assert producer_of(bytes(buf[pos : pos + meta_len])) == (99, 1, 10, 1)

@@ -22,22 +22,18 @@ import errno
 import mmap
 import os
 import re
-import struct
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import blake3
-
 from walfs._core import ffi, lib
 from walfs.consumer import CursorStore
-from walfs.errors import WalError, from_errno
+from walfs.errors import WalCorruptError, WalError, from_errno
 from walfs.names import stream_key
 from walfs.records import decode_meta, encode_meta, producer_of, value_is_null, with_producer
 
 _SEG_NAME = re.compile(r"^seg-([0-9a-f]{16})\.wal$")
-_CURSOR_MAGIC = b"WALFSCUR"
 _BATCH = 512
 
 
@@ -257,6 +253,7 @@ def _cursors(
     except OSError:
         return
     store = CursorStore(dst)
+    source = CursorStore(src, read_only=True)
     for g in groups:
         try:
             keys = sorted(e.name for e in os.scandir(os.path.join(root, g)) if ".tmp." not in e.name)
@@ -266,25 +263,24 @@ def _cursors(
         for key in keys:
             where = f"cursors/{g}/{key}"
             try:
-                data = _read_file(os.path.join(root, g, key))
+                # The cursor file format's one reader (walfs/consumer.py), both forms.
+                entry = source.get_entry(g, key)
             except OSError as e:
                 report.lost.append(Loss(where, "cursor", f"unreadable ({e.strerror})"))
                 continue
-            if (
-                len(data) != 32
-                or data[:8] != _CURSOR_MAGIC
-                or blake3.blake3(data[:16]).digest(length=16) != data[16:]
-            ):
+            except (WalCorruptError, ValueError):
                 report.lost.append(Loss(where, "cursor", "damaged (checksum fails)"))
                 continue
-            offset = int(struct.unpack_from("<Q", data, 8)[0])
+            if entry is None:
+                continue
+            offset, metadata = entry
             fix = shift_of.get(key)
             new = fix(offset) if fix else offset
             if new is None:
                 report.lost.append(Loss(where, f"cursor at {offset}", "points into lost records"))
                 continue
             try:
-                store.put(g, key, new)
+                store.put(g, key, new, metadata=metadata)
             except (ValueError, OSError) as e:
                 report.lost.append(Loss(where, "cursor", f"cannot be written ({e})"))
                 continue
