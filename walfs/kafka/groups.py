@@ -188,12 +188,16 @@ async def handle_offset_fetch(broker: Broker, conn: Connection, version: int, re
     mod = response_module(9, version)
     wal = broker.wal
 
-    def fetch_all() -> list[Any]:
+    def fetch_all() -> tuple[list[Any], ErrorCode]:
         out = []
         asked: list[tuple[str, Any]] = [(t.name, t.partition_indexes) for t in req.topics or ()]
         if req.topics is None:  # everything the group committed
             by_topic: dict[str, list[int]] = {}
-            for topic, p in sorted(wal.committed_offsets(req.group_id)):
+            try:
+                committed = wal.committed_offsets(req.group_id)
+            except Exception as e:  # a damaged cursor file
+                return [], error_code_for(e, f"offset fetch {req.group_id}")
+            for topic, p in sorted(committed):
                 by_topic.setdefault(topic, []).append(p)
             asked = list(by_topic.items())
         for name, indexes in asked:
@@ -230,12 +234,12 @@ async def handle_offset_fetch(broker: Broker, conn: Connection, version: int, re
                     )
                 )
             out.append(build(mod.OffsetFetchResponseTopic, name=name, partitions=tuple(parts)))
-        return out
+        return out, ErrorCode.none
 
     if not _storable_group(req.group_id):
         return build(mod.OffsetFetchResponse, topics=(), error_code=ErrorCode.invalid_group_id)
-    topics = await broker.blocking(fetch_all)
-    return build(mod.OffsetFetchResponse, topics=tuple(topics), error_code=ErrorCode.none)
+    topics, code = await broker.blocking(fetch_all)
+    return build(mod.OffsetFetchResponse, topics=tuple(topics), error_code=code)
 
 
 def _storable_group(group: str) -> bool:
