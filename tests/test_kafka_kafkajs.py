@@ -24,7 +24,7 @@ def test_kafkajs_every_codec_group_commit_and_admin_offsets(tmp_path: Path) -> N
     serve = ServeProcess(tmp_path / "data", *SMALL_WAL_ARGS)
     try:
         res = subprocess.run(
-            ["node", str(JS / "kafkajs_client.js"), serve.bootstrap],
+            ["node", str(JS / "kafkajs_client.js"), serve.bootstrap, str(tmp_path / "out.json")],
             capture_output=True,
             text=True,
             timeout=120,
@@ -32,7 +32,7 @@ def test_kafkajs_every_codec_group_commit_and_admin_offsets(tmp_path: Path) -> N
     finally:
         code, err = serve.stop()
     assert res.returncode == 0, f"{res.stderr}\nwalfs serve:\n{err[-3000:]}"
-    out = json.loads(res.stdout.strip().splitlines()[-1])
+    out = json.loads((tmp_path / "out.json").read_text())
     for codec in CODECS:
         assert out["produced"][codec] == [{"partition": 0, "baseOffset": "0", "error": 0}]
         got = sorted(out["consumed"][codec], key=lambda r: int(r[0]))

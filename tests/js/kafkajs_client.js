@@ -1,11 +1,13 @@
-// KafkaJS against a Kafka-wire listener: `node kafkajs_client.js HOST:PORT`.
+// KafkaJS against a Kafka-wire listener: `node kafkajs_client.js HOST:PORT OUT.json`.
 // For each codec (none, gzip, snappy, lz4, zstd) an idempotent producer sends records
 // with keys, headers, producer timestamps and a tombstone to topic "js-<codec>"; one
 // consumer group reads all five topics, commits, and the admin client fetches the
-// committed offsets. Prints one JSON object with what it saw; tests/test_kafka_kafkajs.py
+// committed offsets. Writes one JSON object with what it saw to OUT.json (not stdout: a
+// pipe may still hold it when the process exits); tests/test_kafka_kafkajs.py
 // checks it against the WAL. Bounded: the whole run stops after 90 s.
 'use strict'
 
+const fs = require('fs')
 const { Kafka, CompressionTypes, CompressionCodecs, logLevel } = require('kafkajs')
 const SnappyCodec = require('kafkajs-snappy')
 const lz4 = require('lz4-wasm-nodejs')
@@ -61,7 +63,7 @@ const ZstdCodecFactory = () =>
   })
 
 async function main() {
-  const [bootstrap] = process.argv.slice(2)
+  const [bootstrap, outPath] = process.argv.slice(2)
   CompressionCodecs[CompressionTypes.Snappy] = SnappyCodec
   CompressionCodecs[CompressionTypes.LZ4] = Lz4FrameCodec
   const zstd = await ZstdCodecFactory()
@@ -125,7 +127,7 @@ async function main() {
     out.committed[codec] = got[0].partitions.map(p => [p.partition, p.offset, p.metadata])
   }
   await admin.disconnect()
-  process.stdout.write(JSON.stringify(out) + '\n')
+  fs.writeFileSync(outPath, JSON.stringify(out))
 }
 
 const timer = setTimeout(() => {
