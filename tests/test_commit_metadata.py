@@ -104,3 +104,24 @@ def test_salvage_keeps_null_values_producer_sections_and_commit_metadata(open_wa
         assert w2.read_into("t", 0, buf, descs, 0, 3) == 3
         _gid, _off, _ts, meta_len, _vlen, pos = struct.unpack_from("<QQqIIQ", descs, 80)
         assert producer_of(bytes(buf[pos : pos + meta_len])) == (99, 1, 10, 1)
+
+
+def test_kafka_offset_fetch_reports_a_damaged_cursor_and_keeps_serving(tmp_path):
+    from kafka_answers import _commit, _fetch
+    from kafka_harness import check_alive, listener
+    from kafka_wire import Wire
+
+    with listener(tmp_path) as lst:
+        lst.wal.append("t", b"a")
+        with Wire(lst.bootstrap) as w:
+            assert _commit(w, "g", "t", 0, 1, "m") == 0
+            assert _fetch(w, "g", None) == (0, [("t", 0, 1, "m", 0)])
+            cursors = tmp_path / "data" / "cursors"
+            (path,) = [os.path.join(dp, f) for dp, _, fs in os.walk(cursors) for f in fs]
+            with open(path, "r+b") as f:
+                f.seek(10)
+                f.write(b"\xff")
+            storage_error = 56  # KAFKA_STORAGE_ERROR: the damage is reported, not guessed around
+            assert _fetch(w, "g", None) == (storage_error, [])
+            assert _fetch(w, "g", [("t", [0])]) == (0, [("t", 0, -1, "", storage_error)])
+        check_alive(lst.port)
