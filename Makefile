@@ -18,6 +18,7 @@ deps:
 	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); fi
 	@command -v java >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless)
+	@command -v npm >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm)
 
 venv:
 	test -x $(PY) || python3 -m venv .venv
@@ -33,8 +34,14 @@ start:
 test: testdeps lint ctest
 	$(PY) -m pytest -q tests
 
-testdeps: kafka
+testdeps: kafka tests/js/node_modules
 	$(PY) -m pip install -q -e '.[test]'
+
+# KafkaJS and its codecs for tests/test_kafka_kafkajs.py, at the versions package-lock.json pins.
+tests/js/node_modules: tests/js/package.json tests/js/package-lock.json
+	@command -v npm >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm)
+	cd tests/js && npm ci --no-audit --no-fund --loglevel=error
+	touch tests/js/node_modules
 
 # Apache Kafka 4.1.1 (broker, CLI and perf tools) from Maven Central, for the reference tests
 # and bench/: the class path goes to kafka/classpath.txt (tests/real_kafka.py reads it).

@@ -2,12 +2,15 @@
  * fetches. Python encoded them at ~5 us a record; here it is a pass over the buffers that
  * walfs_read_offset filled.
  *
- * Input, per record: the meta section the Python layer writes (walfs/records.py, v1,
- * little-endian; empty when there is no key, no header and no producer timestamp):
- *   u8 version=1 | u8 flags (1: key, 2: producer timestamp) | [i64 timestamp_ms]
- *   | [u32 key_len, key] | u32 n_headers | n x (u16 name_len, name, i32 value_len
- *   (-1 = null), value)
- * then the value.
+ * Input, per record: the meta section the Python layer writes (walfs/records.py,
+ * little-endian; empty when there is no key, no header, no producer timestamp and the
+ * value is not null):
+ *   u8 version (1, or 2 when flag 4 or 8 is set) | u8 flags (1: key, 2: producer
+ *   timestamp, 4: null value, 8: producer section; 4 and 8 in version 2 only)
+ *   | [i64 timestamp_ms] | [u32 key_len, key] | u32 n_headers | n x (u16 name_len, name,
+ *   i32 value_len (-1 = null), value) | [producer section, 18 bytes: i64 producer id,
+ *   i16 epoch, i32 base sequence, i32 record count; not sent to consumers]
+ * then the value (empty for a null value: Kafka's tombstone, sent back as length -1).
  *
  * Output (big-endian, Apache Kafka's layout):
  *   baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32 (-1) | magic i8 (2)
@@ -32,6 +35,7 @@ typedef struct kmeta {
     int64_t ts;
     const uint8_t *headers; /* n_headers entries in the meta's own layout */
     uint32_t n_headers;
+    int null_value; /* a tombstone: the value goes out as length -1 */
 } kmeta_t;
 
 static uint32_t le32(const uint8_t *p)
@@ -85,9 +89,18 @@ static int parse_meta(const uint8_t *m, uint32_t len, int64_t append_ts, kmeta_t
     out->ts = append_ts;
     out->headers = NULL;
     out->n_headers = 0;
+    out->null_value = 0;
     if (len == 0) return 0;
-    if (len < 6 || m[0] != 1) return -EBADMSG;
+    if (len < 6 || (m[0] != 1 && m[0] != 2)) return -EBADMSG;
     uint8_t flags = m[1];
+    if (flags & (4 | 8)) {
+        if (m[0] != 2) return -EBADMSG;
+        out->null_value = (flags & 4) != 0;
+        if (flags & 8) { /* the producer section closes the meta: not part of the record */
+            if (len < 6 + 18) return -EBADMSG;
+            len -= 18;
+        }
+    }
     uint64_t pos = 2;
     if (flags & 2) {
         if (pos + 8 > len) return -EBADMSG;
@@ -125,7 +138,7 @@ static size_t put_record(uint8_t *out, const kmeta_t *km, int64_t ts_delta, int6
 {
     size_t n = 1 + varint_size(ts_delta) + varint_size(off_delta);
     n += km->key_len < 0 ? 1 : varint_size(km->key_len) + (size_t)km->key_len;
-    n += varint_size(value_len) + value_len + varint_size(km->n_headers);
+    n += (km->null_value ? 1 : varint_size(value_len)) + value_len + varint_size(km->n_headers);
     const uint8_t *h = km->headers;
     for (uint32_t i = 0; i < km->n_headers; i++) {
         uint32_t nl = (uint32_t)(h[0] | h[1] << 8);
@@ -143,7 +156,7 @@ static size_t put_record(uint8_t *out, const kmeta_t *km, int64_t ts_delta, int6
         memcpy(p, km->key, (size_t)km->key_len);
         p += km->key_len;
     }
-    p = put_varint(p, value_len);
+    p = put_varint(p, km->null_value ? -1 : (int64_t)value_len);
     memcpy(p, value, value_len);
     p += value_len;
     p = put_varint(p, km->n_headers);
@@ -171,7 +184,8 @@ int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t 
     uint64_t total = BATCH_HEAD;
     for (uint32_t i = 0; i < n; i++) { /* sizes, and every meta checked before writing */
         const walfs_rec_t *r = &recs[i];
-        if (parse_meta(buf + r->buf_pos, r->meta_len, r->timestamp_ms, &km)) return -EBADMSG;
+        if (parse_meta(buf + r->buf_pos, r->meta_len, r->timestamp_ms, &km) || (km.null_value && r->value_len))
+            return -EBADMSG;
         if (i == 0) base_ts = max_ts = km.ts;
         if (km.ts > max_ts) max_ts = km.ts;
         size_t len = put_record(NULL, &km, km.ts - base_ts, (int64_t)(r->offset - recs[0].offset), NULL, r->value_len);
@@ -214,8 +228,9 @@ int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t 
  * Input: the records section of one (decompressed) v2 batch. Output, per record, the
  * body the Python layer would write (meta v1 || value; walfs/records.py): flags carry a
  * key when the record has one (null key: none) and the producer timestamp
- * (base_ts + delta) unless base_ts is -1; a null value (a tombstone) becomes an empty
- * one. Header names must be UTF-8, as Python's decoder requires. */
+ * (base_ts + delta) unless base_ts is -1; a null value (a tombstone) is stored empty,
+ * with meta version 2 and flag 4. Header names must be UTF-8, as Python's decoder
+ * requires. */
 
 static int get_varint(const uint8_t *p, uint64_t len, uint64_t *pos, int64_t *v)
 {
@@ -283,10 +298,12 @@ int64_t walfs_kafka_records(const uint8_t *body, uint64_t len, uint32_t count, i
             get_field(body, rec_end, &pos, &key, &key_n) || get_field(body, rec_end, &pos, &value, &value_n) ||
             get_varint(body, rec_end, &pos, &n_headers) || n_headers < 0 || n_headers > rec_len)
             return -EBADMSG;
-        if (value_n < 0) value_n = 0; /* a tombstone: an empty record */
+        int null_value = value_n < 0; /* a tombstone: stored empty, flagged in the meta */
+        if (null_value) value_n = 0;
         int has_ts = base_ts >= 0;
         uint64_t meta = 0;
-        if (key_n >= 0 || n_headers > 0 || has_ts) meta = 2 + (has_ts ? 8 : 0) + (key_n >= 0 ? 4 + (uint64_t)key_n : 0) + 4;
+        if (key_n >= 0 || n_headers > 0 || has_ts || null_value)
+            meta = 2 + (has_ts ? 8 : 0) + (key_n >= 0 ? 4 + (uint64_t)key_n : 0) + 4;
         uint64_t hpos = pos;
         for (int64_t h = 0; h < n_headers; h++) {
             const uint8_t *hk = NULL, *hv = NULL;
@@ -306,8 +323,8 @@ int64_t walfs_kafka_records(const uint8_t *body, uint64_t len, uint32_t count, i
         value_lens[i] = (uint32_t)value_n;
         uint8_t *p = out + at;
         if (meta) {
-            *p++ = 1;
-            *p++ = (uint8_t)((key_n >= 0 ? 1 : 0) | (has_ts ? 2 : 0));
+            *p++ = null_value ? 2 : 1;
+            *p++ = (uint8_t)((key_n >= 0 ? 1 : 0) | (has_ts ? 2 : 0) | (null_value ? 4 : 0));
             if (has_ts) {
                 put_le(p, (uint64_t)(base_ts + ts_delta), 8);
                 p += 8;

@@ -40,6 +40,8 @@ def test_c_batches_equal_the_python_encoding(open_wal):
         ]
         ts = None if i % 5 == 0 else 1_700_000_000_000 + rnd.randrange(-(10**6), 10**6)
         value = rnd.randbytes(rnd.choice([0, 1, 63, 64, 127, 128, 5000, 20000]))
+        if i % 11 == 0:
+            value = None  # a tombstone: fetched as a null value (length -1)
         w.append_records("t", [(key, value, headers, ts)])
     high = w.high_watermark("t")
     for offset, n, max_bytes in [
@@ -84,7 +86,7 @@ def _python_bodies(body: bytes, count: int, base_ts: int) -> tuple[bytes, list[i
     data, metas, values = [], [], []
     for r in _decode_records(body, count, base_ts):
         value = r.value if r.value is not None else b""
-        meta = encode_meta(r.key, r.headers, r.timestamp_ms)
+        meta = encode_meta(r.key, r.headers, r.timestamp_ms, null_value=r.value is None)
         data.append(meta + value)
         metas.append(len(meta))
         values.append(len(value))
@@ -146,8 +148,8 @@ def test_produce_with_append_bodies_reads_back(open_wal):
     got = w.read_records("t", 0)
     assert [(r.key, r.value, list(r.headers)) for r in got] == [
         (b"k1", b"v1", [("h", b"x")]),
-        (None, b"", []),
-        (None, b"", []),
+        (None, None, []),  # a tombstone stays null
+        (None, b"", []),  # an empty value stays empty
     ]
     with pytest.raises(ValueError):
         w.append_bodies("t", b"xx", array.array("I", [0]), array.array("I", [1]))

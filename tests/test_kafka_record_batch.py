@@ -76,13 +76,13 @@ def test_crc_mismatch_and_truncation_are_refused() -> None:
 
 def test_unknown_codec_is_reported() -> None:
     data = encode_records_for_test([WireRecord(b"k", b"v")])
-    # Set the codec bits to 4 (zstd) and fix the CRC so only the codec is wrong.
+    # Set the codec bits to 5 (no such codec) and fix the CRC so only the codec is wrong.
     import struct
 
     from crc32c import crc32c
 
     raw = bytearray(data)
-    struct.pack_into(">h", raw, 21, 4)
+    struct.pack_into(">h", raw, 21, 5)  # codecs 5-7 do not exist
     struct.pack_into(">I", raw, 17, crc32c(bytes(raw[21:])))
     with pytest.raises(UnsupportedCompression):
         decode_batches(bytes(raw))

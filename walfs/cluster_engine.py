@@ -29,7 +29,7 @@ record that does not parse is reported with WalCorruptError naming region and of
                op "D" data:   u32 count | count x (u32 meta_len, u32 value_len) | bodies
                op "C" create, "X" delete: no body
                op "T" trim:   u64 before_offset
-    meta key   b"c" group \\0 stream-key  -> u64 offset | u8 advance_only   (a cursor)
+    meta key   b"c" group \\0 stream-key  -> u64 offset | u8 advance_only | metadata (a cursor)
                b"g" group                  -> b""                            (a group)
                b"s" u64 org | topic        -> JSON overrides                (settings)
                b"n" u32 region             -> zlib(JSON snapshot)           (a snapshot)
@@ -59,7 +59,7 @@ from urllib.parse import parse_qs, urlparse
 
 import blake3
 
-from walfs.engine_api import REC_SIZE, Appender, Change, StreamInfo
+from walfs.engine_api import MAX_METADATA_BYTES, REC_SIZE, Appender, Change, StreamInfo
 from walfs.errors import (
     BufferTooSmallError,
     OffsetOutOfRangeError,
@@ -263,6 +263,7 @@ class KafkaEngine:
         self._pos: dict[int, int] = {}  # region -> next Kafka offset to apply
         self._meta_pos = 0
         self._cursors: dict[str, dict[bytes, int]] = {}
+        self._cursor_meta: dict[tuple[str, bytes], str] = {}
         self._settings: dict[tuple[int, str], dict[str, Any]] = {}
         self._snapshots: dict[int, dict[str, Any]] = {}
         self._assigned: OrderedDict[tuple[int, int], int] = OrderedDict()  # (region, koff) -> offset
@@ -506,13 +507,14 @@ class KafkaEngine:
             if value is None:
                 self._cursors.get(g, {}).pop(skey, None)
                 return
-            if len(value) != 9:
+            if not 9 <= len(value) <= 9 + MAX_METADATA_BYTES:
                 raise WalCorruptError(f"{where}: cursor value of {len(value)} bytes")
             (offset,) = _U64.unpack_from(value)
             cur = self._cursors.setdefault(g, {})
             if value[8] and cur.get(skey, -1) >= offset:
                 return
             cur[skey] = offset
+            self._cursor_meta[(g, skey)] = value[9:].decode("utf-8", "replace")
         elif kind == b"g":
             g = rest.decode("utf-8", "replace")
             if value is None:
@@ -1032,10 +1034,20 @@ class KafkaEngine:
         return self._cursors.get(group, {}).get(key)
 
     def commit(
-        self, group: str, topic: str, partition: int, offset: int, *, advance_only: bool = False
+        self,
+        group: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        advance_only: bool = False,
+        metadata: str = "",
     ) -> bool:
         self._check_open(True)
         gb = topic_bytes(group)
+        raw_meta = metadata.encode("utf-8")
+        if len(raw_meta) > MAX_METADATA_BYTES:
+            raise ValueError(f"commit metadata of {len(raw_meta)} bytes (at most {MAX_METADATA_BYTES})")
         if not isinstance(offset, int) or offset < 0:
             raise OffsetOutOfRangeError(f"cannot commit offset {offset!r} of {topic!r}[{partition}]")
         key = stream_key_bytes(self.org_id, topic, check_partition(partition))
@@ -1049,10 +1061,18 @@ class KafkaEngine:
         if advance_only and before is not None and before >= offset:
             return False
         moff = self._produce(
-            self.t.meta_topic, 0, b"c" + gb + b"\0" + key, _U64.pack(offset) + bytes([advance_only])
+            self.t.meta_topic,
+            0,
+            b"c" + gb + b"\0" + key,
+            _U64.pack(offset) + bytes([advance_only]) + raw_meta,
         )
         self._wait_meta(moff)
         return self._cursors.get(group, {}).get(key) == offset and before != offset
+
+    def committed_metadata(self, group: str, topic: str, partition: int = 0) -> str:
+        self._check_open()
+        key = stream_key_bytes(self.org_id, topic, check_partition(partition))
+        return self._cursor_meta.get((group, key), "")
 
     def groups(self) -> list[str]:
         self._check_open()

@@ -1,12 +1,17 @@
 """Consumers: named cursors per stream (Walrus's readers, Kafka's committed offsets).
 
 On disk (the contract; docs/format.md restates it): cursors/<group>/<stream key>, where
-<stream key> is "<org_id>-<topic hash hex>-<partition>" (walfs.names.stream_key), holds 32
-bytes: b"WALFSCUR" | u64 offset, little-endian | the first 16 bytes of blake3 of the 16
-bytes before. It is replaced atomically (write <path>.tmp.<thread>, fsync, rename, fsync
-the directory, and its parent when the group directory is new), so a crash leaves the old
-or the new offset, never a mix; leftover .tmp files are ignored. A file of another length
-or with a bad magic or checksum is damage: reading it raises WalCorruptError naming the file.
+<stream key> is "<org_id>-<topic hash hex>-<partition>" (walfs.names.stream_key), holds
+either 32 bytes: b"WALFSCUR" | u64 offset, little-endian | the first 16 bytes of blake3 of
+the 16 bytes before; or, for a commit that carries metadata (Kafka's OffsetCommit
+metadata string), 36 + n bytes: b"WALFSCU2" | u64 offset | u32 n | n bytes of UTF-8
+metadata (n <= MAX_METADATA_BYTES) | blake3-16 of everything before. A commit without
+metadata writes the first form, so such files are what older releases wrote and read;
+an older release refuses the second form as damage. It is replaced atomically (write
+<path>.tmp.<thread>, fsync, rename, fsync the directory, and its parent when the group
+directory is new), so a crash leaves the old or the new offset, never a mix; leftover .tmp
+files are ignored. A file of another length or with a bad magic or checksum is damage:
+reading it raises WalCorruptError naming the file.
 
 The cursor manifest, cursors.manifest in the data directory (any name may be a group),
 lists every cursor file, so that a deleted one is reported instead of read as "no cursor"
@@ -34,7 +39,7 @@ from collections.abc import Iterator
 
 import blake3
 
-from walfs.engine_api import LogEngine, durable_end, read_records
+from walfs.engine_api import MAX_METADATA_BYTES, LogEngine, durable_end, read_records
 from walfs.errors import ReadOnlyError, WalCorruptError
 from walfs.names import topic_bytes
 from walfs.records import Record
@@ -51,6 +56,20 @@ def _fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+_MAGIC_META = b"WALFSCU2"
+
+
+def _encode(offset: int, metadata: str) -> bytes:
+    raw = metadata.encode("utf-8")
+    if len(raw) > MAX_METADATA_BYTES:
+        raise ValueError(f"commit metadata of {len(raw)} bytes (at most {MAX_METADATA_BYTES})")
+    if raw:
+        head = _MAGIC_META + struct.pack("<QI", offset, len(raw)) + raw
+    else:
+        head = _MAGIC + struct.pack("<Q", offset)
+    return head + blake3.blake3(head).digest(length=16)
 
 
 class CursorStore:
@@ -139,32 +158,51 @@ class CursorStore:
         return os.path.join(self.root, group, key)
 
     def get(self, group: str, key: str) -> int | None:
+        entry = self.get_entry(group, key)
+        return None if entry is None else entry[0]
+
+    def get_entry(self, group: str, key: str) -> tuple[int, str] | None:
+        """(offset, metadata) of the cursor, or None when the group never committed."""
+        path = self._path(group, key)
         try:
-            with open(self._path(group, key), "rb") as f:
-                data = f.read()
+            with open(path, "rb") as f:
+                data = f.read(36 + MAX_METADATA_BYTES + 1)  # bounded: a longer file is damage
         except FileNotFoundError:
             with self._lock:  # a put() in flight creates the file before it lists it
                 if self.read_only:
                     self._listed = None  # a live writer may have unlisted it since
                 if key not in self._manifest().get(group, ()):
                     return None
-                if os.path.exists(self._path(group, key)):
-                    return self.get(group, key)
-            raise WalCorruptError(
-                f"cursor file {self._path(group, key)} is missing: {self.manifest_path} lists it"
-            ) from None
-        if len(data) != 32 or data[:8] != _MAGIC or blake3.blake3(data[:16]).digest(length=16) != data[16:]:
-            raise WalCorruptError(f"cursor file {self._path(group, key)} is damaged")
-        return int(struct.unpack_from("<Q", data, 8)[0])
+                if os.path.exists(path):
+                    return self.get_entry(group, key)
+            raise WalCorruptError(f"cursor file {path} is missing: {self.manifest_path} lists it") from None
+        n = len(data) - 36
+        if data[:8] == _MAGIC and len(data) == 32:
+            body, metadata = data[:16], b""
+        elif (
+            data[:8] == _MAGIC_META
+            and 0 < n <= MAX_METADATA_BYTES
+            and struct.unpack_from("<I", data, 16)[0] == n
+        ):
+            body, metadata = data[: 20 + n], data[20 : 20 + n]
+        else:
+            raise WalCorruptError(f"cursor file {path} is damaged")
+        if blake3.blake3(body).digest(length=16) != data[len(body) :]:
+            raise WalCorruptError(f"cursor file {path} is damaged")
+        try:
+            return int(struct.unpack_from("<Q", data, 8)[0]), metadata.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise WalCorruptError(f"cursor file {path} is damaged") from e
 
-    def put(self, group: str, key: str, offset: int, *, advance_only: bool = False) -> bool:
-        """Sets the cursor (only forward with advance_only: the check and the write are one
-        step under the store's lock). Returns whether it changed."""
+    def put(
+        self, group: str, key: str, offset: int, *, advance_only: bool = False, metadata: str = ""
+    ) -> bool:
+        """Sets the cursor and its metadata (only forward with advance_only: the check and
+        the write are one step under the store's lock). Returns whether it changed."""
         path = self._path(group, key)
         if self.read_only:
             raise ReadOnlyError(f"cannot commit {path}: the WAL is open read-only")
-        head = _MAGIC + struct.pack("<Q", offset)
-        data = head + blake3.blake3(head).digest(length=16)
+        data = _encode(offset, metadata)
         gdir = os.path.dirname(path)
         with self._lock:
             if advance_only:

@@ -33,13 +33,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from walfs.errors import BufferTooSmallError, OffsetOutOfRangeError
-from walfs.records import Record, decode_meta
+from walfs.records import Record, decode_meta, value_is_null
 
 if TYPE_CHECKING:
     from walfs.metrics import WalStats
     from walfs.retention import Policy
 
 FSYNC_POLICIES = ("never", "interval", "always")
+# Kafka's offset.metadata.max.bytes default: the longest metadata string a commit keeps.
+MAX_METADATA_BYTES = 4096
 DEFAULT_MAX_BYTES = 16 << 20
 MAX_RECORD_BYTES = 2**32 - 2  # a value (and a meta section) is at most this long
 
@@ -235,17 +237,30 @@ class LogEngine(Protocol):
 
     # -- consumer cursors (the one commit rule) -----------------------------------------
     def commit(
-        self, group: str, topic: str, partition: int, offset: int, *, advance_only: bool = False
+        self,
+        group: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        advance_only: bool = False,
+        metadata: str = "",
     ) -> bool:
         """Sets a group's cursor, durable when this returns. The offset must lie in
         0..high watermark (OffsetOutOfRangeError); past the durable watermark the records
         are made durable first, so a cursor never points past what a power cut leaves.
         advance_only: a commit at or below the current cursor changes nothing, atomically
-        (racing readers of one group cannot move it back). Returns whether it changed."""
+        (racing readers of one group cannot move it back). `metadata` (Kafka's commit
+        metadata, at most MAX_METADATA_BYTES of UTF-8, ValueError beyond) is kept with the
+        offset. Returns whether it changed."""
         ...
 
     def committed(self, group: str, topic: str, partition: int = 0) -> int | None:
         """The group's cursor on the stream, None if it never committed there."""
+        ...
+
+    def committed_metadata(self, group: str, topic: str, partition: int = 0) -> str:
+        """The metadata the group's last commit on the stream carried ("" for none)."""
         ...
 
     def groups(self) -> list[str]:
@@ -331,6 +346,16 @@ def durable_end(engine: LogEngine, topic: str, partition: int, offset: int) -> i
     return i.durable_watermark
 
 
+def committed_offsets(engine: LogEngine, group: str) -> dict[tuple[str, int], int]:
+    """Every committed offset of a group in the engine's org: {(topic, partition): offset}."""
+    out = {}
+    for t, p in engine.streams():
+        offset = engine.committed(group, t, p)
+        if offset is not None:
+            out[(t, p)] = offset
+    return out
+
+
 def wait_for(
     engine: LogEngine, topic: str, partition: int, offset: int, timeout: float | None = None
 ) -> bool:
@@ -413,13 +438,14 @@ def read_records(
     for k in range(0, 5 * n, 5):
         pos, lens = w[k + 4], w[k + 3]
         split = pos + (lens & 0xFFFFFFFF)
-        key, headers, ts = decode_meta(mv[pos:split].tobytes())
+        meta = mv[pos:split].tobytes()
+        key, headers, ts = decode_meta(meta)
         append_ts = w[k + 2] - (1 << 64) if w[k + 2] >= 1 << 63 else w[k + 2]
         out.append(
             Record(
                 w[k + 1],
                 append_ts if ts is None else ts,
-                mv[split : split + (lens >> 32)].tobytes(),
+                None if value_is_null(meta) else mv[split : split + (lens >> 32)].tobytes(),
                 key,
                 headers,
                 w[k],

@@ -384,7 +384,14 @@ class LocalEngine:
         return self.cursors.get(group, self._key(topic, partition))
 
     def commit(
-        self, group: str, topic: str, partition: int, offset: int, *, advance_only: bool = False
+        self,
+        group: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        advance_only: bool = False,
+        metadata: str = "",
     ) -> bool:
         if not isinstance(offset, int) or offset < 0:
             raise OffsetOutOfRangeError(f"cannot commit offset {offset!r} of {topic!r}[{partition}]")
@@ -396,7 +403,13 @@ class LocalEngine:
             )
         if offset > durable:
             self.core.sync()
-        return self.cursors.put(group, self._key(topic, partition), offset, advance_only=advance_only)
+        return self.cursors.put(
+            group, self._key(topic, partition), offset, advance_only=advance_only, metadata=metadata
+        )
+
+    def committed_metadata(self, group: str, topic: str, partition: int = 0) -> str:
+        entry = self.cursors.get_entry(group, self._key(topic, partition))
+        return "" if entry is None else entry[1]
 
     def groups(self) -> list[str]:
         return self.cursors.groups()

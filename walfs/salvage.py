@@ -22,22 +22,18 @@ import errno
 import mmap
 import os
 import re
-import struct
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import blake3
-
 from walfs._core import ffi, lib
 from walfs.consumer import MANIFEST, CursorStore
 from walfs.errors import WalCorruptError, WalError, from_errno
 from walfs.names import stream_key
-from walfs.records import decode_meta, encode_meta
+from walfs.records import decode_meta, encode_meta, producer_of, value_is_null, with_producer
 
 _SEG_NAME = re.compile(r"^seg-([0-9a-f]{16})\.wal$")
-_CURSOR_MAGIC = b"WALFSCUR"
 _BATCH = 512
 
 
@@ -263,12 +259,11 @@ def _cursors(
     except OSError as e:
         report.lost.append(Loss(MANIFEST, "cursor manifest", f"unreadable ({e.strerror})"))
     try:
-        groups = sorted(
-            {e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False)} | set(listed)
-        )
+        groups = sorted({e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False)} | set(listed))
     except OSError:
         groups = sorted(listed)
     store = CursorStore(dst)
+    source = CursorStore(src, read_only=True)
     for g in groups:
         try:
             found = {e.name for e in os.scandir(os.path.join(root, g)) if ".tmp." not in e.name}
@@ -280,28 +275,27 @@ def _cursors(
         for key in sorted(found | listed.get(g, set())):
             where = f"cursors/{g}/{key}"
             try:
-                data = _read_file(os.path.join(root, g, key))
-            except FileNotFoundError:
-                report.lost.append(Loss(where, "cursor", f"missing (listed in {MANIFEST})"))
-                continue
+                if not os.path.exists(os.path.join(root, g, key)):
+                    report.lost.append(Loss(where, "cursor", f"missing (listed in {MANIFEST})"))
+                    continue
+                # The cursor file format's one reader (walfs/consumer.py), both forms.
+                entry = source.get_entry(g, key)
             except OSError as e:
                 report.lost.append(Loss(where, "cursor", f"unreadable ({e.strerror})"))
                 continue
-            if (
-                len(data) != 32
-                or data[:8] != _CURSOR_MAGIC
-                or blake3.blake3(data[:16]).digest(length=16) != data[16:]
-            ):
+            except (WalCorruptError, ValueError):
                 report.lost.append(Loss(where, "cursor", "damaged (checksum fails)"))
                 continue
-            offset = int(struct.unpack_from("<Q", data, 8)[0])
+            if entry is None:
+                continue
+            offset, metadata = entry
             fix = shift_of.get(key)
             new = fix(offset) if fix else offset
             if new is None:
                 report.lost.append(Loss(where, f"cursor at {offset}", "points into lost records"))
                 continue
             try:
-                store.put(g, key, new)
+                store.put(g, key, new, metadata=metadata)
             except (ValueError, OSError) as e:
                 report.lost.append(Loss(where, "cursor", f"cannot be written ({e})"))
                 continue
@@ -439,7 +433,10 @@ def _copy_stream(
             r = s.recs[o]
             meta, value = _value(segs, r)
             key, headers, ts = decode_meta(meta) if meta else (None, (), None)
-            meta = encode_meta(key, headers, r.ts if ts is None else ts)
+            producer = producer_of(meta)
+            meta = encode_meta(key, headers, r.ts if ts is None else ts, value_is_null(meta))
+            if producer is not None:
+                meta = with_producer(meta, producer)
             bodies.append(meta + value)
             metas.append(len(meta))
             values.append(len(value))

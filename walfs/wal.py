@@ -15,6 +15,7 @@ from walfs.engine_api import (
     Change,
     LogEngine,
     StreamInfo,
+    committed_offsets,
     durable_end,
     open_engine,
     read_records,
@@ -144,7 +145,10 @@ class Wal:
                 key, value, headers, ts = r
             else:
                 key, value, headers, ts = r.key, r.value, r.headers, getattr(r, "timestamp_ms", None)
-            meta = encode_meta(key, headers, ts)
+            # A None value is a null (a Kafka tombstone): stored empty, marked in the meta.
+            meta = encode_meta(key, headers, ts, null_value=value is None)
+            if value is None:
+                value = b""
             bodies.append(meta + bytes(value) if meta else bytes(value))
             metas.append(len(meta))
             if len(value) >= MAX_U32:
@@ -265,11 +269,27 @@ class Wal:
     def committed_offset(self, group: str, topic: str, partition: int = 0) -> int | None:
         return self.engine.committed(group, topic, partition)
 
+    def committed(self, group: str, topic: str, partition: int = 0) -> tuple[int, str] | None:
+        """(offset, metadata) of the group's cursor (metadata: the string the last commit
+        carried, "" for none), or None when the group never committed on the stream."""
+        offset = self.engine.committed(group, topic, partition)
+        return None if offset is None else (offset, self.engine.committed_metadata(group, topic, partition))
+
     def commit_offset(
-        self, group: str, topic: str, offset: int, partition: int = 0, *, advance_only: bool = False
+        self,
+        group: str,
+        topic: str,
+        offset: int,
+        partition: int = 0,
+        *,
+        advance_only: bool = False,
+        metadata: str = "",
     ) -> bool:
-        """The one cursor-commit rule (engine_api.LogEngine.commit)."""
-        return self.engine.commit(group, topic, partition, offset, advance_only=advance_only)
+        """The one cursor-commit rule (engine_api.LogEngine.commit); `metadata` is Kafka's
+        commit metadata, kept with the offset (`committed`)."""
+        return self.engine.commit(
+            group, topic, partition, offset, advance_only=advance_only, metadata=metadata
+        )
 
     def consumer_groups(self) -> list[str]:
         return self.engine.groups()
@@ -280,12 +300,7 @@ class Wal:
 
     def committed_offsets(self, group: str) -> dict[tuple[str, int], int]:
         """Every committed offset of a group in this org: {(topic, partition): offset}."""
-        out = {}
-        for t, p in self.engine.streams():
-            offset = self.engine.committed(group, t, p)
-            if offset is not None:
-                out[(t, p)] = offset
-        return out
+        return committed_offsets(self.engine, group)
 
     # -- trim and retention ---------------------------------------------------------
     def trim(self, topic: str, before_offset: int, partition: int = 0) -> None:

@@ -13,6 +13,7 @@ import trio
 
 from walfs.kafka.group_coordinator import GroupCoordinator
 from walfs.kafka.producer_ids import ProducerIds
+from walfs.kafka.record_times import RecordTimes
 from walfs.kafka.topic_catalog import TopicCatalog
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ class Broker:
     catalog: TopicCatalog = field(init=False)
     groups: GroupCoordinator = field(init=False)
     producer_ids: ProducerIds = field(default_factory=ProducerIds)
+    record_times: RecordTimes = field(default_factory=RecordTimes)  # ListOffsets by timestamp
     # Separate limiters: long-poll waits may park many threads for up to max_wait_ms,
     # and they must never starve appends and syncs of threads.
     io_limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(16))

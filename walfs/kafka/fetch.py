@@ -11,7 +11,7 @@ from typing import Any
 
 import trio
 
-from walfs.engine_api import durable_end, read_records, wait_for
+from walfs.engine_api import durable_end, wait_for
 from walfs.kafka.api import Api
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.messages import ErrorCode, build, response_module
@@ -129,31 +129,29 @@ async def handle_fetch(broker: Broker, conn: Connection, version: int, req: Any)
     )
 
 
-def _list_offset(broker: Broker, topic: str, p: int, ts: int) -> tuple[ErrorCode, int, int]:
-    """(error, timestamp, offset) for one ListOffsets query (worker thread)."""
+def _list_offset(broker: Broker, version: int, topic: str, p: int, ts: int) -> tuple[ErrorCode, int, int]:
+    """(error, timestamp, offset) for one ListOffsets query (worker thread): by record
+    timestamp, as Kafka searches (walfs/kafka/record_times.py)."""
     wal = broker.wal
     if p < 0 or p >= broker.catalog.partition_count(topic):
         return ErrorCode.unknown_topic_or_partition, -1, -1
     try:
-        hwm = wal.info(topic, p).high_watermark
+        info = wal.info(topic, p)
+        hwm, low = info.high_watermark, info.low_watermark
         if ts == LATEST:
             return ErrorCode.none, -1, hwm
         if ts == EARLIEST:
-            return ErrorCode.none, -1, wal.info(topic, p).low_watermark
+            return ErrorCode.none, -1, low
         if ts == MAX_TIMESTAMP:
-            # The record with the largest timestamp; walfs indexes time by first
-            # offset at or after a time, so answer with the newest record instead.
-            if hwm == wal.info(topic, p).low_watermark:
-                return ErrorCode.none, -1, -1
-            last = read_records(wal, topic, p, hwm - 1, max_records=1)
-            return ErrorCode.none, last[0].timestamp_ms, hwm - 1
+            if version < 7:  # KIP-734: -3 exists from v7 on; Kafka refuses it before
+                return ErrorCode.unsupported_version, -1, -1
+            found_ts, off = broker.record_times.max_timestamp(wal, topic, p, low, hwm)
+            return ErrorCode.none, found_ts, off
         if ts < 0:
             return ErrorCode.invalid_request, -1, -1
-        off = wal.locate(topic, p, timestamp_ms=ts)
-        if off >= hwm:
-            return ErrorCode.none, -1, -1  # Kafka's answer when no record is that new
-        rec = read_records(wal, topic, p, off, max_records=1)
-        return ErrorCode.none, rec[0].timestamp_ms, off
+        # -1, -1 when no record is that new: Kafka's answer.
+        found_ts, off = broker.record_times.offset_for(wal, topic, p, ts, low, hwm)
+        return ErrorCode.none, found_ts, off
     except Exception as e:
         return error_code_for(e, f"list offsets {topic}/{p}@{ts}"), -1, -1
 
@@ -176,7 +174,9 @@ async def handle_list_offsets(broker: Broker, conn: Connection, version: int, re
                         leader_epoch=-1,
                     )
                     for q in t.partitions
-                    for code, ts, off in [_list_offset(broker, t.name, q.partition_index, q.timestamp)]
+                    for code, ts, off in [
+                        _list_offset(broker, version, t.name, q.partition_index, q.timestamp)
+                    ]
                 ),
             )
             for t in req.topics

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from walfs.engine_api import MAX_METADATA_BYTES, committed_offsets
 from walfs.kafka.api import Api
 from walfs.kafka.broker import NODE_ID, Broker, Connection
 from walfs.kafka.group_coordinator import GroupError, JoinRequest
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.wal_errors import error_code_for
+from walfs.names import topic_bytes
 
 
 async def handle_find_coordinator(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
@@ -146,6 +148,8 @@ async def handle_offset_commit(broker: Broker, conn: Connection, version: int, r
         broker.groups.check_commit(req.group_id, generation, req.member_id)
     except GroupError as e:
         group_code = ErrorCode(e.code)
+    if not _storable_group(req.group_id):
+        group_code = ErrorCode.invalid_group_id
 
     def commit_all() -> list[Any]:
         out = []
@@ -158,9 +162,14 @@ async def handle_offset_commit(broker: Broker, conn: Connection, version: int, r
                     # Kafka answers a commit to a topic or partition it does not have
                     # with UNKNOWN_TOPIC_OR_PARTITION (not the engine's range check).
                     code = ErrorCode.unknown_topic_or_partition
+                metadata = p.committed_metadata or ""  # Kafka keeps a null as ""
+                if code is ErrorCode.none and len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
+                    code = ErrorCode.offset_metadata_too_large  # offset.metadata.max.bytes
                 if code is ErrorCode.none:
                     try:
-                        broker.wal.commit(req.group_id, t.name, p.partition_index, p.committed_offset)
+                        broker.wal.commit(
+                            req.group_id, t.name, p.partition_index, p.committed_offset, metadata=metadata
+                        )
                     except Exception as e:
                         code = error_code_for(e, f"commit {req.group_id} {t.name}/{p.partition_index}")
                 parts.append(
@@ -179,13 +188,20 @@ async def handle_offset_fetch(broker: Broker, conn: Connection, version: int, re
     mod = response_module(9, version)
     wal = broker.wal
 
-    def fetch_all() -> list[Any]:
+    def fetch_all() -> tuple[list[Any], ErrorCode]:
         out = []
-        # topics=None asks for everything the group committed; the engine cannot list
-        # a group's topics yet, so that answers with none (clients ask by topic).
-        for t in req.topics or ():
-            known = broker.catalog.partition_count(t.name)
-            indexes = t.partition_indexes
+        asked: list[tuple[str, Any]] = [(t.name, t.partition_indexes) for t in req.topics or ()]
+        if req.topics is None:  # everything the group committed
+            by_topic: dict[str, list[int]] = {}
+            try:
+                committed = committed_offsets(wal, req.group_id)
+            except Exception as e:  # a damaged cursor file
+                return [], error_code_for(e, f"offset fetch {req.group_id}")
+            for topic, p in sorted(committed):
+                by_topic.setdefault(topic, []).append(p)
+            asked = list(by_topic.items())
+        for name, indexes in asked:
+            known = broker.catalog.partition_count(name)
             if indexes is None:
                 indexes = range(known)
             parts = []
@@ -203,25 +219,38 @@ async def handle_offset_fetch(broker: Broker, conn: Connection, version: int, re
                     )
                     continue
                 try:
-                    off = wal.committed(req.group_id, t.name, p)
+                    off = wal.committed(req.group_id, name, p)
+                    entry = None if off is None else (off, wal.committed_metadata(req.group_id, name, p))
                     code = ErrorCode.none
                 except Exception as e:
-                    off, code = None, error_code_for(e, f"offset fetch {req.group_id} {t.name}/{p}")
+                    entry, code = None, error_code_for(e, f"offset fetch {req.group_id} {name}/{p}")
                 parts.append(
                     build(
                         mod.OffsetFetchResponsePartition,
                         partition_index=p,
-                        committed_offset=-1 if off is None else off,
+                        committed_offset=-1 if entry is None else entry[0],
                         committed_leader_epoch=-1,
-                        metadata="",
+                        metadata="" if entry is None else entry[1],
                         error_code=code,
                     )
                 )
-            out.append(build(mod.OffsetFetchResponseTopic, name=t.name, partitions=tuple(parts)))
-        return out
+            out.append(build(mod.OffsetFetchResponseTopic, name=name, partitions=tuple(parts)))
+        return out, ErrorCode.none
 
-    topics = await broker.blocking(fetch_all)
-    return build(mod.OffsetFetchResponse, topics=tuple(topics), error_code=ErrorCode.none)
+    if not _storable_group(req.group_id):
+        return build(mod.OffsetFetchResponse, topics=(), error_code=ErrorCode.invalid_group_id)
+    topics, code = await broker.blocking(fetch_all)
+    return build(mod.OffsetFetchResponse, topics=tuple(topics), error_code=code)
+
+
+def _storable_group(group: str) -> bool:
+    """Group ids walfs can keep offsets for: the one name rule (walfs.names), which Kafka
+    does not have (it accepts "" too); others get INVALID_GROUP_ID."""
+    try:
+        topic_bytes(group)
+    except ValueError:
+        return False
+    return True
 
 
 HANDLERS = {

@@ -13,8 +13,16 @@ from walfs.kafka.api import Api
 from walfs.kafka.broker import Broker, Connection, log
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.metadata import valid_new_topic
-from walfs.kafka.record_batch import BatchError, UnsupportedCompression, decode_for_append
+from walfs.kafka.producer_ids import DUPLICATE, OUT_OF_ORDER, STALE_EPOCH
+from walfs.kafka.record_batch import (
+    BatchError,
+    InvalidRecords,
+    ProducedBodies,
+    UnsupportedCompression,
+    decode_for_append,
+)
 from walfs.kafka.wal_errors import error_code_for
+from walfs.records import with_producer
 
 
 def _append_partition(
@@ -35,31 +43,60 @@ def _append_partition(
     except UnsupportedCompression as e:
         log.info("produce to %s/%d: %s", topic, partition, e)
         return ErrorCode.unsupported_compression_type, -1, -1
+    except InvalidRecords as e:
+        # Kafka's INVALID_RECORD, with the records at fault (ProduceResponse v8+).
+        log.info("produce to %s/%d: invalid records: %s", topic, partition, e)
+        raise
     except BatchError as e:
         log.warning("produce to %s/%d: rejected batch: %s", topic, partition, e)
         return ErrorCode.corrupt_message, -1, -1
-    # (A null value, a Kafka tombstone, is stored as an empty record: walfs values are
-    # bytes, and the file view needs a line for it.)
     if produced is None:
         info = wal.info(topic, partition)
         return ErrorCode.none, info.high_watermark, info.low_watermark
-    n = len(produced.meta_lens)
-    dup = broker.producer_ids.duplicate_of(produced.producer_id, topic, partition, produced.base_sequence, n)
-    if dup is not None:
-        log.info(
-            "produce to %s/%d: resent batch of producer %d dropped", topic, partition, produced.producer_id
-        )
-        return ErrorCode.none, dup, wal.info(topic, partition).low_watermark
+    if produced.producer_id < 0 or produced.base_sequence < 0:
+        return _append(wal, topic, partition, produced)
+    # An idempotent producer: its sequence is checked, and the batch carries its producer
+    # section into the log, so the check survives a restart (walfs/kafka/producer_ids.py).
+    ids = broker.producer_ids
+    pid, epoch, first, n = (
+        produced.producer_id,
+        produced.producer_epoch,
+        produced.base_sequence,
+        len(produced.meta_lens),
+    )
+    with ids.guard(pid, topic, partition):
+        verdict, offset = ids.check(wal, pid, epoch, topic, partition, first, n)
+        if verdict == DUPLICATE:
+            log.info(
+                "produce to %s/%d: resent batch of producer %d not appended again", topic, partition, pid
+            )
+            return ErrorCode.none, offset, wal.info(topic, partition).low_watermark
+        if verdict == OUT_OF_ORDER:
+            log.info("produce to %s/%d: producer %d sequence %d out of order", topic, partition, pid, first)
+            return ErrorCode.out_of_order_sequence_number, -1, -1
+        if verdict == STALE_EPOCH:
+            return ErrorCode.invalid_producer_epoch, -1, -1
+        m0 = produced.meta_lens[0]
+        meta = with_producer(bytes(produced.data[:m0]), (pid, epoch, first, n))
+        produced.data = meta + produced.data[m0:]
+        produced.meta_lens[0] = len(meta)
+        code, base, start = _append(wal, topic, partition, produced)
+        if code is ErrorCode.none:
+            ids.remember(pid, epoch, topic, partition, first, n, base)
+        return code, base, start
+
+
+def _append(wal: Any, topic: str, partition: int, produced: ProducedBodies) -> tuple[ErrorCode, int, int]:
     try:
         base = wal.append(topic, partition, produced.data, produced.meta_lens, produced.value_lens)
     except Exception as e:
         return error_code_for(e, f"produce to {topic}/{partition}"), -1, -1
-    broker.producer_ids.remember(produced.producer_id, topic, partition, produced.base_sequence, n, base)
     return ErrorCode.none, base, wal.info(topic, partition).low_watermark
 
 
 async def handle_produce(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
     results: list[tuple[str, list[tuple[int, ErrorCode, int, int]]]] = []
+    invalid: dict[tuple[str, int], InvalidRecords] = {}
     appended = False
     for td in req.topic_data:
         parts = []
@@ -68,9 +105,13 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
                 # No transactions here: refuse instead of pretending.
                 parts.append((pd.index, ErrorCode.transactional_id_authorization_failed, -1, -1))
                 continue
-            code, base, start = await broker.blocking(
-                _append_partition, broker, td.name, pd.index, pd.records
-            )
+            try:
+                code, base, start = await broker.blocking(
+                    _append_partition, broker, td.name, pd.index, pd.records
+                )
+            except InvalidRecords as e:
+                code, base, start = ErrorCode.invalid_record, -1, -1
+                invalid[(td.name, pd.index)] = e
             appended |= code is ErrorCode.none
             parts.append((pd.index, code, base, start))
         results.append((td.name, parts))
@@ -97,10 +138,14 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
                         base_offset=base,
                         log_append_time=None,
                         log_start_offset=start,
-                        record_errors=(),
-                        error_message=None,
+                        record_errors=tuple(
+                            build(mod.BatchIndexAndErrorMessage, batch_index=i, batch_index_error_message=m)
+                            for i, m in (bad.record_errors if bad and version >= 8 else ())
+                        ),
+                        error_message=str(bad) if bad else None,
                     )
                     for index, code, base, start in parts
+                    for bad in [invalid.get((topic, index))]
                 ),
             )
             for topic, parts in results

@@ -23,10 +23,8 @@ zigzag-encoded.
 from __future__ import annotations
 
 import array
-import gzip
 import struct
 import threading
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +33,13 @@ from crc32c import crc32c
 
 from walfs.engine_api import REC_SIZE
 from walfs.errors import BufferTooSmallError
+from walfs.kafka.compression import (
+    MAX_DECOMPRESSED_BYTES,
+    CompressionError,
+    UnknownCodec,
+    compress,
+    decompress,
+)
 from walfs.kafka_codec import decode_kafka_records, encode_kafka_batch
 
 _BATCH_HEAD = struct.Struct(">qiibIhiqqqhii")
@@ -50,8 +55,18 @@ class BatchError(ValueError):
     """A batch that cannot be accepted: bad length, magic, CRC or record layout."""
 
 
+class InvalidRecords(BatchError):
+    """A well-formed batch Kafka refuses with INVALID_RECORD: a batch-level rule (count,
+    offset range, control batch from a client, producer id without sequence) or, per
+    record, ``record_errors`` [(index in the batch, why)] (ProduceResponse v8+)."""
+
+    def __init__(self, message: str, record_errors: list[tuple[int, str]] | None = None) -> None:
+        super().__init__(message)
+        self.record_errors = record_errors or []
+
+
 class UnsupportedCompression(BatchError):
-    """The batch uses a codec this listener does not decode (only gzip is built in)."""
+    """The batch names a codec Kafka does not define (attributes codec bits 5-7)."""
 
 
 @dataclass(slots=True)
@@ -101,36 +116,13 @@ def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
     return buf[pos:end], end
 
 
-# A batch's records may not decompress to more than Kafka's message.max.bytes default:
-# a small gzip "bomb" is refused after this many bytes instead of filling memory.
-MAX_DECOMPRESSED_BYTES = 1048588
-
-
-def _gunzip_bounded(data: bytes, cap: int) -> bytes:
-    """gzip members one after another (as gzip.decompress reads them), stopping at cap."""
-    out = bytearray()
-    rest = data
-    while True:
-        d = zlib.decompressobj(wbits=31)
-        out += d.decompress(rest, cap + 1 - len(out))
-        if len(out) > cap:
-            raise BatchError(f"gzip data decompresses to more than {cap} bytes")
-        if not d.eof:
-            if d.unconsumed_tail:
-                raise BatchError(f"gzip data decompresses to more than {cap} bytes")
-            raise BatchError("bad gzip data: truncated")
-        rest = d.unused_data
-        if not rest:
-            return bytes(out)
-
-
 def _decompress(codec: int, data: bytes) -> bytes:
-    if codec == 1:
-        try:
-            return _gunzip_bounded(data, MAX_DECOMPRESSED_BYTES)
-        except zlib.error as e:
-            raise BatchError(f"bad gzip data: {e}") from e
-    raise UnsupportedCompression(f"compression codec {codec} is not supported")
+    try:
+        return decompress(codec, data, MAX_DECOMPRESSED_BYTES)
+    except UnknownCodec as e:
+        raise UnsupportedCompression(str(e)) from e
+    except CompressionError as e:
+        raise BatchError(str(e)) from e
 
 
 @dataclass(slots=True)
@@ -157,6 +149,8 @@ def decode_for_append(data: bytes) -> ProducedBodies | None:
         try:
             joined, m, v = decode_kafka_records(body, count, base_ts)
         except ValueError as e:
+            # The reference decoder says why (and which records, for per-record errors).
+            _decode_records(body, count, base_ts)
             raise BatchError(str(e)) from e
         if first is None:
             first = (producer_id, producer_epoch, base_sequence)
@@ -169,7 +163,7 @@ def decode_for_append(data: bytes) -> ProducedBodies | None:
 
 
 def decode_batches(data: bytes) -> list[ProducedBatch]:
-    """Parse a produce request's record set. Control batches are skipped."""
+    """Parse a produce request's record set (the reference decoder)."""
     return [
         ProducedBatch(producer_id, producer_epoch, base_sequence, _decode_records(body, count, base_ts))
         for producer_id, producer_epoch, base_sequence, base_ts, count, body in _batches(data)
@@ -191,7 +185,7 @@ def _batches(data: bytes) -> Iterator[tuple[int, int, int, int, int, bytes]]:
             magic,
             crc,
             attributes,
-            _last_delta,
+            last_delta,
             base_ts,
             _max_ts,
             producer_id,
@@ -208,8 +202,15 @@ def _batches(data: bytes) -> Iterator[tuple[int, int, int, int, int, bytes]]:
             raise BatchError("record batch CRC-32C mismatch")
         body = data[pos + BATCH_OVERHEAD : end]
         pos = end
+        # Kafka's batch rules for what clients send (LogValidator.validateBatch).
+        if count <= 0:
+            raise InvalidRecords(f"invalid reported count for record batch: {count}")
+        if last_delta + 1 != count:
+            raise InvalidRecords(f"inconsistent batch offset range: last delta {last_delta}, {count} records")
         if attributes & CONTROL_FLAG:
-            continue
+            raise InvalidRecords("clients are not allowed to write control records")
+        if producer_id >= 0 and base_sequence < 0:
+            raise InvalidRecords(f"invalid sequence number {base_sequence} of producer {producer_id}")
         codec = attributes & COMPRESSION_MASK
         if codec:
             body = _decompress(codec, body)
@@ -220,8 +221,9 @@ def _batches(data: bytes) -> Iterator[tuple[int, int, int, int, int, bytes]]:
 
 def _decode_records(body: bytes, count: int, base_ts: int) -> list[WireRecord]:
     records: list[WireRecord] = []
+    errors: list[tuple[int, str]] = []
     p = 0
-    for _ in range(count):
+    for index in range(count):
         length, p = _read_varint(body, p)
         rec_end = p + length
         if length < 0 or rec_end > len(body):
@@ -242,14 +244,20 @@ def _decode_records(body: bytes, count: int, base_ts: int) -> list[WireRecord]:
                 raise BatchError("null header key")
             try:
                 headers.append((hk.decode(), hv))
-            except UnicodeDecodeError as e:
-                raise BatchError("header key is not UTF-8") from e
+            except UnicodeDecodeError:
+                # The record is whole, only walfs cannot keep it: a per-record error.
+                errors.append((index, "header key is not UTF-8"))
+                continue
+            if len(hk) > 0xFFFF:
+                errors.append((index, f"header key of {len(hk)} bytes (at most 65535)"))
         if p != rec_end:
             raise BatchError("record fields do not add up to the record length")
         ts = base_ts + ts_delta
         records.append(WireRecord(key, value, headers, ts if base_ts >= 0 else None))
     if p != len(body):
         raise BatchError("trailing bytes after the last record")
+    if errors:
+        raise InvalidRecords(f"{len(errors)} invalid record(s): {errors[0][1]}", errors)
     return records
 
 
@@ -330,8 +338,15 @@ def read_batch(wal: Any, topic: str, offset: int, partition: int, max_records: i
         return encode_kafka_batch(tl.buf, tl.recs, n)
 
 
-def encode_records_for_test(records: Sequence[WireRecord], *, base_offset: int = 0, codec: int = 0) -> bytes:
-    """Build a producer-style batch (used by tests to craft requests by hand)."""
+def encode_records_for_test(
+    records: Sequence[WireRecord],
+    *,
+    base_offset: int = 0,
+    codec: int = 0,
+    producer: tuple[int, int, int] = (-1, -1, -1),
+) -> bytes:
+    """Build a producer-style batch (used by tests to craft requests by hand); producer is
+    (producer id, epoch, base sequence)."""
     base_ts = min((r.timestamp_ms or 0) for r in records) if records else 0
     body = bytearray()
     rec = bytearray()
@@ -348,9 +363,9 @@ def encode_records_for_test(records: Sequence[WireRecord], *, base_offset: int =
             _nbytes(hv, rec)
         _varint(len(rec), body)
         body += rec
-    payload = gzip.compress(bytes(body)) if codec == 1 else bytes(body)
+    payload = compress(codec, bytes(body))
     max_ts = max((r.timestamp_ms or 0) for r in records) if records else 0
-    tail = struct.pack(">hiqqqhii", codec, len(records) - 1, base_ts, max_ts, -1, -1, -1, len(records))
+    tail = struct.pack(">hiqqqhii", codec, len(records) - 1, base_ts, max_ts, *producer, len(records))
     crc = crc32c(tail + payload)
     head = struct.pack(">qiibI", base_offset, BATCH_OVERHEAD - 12 + len(payload), -1, 2, crc)
     return head + tail + payload

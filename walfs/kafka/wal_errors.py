@@ -18,6 +18,7 @@ _BY_NAME = {
     "CorruptRecordError": ErrorCode.corrupt_message,
     "WalFailedError": ErrorCode.kafka_storage_error,
     "WalIOError": ErrorCode.kafka_storage_error,
+    "WalCorruptError": ErrorCode.kafka_storage_error,  # damage found (e.g. a cursor file): reported
     "ReadOnlyError": ErrorCode.policy_violation,
 }
 

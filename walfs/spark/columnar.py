@@ -20,7 +20,7 @@ import pyarrow as pa
 from walfs import BufferTooSmallError, Record
 from walfs.engine_api import REC_LAYOUT, REC_SIZE, LogEngine, read_records
 from walfs.errors import OffsetOutOfRangeError
-from walfs.records import decode_meta
+from walfs.records import decode_meta, value_is_null
 from walfs.spark.schema import ARROW_SCHEMA, CREATE_TIME, HEADER_TYPE, LOG_APPEND_TIME
 
 BATCH_RECORDS = 65536
@@ -103,9 +103,12 @@ def _columns_to_batch(topic: str, partition: int, r: np.ndarray, buf: pa.Buffer)
         keys: list[bytes | None] = [None] * n
         headers: list[list[dict[str, Any]]] = [[] for _ in range(n)]
         raw = memoryview(buf)
+        nulls = np.zeros(n, bool)
         for i in np.flatnonzero(meta_len):
             p = int(pos[i])
-            key, hdrs, produced_ts = decode_meta(bytes(raw[p : p + int(meta_len[i])]))
+            meta = bytes(raw[p : p + int(meta_len[i])])
+            key, hdrs, produced_ts = decode_meta(meta)
+            nulls[i] = value_is_null(meta)
             keys[i] = key
             headers[i] = [{"key": k, "value": v} for k, v in hdrs]
             if produced_ts is not None:
@@ -113,6 +116,10 @@ def _columns_to_batch(topic: str, partition: int, r: np.ndarray, buf: pa.Buffer)
                 ts_type[i] = CREATE_TIME
         key_col = pa.array(keys, pa.binary())
         header_col = pa.array(headers, pa.list_(HEADER_TYPE))
+        if nulls.any():  # null values (Kafka tombstones) are null in the value column
+            valid = pa.py_buffer(np.packbits(~nulls, bitorder="little"))
+            bufs = [valid, pa.py_buffer(value_offsets), data]
+            values = pa.Array.from_buffers(pa.binary(), n, bufs, int(nulls.sum()))
     else:
         key_col = pa.nulls(n, pa.binary())
         header_col = _empty_lists(n)

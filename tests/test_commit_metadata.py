@@ -1,0 +1,127 @@
+"""Commit metadata (Kafka's OffsetCommit string) in the cursor store (issue 12): kept
+durably with the offset and returned by Wal.committed; a commit without metadata writes
+the 32-byte file older releases wrote (and they still read); a file with metadata is
+checked (magic, length, checksum, UTF-8) and damage is reported, never guessed."""
+
+from __future__ import annotations
+
+import array
+import os
+import struct
+import subprocess
+import sys
+
+import blake3
+import pytest
+
+import walfs
+from walfs.consumer import MAX_METADATA_BYTES
+from walfs.errors import WalCorruptError
+from walfs.records import encode_meta, producer_of, with_producer
+
+
+def _cursor_file(wal_dir: str, group: str) -> str:
+    (name,) = os.listdir(os.path.join(wal_dir, "cursors", group))
+    return os.path.join(wal_dir, "cursors", group, name)
+
+
+def test_metadata_kept_across_reopen_and_old_form_without_it(open_wal, wal_dir):
+    w = open_wal()
+    w.append_batch("t", [b"a", b"b", b"c"])
+    assert w.committed("g", "t") is None
+    w.commit_offset("g", "t", 2, metadata="consumer-7 gen 3 ✓")
+    assert w.committed("g", "t") == (2, "consumer-7 gen 3 ✓")
+    assert w.committed_offset("g", "t") == 2
+    w.close()
+    w = open_wal()
+    assert w.committed("g", "t") == (2, "consumer-7 gen 3 ✓")
+    with open(_cursor_file(wal_dir, "g"), "rb") as f:
+        assert f.read(8) == b"WALFSCU2"
+    # A commit without metadata goes back to the 32-byte form.
+    w.commit_offset("g", "t", 3)
+    assert w.committed("g", "t") == (3, "")
+    assert os.path.getsize(_cursor_file(wal_dir, "g")) == 32
+    # advance_only: a commit that does not advance changes neither offset nor metadata.
+    w.commit_offset("g", "t", 3, metadata="x")
+    assert not w.commit_offset("g", "t", 1, advance_only=True, metadata="y")
+    assert w.committed("g", "t") == (3, "x")
+
+
+def test_metadata_size_limit(open_wal):
+    w = open_wal()
+    w.append("t", b"a")
+    w.commit_offset("g", "t", 1, metadata="m" * MAX_METADATA_BYTES)
+    with pytest.raises(ValueError, match="metadata"):
+        w.commit_offset("g", "t", 0, metadata="m" * (MAX_METADATA_BYTES + 1))
+    assert w.committed("g", "t") == (1, "m" * MAX_METADATA_BYTES)
+
+
+@pytest.mark.parametrize("damage", ["flip", "cut", "grow", "length", "utf8"])
+def test_damaged_metadata_cursor_is_reported(open_wal, wal_dir, damage: str):
+    w = open_wal()
+    w.append("t", b"a")
+    w.commit_offset("g", "t", 1, metadata="meta")
+    path = _cursor_file(wal_dir, "g")
+    data = bytearray(open(path, "rb").read())
+    if damage == "flip":
+        data[21] ^= 1
+    elif damage == "cut":
+        del data[-1]
+    elif damage == "grow":
+        data += b"\0" * (MAX_METADATA_BYTES + 100)
+    elif damage == "length":
+        struct.pack_into("<I", data, 16, 3)
+    else:  # checksum right, metadata not UTF-8
+        data[20:24] = b"\xff\xfe\xfd\xfc"
+        data[24:] = blake3.blake3(bytes(data[:24])).digest(length=16)
+    with open(path, "wb") as f:
+        f.write(data)
+    with pytest.raises(WalCorruptError, match="cursor file"):
+        w.committed("g", "t")
+
+
+def test_salvage_keeps_null_values_producer_sections_and_commit_metadata(open_wal, wal_dir, tmp_path):
+
+    w = open_wal()
+    w.append_records("t", [(b"k", None, None, 5), (None, b"", None, 6)])
+    meta = with_producer(encode_meta(b"k", None, 7), (99, 1, 10, 1))
+    w.append_bodies("t", meta + b"v", array.array("I", [len(meta)]), array.array("I", [1]))
+    w.commit_offset("g", "t", 2, metadata="kept")
+    w.close()
+    new = str(tmp_path / "new")
+    r = subprocess.run(
+        [sys.executable, "-m", "walfs", "fsck", "--repair", wal_dir, "--into", new, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    with walfs.Wal(new) as w2:
+        recs = w2.read_records("t", 0)
+        assert [(r.key, r.value) for r in recs] == [(b"k", None), (None, b""), (b"k", b"v")]
+        assert w2.committed("g", "t") == (2, "kept")
+        buf, descs = bytearray(1 << 16), bytearray(40 * 3)
+        assert w2.read_into("t", 0, buf, descs, 0, 3) == 3
+        _gid, _off, _ts, meta_len, _vlen, pos = struct.unpack_from("<QQqIIQ", descs, 80)
+        assert producer_of(bytes(buf[pos : pos + meta_len])) == (99, 1, 10, 1)
+
+
+def test_kafka_offset_fetch_reports_a_damaged_cursor_and_keeps_serving(tmp_path):
+    from kafka_answers import _commit, _fetch
+    from kafka_harness import check_alive, listener
+    from kafka_wire import Wire
+
+    with listener(tmp_path) as lst:
+        lst.wal.append("t", b"a")
+        with Wire(lst.bootstrap) as w:
+            assert _commit(w, "g", "t", 0, 1, "m") == 0
+            assert _fetch(w, "g", None) == (0, [("t", 0, 1, "m", 0)])
+            cursors = tmp_path / "data" / "cursors"
+            (path,) = [os.path.join(dp, f) for dp, _, fs in os.walk(cursors) for f in fs]
+            with open(path, "r+b") as f:
+                f.seek(10)
+                f.write(b"\xff")
+            storage_error = 56  # KAFKA_STORAGE_ERROR: the damage is reported, not guessed around
+            assert _fetch(w, "g", None) == (storage_error, [])
+            assert _fetch(w, "g", [("t", [0])]) == (0, [("t", 0, -1, "", storage_error)])
+        check_alive(lst.port)
