@@ -30,6 +30,14 @@ if TYPE_CHECKING:
 _MAGIC = b"WALFSCUR"
 
 
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class CursorStore:
     def __init__(self, dir_path: str, read_only: bool = False) -> None:
         self.root = os.path.join(dir_path, "cursors")
@@ -107,6 +115,35 @@ class CursorStore:
                     os.fsync(fd)
                 finally:
                     os.close(fd)
+
+    def delete(self, group: str, key: str) -> bool:
+        """Removes one cursor, durably; False when there was none."""
+        path = self._path(group, key)
+        if self.read_only:
+            raise OSError(30, "read-only WAL")
+        with self._lock:
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                return False
+            _fsync_dir(os.path.dirname(path))
+        return True
+
+    def delete_group(self, group: str) -> bool:
+        """Removes a group with all its cursors, durably; False when it did not exist."""
+        gdir = os.path.dirname(self._path(group, "x"))
+        if self.read_only:
+            raise OSError(30, "read-only WAL")
+        with self._lock:
+            try:
+                names = os.listdir(gdir)
+            except FileNotFoundError:
+                return False
+            for name in names:
+                os.remove(os.path.join(gdir, name))
+            os.rmdir(gdir)
+            _fsync_dir(self.root)
+        return True
 
     def groups(self) -> list[str]:
         try:

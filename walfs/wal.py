@@ -588,6 +588,16 @@ class Wal:
                     out[(s.name, s.partition)] = offset
         return out
 
+    def delete_committed_offset(self, group: str, topic: str, partition: int = 0) -> bool:
+        """Forgets a group's committed offset on one partition (Kafka's OffsetDelete), durably.
+        Returns whether there was one."""
+        return self.cursors.delete(group, self.stream_key(topic, partition))
+
+    def delete_group(self, group: str) -> bool:
+        """Deletes a consumer group and every offset it committed (Kafka's DeleteGroups; the
+        mount's `.consumers/NAME` goes with it), durably. Returns whether it existed."""
+        return self.cursors.delete_group(group)
+
     # -- trim and reclamation -------------------------------------------------------
     def trim(self, topic: str, before_offset: int, partition: int = 0) -> None:
         """Raises the low watermark to before_offset (durable when this returns)."""
@@ -678,10 +688,7 @@ class Wal:
             done.append(p)
         if done and not self.partitions(topic) and self.settings.overrides(self.org_id, topic):
             self._size_limits.clear()
-            self.settings.set(
-                self.org_id, topic,
-                **{k: "default" for k in ("retention_ms", "retention_bytes", "retention_groups")},
-            )
+            self.settings.forget(self.org_id, topic)
         return done
 
     def reclaim(self) -> int:

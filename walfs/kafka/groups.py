@@ -175,15 +175,40 @@ async def handle_offset_commit(broker: Broker, conn: Connection, version: int, r
     return build(mod.OffsetCommitResponse, topics=tuple(topics))
 
 
+def _all_committed(wal: Any, mod: Any, group: str) -> list[Any]:
+    by_topic: dict[str, list[tuple[int, int]]] = {}
+    for (topic, p), off in sorted(wal.committed_offsets(group).items()):
+        by_topic.setdefault(topic, []).append((p, off))
+    return [
+        build(
+            mod.OffsetFetchResponseTopic,
+            name=topic,
+            partitions=tuple(
+                build(
+                    mod.OffsetFetchResponsePartition,
+                    partition_index=p,
+                    committed_offset=off,
+                    committed_leader_epoch=-1,
+                    metadata="",
+                    error_code=ErrorCode.none,
+                )
+                for p, off in parts
+            ),
+        )
+        for topic, parts in by_topic.items()
+    ]
+
+
 async def handle_offset_fetch(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
     mod = response_module(9, version)
     wal = broker.wal
 
     def fetch_all() -> list[Any]:
         out = []
-        # topics=None asks for everything the group committed; the engine cannot list
-        # a group's topics yet, so that answers with none (clients ask by topic).
-        for t in req.topics or ():
+        if req.topics is None:
+            # Everything the group committed (kafka-consumer-groups --describe asks so).
+            return _all_committed(wal, mod, req.group_id)
+        for t in req.topics:
             known = broker.catalog.partition_count(t.name)
             indexes = t.partition_indexes
             if indexes is None:

@@ -7,14 +7,17 @@ otherwise the handler calls ``wal.sync()`` before answering."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from walfs.kafka.api import Api
 from walfs.kafka.broker import Broker, Connection, log
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.metadata import valid_new_topic
-from walfs.kafka.record_batch import BatchError, UnsupportedCompression, decode_for_append
+from walfs.kafka.record_batch import BatchError, UnsupportedCompression, batch_sizes, decode_for_append
+from walfs.kafka.topic_configs import log_append_time, max_message_bytes
 from walfs.kafka.wal_errors import error_code_for
+from walfs.records import stamp_timestamps
 
 
 def _append_partition(
@@ -25,10 +28,17 @@ def _append_partition(
     count = broker.catalog.partition_count(topic)
     # A first produce to partition 0 creates the topic, as an append through the
     # mount does (clients usually auto-create through Metadata first anyway).
-    if count == 0 and partition == 0 and valid_new_topic(topic):
+    cfg = broker.config
+    if count == 0 and partition == 0 and valid_new_topic(topic) and cfg.auto_create_topics_enable:
+        if cfg.num_partitions > 1:
+            broker.catalog.declare(topic, cfg.num_partitions)
         count = 1
     if partition < 0 or partition >= count:
         return ErrorCode.unknown_topic_or_partition, -1, -1
+    limit = max_message_bytes(wal, cfg, topic)
+    if data and any(size > limit for size in batch_sizes(data)):
+        log.info("produce to %s/%d: a batch above max.message.bytes (%d)", topic, partition, limit)
+        return ErrorCode.message_too_large, -1, -1
     try:
         # Batch headers in Python, records in C straight into stored bodies.
         produced = decode_for_append(data or b"")
@@ -49,8 +59,12 @@ def _append_partition(
             "produce to %s/%d: resent batch of producer %d dropped", topic, partition, produced.producer_id
         )
         return ErrorCode.none, dup, wal.low_watermark(topic, partition)
+    bodies: bytes | bytearray = produced.data
+    if log_append_time(wal, cfg, topic):
+        bodies = bytearray(bodies)
+        stamp_timestamps(bodies, produced.meta_lens, produced.value_lens, int(time.time() * 1000))
     try:
-        base = wal.append_bodies(topic, produced.data, produced.meta_lens, produced.value_lens, partition)
+        base = wal.append_bodies(topic, bodies, produced.meta_lens, produced.value_lens, partition)
     except Exception as e:
         return error_code_for(e, f"produce to {topic}/{partition}"), -1, -1
     broker.producer_ids.remember(produced.producer_id, topic, partition, produced.base_sequence, n, base)
