@@ -113,10 +113,10 @@ async def handle_create_partitions(broker: Broker, conn: Connection, version: in
             code, message = ErrorCode.unknown_topic_or_partition, f"topic {t.name!r} does not exist"
         elif t.count <= current:
             code = ErrorCode.invalid_partitions
-            message = (
-                f"Topic currently has {current} partitions, which is higher than the requested {t.count}."
+            message = (  # Kafka's own words
+                f"The topic {t.name} currently has {current} partition(s); {t.count} would not be an increase."
                 if t.count < current
-                else f"Topic already has {current} partitions."
+                else f"Topic already has {current} partition(s)."
             )
         elif t.count > MAX_PARTITIONS:
             code, message = ErrorCode.invalid_partitions, f"{t.count} partitions (at most {MAX_PARTITIONS})"
