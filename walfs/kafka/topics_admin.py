@@ -114,7 +114,8 @@ async def handle_create_partitions(broker: Broker, conn: Connection, version: in
         elif t.count <= current:
             code = ErrorCode.invalid_partitions
             message = (  # Kafka's own words
-                f"The topic {t.name} currently has {current} partition(s); {t.count} would not be an increase."
+                f"The topic {t.name} currently has {current} partition(s); "
+                f"{t.count} would not be an increase."
                 if t.count < current
                 else f"Topic already has {current} partition(s)."
             )
