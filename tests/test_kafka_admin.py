@@ -62,6 +62,7 @@ def produce(bootstrap: str, topic: str, values: list[bytes], partition: int = 0,
     return reports
 
 
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")
 def test_topic_configs_validated_stored_and_kept_across_restarts(tmp_path: Path) -> None:
     with listener(tmp_path) as lst:
         a = admin(lst.bootstrap)
@@ -313,6 +314,7 @@ def test_offset_delete(tmp_path: Path) -> None:
         assert code == KafkaError.GROUP_ID_NOT_FOUND
 
 
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")
 def test_broker_settings_num_partitions_and_auto_create(tmp_path: Path) -> None:
     cfg = parse_broker_config(["num.partitions=3", "log.message.timestamp.type=LogAppendTime"])
     with listener(tmp_path / "a", config=cfg) as lst:
