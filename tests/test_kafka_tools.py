@@ -224,7 +224,10 @@ def test_operator_steps(server: tuple[str, str]) -> None:
     out = run_tool(CLUSTER, "cluster-id", "--bootstrap-server", b).stdout
     assert re.search(r"Cluster ID: \S+", out), out
 
-    # kafka-consumer-groups --delete, kafka-topics --delete
+    # kafka-consumer-groups --delete-offsets, --delete; kafka-topics --delete
+    out = tool(GROUPS, b, "--delete-offsets", "--group", group, "--topic", f"{topic}:0")
+    assert re.search(rf"{topic}\s+0\s+Successful", out), out
+    assert (topic, 0) not in describe_rows(tool(GROUPS, b, "--describe", "--group", group))
     assert "successful" in tool(GROUPS, b, "--delete", "--group", group)
     assert group not in tool(GROUPS, b, "--list").split()
     tool(TOPICS, b, "--delete", "--topic", topic)
