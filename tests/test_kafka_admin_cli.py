@@ -96,3 +96,22 @@ def test_serve_refuses_bad_kafka_config(tmp_path: Path) -> None:
         cwd=REPO,
     )
     assert res.returncode == 2 and "disagree" in res.stderr, res.stderr
+
+
+def test_mount_options_carry_broker_settings() -> None:
+    """`walfs mount --kafka-config` and `-o kafka_config=NAME:VALUE` (fstab, systemd conf)."""
+    import pytest
+
+    from walfs.cli.mount import build_parser, config_from_args
+
+    args = build_parser().parse_args(
+        ["d", "m", "--kafka-config", "num.partitions=3", "-o", "kafka_config=message.max.bytes:5000,noatime"]
+    )
+    config, _ = config_from_args(args)
+    kc = config.kafka_config  # type: ignore[attr-defined]
+    assert (kc.num_partitions, kc.message_max_bytes) == (3, 5000)
+    args = build_parser().parse_args(["d", "m", "-o", "kafka_config=log.retention.ms:60000"])
+    config, _ = config_from_args(args)
+    assert config.retention_ms == 60000  # type: ignore[attr-defined]
+    with pytest.raises(SystemExit, match="kafka_config"):
+        config_from_args(build_parser().parse_args(["d", "m", "-o", "kafka_config=num.partitions:0"]))
