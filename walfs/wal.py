@@ -619,7 +619,8 @@ class Wal:
     def set_retention(self, topic: str, **values: Any) -> None:
         """Per-topic overrides, persisted in the data directory (survive restarts):
         retention_ms=, retention_bytes= (int, or None for no limit), retention_groups=
-        (group names); the string "default" removes an override."""
+        (group names), and the Kafka topic configs walfs.retention keeps (max_message_bytes=,
+        message_timestamp_type=, cleanup_policy=); the string "default" removes an override."""
         topic_bytes(topic)
         self.settings.set(self.org_id, topic, **values)
         self._size_limits.clear()

@@ -209,11 +209,6 @@ def log_append_time(wal: Wal, cfg: BrokerConfig, topic: str) -> bool:
 
 
 def store(wal: Wal, topic: str, values: dict[str, Any]) -> None:
-    """Persists settings (a value "default" removes the override). Retention keys go
+    """Persists settings in one durable write (a value "default" removes the override),
     through Wal.set_retention, which also drops the WAL's cached size limits."""
-    retention = {k: v for k, v in values.items() if k.startswith("retention_")}
-    others = {k: v for k, v in values.items() if not k.startswith("retention_")}
-    if others:
-        wal.settings.set(wal.org_id, topic, **others)
-    if retention:
-        wal.set_retention(topic, **retention)
+    wal.set_retention(topic, **values)
