@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from walfs.errors import InvalidTopicError
 from walfs.kafka.api import Api
 from walfs.kafka.broker import NODE_ID, Broker, Connection
 from walfs.kafka.group_coordinator import GroupError, JoinRequest
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.wal_errors import error_code_for
+from walfs.names import topic_bytes
 
 
 async def handle_find_coordinator(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
@@ -176,6 +178,10 @@ async def handle_offset_commit(broker: Broker, conn: Connection, version: int, r
 
 
 def _all_committed(wal: Any, mod: Any, group: str) -> list[Any]:
+    try:
+        topic_bytes(group)  # a group is a directory of the cursor store: the name rule first
+    except InvalidTopicError:
+        return []  # no such group can exist, so it committed nothing
     by_topic: dict[str, list[tuple[int, int]]] = {}
     for (topic, p), off in sorted(wal.committed_offsets(group).items()):
         by_topic.setdefault(topic, []).append((p, off))
