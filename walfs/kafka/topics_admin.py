@@ -47,6 +47,19 @@ def _check_name_and_count(broker: Broker, t: Any) -> tuple[ErrorCode, str | None
     return ErrorCode.none, None, count
 
 
+def _create_topic(broker: Broker, name: str, count: int, settings: dict[str, Any]) -> None:
+    """Configs first, so nothing sees the topic without them; a topic that could not be
+    made leaves no settings behind for a later one of that name."""
+    if settings:
+        store(broker.wal, name, settings)
+    try:
+        broker.catalog.declare(name, count)
+    except BaseException:
+        if settings:
+            broker.wal.settings.forget(broker.wal.org_id, name)
+        raise
+
+
 async def handle_create_topics(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
     mod = response_module(19, version)
     results = []
@@ -54,9 +67,7 @@ async def handle_create_topics(broker: Broker, conn: Connection, version: int, r
         code, message, count, settings = _check_new_topic(broker, t)
         if code is ErrorCode.none and not req.validate_only:
             try:
-                if settings:  # before the topic exists: nothing sees it without its configs
-                    await broker.blocking(store, broker.wal, t.name, settings)
-                await broker.blocking(broker.catalog.declare, t.name, count)
+                await broker.blocking(_create_topic, broker, t.name, count, settings)
                 log.info("%s: created topic %s with %d partition(s)", conn.peer, t.name, count)
             except Exception as e:
                 code, message = error_code_for(e, f"create topic {t.name}"), str(e)
