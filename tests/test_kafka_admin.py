@@ -361,3 +361,30 @@ def test_broker_settings_num_partitions_and_auto_create(tmp_path: Path) -> None:
 def test_broker_settings_refused(item: str) -> None:
     with pytest.raises(ValueError):
         parse_broker_config([item])
+
+
+def test_retention_set_through_kafka_is_enforced(tmp_path: Path) -> None:
+    """retention.ms / retention.bytes from IncrementalAlterConfigs are the WAL's policy: a
+    retention pass trims by them, and ListOffsets earliest shows the new log start."""
+    with listener(tmp_path) as lst:
+        produce(lst.bootstrap, "aged", [b"a%d" % i for i in range(5)])
+        produce(lst.bootstrap, "sized", [b"%04d" % i for i in range(100)])  # 5 bytes a record
+        a = admin(lst.bootstrap)
+        for topic, name, value in (("aged", "retention.ms", "1000"), ("sized", "retention.bytes", "50")):
+            res = ConfigResource(
+                "topic",
+                topic,
+                incremental_configs=[ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)],
+            )
+            [fut] = a.incremental_alter_configs([res]).values()
+            fut.result(15)
+        trimmed = lst.wal.apply_retention(now_ms=int(time.time() * 1000) + 60_000)
+        assert trimmed[(lst.wal.org_id, "aged", 0)] == 5
+        assert trimmed[(lst.wal.org_id, "sized", 0)] == 90
+        futs = a.list_offsets(
+            {
+                TopicPartition("aged", 0): OffsetSpec.earliest(),
+                TopicPartition("sized", 0): OffsetSpec.earliest(),
+            }
+        )
+        assert {tp.topic: f.result(15).offset for tp, f in futs.items()} == {"aged": 5, "sized": 90}
