@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from kafka import KafkaProducer
 from kafka.errors import CorruptRecordError
 from kafka_harness import listener
 
-from kafka import KafkaProducer
 from walfs.kafka.record_batch import (
     MAX_DECOMPRESSED_BYTES,
     BatchError,

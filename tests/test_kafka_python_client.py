@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka_harness import listener
-
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 
 def test_kafka_python_round_trip_with_group_commit(tmp_path: Path) -> None:
