@@ -42,8 +42,10 @@ class Listener:
         *,
         allow_delete: bool = False,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        config: Any = None,
     ) -> None:
         self.wal = wal
+        self._config = config
         self._allow_delete = allow_delete
         self._max = max_request_bytes
         self._started: queue.Queue[Any] = queue.Queue()
@@ -70,6 +72,7 @@ class Listener:
                             0,
                             allow_delete=self._allow_delete,
                             max_request_bytes=self._max,
+                            config=self._config,
                         )
                     )
                     self._started.put(port)

@@ -72,7 +72,7 @@ from walfs.errors import (
 )
 from walfs.metrics import WalStats
 from walfs.names import check_partition, topic_bytes, topic_hash
-from walfs.retention import Policy
+from walfs.retention import Policy, check_settings
 
 log = logging.getLogger("walfs")
 
@@ -1074,6 +1074,25 @@ class KafkaEngine:
         key = stream_key_bytes(self.org_id, topic, check_partition(partition))
         return self._cursor_meta.get((group, key), "")
 
+    def delete_cursor(self, group: str, topic: str, partition: int = 0) -> bool:
+        self._check_open(True)
+        gb = topic_bytes(group)
+        key = stream_key_bytes(self.org_id, topic, check_partition(partition))
+        if key not in self._cursors.get(group, {}):
+            return False
+        self._wait_meta(self._produce(self.t.meta_topic, 0, b"c" + gb + b"\0" + key, None))
+        return True
+
+    def delete_group(self, group: str) -> bool:
+        self._check_open(True)
+        gb = topic_bytes(group)
+        if group not in self._cursors:
+            return False
+        for key in list(self._cursors.get(group, {})):
+            self._produce(self.t.meta_topic, 0, b"c" + gb + b"\0" + key, None)
+        self._wait_meta(self._produce(self.t.meta_topic, 0, b"g" + gb, None))
+        return True
+
     def groups(self) -> list[str]:
         self._check_open()
         return sorted(self._cursors)
@@ -1096,12 +1115,13 @@ class KafkaEngine:
             )
         return p
 
+    def topic_settings(self, topic: str) -> dict[str, Any]:
+        return dict(self._settings.get((self.org_id, topic), {}))
+
     def set_retention(self, topic: str, **values: Any) -> None:
         self._check_open(True)
         tb = topic_bytes(topic)
-        allowed = {"retention_ms", "retention_bytes", "retention_groups"}
-        if not set(values) <= allowed:
-            raise ValueError(f"unknown settings {sorted(set(values) - allowed)}")
+        check_settings(values)
         entry = dict(self._settings.get((self.org_id, topic), {}))
         for k, v in values.items():
             if v == "default":

@@ -263,6 +263,42 @@ class CursorStore:
                 finally:
                     os.close(fd)
 
+    def delete(self, group: str, key: str) -> bool:
+        """Removes one cursor, durably; False when there was none."""
+        path = self._path(group, key)
+        if self.read_only:
+            raise OSError(30, "read-only WAL")
+        with self._lock:
+            listed = self._manifest()
+            if key in listed.get(group, ()):
+                listed[group].discard(key)
+                self._write_manifest(listed)  # unlisted first: a crash leaves a file, not a hole
+            try:
+                os.remove(path)
+            except FileNotFoundError:
+                return False
+            _fsync_dir(os.path.dirname(path))
+        return True
+
+    def delete_group(self, group: str) -> bool:
+        """Removes a group with all its cursors, durably; False when it did not exist."""
+        gdir = os.path.dirname(self._path(group, "x"))
+        if self.read_only:
+            raise OSError(30, "read-only WAL")
+        with self._lock:
+            listed = self._manifest()
+            if listed.pop(group, None):
+                self._write_manifest(listed)  # unlisted first: a crash leaves files, not holes
+            try:
+                names = os.listdir(gdir)
+            except FileNotFoundError:
+                return False
+            for name in names:
+                os.remove(os.path.join(gdir, name))
+            os.rmdir(gdir)
+            _fsync_dir(self.root)
+        return True
+
     def groups(self) -> list[str]:
         try:
             return sorted(e.name for e in os.scandir(self.root) if e.is_dir())

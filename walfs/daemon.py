@@ -71,6 +71,8 @@ class MountConfig:
     kafka_listen: str | None = None
     # Let Kafka's DeleteTopics delete. Off by default: the mount itself refuses unlink.
     kafka_allow_delete: bool = False
+    # Kafka's broker settings for the listener (walfs.kafka.broker_config.BrokerConfig).
+    kafka_config: Any = None
     # The kernel's read-ahead for this mount (KiB; 0 leaves the kernel's 128 KiB). Larger
     # read-ahead means fewer, larger READ requests: each costs a Python round trip.
     read_ahead_kb: int = 1024
@@ -286,7 +288,7 @@ async def _serve(
         if config.kafka_listen:
             # Before readiness: a port that cannot be bound fails the mount (the finally
             # in run() unmounts), instead of a mount that silently lacks its listener.
-            await _start_kafka(nursery, ops, config.kafka_listen, config.kafka_allow_delete, metrics)
+            await _start_kafka(nursery, ops, config, metrics)
         # The mount exists since pyfuse3.init; requests wait in /dev/fuse until main runs,
         # which starts without yielding after this point.
         log.info("walfs serving %s on %s", config.data_dir, config.mountpoint)
@@ -308,16 +310,23 @@ async def _after_init(ops: WalOperations, config: MountConfig) -> None:
 
 
 async def _start_kafka(
-    nursery: trio.Nursery, ops: WalOperations, listen: str, allow_delete: bool, metrics: Metrics
+    nursery: trio.Nursery, ops: WalOperations, config: MountConfig, metrics: Metrics
 ) -> None:
     """Runs serve_kafka on the mount's own Wal, in the daemon's nursery: it stops with the
     mount (the nursery is cancelled once pyfuse3.main returns), before Wal.close()."""
     from walfs.kafka import parse_listen_address, serve_kafka
 
-    host, port = parse_listen_address(listen)
+    assert config.kafka_listen is not None
+    host, port = parse_listen_address(config.kafka_listen)
     bound = await nursery.start(
         functools.partial(
-            serve_kafka, ops.wal, host, port, allow_delete=allow_delete, request_latency=metrics.kafka
+            serve_kafka,
+            ops.wal,
+            host,
+            port,
+            allow_delete=config.kafka_allow_delete,
+            request_latency=metrics.kafka,
+            config=config.kafka_config,
         ),
         name="walfs-kafka",
     )

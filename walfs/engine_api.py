@@ -107,6 +107,7 @@ class LogEngine(Protocol):
     read_only: bool
     fsync: str  # one of FSYNC_POLICIES
     stats: WalStats  # counters for walfs.metrics (plain integers, read when scraped)
+    retention_default: Policy  # the engine-wide retention a topic without overrides gets
 
     # -- lifetime ---------------------------------------------------------------------
     @property
@@ -263,8 +264,18 @@ class LogEngine(Protocol):
         """The metadata the group's last commit on the stream carried ("" for none)."""
         ...
 
+    def delete_cursor(self, group: str, topic: str, partition: int = 0) -> bool:
+        """Forgets the group's cursor on one stream (Kafka's OffsetDelete), durably; False
+        when there was none."""
+        ...
+
+    def delete_group(self, group: str) -> bool:
+        """Deletes a group and every cursor it has (Kafka's DeleteGroups; the mount's
+        `.consumers/NAME` goes too), durably; False when it did not exist."""
+        ...
+
     def groups(self) -> list[str]:
-        """Every consumer group that exists (committed once, or made by create_group)."""
+        """Every consumer group that exist (committed once, or made by create_group)."""
         ...
 
     def create_group(self, group: str) -> None:
@@ -274,6 +285,11 @@ class LogEngine(Protocol):
     # -- per-topic settings ----------------------------------------------------------------
     def retention(self, topic: str) -> Policy:
         """The retention in force for a topic: its overrides over the engine's default."""
+        ...
+
+    def topic_settings(self, topic: str) -> dict[str, Any]:
+        """The topic's own overrides (walfs.retention.SETTING_KEYS: retention and the Kafka
+        topic configs walfs honours), without the engine's defaults."""
         ...
 
     def set_retention(self, topic: str, **values: Any) -> None:

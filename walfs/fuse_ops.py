@@ -659,9 +659,11 @@ class WalOperations(pyfuse3.Operations):
         return self._attrs(node, inode)
 
     def _known_groups(self) -> set[str]:
-        """Groups stored in the data directory (made by another face since the last look)."""
+        """Groups stored in the data directory (made, or deleted by Kafka's DeleteGroups,
+        by another face since the last look)."""
         groups = set(self.wal.groups())
-        if not self._groups.issuperset(groups):
+        if groups != self._groups:
+            self._groups.intersection_update(groups)
             self._groups.update(groups)
             self._inos_of_stream.clear()
         return groups
@@ -763,7 +765,7 @@ class WalOperations(pyfuse3.Operations):
             p = node.partition
             out += [(t.encode(), Node("topic", p, t)) for t in self._topics_in(p)]
         elif node.kind == "consumers":
-            out += [(g.encode(), Node("group", group=g)) for g in sorted(self._groups)]
+            out += [(g.encode(), Node("group", group=g)) for g in sorted(self._known_groups())]
         elif node.kind == "group":
             g = node.group
             out += [(f"{PARTITION_PREFIX}{p}".encode(), Node("gpdir", p, group=g)) for p in parts]

@@ -223,11 +223,7 @@ class LocalEngine:
             and self.settings.overrides(self.org_id, topic)
         ):
             self._size_limits.clear()
-            self.settings.set(
-                self.org_id,
-                topic,
-                **{k: "default" for k in ("retention_ms", "retention_bytes", "retention_groups")},
-            )
+            self.settings.forget(self.org_id, topic)
         return done
 
     # -- appending ------------------------------------------------------------------
@@ -411,6 +407,12 @@ class LocalEngine:
         entry = self.cursors.get_entry(group, self._key(topic, partition))
         return "" if entry is None else entry[1]
 
+    def delete_cursor(self, group: str, topic: str, partition: int = 0) -> bool:
+        return self.cursors.delete(group, self._key(topic, partition))
+
+    def delete_group(self, group: str) -> bool:
+        return self.cursors.delete_group(group)
+
     def groups(self) -> list[str]:
         return self.cursors.groups()
 
@@ -448,6 +450,9 @@ class LocalEngine:
     # -- per-topic settings, retention and reclamation --------------------------------
     def retention(self, topic: str) -> Policy:
         return self.settings.policy(self.org_id, topic, self.retention_default)
+
+    def topic_settings(self, topic: str) -> dict[str, Any]:
+        return self.settings.overrides(self.org_id, topic)
 
     def set_retention(self, topic: str, **values: Any) -> None:
         topic_bytes(topic)

@@ -11,10 +11,20 @@ never renumbered; readers of a trimmed range get OffsetOutOfRangeError, ENODATA 
 mount, OFFSET_OUT_OF_RANGE on Kafka), and reclamation then deletes the segment files
 that hold only trimmed records. The daemons run it in the background.
 
+Besides the retention policy a topic may carry the other Kafka topic configs walfs
+honours (walfs/kafka/topic_configs.py maps Kafka's names onto these keys):
+- `max_message_bytes` [max.message.bytes]: the largest record batch a produce may send;
+- `message_timestamp_type` [message.timestamp.type]: "CreateTime" or "LogAppendTime";
+- `cleanup_policy` [cleanup.policy]: "delete" (the only policy walfs has; no compaction).
+
 On disk (`topics.conf` in the data directory, the one home of per-topic settings; this
-module writes it): b"WALFSTOP" | u32 version (1) | u32 length N | N bytes of UTF-8 JSON
+module writes it): b"WALFSTOP" | u32 version (2) | u32 length N | N bytes of UTF-8 JSON
 {"topics": {"<org_id>/<topic>": {"retention_ms": int|null, "retention_bytes": int|null,
-"retention_groups": [str, ...]}}} | the first 16 bytes of blake3 of everything before.
+"retention_groups": [str, ...], "max_message_bytes": int, "message_timestamp_type": str,
+"cleanup_policy": str}}} (every key optional) | the first 16 bytes of blake3 of
+everything before. Version 1 files (written before the last three keys existed, same
+layout) are read as they are and rewritten as version 2 at the next change; walfs
+releases that read only version 1 refuse a version 2 file instead of ignoring settings.
 It is replaced atomically (write topics.conf.tmp, fsync, rename, fsync the directory): a
 crash leaves the old or the new file. Any other content is damage: opening the WAL fails
 with WalCorruptError naming the file (settings are never silently reset to defaults). A
@@ -36,7 +46,32 @@ from walfs.errors import WalCorruptError
 
 FILE_NAME = "topics.conf"
 _MAGIC = b"WALFSTOP"
-_VERSION = 1
+_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
+_RETENTION_KEYS = ("retention_ms", "retention_bytes", "retention_groups")
+# The other per-topic settings and their validators (value -> error text, or None when valid).
+_TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+def _check_max_message_bytes(v: Any) -> str | None:
+    ok = isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**31
+    return None if ok else f"max_message_bytes must be an int in 0..2**31-1, not {v!r}"
+
+
+def _check_timestamp_type(v: Any) -> str | None:
+    return None if v in _TIMESTAMP_TYPES else f"message_timestamp_type must be one of {_TIMESTAMP_TYPES}"
+
+
+def _check_cleanup_policy(v: Any) -> str | None:
+    return None if v == "delete" else f"cleanup_policy must be 'delete' (walfs does not compact), not {v!r}"
+
+
+_OTHER_KEYS = {
+    "max_message_bytes": _check_max_message_bytes,
+    "message_timestamp_type": _check_timestamp_type,
+    "cleanup_policy": _check_cleanup_policy,
+}
+SETTING_KEYS = (*_RETENTION_KEYS, *_OTHER_KEYS)
 _HEAD = struct.Struct("<8sII")
 
 
@@ -77,6 +112,17 @@ def show_limit(v: int | None) -> str:
     return "-1" if v is None else str(v)
 
 
+def check_settings(values: dict[str, Any]) -> None:
+    """The one check of per-topic setting names and values (every engine stores what it
+    passes): ValueError naming the first problem."""
+    if not set(values) <= set(SETTING_KEYS):
+        raise ValueError(f"unknown settings {sorted(set(values) - set(SETTING_KEYS))}")
+    for k, v in values.items():
+        problem = _OTHER_KEYS[k](v) if k in _OTHER_KEYS and v != "default" else None
+        if problem:
+            raise ValueError(problem)
+
+
 class TopicSettings:
     """Per-topic overrides of the WAL's default policy, persisted in topics.conf."""
 
@@ -97,8 +143,10 @@ class TopicSettings:
         magic, version, n = _HEAD.unpack_from(data)
         if magic != _MAGIC:
             raise WalCorruptError(f"{self.path}: bad magic {magic!r}")
-        if version != _VERSION:
-            raise WalCorruptError(f"{self.path}: version {version}, this walfs reads {_VERSION}")
+        if version not in _READABLE_VERSIONS:
+            raise WalCorruptError(
+                f"{self.path}: version {version}, this walfs reads versions {_READABLE_VERSIONS}"
+            )
         if _HEAD.size + n + 16 != len(data):
             raise WalCorruptError(f"{self.path}: length {n} does not match the file ({len(data)} bytes)")
         body = data[: _HEAD.size + n]
@@ -149,13 +197,21 @@ class TopicSettings:
     def overrides(self, org_id: int, topic: str) -> dict[str, Any]:
         return dict(self._topics.get(self._key(org_id, topic), {}))
 
+    def value(self, org_id: int, topic: str, key: str, default: Any = None) -> Any:
+        """One setting of a topic (``default`` when the topic has no override)."""
+        entry = self._topics.get(self._key(org_id, topic))
+        return entry.get(key, default) if entry else default
+
+    def forget(self, org_id: int, topic: str) -> None:
+        """Removes every override of a topic (it was deleted), durably."""
+        if self._topics.get(self._key(org_id, topic)):
+            self.set(org_id, topic, **{k: "default" for k in SETTING_KEYS})
+
     def set(self, org_id: int, topic: str, **values: Any) -> None:
         """Sets (or, with the value "default", removes) per-topic overrides, durably."""
         if self.read_only:
             raise OSError(30, "read-only WAL")
-        allowed = {"retention_ms", "retention_bytes", "retention_groups"}
-        if not set(values) <= allowed:
-            raise ValueError(f"unknown settings {sorted(set(values) - allowed)}")
+        check_settings(values)
         with self._lock:
             entry = dict(self._topics.get(self._key(org_id, topic), {}))
             for k, v in values.items():

@@ -302,6 +302,16 @@ class Wal:
         """Every committed offset of a group in this org: {(topic, partition): offset}."""
         return committed_offsets(self.engine, group)
 
+    def delete_committed_offset(self, group: str, topic: str, partition: int = 0) -> bool:
+        """Forgets a group's committed offset on one partition (Kafka's OffsetDelete), durably.
+        Returns whether there was one."""
+        return self.engine.delete_cursor(group, topic, partition)
+
+    def delete_group(self, group: str) -> bool:
+        """Deletes a consumer group and every offset it committed (Kafka's DeleteGroups; the
+        mount's `.consumers/NAME` goes with it), durably. Returns whether it existed."""
+        return self.engine.delete_group(group)
+
     # -- trim and retention ---------------------------------------------------------
     def trim(self, topic: str, before_offset: int, partition: int = 0) -> None:
         """Raises the low watermark to before_offset (durable when this returns)."""
@@ -311,7 +321,10 @@ class Wal:
         return self.engine.retention(topic)
 
     def set_retention(self, topic: str, **values: Any) -> None:
-        """Per-topic overrides, persisted: retention_ms=, retention_bytes=, retention_groups=."""
+        """Per-topic overrides, persisted (survive restarts): retention_ms=, retention_bytes=
+        (int, or None for no limit), retention_groups= (group names), and the Kafka topic
+        configs walfs.retention keeps (max_message_bytes=, message_timestamp_type=,
+        cleanup_policy=); the string "default" removes an override."""
         self.engine.set_retention(topic, **values)
 
     def apply_retention(self, now_ms: int | None = None) -> dict[tuple[int, str, int], int]:

@@ -122,6 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="let Kafka's DeleteTopics delete topics (off: the mount never deletes)",
     )
     p.add_argument(
+        "--kafka-config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a Kafka broker setting for the listener: num.partitions, auto.create.topics.enable, "
+        "message.max.bytes, log.message.timestamp.type, log.retention.ms, log.retention.bytes (repeatable)",
+    )
+    p.add_argument(
         "-o",
         dest="options",
         action="append",
@@ -129,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated: fsync=, org_id=, allow_other, log_level=, "
         "log_file=, segment_size=, block_size=, fsync_interval_ms=, "
         "read_ahead_kb=, max_line_bytes=, uid=, gid=, umask=, metrics_listen=, retention_ms=, "
-        "retention_bytes=, min_free=, kafka_listen=HOST:PORT, "
+        "retention_bytes=, min_free=, kafka_listen=HOST:PORT, kafka_config=NAME:VALUE (repeatable), "
         "kafka_allow_delete, allow_delete, and "
         "FUSE options (nosuid, nodev, noexec, noatime, allow_root, ...)",
     )
@@ -144,6 +152,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
     from walfs.fuse_ops import DEFAULT_MAX_LINE_BYTES, MIN_MAX_LINE_BYTES
 
     opts: dict[str, str] = {}
+    kafka_items = list(args.kafka_config)
     fuse: set[str] = set()
     for group in args.options:
         for item in group.split(","):
@@ -152,6 +161,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
                 continue
             key, _, value = item.partition("=")
             key = key.replace("-", "_")
+            if key == "kafka_config":
+                kafka_items.append(value)
+                continue
             if key in (
                 "fsync",
                 "org_id",
@@ -199,6 +211,17 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
             parse_listen_address(kafka_listen)
         except ValueError as exc:
             raise SystemExit(f"walfs mount: kafka_listen: {exc}") from None
+    from walfs.kafka.broker_config import parse_broker_config, retention_options
+
+    try:
+        kafka_config = parse_broker_config(kafka_items)
+        retention_ms, retention_bytes = retention_options(
+            kafka_config,
+            pick(args.retention_ms, "retention_ms", None),
+            pick(args.retention_bytes, "retention_bytes", None),
+        )
+    except ValueError as exc:
+        raise SystemExit(f"walfs mount: kafka_config: {exc}") from None
     max_line = args.max_line_bytes if args.max_line_bytes is not None else opts.get("max_line_bytes")
     max_line_bytes = parse_size(str(max_line)) if max_line is not None else DEFAULT_MAX_LINE_BYTES
     if max_line_bytes < MIN_MAX_LINE_BYTES:
@@ -219,8 +242,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
         allow_delete=bool(args.allow_delete) or "allow_delete" in opts,
         max_line_bytes=max_line_bytes,
         metrics_listen=pick(args.metrics_listen, "metrics_listen", None) or None,
-        retention_ms=limit_option(pick(args.retention_ms, "retention_ms", None), "retention_ms"),
-        retention_bytes=limit_option(pick(args.retention_bytes, "retention_bytes", None), "retention_bytes"),
+        retention_ms=limit_option(retention_ms, "retention_ms"),
+        retention_bytes=limit_option(retention_bytes, "retention_bytes"),
+        kafka_config=kafka_config,
         min_free_bytes=limit_option(pick(args.min_free, "min_free", None), "min_free") or 0,
         uid=int(str(pick(args.uid, "uid", None))) if pick(args.uid, "uid", None) is not None else None,
         gid=int(str(pick(args.gid, "gid", None))) if pick(args.gid, "gid", None) is not None else None,

@@ -73,6 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="connections beyond this are closed on accept (default 256)",
     )
+    p.add_argument(
+        "--kafka-config",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a Kafka broker setting: num.partitions, auto.create.topics.enable, message.max.bytes, "
+        "log.message.timestamp.type, log.retention.ms, log.retention.bytes (repeatable)",
+    )
     p.add_argument("--log-level", default="info", help="debug, info, warning, error")
     return p
 
@@ -99,6 +107,7 @@ async def _run(wal: LogEngine, host: str, port: int, args: argparse.Namespace, m
                 max_inflight_bytes=max(args.max_inflight_bytes or DEFAULT_MAX_INFLIGHT_BYTES, limit),
                 max_connections=args.max_connections or DEFAULT_MAX_CONNECTIONS,
                 request_latency=metrics.kafka,
+                config=args.broker_config,
             )
         )
         shown = f"[{host}]" if ":" in host else host
@@ -130,6 +139,16 @@ def main(argv: list[str]) -> int:
         return 2
     from walfs.cli.mount import limit_option
     from walfs.engine_api import open_engine, prepare_target
+    from walfs.kafka.broker_config import parse_broker_config, retention_options
+
+    try:
+        args.broker_config = parse_broker_config(args.kafka_config)
+        retention_ms, retention_bytes = retention_options(
+            args.broker_config, args.retention_ms, args.retention_bytes
+        )
+    except ValueError as e:
+        print(f"walfs serve: --kafka-config: {e}", file=sys.stderr)
+        return 2
 
     prepare_target(args.data_dir)
     try:
@@ -141,8 +160,8 @@ def main(argv: list[str]) -> int:
             fsync=args.fsync,
             org_id=args.org_id,
             fsync_interval_ms=args.fsync_interval_ms,
-            retention_ms=limit_option(args.retention_ms, "retention_ms"),
-            retention_bytes=limit_option(args.retention_bytes, "retention_bytes"),
+            retention_ms=limit_option(retention_ms, "retention_ms"),
+            retention_bytes=limit_option(retention_bytes, "retention_bytes"),
             min_free_bytes=limit_option(args.min_free, "min_free") or 0,
             **geometry,
         )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
+from walfs.kafka.broker_config import BrokerConfig
 from walfs.kafka.group_coordinator import GroupCoordinator
 from walfs.kafka.producer_ids import ProducerIds
 from walfs.kafka.record_times import RecordTimes
@@ -43,6 +44,8 @@ class Connection:
 class Broker:
     wal: LogEngine
     allow_delete: bool = False
+    # Kafka's broker settings (num.partitions, message.max.bytes, ...).
+    config: BrokerConfig = field(default_factory=BrokerConfig)
     # What ApiVersions advertises (filled from the dispatch table by the listener).
     api_versions: dict[int, tuple[int, int]] = field(default_factory=dict)
     catalog: TopicCatalog = field(init=False)

@@ -11,7 +11,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from walfs.kafka import fetch, groups, metadata, produce, topics_admin
+from walfs.kafka import (
+    admin_cluster,
+    admin_configs,
+    admin_groups,
+    fetch,
+    groups,
+    metadata,
+    produce,
+    topics_admin,
+)
 from walfs.kafka.api import Api
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.framing import read_preamble
@@ -27,6 +36,9 @@ HANDLERS: dict[int, Api] = {
     **fetch.HANDLERS,
     **topics_admin.HANDLERS,
     **groups.HANDLERS,
+    **admin_groups.HANDLERS,
+    **admin_configs.HANDLERS,
+    **admin_cluster.HANDLERS,
 }
 
 SUPPORTED: dict[int, tuple[int, int]] = {

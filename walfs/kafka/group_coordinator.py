@@ -127,6 +127,12 @@ class GroupCoordinator:
     def describe(self, group_id: str) -> Group | None:
         return self._groups.get(group_id)
 
+    def forget(self, group_id: str) -> None:
+        """Drops a group without members (DeleteGroups); a group with members stays."""
+        g = self._groups.get(group_id)
+        if g is not None and not g.members:
+            del self._groups[group_id]
+
     # -- rebalancing -----------------------------------------------------------
 
     def _start_round(self, g: Group, now: float, initial: bool) -> Round:

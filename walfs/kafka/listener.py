@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from walfs.kafka.broker import Broker, Connection
+from walfs.kafka.broker_config import BrokerConfig
 from walfs.kafka.dispatch import HANDLERS, SUPPORTED, CloseConnection, dispatch
 from walfs.kafka.framing import (
     DEFAULT_MAX_CONNECTIONS,
@@ -118,17 +119,21 @@ async def serve_kafka(
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     request_latency: Any = None,
+    config: BrokerConfig | None = None,
 ) -> None:
     """Serve ``wal`` to Kafka clients on ``host:port`` until cancelled.
 
     Start it with ``port = await nursery.start(serve_kafka, wal, host, port)``: the
     value is the bound port (useful with port 0). ``allow_delete`` enables
-    DeleteTopics. The caller owns ``wal`` and closes it after this returns.
+    DeleteTopics; ``config`` holds Kafka's broker settings (num.partitions, ...). The
+    caller owns ``wal`` and closes it after this returns.
     ``max_inflight_bytes`` bounds the request bytes all connections hold at once (a frame
     that does not fit waits); connections beyond ``max_connections`` are closed at once."""
     if max_request_bytes > max_inflight_bytes:
         raise ValueError("max_request_bytes cannot exceed max_inflight_bytes")
-    broker = Broker(wal, allow_delete=allow_delete, api_versions=dict(SUPPORTED))
+    broker = Broker(
+        wal, allow_delete=allow_delete, api_versions=dict(SUPPORTED), config=config or BrokerConfig()
+    )
     broker.request_latency = request_latency
     budget = ByteBudget(max_inflight_bytes)
     open_connections = 0

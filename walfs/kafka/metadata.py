@@ -10,7 +10,6 @@ from typing import Any
 from walfs.kafka.api import Api
 from walfs.kafka.broker import CLUSTER_ID, NODE_ID, Broker, Connection
 from walfs.kafka.messages import ErrorCode, build, response_module
-from walfs.kafka.topic_catalog import DEFAULT_PARTITIONS
 from walfs.names import kafka_topic_error
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)
@@ -55,8 +54,10 @@ async def handle_metadata(broker: Broker, conn: Connection, version: int, req: A
         names = catalog.topics()  # null (v0: empty) asks for every topic
     else:
         names = [t.name for t in req.topics if t.name is not None]
-    # v0-v3 have no flag; Kafka auto-creates there when the broker allows it.
-    auto_create = getattr(req, "allow_auto_topic_creation", True)
+    # v0-v3 have no flag; Kafka auto-creates there when the broker allows it
+    # (auto.create.topics.enable), with the broker's num.partitions.
+    auto_create = getattr(req, "allow_auto_topic_creation", True) and broker.config.auto_create_topics_enable
+    new_partitions = broker.config.num_partitions
     topics = []
     for name in names:
         count = catalog.partition_count(name)
@@ -65,8 +66,8 @@ async def handle_metadata(broker: Broker, conn: Connection, version: int, req: A
             if not valid_new_topic(name):
                 error = ErrorCode.invalid_topic_exception
             elif auto_create:
-                await broker.blocking(catalog.declare, name, DEFAULT_PARTITIONS)
-                count = DEFAULT_PARTITIONS
+                await broker.blocking(catalog.declare, name, new_partitions)
+                count = new_partitions
             else:
                 error = ErrorCode.unknown_topic_or_partition
         topics.append(

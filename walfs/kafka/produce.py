@@ -7,6 +7,7 @@ otherwise the handler calls ``wal.sync()`` before answering."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from walfs.kafka.api import Api
@@ -19,10 +20,12 @@ from walfs.kafka.record_batch import (
     InvalidRecords,
     ProducedBodies,
     UnsupportedCompression,
+    batch_sizes,
     decode_for_append,
 )
+from walfs.kafka.topic_configs import log_append_time, max_message_bytes
 from walfs.kafka.wal_errors import error_code_for
-from walfs.records import with_producer
+from walfs.records import stamp_timestamps, with_producer
 
 
 def _append_partition(
@@ -33,10 +36,17 @@ def _append_partition(
     count = broker.catalog.partition_count(topic)
     # A first produce to partition 0 creates the topic, as an append through the
     # mount does (clients usually auto-create through Metadata first anyway).
-    if count == 0 and partition == 0 and valid_new_topic(topic):
+    cfg = broker.config
+    if count == 0 and partition == 0 and valid_new_topic(topic) and cfg.auto_create_topics_enable:
+        if cfg.num_partitions > 1:
+            broker.catalog.declare(topic, cfg.num_partitions)
         count = 1
     if partition < 0 or partition >= count:
         return ErrorCode.unknown_topic_or_partition, -1, -1
+    limit = max_message_bytes(wal, cfg, topic)
+    if data and any(size > limit for size in batch_sizes(data)):
+        log.info("produce to %s/%d: a batch above max.message.bytes (%d)", topic, partition, limit)
+        return ErrorCode.message_too_large, -1, -1
     try:
         # Batch headers in Python, records in C straight into stored bodies.
         produced = decode_for_append(data or b"")
@@ -53,6 +63,10 @@ def _append_partition(
     if produced is None:
         info = wal.info(topic, partition)
         return ErrorCode.none, info.high_watermark, info.low_watermark
+    if log_append_time(wal, cfg, topic):  # message.timestamp.type=LogAppendTime
+        stamped = bytearray(produced.data)
+        stamp_timestamps(stamped, produced.meta_lens, produced.value_lens, int(time.time() * 1000))
+        produced.data = bytes(stamped)
     if produced.producer_id < 0 or produced.base_sequence < 0:
         return _append(wal, topic, partition, produced)
     # An idempotent producer: its sequence is checked, and the batch carries its producer

@@ -369,3 +369,18 @@ def encode_records_for_test(
     crc = crc32c(tail + payload)
     head = struct.pack(">qiibI", base_offset, BATCH_OVERHEAD - 12 + len(payload), -1, 2, crc)
     return head + tail + payload
+
+
+def batch_sizes(data: bytes) -> list[int]:
+    """The size of each record batch in a produce request's record set, from the headers'
+    length fields only (what Kafka checks against max.message.bytes before decoding). A
+    cut or nonsensical length ends the list: the decoder refuses such data itself."""
+    sizes = []
+    pos = 0
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack_from(">i", data, pos + 8)
+        if length <= 0:
+            break
+        sizes.append(12 + length)
+        pos += 12 + length
+    return sizes

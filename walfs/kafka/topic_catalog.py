@@ -14,9 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from walfs.engine_api import LogEngine
 
-# Auto-created topics (Metadata for an unknown topic) get one partition, as with
-# Kafka's num.partitions default.
-DEFAULT_PARTITIONS = 1
+# Auto-created topics get the broker's num.partitions (walfs.kafka.broker_config).
 MAX_PARTITIONS = 10_000
 
 

@@ -1,0 +1,82 @@
+"""The per-topic settings file (topics.conf, walfs/retention.py) with the Kafka topic configs
+walfs honours: version 2 holds them, version 1 files are still read, bad values are refused,
+a deleted topic's settings go, and a version walfs does not know is refused, not ignored."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+import blake3
+import pytest
+
+import walfs
+from walfs.retention import TopicSettings
+
+
+def write_settings(path: Path, version: int, topics: dict[str, dict[str, object]]) -> None:
+    body = json.dumps({"topics": topics}).encode()
+    head = struct.pack("<8sII", b"WALFSTOP", version, len(body)) + body
+    path.write_bytes(head + blake3.blake3(head).digest(length=16))
+
+
+def test_kafka_configs_persist(tmp_path: Path) -> None:
+    s = TopicSettings(str(tmp_path))
+    s.set(1, "t", max_message_bytes=5000, message_timestamp_type="LogAppendTime", cleanup_policy="delete")
+    s.set(1, "t", retention_ms=60000)
+    again = TopicSettings(str(tmp_path))
+    assert again.overrides(1, "t") == {
+        "max_message_bytes": 5000,
+        "message_timestamp_type": "LogAppendTime",
+        "cleanup_policy": "delete",
+        "retention_ms": 60000,
+    }
+    assert again.value(1, "t", "max_message_bytes") == 5000
+    assert again.value(2, "t", "max_message_bytes", 7) == 7  # another org's topic
+    assert struct.unpack_from("<I", (tmp_path / "topics.conf").read_bytes(), 8)[0] == 2
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"max_message_bytes": -1},
+        {"max_message_bytes": "5000"},
+        {"max_message_bytes": True},
+        {"message_timestamp_type": "Now"},
+        {"cleanup_policy": "compact"},
+        {"segment_bytes": 1},
+    ],
+)
+def test_bad_values_refused_and_nothing_written(tmp_path: Path, values: dict[str, object]) -> None:
+    s = TopicSettings(str(tmp_path))
+    with pytest.raises(ValueError):
+        s.set(1, "t", **values)
+    assert not (tmp_path / "topics.conf").exists()
+    assert s.overrides(1, "t") == {}
+
+
+def test_version_1_files_are_read(tmp_path: Path) -> None:
+    write_settings(tmp_path / "topics.conf", 1, {"1/t": {"retention_ms": 5, "retention_groups": ["g"]}})
+    s = TopicSettings(str(tmp_path))
+    assert s.overrides(1, "t") == {"retention_ms": 5, "retention_groups": ["g"]}
+    s.set(1, "t", max_message_bytes=10)  # rewritten as version 2
+    assert TopicSettings(str(tmp_path)).overrides(1, "t")["max_message_bytes"] == 10
+
+
+def test_unknown_version_refused(tmp_path: Path) -> None:
+    write_settings(tmp_path / "topics.conf", 3, {})
+    with pytest.raises(walfs.WalCorruptError, match="version 3"):
+        TopicSettings(str(tmp_path))
+
+
+def test_deleted_topic_loses_every_setting(tmp_path: Path) -> None:
+    with walfs.Wal(str(tmp_path / "d"), segment_size=16 << 20, block_size=1 << 20) as wal:
+        wal.append("t", b"x")
+        wal.settings.set(wal.org_id, "t", max_message_bytes=100, message_timestamp_type="LogAppendTime")
+        wal.set_retention("t", retention_ms=1000)
+        wal.delete_topic("t")
+        assert wal.settings.overrides(wal.org_id, "t") == {}
+    assert os.path.exists(tmp_path / "d" / "topics.conf")
+    assert TopicSettings(str(tmp_path / "d")).overrides(1, "t") == {}
