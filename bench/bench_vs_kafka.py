@@ -82,8 +82,18 @@ class WalfsServer:
 
     def start(self) -> WalfsServer:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "walfs.cli.serve", str(self.dir), "--kafka-listen", "127.0.0.1:0",
-             "--fsync", self.fsync, "--log-level", "warning"],
+            [
+                sys.executable,
+                "-m",
+                "walfs.cli.serve",
+                str(self.dir),
+                "--kafka-listen",
+                "127.0.0.1:0",
+                "--fsync",
+                self.fsync,
+                "--log-level",
+                "warning",
+            ],
             stdout=subprocess.PIPE,
             text=True,
             cwd=REPO,
@@ -123,9 +133,23 @@ def produce(cp: str, bootstrap: str, topic: str, records: int, size: int, produc
     share = [records // producers + (i < records % producers) for i in range(producers)]
     procs = [
         subprocess.Popen(
-            [*TOOL_JVM, "-cp", cp, "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
-             "--num-records", str(n), "--record-size", str(size), "--throughput", "-1",
-             "--producer-props", f"bootstrap.servers={bootstrap}", *PRODUCER_PROPS],
+            [
+                *TOOL_JVM,
+                "-cp",
+                cp,
+                "org.apache.kafka.tools.ProducerPerformance",
+                "--topic",
+                topic,
+                "--num-records",
+                str(n),
+                "--record-size",
+                str(size),
+                "--throughput",
+                "-1",
+                "--producer-props",
+                f"bootstrap.servers={bootstrap}",
+                *PRODUCER_PROPS,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -141,8 +165,18 @@ def produce(cp: str, bootstrap: str, topic: str, records: int, size: int, produc
         sent, rps, _mbps, avg, mx, p50, p95, p99, p999 = matches[-1]
         if int(sent) != n:
             raise RuntimeError(f"ProducerPerformance sent {sent} of {n}")
-        runs.append({"records": n, "seconds": n / float(rps), "avg_ms": float(avg), "max_ms": float(mx),
-                     "p50_ms": int(p50), "p95_ms": int(p95), "p99_ms": int(p99), "p999_ms": int(p999)})
+        runs.append(
+            {
+                "records": n,
+                "seconds": n / float(rps),
+                "avg_ms": float(avg),
+                "max_ms": float(mx),
+                "p50_ms": int(p50),
+                "p95_ms": int(p95),
+                "p99_ms": int(p99),
+                "p999_ms": int(p999),
+            }
+        )
     seconds = max(r["seconds"] for r in runs)
     return {
         "records_per_s": round(records / seconds),
@@ -155,17 +189,32 @@ def produce(cp: str, bootstrap: str, topic: str, records: int, size: int, produc
 
 def consume(cp: str, bootstrap: str, topic: str, records: int, size: int) -> dict[str, Any]:
     p = subprocess.run(
-        [*TOOL_JVM, "-cp", cp, "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap,
-         "--topic", topic, "--messages", str(records), "--timeout", "30000"],
+        [
+            *TOOL_JVM,
+            "-cp",
+            cp,
+            "org.apache.kafka.tools.ConsumerPerformance",
+            "--bootstrap-server",
+            bootstrap,
+            "--topic",
+            topic,
+            "--messages",
+            str(records),
+            "--timeout",
+            "30000",
+        ],
         capture_output=True,
         text=True,
         timeout=900,
     )
     lines = [ln for ln in p.stdout.splitlines() if ln.count(",") >= 9]
     if p.returncode != 0 or len(lines) < 2:
-        raise RuntimeError(f"ConsumerPerformance exited {p.returncode}:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
-    row = dict(zip([h.strip() for h in lines[0].split(",")], [v.strip() for v in lines[-1].split(",")],
-                   strict=True))
+        raise RuntimeError(
+            f"ConsumerPerformance exited {p.returncode}:\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}"
+        )
+    row = dict(
+        zip([h.strip() for h in lines[0].split(",")], [v.strip() for v in lines[-1].split(",")], strict=True)
+    )
     got = int(row["data.consumed.in.nMsg"])
     if got < records:
         raise RuntimeError(f"ConsumerPerformance read {got} of {records} records")
@@ -179,8 +228,9 @@ def consume(cp: str, bootstrap: str, topic: str, records: int, size: int) -> dic
     }
 
 
-def one_run(cp: str, server: str, bootstrap: str, pid: int, topic: str, records: int, size: int,
-            producers: int) -> dict[str, Any]:
+def one_run(
+    cp: str, server: str, bootstrap: str, pid: int, topic: str, records: int, size: int, producers: int
+) -> dict[str, Any]:
     c0 = cpu_seconds(pid)
     prod = produce(cp, bootstrap, topic, records, size, producers)
     c1 = cpu_seconds(pid)
@@ -188,9 +238,13 @@ def one_run(cp: str, server: str, bootstrap: str, pid: int, topic: str, records:
     c2 = cpu_seconds(pid)
     prod["server_cpu_s_per_m"] = round((c1 - c0) / records * 1e6, 2)
     cons["server_cpu_s_per_m"] = round((c2 - c1) / records * 1e6, 2)
-    print(f"  {server:15s} {topic:28s} produce {prod['records_per_s']:>9,} rec/s p99 {prod['p99_ms']:>5} ms "
-          f"cpu {prod['server_cpu_s_per_m']:6.2f} s/M | consume {cons['records_per_s'] or 0:>9,} rec/s "
-          f"cpu {cons['server_cpu_s_per_m']:6.2f} s/M", file=sys.stderr, flush=True)
+    print(
+        f"  {server:15s} {topic:28s} produce {prod['records_per_s']:>9,} rec/s p99 {prod['p99_ms']:>5} ms "
+        f"cpu {prod['server_cpu_s_per_m']:6.2f} s/M | consume {cons['records_per_s'] or 0:>9,} rec/s "
+        f"cpu {cons['server_cpu_s_per_m']:6.2f} s/M",
+        file=sys.stderr,
+        flush=True,
+    )
     return {"produce": prod, "consume": cons}
 
 
@@ -203,14 +257,25 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     per-round walfs/Kafka ratios (the interval pair against the default pair's Kafka)."""
     cells: dict[tuple[str, str, int], dict[int, dict[str, Any]]] = {}
     for r in runs:
-        cells.setdefault((r["pair"], r["size"], r["producers"]), {}).setdefault(r["round"], {})[r["server"]] = r
+        cells.setdefault((r["pair"], r["size"], r["producers"]), {}).setdefault(r["round"], {})[
+            r["server"]
+        ] = r
     kafka_default = {
-        (r["size"], r["producers"], r["round"]): r for r in runs if r["pair"] == "default" and r["server"] == "kafka"
+        (r["size"], r["producers"], r["round"]): r
+        for r in runs
+        if r["pair"] == "default" and r["server"] == "kafka"
     }
     out = []
-    metrics = [("produce", "records_per_s"), ("produce", "mb_per_s"), ("produce", "p50_ms"), ("produce", "p99_ms"),
-               ("produce", "server_cpu_s_per_m"), ("consume", "records_per_s"), ("consume", "mb_per_s"),
-               ("consume", "server_cpu_s_per_m")]
+    metrics = [
+        ("produce", "records_per_s"),
+        ("produce", "mb_per_s"),
+        ("produce", "p50_ms"),
+        ("produce", "p99_ms"),
+        ("produce", "server_cpu_s_per_m"),
+        ("consume", "records_per_s"),
+        ("consume", "mb_per_s"),
+        ("consume", "server_cpu_s_per_m"),
+    ]
     for (pair, size, producers), rounds in sorted(cells.items()):
         row: dict[str, Any] = {"pair": pair, "size": size, "producers": producers, "rounds": len(rounds)}
         per_server: dict[str, list[dict[str, Any]]] = {}
@@ -227,16 +292,20 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     if a and b:
                         ratios.setdefault(f"{phase}.{key}", []).append(a / b)
         for s, rs in per_server.items():
-            row[s] = {f"{phase}.{key}": spread([r[phase][key] for r in rs if r[phase].get(key) is not None])
-                      for phase, key in metrics}
+            row[s] = {
+                f"{phase}.{key}": spread([r[phase][key] for r in rs if r[phase].get(key) is not None])
+                for phase, key in metrics
+            }
         row["walfs_over_kafka"] = {k: round(statistics.median(v), 3) for k, v in ratios.items()}
         out.append(row)
     return out
 
 
 def table(summary: list[dict[str, Any]]) -> str:
-    lines = ["pair      size   prod | produce rec/s walfs / kafka = ratio | consume rec/s walfs / kafka = ratio "
-             "| cpu s/M produce w/k, consume w/k"]
+    lines = [
+        "pair      size   prod | produce rec/s walfs / kafka = ratio | consume rec/s walfs / kafka = ratio "
+        "| cpu s/M produce w/k, consume w/k"
+    ]
     for row in summary:
         w, k, r = row.get("walfs", {}), row.get("kafka", {}), row["walfs_over_kafka"]
 
@@ -261,12 +330,17 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=None, help="rounds (default 3, --quick 1)")
     ap.add_argument("--sizes", default=",".join(SIZES), help="comma-separated subset of 100B,1KiB,16KiB")
     ap.add_argument("--producers", default="1,4", help="comma-separated producer counts")
-    ap.add_argument("--pairs", default=",".join(PAIRS), help="comma-separated subset of default,flush1,interval")
+    ap.add_argument(
+        "--pairs", default=",".join(PAIRS), help="comma-separated subset of default,flush1,interval"
+    )
     ap.add_argument("--records", type=float, default=1.0, help="scale the record counts by this factor")
     ap.add_argument("--out", default=None, help="JSON file (default bench/results/vs_kafka-TIME.json)")
     args = ap.parse_args()
     rounds = args.rounds or (1 if args.quick else 3)
-    counts = {k: max(1000, int(v * args.records)) for k, v in (QUICK_RECORDS if args.quick else FULL_RECORDS).items()}
+    counts = {
+        k: max(1000, int(v * args.records))
+        for k, v in (QUICK_RECORDS if args.quick else FULL_RECORDS).items()
+    }
     sizes = [s for s in args.sizes.split(",") if s]
     producer_counts = [int(p) for p in args.producers.split(",") if p]
     pairs = [p for p in args.pairs.split(",") if p]
@@ -279,15 +353,28 @@ def main() -> int:
     if "interval" in pairs and "default" not in pairs:
         ap.error("the interval pair is compared with the default pair's Kafka: include default")
     cp = classpath()
-    out_path = Path(args.out) if args.out else REPO / "bench" / "results" / time.strftime(
-        "vs_kafka-%Y%m%dT%H%M%S.json", time.gmtime())
+    out_path = (
+        Path(args.out)
+        if args.out
+        else REPO / "bench" / "results" / time.strftime("vs_kafka-%Y%m%dT%H%M%S.json", time.gmtime())
+    )
     result: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"nproc": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
-                    "loadavg_before": os.getloadavg()},
-        "settings": {"quick": args.quick, "rounds": rounds, "records": counts, "producer_props": PRODUCER_PROPS,
-                     "tool_jvm": TOOL_JVM, "kafka": "4.1.1, one KRaft node, -Xmx1g",
-                     "pairs": {k: {"kafka_topic_config": v[0], "walfs_fsync": v[1]} for k, v in PAIRS.items()}},
+        "machine": {
+            "nproc": os.cpu_count(),
+            "kernel": platform.release(),
+            "python": platform.python_version(),
+            "loadavg_before": os.getloadavg(),
+        },
+        "settings": {
+            "quick": args.quick,
+            "rounds": rounds,
+            "records": counts,
+            "producer_props": PRODUCER_PROPS,
+            "tool_jvm": TOOL_JVM,
+            "kafka": "4.1.1, one KRaft node, -Xmx1g",
+            "pairs": {k: {"kafka_topic_config": v[0], "walfs_fsync": v[1]} for k, v in PAIRS.items()},
+        },
         "runs": [],
     }
     with tempfile.TemporaryDirectory(prefix="walfs-vs-kafka-") as tmp:
@@ -314,12 +401,30 @@ def main() -> int:
                                 targets.reverse()
                             for server, bootstrap, pid in targets:
                                 topic = f"r{rnd}-{size}-{producers}p-{pair}"
-                                create_topic(bootstrap, topic, (kafka_conf or {}) if server == "kafka" else {})
-                                run = one_run(cp, f"{server}/{pair}", bootstrap, pid, topic, counts[size],
-                                              SIZES[size], producers)
-                                result["runs"].append({"round": rnd, "pair": pair, "size": size,
-                                                       "producers": producers, "server": server,
-                                                       "records": counts[size], **run})
+                                create_topic(
+                                    bootstrap, topic, (kafka_conf or {}) if server == "kafka" else {}
+                                )
+                                run = one_run(
+                                    cp,
+                                    f"{server}/{pair}",
+                                    bootstrap,
+                                    pid,
+                                    topic,
+                                    counts[size],
+                                    SIZES[size],
+                                    producers,
+                                )
+                                result["runs"].append(
+                                    {
+                                        "round": rnd,
+                                        "pair": pair,
+                                        "size": size,
+                                        "producers": producers,
+                                        "server": server,
+                                        "records": counts[size],
+                                        **run,
+                                    }
+                                )
         finally:
             for s in walfs_servers.values():
                 s.stop()
