@@ -74,9 +74,12 @@ def cpu_seconds(pid: int) -> float:
 
 
 class WalfsServer:
-    def __init__(self, fsync: str, root: Path) -> None:
+    """`walfs serve` of the tree at `code` (this checkout, or a --baseline export)."""
+
+    def __init__(self, fsync: str, root: Path, code: Path = REPO, label: str = "walfs") -> None:
         self.fsync = fsync
-        self.dir = root / f"walfs-{fsync}"
+        self.code = code
+        self.dir = root / f"{label}-{fsync}"
         self.proc: subprocess.Popen[str] | None = None
         self.bootstrap = ""
 
@@ -96,7 +99,7 @@ class WalfsServer:
             ],
             stdout=subprocess.PIPE,
             text=True,
-            cwd=REPO,
+            cwd=self.code,  # `-m` imports walfs from here first
         )
         assert self.proc.stdout is not None
         m = re.search(r"listening on (\S+)", self.proc.stdout.readline())
@@ -118,6 +121,20 @@ class WalfsServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=30)
+
+
+def export_tree(ref: str, dest: Path) -> Path:
+    """The tree of git ref `ref` in dest, its C core built, for a before/after run."""
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+        cwd=dest,
+        check=True,
+        capture_output=True,
+    )
+    return dest
 
 
 def create_topic(bootstrap: str, topic: str, config: dict[str, str]) -> None:
@@ -285,42 +302,52 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 by_server = {**by_server, "kafka": kafka_default[(size, producers, rnd)]}
             for s, r in by_server.items():
                 per_server.setdefault(s, []).append(r)
-            w, k = by_server.get("walfs"), by_server.get("kafka")
-            if w and k:
-                for phase, key in metrics:
-                    a, b = w[phase].get(key), k[phase].get(key)
-                    if a and b:
-                        ratios.setdefault(f"{phase}.{key}", []).append(a / b)
+            w = by_server.get("walfs")
+            for other in ("kafka", "base"):
+                k = by_server.get(other)
+                if w and k:
+                    for phase, key in metrics:
+                        a, b = w[phase].get(key), k[phase].get(key)
+                        if a and b:
+                            ratios.setdefault(f"{other}:{phase}.{key}", []).append(a / b)
         for s, rs in per_server.items():
             row[s] = {
                 f"{phase}.{key}": spread([r[phase][key] for r in rs if r[phase].get(key) is not None])
                 for phase, key in metrics
             }
-        row["walfs_over_kafka"] = {k: round(statistics.median(v), 3) for k, v in ratios.items()}
+        for other in ("kafka", "base"):
+            mine = {k.split(":", 1)[1]: v for k, v in ratios.items() if k.startswith(other + ":")}
+            if mine:
+                row[f"walfs_over_{other}"] = {k: round(statistics.median(v), 3) for k, v in mine.items()}
         out.append(row)
     return out
 
 
 def table(summary: list[dict[str, Any]]) -> str:
+    """One line per cell and comparison: medians, and the median of per-round ratios."""
     lines = [
-        "pair      size   prod | produce rec/s walfs / kafka = ratio | consume rec/s walfs / kafka = ratio "
-        "| cpu s/M produce w/k, consume w/k"
+        "pair      size   prod  vs    | produce rec/s walfs / other = ratio "
+        "| consume rec/s walfs / other = ratio | cpu s/M produce w/o, consume w/o"
     ]
+
+    def med(d: dict[str, Any], key: str) -> float:
+        return float(d.get(key, {}).get("median", 0) or 0)
+
     for row in summary:
-        w, k, r = row.get("walfs", {}), row.get("kafka", {}), row["walfs_over_kafka"]
-
-        def med(d: dict[str, Any], key: str) -> float:
-            return d.get(key, {}).get("median", 0) or 0
-
-        lines.append(
-            f"{row['pair']:9s} {row['size']:6s} {row['producers']:4d} | "
-            f"{med(w, 'produce.records_per_s'):>10,.0f} / {med(k, 'produce.records_per_s'):>10,.0f} = "
-            f"{r.get('produce.records_per_s', 0):5.2f}x | "
-            f"{med(w, 'consume.records_per_s'):>10,.0f} / {med(k, 'consume.records_per_s'):>10,.0f} = "
-            f"{r.get('consume.records_per_s', 0):5.2f}x | "
-            f"{med(w, 'produce.server_cpu_s_per_m'):.2f}/{med(k, 'produce.server_cpu_s_per_m'):.2f}, "
-            f"{med(w, 'consume.server_cpu_s_per_m'):.2f}/{med(k, 'consume.server_cpu_s_per_m'):.2f}"
-        )
+        w = row.get("walfs", {})
+        for other in ("kafka", "base"):
+            if f"walfs_over_{other}" not in row:
+                continue
+            k, r = row.get(other, {}), row[f"walfs_over_{other}"]
+            lines.append(
+                f"{row['pair']:9s} {row['size']:6s} {row['producers']:4d}  {other:5s} | "
+                f"{med(w, 'produce.records_per_s'):>10,.0f} / {med(k, 'produce.records_per_s'):>10,.0f} = "
+                f"{r.get('produce.records_per_s', 0):5.2f}x | "
+                f"{med(w, 'consume.records_per_s'):>10,.0f} / {med(k, 'consume.records_per_s'):>10,.0f} = "
+                f"{r.get('consume.records_per_s', 0):5.2f}x | "
+                f"{med(w, 'produce.server_cpu_s_per_m'):.2f}/{med(k, 'produce.server_cpu_s_per_m'):.2f}, "
+                f"{med(w, 'consume.server_cpu_s_per_m'):.2f}/{med(k, 'consume.server_cpu_s_per_m'):.2f}"
+            )
     return "\n".join(lines)
 
 
@@ -334,6 +361,12 @@ def main() -> int:
         "--pairs", default=",".join(PAIRS), help="comma-separated subset of default,flush1,interval"
     )
     ap.add_argument("--records", type=float, default=1.0, help="scale the record counts by this factor")
+    ap.add_argument(
+        "--baseline",
+        default=None,
+        metavar="GIT_REF",
+        help="also run `walfs serve` of this commit (before/after ratios from the same run)",
+    )
     ap.add_argument("--out", default=None, help="JSON file (default bench/results/vs_kafka-TIME.json)")
     args = ap.parse_args()
     rounds = args.rounds or (1 if args.quick else 3)
@@ -379,10 +412,14 @@ def main() -> int:
     }
     with tempfile.TemporaryDirectory(prefix="walfs-vs-kafka-") as tmp:
         walfs_servers = {p: WalfsServer(PAIRS[p][1], Path(tmp)) for p in pairs}
+        base_servers: dict[str, WalfsServer] = {}
+        if args.baseline:
+            code = export_tree(args.baseline, Path(tmp) / "baseline-tree")
+            base_servers = {p: WalfsServer(PAIRS[p][1], Path(tmp), code, "base") for p in pairs}
         broker = KafkaBroker(heap="1g")
         try:
             broker.start()
-            for s in walfs_servers.values():
+            for s in [*walfs_servers.values(), *base_servers.values()]:
                 s.start()
             # Kafka gets a warm-up run as well as the JIT's own rounds: a new JVM's first
             # minutes would be counted against it otherwise.
@@ -395,6 +432,10 @@ def main() -> int:
                         for pair in pairs:
                             kafka_conf = PAIRS[pair][0]
                             targets = [("walfs", walfs_servers[pair].bootstrap, walfs_servers[pair].pid())]
+                            if pair in base_servers:
+                                targets.append(
+                                    ("base", base_servers[pair].bootstrap, base_servers[pair].pid())
+                                )
                             if kafka_conf is not None:
                                 targets.append(("kafka", broker.bootstrap, broker.pid()))
                             if rnd % 2 == 0:
@@ -426,7 +467,7 @@ def main() -> int:
                                     }
                                 )
         finally:
-            for s in walfs_servers.values():
+            for s in [*walfs_servers.values(), *base_servers.values()]:
                 s.stop()
             broker.stop()
     result["machine"]["loadavg_after"] = os.getloadavg()
