@@ -1,6 +1,7 @@
 """Requests read ahead of their answers (walfs/kafka/pipeline.py): while a produce with
 acks=all waits for its sync, the connection reads and appends the next requests; the
 answers still go out in request order, after the sync, and the read-ahead is bounded.
+The answers that wait at once share one sync round (walfs/kafka/group_sync.py).
 
 The WAL's sync is held on a gate (the real sync runs once the gate opens), so what the
 listener does meanwhile is seen without any timing."""
@@ -8,6 +9,7 @@ listener does meanwhile is seen without any timing."""
 from __future__ import annotations
 
 import datetime
+import errno
 import socket
 import struct
 import threading
@@ -31,6 +33,7 @@ from kio.schema.produce.v9.response import ProduceResponse
 from kio.serial import entity_reader
 
 import walfs
+from walfs.errors import WalIOError
 from walfs.kafka.messages import build
 from walfs.kafka.pipeline import PIPELINE_DEPTH
 from walfs.kafka.record_batch import WireRecord, encode_records_for_test
@@ -43,8 +46,10 @@ class GatedWal(walfs.Wal):
         super().__init__(*args, **kwargs)
         self.gate = threading.Event()
         self.waiting = 0  # syncs held at the gate right now
+        self.calls = 0  # sync() calls
 
     def sync(self) -> None:
+        self.calls += 1
         self.waiting += 1
         try:
             if not self.gate.wait(timeout=60):
@@ -183,3 +188,42 @@ def test_client_gone_while_answers_wait(gated: tuple[GatedWal, Listener]) -> Non
     with raw_connect(lst.port) as s2:
         s2.sendall(produce("t", 1, 9))
         assert produce_answer(recv_frame(s2)) == (9, 0, 4)
+
+
+def test_waiting_answers_share_one_sync_round(gated: tuple[GatedWal, Listener]) -> None:
+    wal, lst = gated
+    conns = [raw_connect(lst.port) for _ in range(4)]
+    try:
+        # The first request starts a round, held at the gate; the rest of this connection's
+        # requests and the other connections' all arrive while it runs.
+        conns[0].sendall(produce("t", 1, 0))
+        wait_until(lambda: wal.waiting == 1, 30, "the first sync round")
+        for i, s in enumerate(conns):
+            s.sendall(b"".join(produce("t", 1, 10 * i + k) for k in range(1, 4)))
+        wait_until(lambda: wal.high_watermark("t") == 13, 30, "all appends")
+        wal.gate.set()
+        answers = [produce_answer(recv_frame(s)) for s in conns for _ in range(4 if s is conns[0] else 3)]
+    finally:
+        for s in conns:
+            s.close()
+    assert sorted(a[0] for a in answers) == sorted([0] + [10 * i + k for i in range(4) for k in range(1, 4)])
+    assert all(code == 0 for _, code, _ in answers)
+    # One wal.sync() per answer before; now the round held at the gate and one more for
+    # the twelve that came during it.
+    assert wal.calls == 2
+    assert wal.durable_watermark("t") == 13
+
+
+def test_failed_sync_fails_every_waiting_answer(tmp_path: Path) -> None:
+    wal = walfs.Wal(str(tmp_path / "data"), fsync="never", **SMALL_WAL)
+    with Listener(wal) as lst, raw_connect(lst.port) as s:
+        s.sendall(produce("t", 2, 1))
+        assert produce_answer(recv_frame(s)) == (1, 0, 0)
+        wal.engine.inject_fault("sync", errno.EIO)
+        s.sendall(produce("t", 2, 2) + produce("t", 2, 3))
+        answers = [produce_answer(recv_frame(s)) for _ in range(2)]
+    # KAFKA_STORAGE_ERROR (56), no offset: nothing was acknowledged as durable.
+    assert answers == [(2, 56, -1), (3, 56, -1)]
+    assert wal.failed
+    with pytest.raises(WalIOError):  # closing a failed WAL reports it too
+        wal.close()

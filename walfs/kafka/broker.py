@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from walfs.kafka.group_coordinator import GroupCoordinator
+from walfs.kafka.group_sync import GroupSync
 from walfs.kafka.producer_ids import ProducerIds
 from walfs.kafka.topic_catalog import TopicCatalog
 
@@ -46,6 +47,8 @@ class Broker:
     api_versions: dict[int, tuple[int, int]] = field(default_factory=dict)
     catalog: TopicCatalog = field(init=False)
     groups: GroupCoordinator = field(init=False)
+    # Syncs for acks=all answers, one round for all who wait at once (group_sync.py).
+    durable: GroupSync = field(init=False)
     producer_ids: ProducerIds = field(default_factory=ProducerIds)
     # Separate limiters: long-poll waits may park many threads for up to max_wait_ms,
     # and they must never starve appends and syncs of threads.
@@ -57,6 +60,7 @@ class Broker:
     def __post_init__(self) -> None:
         self.catalog = TopicCatalog(self.wal)
         self.groups = GroupCoordinator(self.wal)
+        self.durable = GroupSync(self.wal.sync, self.io_limiter)
 
     async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a WAL call that may block (append under fsync=always, sync) in a

@@ -75,10 +75,13 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
         results.append((td.name, parts))
     if req.acks == -1 and appended and not broker.appends_are_durable:
         # The answer waits for the sync, the connection does not: it reads and appends the
-        # next requests meanwhile, which then share this sync or the next (pipeline.py).
+        # next requests meanwhile, which then share this sync round or the next
+        # (pipeline.py, group_sync.py).
+        need = broker.durable.covering_round()
+
         async def synced() -> Any:
             try:
-                await broker.blocking(broker.wal.sync)
+                await broker.durable.sync(need)
             except Exception as e:
                 code = error_code_for(e, "sync for acks=-1")
                 return _response(
