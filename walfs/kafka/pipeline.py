@@ -26,6 +26,9 @@ from walfs.kafka.framing import frame
 # Answers a connection may owe at once (requests read ahead of their answers).
 PIPELINE_DEPTH = 16
 
+# Answers from this size on are sent as their size, then themselves (two sends, no copy).
+SEPARATE_SIZE_FROM = 64 * 1024
+
 # (api name, seconds, failed) -> None: the listener's request latency metric.
 Observe = Callable[[str, float, bool], None]
 
@@ -55,8 +58,13 @@ class ResponsePipe:
                     finally:
                         if observe is not None:
                             observe(api, time.perf_counter() - t0, failed)
-                if response is not None:
+                if response is None:
+                    continue
+                if len(response) < SEPARATE_SIZE_FROM:
                     await self._stream.send_all(frame(response))
+                else:  # a large answer (a fetch) is not copied to put its size in front
+                    await self._stream.send_all(len(response).to_bytes(4, "big"))
+                    await self._stream.send_all(response)
 
 
 def _only_error(group: BaseExceptionGroup[Any]) -> BaseException:
