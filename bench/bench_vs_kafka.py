@@ -391,6 +391,7 @@ def main() -> int:
         if args.out
         else REPO / "bench" / "results" / time.strftime("vs_kafka-%Y%m%dT%H%M%S.json", time.gmtime())
     )
+    out_path.parent.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {
@@ -466,13 +467,14 @@ def main() -> int:
                                         **run,
                                     }
                                 )
+                                # After every run, so that a stopped run keeps what it measured.
+                                out_path.write_text(json.dumps(result, indent=2) + "\n")
         finally:
             for s in [*walfs_servers.values(), *base_servers.values()]:
                 s.stop()
             broker.stop()
     result["machine"]["loadavg_after"] = os.getloadavg()
     result["summary"] = summarize(result["runs"])
-    out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(result, indent=2) + "\n")
     print(table(result["summary"]), file=sys.stderr)
     print(f"JSON: {out_path}", file=sys.stderr)
