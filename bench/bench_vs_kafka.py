@@ -265,7 +265,9 @@ def one_run(
     return {"produce": prod, "consume": cons}
 
 
-def spread(values: list[float]) -> dict[str, float]:
+def spread(values: list[float]) -> dict[str, float | None]:
+    if not values:  # a metric no run of the cell reported
+        return {"median": None, "min": None, "max": None}
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
