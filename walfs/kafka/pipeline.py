@@ -41,10 +41,10 @@ class ResponsePipe:
     async def send(
         self, response: bytes | Later | None, api: str = "", t0: float = 0.0, observe: Observe | None = None
     ) -> None:
-        """Queues one request's answer (None: the request has none, but a Later before it
-        still goes first). ``observe`` is called when a Later's answer is ready, with the
+        """Queues one request's answer behind those before it (None: the request has no
+        answer, acks=0). ``observe`` is called when a Later's answer is ready, with the
         time since ``t0``."""
-        if isinstance(response, Later) or response is not None:
+        if response is not None:
             await self._send.send((response, api, t0, observe))
 
     async def _run(self) -> None:
