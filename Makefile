@@ -6,7 +6,7 @@ MOUNTPOINT ?= /mnt/wal
 START     ?= 1
 APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd
 
-.PHONY: install deps venv start testdeps kafka test lint ctest bench walrus-baseline bench-single cluster cluster-stop torture clean
+.PHONY: install deps venv start testdeps kafka test lint ctest bench walrus-baseline bench-single cluster cluster-stop bench-kafka torture clean
 
 install: deps venv
 	install -m 755 mount/mount.fuse.walfs /sbin/mount.fuse.walfs
@@ -86,6 +86,12 @@ cluster: kafka
 cluster-stop:
 	-fusermount3 -u $(CLUSTER_MOUNT)
 	$(PY) tools/kafka_cluster.py stop $(CLUSTER_DIR)
+
+# walfs serve against a real single-node Kafka with Kafka's own perf tools (docs/benchmarks.md).
+# The full matrix takes about an hour on a quiet two-core machine; ARGS=--quick for a smoke run,
+# ARGS="--baseline REF" adds walfs serve of an older commit to the same run.
+bench-kafka: testdeps
+	$(PY) bench/bench_vs_kafka.py $(ARGS)
 
 # Crash and damage torture (not in CI; minutes to hours; docs/durability.md). Sizes from the
 # environment: TORTURE_MOUNT_CYCLES, TORTURE_WRITERS, TORTURE_POWERCUT_CYCLES,

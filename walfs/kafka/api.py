@@ -20,3 +20,15 @@ class Api:
     min_version: int
     max_version: int
     handler: Handler
+
+
+class Later:
+    """A response that is ready only once ``finish()`` returns (a produce with acks=all
+    waits for its sync there). The connection hands it to its ResponsePipe
+    (walfs/kafka/pipeline.py) and reads and handles the next requests meanwhile; the
+    answers still go out in request order."""
+
+    __slots__ = ("finish",)
+
+    def __init__(self, finish: Callable[[], Awaitable[Any]]) -> None:
+        self.finish = finish

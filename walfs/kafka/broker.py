@@ -13,6 +13,7 @@ import trio
 
 from walfs.kafka.broker_config import BrokerConfig
 from walfs.kafka.group_coordinator import GroupCoordinator
+from walfs.kafka.group_sync import GroupSync
 from walfs.kafka.producer_ids import ProducerIds
 from walfs.kafka.record_times import RecordTimes
 from walfs.kafka.topic_catalog import TopicCatalog
@@ -50,6 +51,8 @@ class Broker:
     api_versions: dict[int, tuple[int, int]] = field(default_factory=dict)
     catalog: TopicCatalog = field(init=False)
     groups: GroupCoordinator = field(init=False)
+    # Syncs for acks=all answers, one round for all who wait at once (group_sync.py).
+    durable: GroupSync = field(init=False)
     producer_ids: ProducerIds = field(default_factory=ProducerIds)
     record_times: RecordTimes = field(default_factory=RecordTimes)  # ListOffsets by timestamp
     # Separate limiters: long-poll waits may park many threads for up to max_wait_ms,
@@ -62,6 +65,7 @@ class Broker:
     def __post_init__(self) -> None:
         self.catalog = TopicCatalog(self.wal)
         self.groups = GroupCoordinator(self.wal)
+        self.durable = GroupSync(self.wal.sync, self.io_limiter)
 
     async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a WAL call that may block (append under fsync=always, sync) in a

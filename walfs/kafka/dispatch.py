@@ -21,7 +21,7 @@ from walfs.kafka import (
     produce,
     topics_admin,
 )
-from walfs.kafka.api import Api
+from walfs.kafka.api import Api, Later
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.framing import read_preamble
 from walfs.kafka.messages import ErrorCode, build, decode_request, encode_response, response_module
@@ -62,8 +62,9 @@ def _unsupported_api_versions(correlation_id: int) -> bytes:
     return encode_response(correlation_id, resp)
 
 
-async def dispatch(broker: Broker, conn: Connection, payload: bytes) -> bytes | None:
-    """The unframed response to one request, or None when none is due (acks=0).
+async def dispatch(broker: Broker, conn: Connection, payload: bytes) -> bytes | Later | None:
+    """The unframed response to one request, None when none is due (acks=0), or a Later
+    whose ``finish()`` returns the unframed response (walfs/kafka/pipeline.py).
 
     Raises CloseConnection for requests that have no valid answer."""
     api_key, version, correlation_id = read_preamble(payload)
@@ -83,4 +84,11 @@ async def dispatch(broker: Broker, conn: Connection, payload: bytes) -> bytes | 
     response: Any = await api.handler(broker, conn, version, request)
     if response is None:
         return None
+    if isinstance(response, Later):
+        later = response
+
+        async def finish() -> bytes:
+            return encode_response(correlation_id, await later.finish())
+
+        return Later(finish)
     return encode_response(correlation_id, response)

@@ -1,8 +1,11 @@
 """The TCP listener: accepts connections and runs each one's request loop.
 
-Requests on one connection are answered one at a time, in order, as Kafka brokers
-do (clients rely on the order; they open another connection for the group
-coordinator, so a long-polling Fetch does not hold up heartbeats)."""
+Requests on one connection are handled one at a time, in order, and answered in
+order, as Kafka brokers do (clients rely on the order; they open another connection
+for the group coordinator, so a long-polling Fetch does not hold up heartbeats). An
+answer that only waits for durability (a produce with acks=all) is sent by the
+connection's ResponsePipe while the next requests are read and handled
+(walfs/kafka/pipeline.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from walfs.kafka.api import Later
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.broker_config import BrokerConfig
 from walfs.kafka.dispatch import HANDLERS, SUPPORTED, CloseConnection, dispatch
@@ -22,8 +26,8 @@ from walfs.kafka.framing import (
     ByteBudget,
     FrameError,
     FrameReader,
-    frame,
 )
+from walfs.kafka.pipeline import response_pipe
 
 if TYPE_CHECKING:
     from walfs.engine_api import LogEngine
@@ -74,23 +78,26 @@ async def _serve_connection(
     conn = Connection(peer=f"{peer_host}:{peer_port}", host=host, port=port)
     reader = FrameReader(stream, max_request_bytes, budget)
     log.debug("%s: connected", conn.peer)
+    observe = broker.request_latency.observe if broker.request_latency is not None else None
     try:
-        while True:
-            payload = await reader.next_frame()
-            if payload is None:
-                break
-            t0 = time.perf_counter()
-            failed = True
-            try:
-                response = await dispatch(broker, conn, payload)
-                failed = False
-            finally:
-                if broker.request_latency is not None:
-                    broker.request_latency.observe(api_name(payload), time.perf_counter() - t0, failed)
-                del payload
-                await reader.release_frame()
-            if response is not None:
-                await stream.send_all(frame(response))
+        async with response_pipe(stream) as pipe:
+            while True:
+                payload = await reader.next_frame()
+                if payload is None:
+                    break
+                api = api_name(payload)
+                t0 = time.perf_counter()
+                failed = True
+                try:
+                    response = await dispatch(broker, conn, payload)
+                    failed = False
+                finally:
+                    # A Later answer (acks=all) is observed by the pipe once it is ready.
+                    if observe is not None and (failed or not isinstance(response, Later)):
+                        observe(api, time.perf_counter() - t0, failed)
+                    del payload
+                    await reader.release_frame()
+                await pipe.send(response, api, t0, observe)
     except (FrameError, CloseConnection) as e:
         log.warning("%s: closing connection: %s", conn.peer, e)
     except trio.BrokenResourceError as e:
@@ -149,7 +156,8 @@ async def serve_kafka(
             if refused == 1 or refused % 1000 == 0:
                 log.warning(
                     "connection limit (%d) reached: closing a new connection (%d refused so far)",
-                    max_connections, refused,
+                    max_connections,
+                    refused,
                 )
             with trio.CancelScope(shield=True):
                 await stream.aclose()

@@ -3,14 +3,14 @@
 All batches for one partition in a request become one ``wal.append_bodies`` call,
 so they survive a crash together or not at all. acks=-1 answers only once the
 records are durable: the WAL syncs each append itself under fsync="always",
-otherwise the handler calls ``wal.sync()`` before answering."""
+otherwise the answer is a ``Later`` that calls ``wal.sync()`` first."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from walfs.kafka.api import Api
+from walfs.kafka.api import Api, Later
 from walfs.kafka.broker import Broker, Connection, log
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.metadata import valid_new_topic
@@ -130,13 +130,32 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
             parts.append((pd.index, code, base, start))
         results.append((td.name, parts))
     if req.acks == -1 and appended and not broker.appends_are_durable:
-        try:
-            await broker.blocking(broker.wal.sync)
-        except Exception as e:
-            code = error_code_for(e, "sync for acks=-1")
-            results = [(t, [(i, code, -1, -1) for i, _, _, _ in ps]) for t, ps in results]
+        # The answer waits for the sync, the connection does not: it reads and appends the
+        # next requests meanwhile, which then share this sync round or the next
+        # (pipeline.py, group_sync.py).
+        need = broker.durable.covering_round()
+
+        async def synced() -> Any:
+            try:
+                await broker.durable.sync(need)
+            except Exception as e:
+                code = error_code_for(e, "sync for acks=-1")
+                return _response(
+                    version, [(t, [(i, code, -1, -1) for i, _, _, _ in ps]) for t, ps in results], invalid
+                )
+            return _response(version, results, invalid)
+
+        return Later(synced)
     if req.acks == 0:
         return None
+    return _response(version, results, invalid)
+
+
+def _response(
+    version: int,
+    results: list[tuple[str, list[tuple[int, ErrorCode, int, int]]]],
+    invalid: dict[tuple[str, int], InvalidRecords],
+) -> Any:
     mod = response_module(0, version)
     return build(
         mod.ProduceResponse,

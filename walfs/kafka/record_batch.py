@@ -198,7 +198,7 @@ def _batches(data: bytes) -> Iterator[tuple[int, int, int, int, int, bytes]]:
             raise BatchError(f"batch length {batch_length} does not fit the record set")
         if magic != 2:
             raise BatchError(f"record batch magic {magic} (only v2 is supported)")
-        if crc32c(data[pos + _CRC_START : end]) != crc:
+        if crc32c(memoryview(data)[pos + _CRC_START : end]) != crc:  # no copy of the batch
             raise BatchError("record batch CRC-32C mismatch")
         body = data[pos + BATCH_OVERHEAD : end]
         pos = end

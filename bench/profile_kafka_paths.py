@@ -1,0 +1,220 @@
+"""Where a Kafka produce and a Kafka fetch spend their time inside `walfs serve`, stage by
+stage, without a client or a socket: the request frames are built here (as Kafka's
+ProducerPerformance sends them: one v2 batch of N records, no key, producer timestamps)
+and each stage of the listener's path is timed on its own, then the whole `dispatch`.
+
+    .venv/bin/python bench/profile_kafka_paths.py            # 100 B and 16 KiB records
+    .venv/bin/python bench/profile_kafka_paths.py --json     # the same as JSON
+
+Produce stages: frame copy (the listener's read buffer into the request), request
+decode (kio), batch CRC, record split (C), append, sync (the acks=all fsync), response
+encode. Fetch stages: request decode, read + batch build (C), response encode, frame.
+Each figure is the median of --repeat calls, in microseconds per request and
+nanoseconds per record; the machine's other load moves them, so compare stages within
+one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+from crc32c import crc32c
+from kio.index import load_payload_module
+from kio.serial import entity_writer
+from kio.static.constants import EntityType
+
+import walfs
+from walfs.engine import decode_kafka_records
+from walfs.kafka.api import Later
+from walfs.kafka.broker import Broker, Connection
+from walfs.kafka.dispatch import SUPPORTED, dispatch
+from walfs.kafka.framing import frame
+from walfs.kafka.messages import build, decode_request
+from walfs.kafka.record_batch import WireRecord, decode_for_append, encode_records_for_test, read_batch
+
+PRODUCE_V, FETCH_V = 9, 12
+
+
+def request_frame(api_key: int, version: int, body: Any) -> bytes:
+    header_cls = type(body).__header_schema__
+    buf = io.BytesIO()
+    entity_writer(header_cls)(
+        buf,
+        header_cls(request_api_key=api_key, request_api_version=version, correlation_id=7, client_id="prof"),
+    )
+    entity_writer(type(body))(buf, body)
+    return buf.getvalue()
+
+
+def produce_request(topic: str, batch: bytes) -> bytes:
+    m = load_payload_module(0, PRODUCE_V, EntityType.request)
+    req = build(
+        m.ProduceRequest,
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            build(
+                m.TopicProduceData,
+                name=topic,
+                partition_data=(build(m.PartitionProduceData, index=0, records=batch),),
+            ),
+        ),
+    )
+    return request_frame(0, PRODUCE_V, req)
+
+
+def fetch_request(topic: str, offset: int, max_bytes: int) -> bytes:
+    m = load_payload_module(1, FETCH_V, EntityType.request)
+    part = build(
+        m.FetchPartition,
+        partition=0,
+        current_leader_epoch=-1,
+        fetch_offset=offset,
+        last_fetched_epoch=-1,
+        log_start_offset=-1,
+        partition_max_bytes=max_bytes,
+    )
+    req = build(
+        m.FetchRequest,
+        cluster_id=None,
+        replica_id=-1,
+        max_wait=datetime.timedelta(milliseconds=500),
+        min_bytes=1,
+        max_bytes=50 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(build(m.FetchTopic, topic=topic, partitions=(part,)),),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    return request_frame(1, FETCH_V, req)
+
+
+def timed(fn: Callable[[], Any], repeat: int) -> float:
+    """Median seconds of fn() over repeat calls (after one warm-up call)."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def timed_dispatch(broker: Broker, payload: bytes, repeat: int) -> float:
+    """Median seconds of one `dispatch` of payload, all calls in one trio run."""
+    conn = Connection(peer="prof", host="127.0.0.1", port=0)
+
+    async def one() -> None:
+        response = await dispatch(broker, conn, payload)
+        if isinstance(response, Later):  # acks=all: the answer after the sync
+            await response.finish()
+
+    async def run() -> float:
+        await one()
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            await one()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    return trio.run(run)
+
+
+def profile(size: int, batch_bytes: int, repeat: int, data_dir: str) -> dict[str, Any]:
+    n = max(1, batch_bytes // (size + 10))
+    value = os.urandom(size)
+    now = int(time.time() * 1000)
+    batch = encode_records_for_test([WireRecord(None, value, [], now) for _ in range(n)])
+    produce = produce_request("prof", batch)
+    out: dict[str, Any] = {"record_bytes": size, "records_per_request": n, "request_bytes": len(produce)}
+    stages: dict[str, float] = {}
+    with walfs.Wal(data_dir, fsync="never") as wal:
+        broker = Broker(wal, api_versions=dict(SUPPORTED))
+        conn = Connection(peer="prof", host="127.0.0.1", port=0)
+        wire = bytearray(len(produce).to_bytes(4, "big") + produce)
+        stages["produce.frame_copy"] = timed(lambda: bytes(wire[4:]), repeat)
+        stages["produce.decode_request"] = timed(lambda: decode_request(0, PRODUCE_V, produce), repeat)
+        body = batch[61:]
+        stages["produce.batch_crc"] = timed(lambda: crc32c(batch[21:]), repeat)
+        stages["produce.record_split"] = timed(lambda: decode_kafka_records(body, n, now), repeat)
+        produced = decode_for_append(batch)
+        assert produced is not None
+        stages["produce.append"] = timed(
+            lambda: wal.append_bodies("prof", produced.data, produced.meta_lens, produced.value_lens), repeat
+        )
+
+        def append_sync() -> None:
+            wal.append_bodies("prof", produced.data, produced.meta_lens, produced.value_lens)
+            wal.sync()
+
+        stages["produce.append_and_sync"] = timed(append_sync, repeat)
+        stages["produce.dispatch_whole"] = timed_dispatch(broker, produce, repeat)
+        wal.sync()
+        # Fetch: 1 MiB per partition, as ConsumerPerformance's default --fetch-size asks.
+        fetch = fetch_request("prof", 0, 1 << 20)
+        stages["fetch.decode_request"] = timed(lambda: decode_request(1, FETCH_V, fetch), repeat)
+        stages["fetch.read_and_build"] = timed(
+            lambda: read_batch(wal, "prof", 0, 0, 100_000, 1 << 20), repeat
+        )
+        records = read_batch(wal, "prof", 0, 0, 100_000, 1 << 20)
+
+        async def one_fetch() -> bytes | None:
+            return await dispatch(broker, conn, fetch)
+
+        fetched = trio.run(one_fetch)
+        assert isinstance(fetched, bytes)
+        stages["fetch.frame"] = timed(lambda: frame(fetched), repeat)
+        stages["fetch.dispatch_whole"] = timed_dispatch(broker, fetch, repeat)
+        out["fetch_records"] = int.from_bytes(records[57:61], "big")
+        out["fetch_response_bytes"] = len(fetched)
+    out["us_per_request"] = {k: round(v * 1e6, 1) for k, v in stages.items()}
+    out["ns_per_record"] = {
+        k: round(v * 1e9 / (n if k.startswith("produce") else out["fetch_records"]), 1)
+        for k, v in stages.items()
+    }
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="100,16384", help="record sizes in bytes")
+    ap.add_argument("--batch-bytes", type=int, default=1 << 20, help="bytes per produce batch (batch.size)")
+    ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    results = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        with tempfile.TemporaryDirectory(prefix="walfs-prof-") as tmp:
+            results.append(profile(size, args.batch_bytes, args.repeat, tmp))
+    if args.json:
+        json.dump({"loadavg": os.getloadavg(), "results": results}, sys.stdout, indent=2)
+        print()
+        return 0
+    for r in results:
+        print(
+            f"{r['record_bytes']} B records, {r['records_per_request']} per produce request "
+            f"({r['request_bytes']} bytes); fetch of {r['fetch_records']} records "
+            f"({r['fetch_response_bytes']} bytes)"
+        )
+        for k, us in r["us_per_request"].items():
+            print(f"  {k:28s} {us:10.1f} us/request {r['ns_per_record'][k]:10.1f} ns/record")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

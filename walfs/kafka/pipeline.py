@@ -1,0 +1,103 @@
+"""A connection's responses, in request order, with the slow ones off the read path.
+
+Kafka clients keep several requests in flight on a connection (the Java producer 5,
+librdkafka up to 5 with idempotence) and expect the answers in the order they asked.
+Answering one request at a time made each produce with acks=all wait for its own fsync
+before the next request was even read. Here a handler may answer with a ``Later``
+(walfs/kafka/api.py): its appends are done, only the wait for durability is left. The
+connection passes the Later to the pipe and goes on reading and appending the next
+requests, so their records join the sync already under way or the next one (group
+commit), while the pipe's task awaits each answer in turn and sends it. At most
+``depth`` answers wait; beyond that the reader waits, and stops reading its socket.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from walfs.kafka.api import Later
+from walfs.kafka.framing import frame
+
+# Answers a connection may owe at once (requests read ahead of their answers).
+PIPELINE_DEPTH = 16
+
+# Answers from this size on are sent as their size, then themselves (two sends, no copy).
+SEPARATE_SIZE_FROM = 64 * 1024
+
+# (api name, seconds, failed) -> None: the listener's request latency metric.
+Observe = Callable[[str, float, bool], None]
+
+
+class ResponsePipe:
+    def __init__(self, stream: trio.abc.SendStream, depth: int = PIPELINE_DEPTH) -> None:
+        self._stream = stream
+        self._send, self._recv = trio.open_memory_channel[tuple[Any, str, float, Observe | None]](depth - 1)
+
+    async def send(
+        self, response: bytes | Later | None, api: str = "", t0: float = 0.0, observe: Observe | None = None
+    ) -> None:
+        """Queues one request's answer behind those before it (None: the request has no
+        answer, acks=0). ``observe`` is called when a Later's answer is ready, with the
+        time since ``t0``."""
+        if response is not None:
+            await self._send.send((response, api, t0, observe))
+
+    async def _run(self) -> None:
+        async with self._recv:
+            async for response, api, t0, observe in self._recv:
+                if isinstance(response, Later):
+                    failed = True
+                    try:
+                        response = await response.finish()
+                        failed = False
+                    finally:
+                        if observe is not None:
+                            observe(api, time.perf_counter() - t0, failed)
+                if response is None:
+                    continue
+                if len(response) < SEPARATE_SIZE_FROM:
+                    await self._stream.send_all(frame(response))
+                else:  # a large answer (a fetch) is not copied to put its size in front
+                    await self._stream.send_all(len(response).to_bytes(4, "big"))
+                    await self._stream.send_all(response)
+
+
+def _only_error(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The one error behind a nursery's group (the other task's Cancelled dropped), or the
+    group itself when there are several."""
+    leaves: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for sub in e.exceptions:
+                walk(sub)
+        elif not isinstance(e, trio.Cancelled):
+            leaves.append(e)
+
+    walk(group)
+    return leaves[0] if len(leaves) == 1 else group
+
+
+@asynccontextmanager
+async def response_pipe(
+    stream: trio.abc.SendStream, depth: int = PIPELINE_DEPTH
+) -> AsyncIterator[ResponsePipe]:
+    """A ResponsePipe with its sending task. On a normal exit every queued answer is sent
+    first; an error in the reader or in the sender ends both, and is raised as itself (not
+    as an exception group), so the connection's handlers see the same errors as before."""
+    pipe = ResponsePipe(stream, depth)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pipe._run)
+            async with pipe._send:
+                yield pipe
+    except BaseExceptionGroup as group:
+        err = _only_error(group)
+        if err is group:
+            raise
+        raise err from err.__cause__  # as itself, its own cause kept
