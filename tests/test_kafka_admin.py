@@ -263,9 +263,10 @@ def test_groups_from_every_face_are_one_set(tmp_path: Path) -> None:
             [fut] = a.list_consumer_group_offsets([ConsumerGroupTopicPartitions("python-face")]).values()
             got = fut.result(15)
             assert [(tp.topic, tp.partition, tp.offset) for tp in got.topic_partitions] == [("events", 0, 5)]
-            # A name no group can have (the cursor store's groups are directories): nothing.
+            # A name no group can have (the walfs name rule): INVALID_GROUP_ID (docs/kafka.md).
             [fut] = a.list_consumer_group_offsets([ConsumerGroupTopicPartitions("..")]).values()
-            assert fut.result(15).topic_partitions == []
+            with pytest.raises(KafkaException, match="INVALID_GROUP_ID"):
+                fut.result(15)
             # Deleting: a group with members is refused, an empty one goes with its offsets.
             dels = a.delete_consumer_groups(["kafka-face", "python-face", "never-was"])
             assert kafka_error(dels["kafka-face"]).code() == KafkaError.NON_EMPTY_GROUP
