@@ -240,7 +240,9 @@ class RemoteWal:
             acks=i16(-1),
             timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
             topic_data=(
-                topic_cls(name=TopicName(topic), partition_data=(part_cls(index=i32(partition), records=batch),)),
+                topic_cls(
+                    name=TopicName(topic), partition_data=(part_cls(index=i32(partition), records=batch),)
+                ),
             ),
         )
         for t in self._call(PRODUCE, req).responses:

@@ -1,0 +1,163 @@
+"""Where the sink appends: the data directory itself (walfs.Wal) when no daemon owns it,
+or a walfs daemon's Kafka listener (option "bootstrap") when one does.
+
+Both give the sink the same four things: an atomic, durable append of one chunk of
+records to one stream; the stream's end; a durable per-group cursor (the WAL's one
+commit rule, Wal.commit_offset, which the listener's OffsetCommit also calls); and a scan
+of the records past an offset with their headers, to find the sink's own chunks again.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+from walfs import Record, Wal, WalLockedError
+from walfs.kafka.record_batch import BATCH_OVERHEAD, decode_batches, encode_batch
+from walfs.records import Header
+from walfs.spark.options import SinkOptions, WalfsOptionError
+from walfs.spark.remote import LATEST, RemoteError, RemoteWal
+
+# (key, value, headers) of one record to append.
+Row = tuple[bytes | None, bytes, Sequence[Header]]
+
+SCAN_RECORDS = 4096
+
+
+class SinkTarget(Protocol):
+    def ensure(self, topic: str, partition: int) -> None: ...
+    def append(self, topic: str, partition: int, rows: Sequence[Row]) -> int: ...
+    def end(self, topic: str, partition: int) -> int: ...
+    def committed(self, group: str, topic: str, partition: int) -> int | None: ...
+    def commit(self, group: str, topic: str, partition: int, offset: int) -> None: ...
+    def scan(
+        self, topic: str, partition: int, start: int, end: int
+    ) -> Iterator[tuple[int, Sequence[Header]]]: ...
+    def close(self) -> None: ...
+
+
+def open_target(opts: SinkOptions) -> SinkTarget:
+    if opts.bootstrap:
+        return RemoteTarget(RemoteWal(opts.bootstrap))
+    try:
+        return LocalTarget(Wal(opts.path, org_id=opts.org_id))
+    except WalLockedError as e:
+        raise WalfsOptionError(
+            f"{opts.path} is owned by a running walfs daemon (walfs mount / walfs serve): write through "
+            f'its Kafka listener with .option("bootstrap", "host:port") (start it with --kafka-listen): {e}'
+        ) from e
+
+
+class LocalTarget:
+    def __init__(self, wal: Wal) -> None:
+        self.wal = wal
+
+    def ensure(self, topic: str, partition: int) -> None:
+        pass  # an append creates the stream
+
+    def append(self, topic: str, partition: int, rows: Sequence[Row]) -> int:
+        if all(k is None and not h for k, _, h in rows):
+            first = self.wal.append_batch(topic, [v for _, v, _ in rows], partition)
+        else:
+            first = self.wal.append_records(topic, [(k, v, h, None) for k, v, h in rows], partition)
+        self.wal.sync()
+        return first
+
+    def end(self, topic: str, partition: int) -> int:
+        return self.wal.high_watermark(topic, partition)
+
+    def committed(self, group: str, topic: str, partition: int) -> int | None:
+        return self.wal.committed_offset(group, topic, partition)
+
+    def commit(self, group: str, topic: str, partition: int, offset: int) -> None:
+        self.wal.commit_offset(group, topic, offset, partition)
+
+    def scan(
+        self, topic: str, partition: int, start: int, end: int
+    ) -> Iterator[tuple[int, Sequence[Header]]]:
+        off = start
+        while off < end:
+            recs = self.wal.read_records(topic, off, partition, min(SCAN_RECORDS, end - off))
+            if not recs:
+                return
+            for r in recs:
+                yield r.offset, r.headers
+            off = recs[-1].offset + 1
+
+    def close(self) -> None:
+        self.wal.close()
+
+
+class RemoteTarget:
+    def __init__(self, remote: RemoteWal) -> None:
+        self.remote = remote
+        self._counts: dict[str, int] | None = None
+
+    def ensure(self, topic: str, partition: int) -> None:
+        """Kafka numbers partitions 0..n-1 and a Produce to a partition the daemon does
+        not have fails: a new topic is created with enough partitions."""
+        if self._counts is None:
+            self._counts = self.remote.topics()
+        have = self._counts.get(topic, 0)
+        if partition < have:
+            return
+        if have == 0:
+            self.remote.create_topic(topic, partition + 1)
+            self._counts = self.remote.topics()
+            if self._counts.get(topic, 0) > partition:
+                return
+        raise WalfsOptionError(
+            f"topic {topic!r} has {have} partition(s) on the walfs daemon; rows name partition {partition}"
+        )
+
+    def append(self, topic: str, partition: int, rows: Sequence[Row]) -> int:
+        now = int(time.time() * 1000)
+        batch = encode_batch([Record(i, now, v, k, h) for i, (k, v, h) in enumerate(rows)])
+        return self.remote.produce(topic, partition, batch)
+
+    def end(self, topic: str, partition: int) -> int:
+        return self.remote.list_offsets([(topic, partition)], LATEST)[(topic, partition)]
+
+    def committed(self, group: str, topic: str, partition: int) -> int | None:
+        return self.remote.committed(group, topic, partition)
+
+    def commit(self, group: str, topic: str, partition: int, offset: int) -> None:
+        self.remote.commit(group, topic, partition, offset)
+
+    def scan(
+        self, topic: str, partition: int, start: int, end: int
+    ) -> Iterator[tuple[int, Sequence[Header]]]:
+        off = start
+        while off < end:
+            raw = self.remote.fetch(topic, partition, off)
+            if not raw:
+                return
+            for base, batch in split_batches(raw):
+                for i, rec in enumerate(decode_batches(batch)[0].records if batch else ()):
+                    o = base + i
+                    if off <= o < end:
+                        yield o, rec.headers
+                    off = max(off, o + 1)
+
+    def close(self) -> None:
+        self.remote.close()
+
+
+_BASE_AND_LENGTH = struct.Struct(">qi")
+
+
+def split_batches(raw: bytes) -> Iterator[tuple[int, bytes]]:
+    """(base offset, whole batch) of each record batch in a fetch answer; a batch cut
+    short at the end of the answer (Kafka allows that) is dropped."""
+    pos = 0
+    while len(raw) - pos >= BATCH_OVERHEAD:
+        base, length = _BASE_AND_LENGTH.unpack_from(raw, pos)
+        end = pos + 12 + length
+        if length < BATCH_OVERHEAD - 12:
+            raise RemoteError(f"malformed record batch in a fetch answer (length {length})")
+        if end > len(raw):
+            return
+        yield base, raw[pos:end]
+        pos = end
