@@ -46,8 +46,7 @@ def stored(wal: walfs.Wal) -> dict[tuple[str, int], list[tuple]]:
     out: dict[tuple[str, int], list[tuple]] = {}
     for topic, part in wal.streams():
         out[(topic, part)] = [
-            (r.key, r.value, [tuple(h) for h in r.headers])
-            for r in wal.read_records(topic, 0, part, 10_000)
+            (r.key, r.value, [tuple(h) for h in r.headers]) for r in wal.read_records(topic, 0, part, 10_000)
         ]
     return out
 
@@ -61,11 +60,7 @@ def expected_streams(rows: list[tuple]) -> dict[tuple[str, int], list[tuple]]:
 
 def read_back(spark: SparkSession, **options: str) -> dict[tuple[str, int], list[tuple]]:
     rows = (
-        spark.read.format("walfs")
-        .options(**options)
-        .load()
-        .orderBy("topic", "partition", "offset")
-        .collect()
+        spark.read.format("walfs").options(**options).load().orderBy("topic", "partition", "offset").collect()
     )
     out: dict[tuple[str, int], list[tuple]] = {}
     for r in rows:
@@ -116,6 +111,7 @@ def test_rows_read_from_walfs_write_back_unchanged(spark: SparkSession, tmp_path
 
 def test_bad_rows_are_refused_and_leave_nothing(spark: SparkSession, tmp_path: Path) -> None:
     data = tmp_path / "data"
+    walfs.Wal(data).close()
     with pytest.raises(PySparkException, match="value"):
         spark.createDataFrame([("t", 1)], "topic string, n int").write.format("walfs").mode("append").save(
             str(data)
@@ -129,8 +125,10 @@ def test_bad_rows_are_refused_and_leave_nothing(spark: SparkSession, tmp_path: P
     # A task that fails: the job fails and nothing of it is visible (tasks append nothing;
     # only the driver's commit does, after every task succeeded).
     boom = F.udf(lambda i: 1 // (i - 7), IntegerType())
-    df = spark.range(20).repartition(4).select(
-        F.lit("t").alias("topic"), F.col("id").cast("string").alias("value"), boom("id").alias("x")
+    df = (
+        spark.range(20)
+        .repartition(4)
+        .select(F.lit("t").alias("topic"), F.col("id").cast("string").alias("value"), boom("id").alias("x"))
     )
     with pytest.raises(PySparkException):
         df.write.format("walfs").mode("append").save(str(data))

@@ -86,6 +86,16 @@ def stage(batches: Iterator[pa.RecordBatch], topic_option: str | None) -> Staged
     return StagedRows(sink.getvalue().to_pybytes(), n)
 
 
+def check_schema(names: Sequence[str], topic_option: str | None) -> None:
+    """On the driver, before any task runs: the columns the sink needs are there."""
+    if "value" not in names:
+        raise WalfsOptionError(
+            'format("walfs") writes a "value" column (binary or string); the rows have none'
+        )
+    if topic_option is None and "topic" not in names:
+        raise WalfsOptionError('format("walfs") needs a topic: a "topic" column or .option("topic", NAME)')
+
+
 def _binary(col: pa.Array, name: str) -> pa.Array:
     if pa.types.is_binary(col.type):
         return col
@@ -109,14 +119,12 @@ def normalize(b: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatch:
     key = _binary(b.column("key"), "key") if "key" in names else pa.nulls(n, pa.binary())
     if topic_option is not None:
         topic = pa.array([topic_option] * n, pa.string())
-    elif "topic" in names:
+    else:
         topic = b.column("topic")
         if not pa.types.is_string(topic.type):
             raise WalfsOptionError(f"column topic must be a string, not {topic.type}")
         if topic.null_count:
             raise WalfsOptionError('a row has a null topic (set .option("topic", NAME) or fill the column)')
-    else:
-        raise WalfsOptionError('format("walfs") needs a topic: a "topic" column or .option("topic", NAME)')
     if "partition" in names:
         part = b.column("partition")
         if not pa.types.is_integer(part.type):

@@ -19,7 +19,7 @@ from pyspark.sql.types import StructType
 from walfs.spark.batch import WalfsBatchReader
 from walfs.spark.options import WalfsOptionError, parse_options, parse_sink_options
 from walfs.spark.schema import SPARK_SCHEMA_DDL
-from walfs.spark.sink import WalfsBatchWriter, WalfsStreamWriter
+from walfs.spark.sink import WalfsBatchWriter, WalfsStreamWriter, check_schema
 from walfs.spark.stream import WalfsStreamReader
 
 
@@ -42,11 +42,15 @@ class WalfsDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         _append_only(overwrite)
-        return WalfsBatchWriter(parse_sink_options(self.options))
+        opts = parse_sink_options(self.options)
+        check_schema(schema.fieldNames(), opts.topic)
+        return WalfsBatchWriter(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         _append_only(overwrite)
-        return WalfsStreamWriter(parse_sink_options(self.options))
+        opts = parse_sink_options(self.options)
+        check_schema(schema.fieldNames(), opts.topic)
+        return WalfsStreamWriter(opts)
 
 
 def _append_only(overwrite: bool) -> None:
