@@ -15,14 +15,20 @@ streams with their rows and others without (each stream all or nothing).
 
 Streaming writes are exactly-once. A micro-batch's commit runs, per stream:
 
-1. cursor := committed offset of group "spark-sink.<query id>" on the stream; the first
-   time, the stream's end, committed durably before anything is appended;
+1. cursor := committed offset of group "spark-sink.<query id>" on the stream: where the
+   query's previous batch began there; the first time, the stream's end, committed
+   durably before anything is appended;
 2. scan the records from cursor to the end for the header
    ``walfs.sink = "<query id>:<batch id>:<chunk>:<count>"`` that the sink puts on the
    first record of each chunk it appends: chunks found were appended by an earlier
    attempt of this batch (a driver that died after appending, before Spark recorded the
    batch as done) and are not appended again;
-3. append the missing chunks, then commit the cursor past the last one.
+3. append the missing chunks, then move the cursor to this batch's first record.
+
+Spark replays only the last batch it planned (it plans batch n+1 once batch n is
+recorded as committed), so a scan from where the previous batch began always reaches
+the replayed batch's records; it reads one batch of the query's own rows plus what other
+writers appended meanwhile.
 
 So a replayed batch (same query, same batch id) appends nothing twice, and since tasks
 never append, rows of a failed batch are never visible. The query id is Spark's (stable
@@ -155,10 +161,16 @@ def staged_table(messages: Sequence[WriterCommitMessage | None]) -> pa.Table:
     return pa.Table.from_batches(batches, STAGED_SCHEMA)
 
 
-def streams_of(table: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
-    """(topic, partition, its rows in their order) for every stream the rows name."""
+def streams_of(target: SinkTarget, table: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
+    """(topic, partition, its rows in their order) for every stream the rows name, once
+    the target has every partition they name."""
     if table.num_rows == 0:
         return
+    most = table.group_by("topic").aggregate([("partition", "max")])
+    for topic, top in zip(
+        most.column("topic").to_pylist(), most.column("partition_max").to_pylist(), strict=True
+    ):
+        target.ensure(topic, top + 1)
     pairs = table.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
     for topic, partition in sorted(
         zip(pairs.column("topic").to_pylist(), pairs.column("partition").to_pylist(), strict=True)
@@ -196,8 +208,7 @@ def chunks(rows: list[Row]) -> list[list[Row]]:
 
 def write_all(target: SinkTarget, table: pa.Table) -> None:
     """Batch writes: each stream's rows appended in order, one atomic append per chunk."""
-    for topic, partition, t in streams_of(table):
-        target.ensure(topic, partition)
+    for topic, partition, t in streams_of(target, table):
         for c in chunks(rows_of(t)):
             target.append(topic, partition, c)
 
@@ -206,29 +217,28 @@ def write_once(target: SinkTarget, table: pa.Table, query_id: str, batch_id: int
     """Streaming writes: micro-batch `batch_id` of query `query_id`, exactly once (see the
     module's doc)."""
     group = GROUP_PREFIX + query_id
-    for topic, partition, t in streams_of(table):
-        target.ensure(topic, partition)
+    prefix = f"{query_id}:{batch_id}:"
+    for topic, partition, t in streams_of(target, table):
         cursor = target.committed(group, topic, partition)
         if cursor is None:
             cursor = target.end(topic, partition)
             target.commit(group, topic, partition, cursor)
-        prefix = f"{query_id}:{batch_id}:"
-        done: dict[int, int] = {}  # chunk index -> end offset of the chunk
-        end = target.end(topic, partition)
-        for offset, headers in target.scan(topic, partition, cursor, end):
+        found: dict[int, int] = {}  # chunk number -> offset of its first record
+        for offset, headers in target.scan(topic, partition, cursor, target.end(topic, partition)):
             for k, v in headers:
-                if k == MARKER and v is not None and v.decode("utf-8", "replace").startswith(prefix):
-                    chunk_no, count = (int(x) for x in v.decode().rsplit(":", 2)[1:])
-                    done[chunk_no] = offset + count
-        last = max(done.values(), default=cursor)
+                if k == MARKER and v is not None and v.startswith(prefix.encode()):
+                    found[int(v.decode().rsplit(":", 2)[1])] = offset
         for i, c in enumerate(chunks(rows_of(t))):
-            if i in done:
+            if i in found:
                 continue
             key, value, headers = c[0]
             marked = [*headers, (MARKER, f"{prefix}{i}:{len(c)}".encode())]
-            first = target.append(topic, partition, [(key, value, marked), *c[1:]])
-            last = max(last, first + len(c))
-        target.commit(group, topic, partition, max(last, cursor))
+            found[i] = target.append(topic, partition, [(key, value, marked), *c[1:]])
+        # The next batch's scan starts at this batch's first record: a replay of this
+        # batch (the only one Spark can replay once the next has begun) is found there.
+        start = min(found.values())
+        if start > cursor:
+            target.commit(group, topic, partition, start)
 
 
 def query_id_of(opts: SinkOptions) -> str:

@@ -27,7 +27,7 @@ SCAN_RECORDS = 4096
 
 
 class SinkTarget(Protocol):
-    def ensure(self, topic: str, partition: int) -> None: ...
+    def ensure(self, topic: str, partitions: int) -> None: ...
     def append(self, topic: str, partition: int, rows: Sequence[Row]) -> int: ...
     def end(self, topic: str, partition: int) -> int: ...
     def committed(self, group: str, topic: str, partition: int) -> int | None: ...
@@ -54,7 +54,7 @@ class LocalTarget:
     def __init__(self, wal: Wal) -> None:
         self.wal = wal
 
-    def ensure(self, topic: str, partition: int) -> None:
+    def ensure(self, topic: str, partitions: int) -> None:
         pass  # an append creates the stream
 
     def append(self, topic: str, partition: int, rows: Sequence[Row]) -> int:
@@ -95,21 +95,23 @@ class RemoteTarget:
         self.remote = remote
         self._counts: dict[str, int] | None = None
 
-    def ensure(self, topic: str, partition: int) -> None:
+    def ensure(self, topic: str, partitions: int) -> None:
         """Kafka numbers partitions 0..n-1 and a Produce to a partition the daemon does
-        not have fails: a new topic is created with enough partitions."""
+        not have fails: a new topic is created with `partitions` partitions; an existing
+        one must have them already (Kafka's wire cannot add partitions to it here)."""
         if self._counts is None:
             self._counts = self.remote.topics()
         have = self._counts.get(topic, 0)
-        if partition < have:
+        if partitions <= have:
             return
         if have == 0:
-            self.remote.create_topic(topic, partition + 1)
+            self.remote.create_topic(topic, partitions)
             self._counts = self.remote.topics()
-            if self._counts.get(topic, 0) > partition:
+            if self._counts.get(topic, 0) >= partitions:
                 return
         raise WalfsOptionError(
-            f"topic {topic!r} has {have} partition(s) on the walfs daemon; rows name partition {partition}"
+            f"topic {topic!r} has {have} partition(s) on the walfs daemon; "
+            f"rows name partition {partitions - 1}"
         )
 
     def append(self, topic: str, partition: int, rows: Sequence[Row]) -> int:
