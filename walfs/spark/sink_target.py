@@ -38,16 +38,27 @@ class SinkTarget(Protocol):
     def close(self) -> None: ...
 
 
+# How long a commit waits for the data directory's lock: a driver that was killed may
+# leave a Spark Python worker finishing its commit for a moment; a daemon keeps it.
+LOCK_WAIT_S = 20.0
+
+
 def open_target(opts: SinkOptions) -> SinkTarget:
     if opts.bootstrap:
         return RemoteTarget(RemoteWal(opts.bootstrap))
-    try:
-        return LocalTarget(Wal(opts.path, org_id=opts.org_id))
-    except WalLockedError as e:
-        raise WalfsOptionError(
-            f"{opts.path} is owned by a running walfs daemon (walfs mount / walfs serve): write through "
-            f'its Kafka listener with .option("bootstrap", "host:port") (start it with --kafka-listen): {e}'
-        ) from e
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            return LocalTarget(Wal(opts.path, org_id=opts.org_id))
+        except WalLockedError as e:
+            if time.monotonic() < deadline:
+                time.sleep(0.5)
+                continue
+            raise WalfsOptionError(
+                f"{opts.path} is owned by a running walfs daemon (walfs mount / walfs serve): write "
+                f'through its Kafka listener with .option("bootstrap", "host:port") (start it with '
+                f"--kafka-listen): {e}"
+            ) from e
 
 
 class LocalTarget:
