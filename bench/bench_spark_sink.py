@@ -58,6 +58,62 @@ def start_serve(data: Path) -> tuple[subprocess.Popen[str], str]:
     return proc, m.group(1)
 
 
+def one_size(spark: Any, base: Path, size: int, n: int) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    import walfs
+
+    pad = "x" * max(0, size - 12)
+    df = spark.range(n).select(
+        F.lit("t").alias("topic"),
+        F.concat(F.lpad(F.col("id").cast("string"), 12, "0"), F.lit(pad)).alias("value"),
+    )
+    df = df.cache()
+    df.count()
+    run: dict[str, Any] = {"value_bytes": size}
+    text_dir, local, remote = base / f"text{size}", base / f"local{size}", base / f"remote{size}"
+    run["write_text_s"] = timed(lambda: df.select("value").write.text(str(text_dir)))
+    run["sink_path_s"] = timed(lambda: df.write.format("walfs").mode("append").save(str(local)))
+    values = [v.encode() for v in (f"{i:012d}{pad}" for i in range(n))]
+    with walfs.Wal(base / f"engine{size}") as wal:
+        t = time.perf_counter()
+        for i in range(0, n, 65536):
+            wal.append_batch("t", values[i : i + 65536])
+        wal.sync()
+        run["append_batch_s"] = time.perf_counter() - t
+    del values
+    proc, bootstrap = start_serve(remote)
+    try:
+        run["sink_bootstrap_s"] = timed(
+            lambda: df.write.format("walfs").mode("append").option("bootstrap", bootstrap).save()
+        )
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    proc, bootstrap = start_serve(local)
+    try:
+        counts: dict[str, int] = {}
+
+        def count(key: str, **opts: str) -> None:
+            counts[key] = spark.read.format("walfs").options(**opts).load().count()
+
+        run["read_path_s"] = timed(lambda: count("path", path=str(local)))
+        run["read_bootstrap_s"] = timed(lambda: count("bootstrap", bootstrap=bootstrap))
+        assert counts == {"path": n, "bootstrap": n}, counts
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    df.unpersist()
+    for k in [k for k in run if k.endswith("_s")]:
+        run[k.removesuffix("_s") + "_rows_per_s"] = round(n / run[k])
+    run["sink_vs_write_text"] = round(run["write_text_s"] / run["sink_path_s"], 3)
+    run["sink_bootstrap_vs_write_text"] = round(run["write_text_s"] / run["sink_bootstrap_s"], 3)
+    run["remote_vs_local_read"] = round(run["read_path_s"] / run["read_bootstrap_s"], 3)
+    for d in (text_dir, local, remote, base / f"engine{size}"):
+        shutil.rmtree(d, ignore_errors=True)
+    return run
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -70,7 +126,6 @@ def main() -> None:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    import walfs
     from walfs.spark import WalfsDataSource
 
     base = Path(tempfile.mkdtemp(prefix="bench-sink-", dir=args.dir))
@@ -88,60 +143,11 @@ def main() -> None:
     try:
         warm = base / "warm"
         small = spark.range(1000).select(F.lit("w").alias("topic"), F.col("id").cast("string").alias("value"))
-        small.write.text(str(base / "warm-text"))
+        small.select("value").write.text(str(base / "warm-text"))
         small.write.format("walfs").mode("append").save(str(warm))
         spark.read.format("walfs").load(str(warm)).count()
-        for size in [int(s) for s in args.sizes.split(",")]:
-            n = args.records
-            pad = "x" * max(0, size - 12)
-            df = spark.range(n).select(
-                F.lit("t").alias("topic"),
-                F.concat(F.lpad(F.col("id").cast("string"), 12, "0"), F.lit(pad)).alias("value"),
-            )
-            df = df.cache()
-            df.count()
-            run: dict[str, Any] = {"value_bytes": size}
-            text_dir, local, remote = base / f"text{size}", base / f"local{size}", base / f"remote{size}"
-            run["write_text_s"] = timed(lambda: df.select("value").write.text(str(text_dir)))
-            run["sink_path_s"] = timed(lambda: df.write.format("walfs").mode("append").save(str(local)))
-            values = [v.encode() for v in (f"{i:012d}{pad}" for i in range(n))]
-            with walfs.Wal(base / f"engine{size}") as wal:
-                t = time.perf_counter()
-                for i in range(0, n, 65536):
-                    wal.append_batch("t", values[i : i + 65536])
-                wal.sync()
-                run["append_batch_s"] = time.perf_counter() - t
-            del values
-            proc, bootstrap = start_serve(remote)
-            try:
-                run["sink_bootstrap_s"] = timed(
-                    lambda: df.write.format("walfs").mode("append").option("bootstrap", bootstrap).save()
-                )
-            finally:
-                proc.terminate()
-                proc.communicate(timeout=60)
-            proc, bootstrap = start_serve(local)
-            try:
-                counts: dict[str, int] = {}
-
-                def count(key: str, **opts: str) -> None:
-                    counts[key] = spark.read.format("walfs").options(**opts).load().count()
-
-                run["read_path_s"] = timed(lambda: count("path", path=str(local)))
-                run["read_bootstrap_s"] = timed(lambda: count("bootstrap", bootstrap=bootstrap))
-                assert counts == {"path": n, "bootstrap": n}, counts
-            finally:
-                proc.terminate()
-                proc.communicate(timeout=60)
-            df.unpersist()
-            for k in [k for k in run if k.endswith("_s")]:
-                run[k.removesuffix("_s") + "_rows_per_s"] = round(n / run[k])
-            run["sink_vs_write_text"] = round(run["write_text_s"] / run["sink_path_s"], 3)
-            run["sink_bootstrap_vs_write_text"] = round(run["write_text_s"] / run["sink_bootstrap_s"], 3)
-            run["remote_vs_local_read"] = round(run["read_path_s"] / run["read_bootstrap_s"], 3)
-            result["runs"].append(run)
-            for d in (text_dir, local, remote, base / f"engine{size}"):
-                shutil.rmtree(d, ignore_errors=True)
+        for size in [int(x) for x in args.sizes.split(",")]:
+            result["runs"].append(one_size(spark, base, size, args.records))
     finally:
         spark.stop()
         shutil.rmtree(base, ignore_errors=True)
