@@ -2,10 +2,11 @@
 can SIGKILL it, or point it at a standalone cluster):
 
     python spark_pipeline.py --master local[2] --source path=/data --sink path=/data \\
-        --checkpoint /ckpt --trigger processing|available-now|batch [--workers 2]
+        --checkpoint /ckpt --trigger processing|available-now|batch[,...] [--workers 2]
 
 Streaming: readStream walfs topic "in" -> upper-cased value, same key and partition ->
-writeStream walfs topic "out". Batch: the same with read/write. --source and --sink are
+writeStream walfs topic "out". Batch: the same with read/write. Several triggers run one
+after the other in one session. --source and --sink are
 "path=DIR" or "bootstrap=HOST:PORT". Prints "executors N" once that many executors
 (besides the driver) are up, and "done" at the end.
 """
@@ -33,7 +34,7 @@ def main() -> None:
     ap.add_argument("--source", required=True)
     ap.add_argument("--sink", required=True)
     ap.add_argument("--checkpoint", default=None)
-    ap.add_argument("--trigger", choices=("processing", "available-now", "batch"), required=True)
+    ap.add_argument("--trigger", required=True, help="processing, available-now, batch, or a comma list")
     ap.add_argument("--max-offsets", default="40")
     ap.add_argument("--workers", type=int, default=0)
     args = ap.parse_args()
@@ -58,30 +59,46 @@ def main() -> None:
             time.sleep(0.5)
         print("executors", spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1, flush=True)  # type: ignore[union-attr]
     source, sink = location(args.source), location(args.sink)
-    if args.trigger == "batch":
+    for trigger in args.trigger.split(","):
+        run(spark, trigger, source, sink, args.checkpoint, args.max_offsets)
+        print("done", trigger, flush=True)
+
+
+def run(
+    spark: SparkSession,
+    trigger: str,
+    source: dict[str, str],
+    sink: dict[str, str],
+    ckpt: str,
+    max_offsets: str,
+) -> None:
+    if trigger == "batch":
         df = spark.read.format("walfs").options(**source).option("topic", "in").load()
         out = df.select("key", F.upper(F.col("value").cast("string")).alias("value"), "partition")
         out.write.format("walfs").mode("append").options(**sink).option("topic", "out").save()
-        print("done", flush=True)
         return
+    assert trigger in ("processing", "available-now"), trigger
     df = (
         spark.readStream.format("walfs")
         .options(**source)
         .option("topic", "in")
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", args.max_offsets)
+        .option("maxOffsetsPerTrigger", max_offsets)
         .load()
     )
     out = df.select("key", F.upper(F.col("value").cast("string")).alias("value"), "partition")
-    w = out.writeStream.format("walfs").options(**sink).option("topic", "out")
-    w = w.option("checkpointLocation", args.checkpoint)
-    if args.trigger == "available-now":
+    w = (
+        out.writeStream.format("walfs")
+        .options(**sink)
+        .option("topic", "out")
+        .option("checkpointLocation", ckpt)
+    )
+    if trigger == "available-now":
         q = w.trigger(availableNow=True).start()
     else:
         q = w.trigger(processingTime="0 seconds").start()
     print("started", q.id, flush=True)
     q.awaitTermination()
-    print("done", flush=True)
 
 
 if __name__ == "__main__":

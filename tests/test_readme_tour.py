@@ -89,7 +89,7 @@ def test_readme_tour_runs_in_order(tmp_path: Path) -> None:
             if lang == "python":
                 script = tmp_path / "block.py"
                 script.write_text(adapt(code))
-                res = run([sys.executable, str(script)], 600)
+                res = run([sys.executable, str(script)], 1200)
                 assert res.returncode == 0, f"{code}\n{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
                 [want] = [v for k, v in EXPECT_PY.items() if k in code]
                 assert want in res.stdout, f"{code}\n{res.stdout[-3000:]}"
