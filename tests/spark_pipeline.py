@@ -49,6 +49,7 @@ def main() -> None:
         .config("spark.driver.memory", "768m")
         .config("spark.cores.max", str(max(args.workers, 1)))
         .config("spark.executor.cores", "1")
+        .config("spark.python.authenticate.socketTimeout", "300s")  # a loaded test machine
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

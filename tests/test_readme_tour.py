@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from conftest_mount import daemon_alive, is_mounted
+from spark_fixtures import SUBMIT_ARGS
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -68,7 +69,12 @@ def test_readme_tour_runs_in_order(tmp_path: Path) -> None:
     main, other, mnt = tmp_path / "main", tmp_path / "other", tmp_path / "mnt"
     mnt.mkdir()
     port = free_port()
-    env = dict(os.environ, PATH=f"{VENV_BIN}:{os.environ['PATH']}", PYSPARK_PYTHON=sys.executable)
+    env = dict(
+        os.environ,
+        PATH=f"{VENV_BIN}:{os.environ['PATH']}",
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_SUBMIT_ARGS=SUBMIT_ARGS,
+    )
 
     def adapt(code: str) -> str:
         return (

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from spark_fixtures import SUBMIT_ARGS
+
 import walfs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,7 +25,11 @@ def free_port() -> int:
 
 def test_example_pipeline(tmp_path: Path) -> None:
     data, mnt = tmp_path / "data", tmp_path / "mnt"
-    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    env = dict(
+        os.environ,
+        PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        PYSPARK_SUBMIT_ARGS=SUBMIT_ARGS,
+    )
     res = subprocess.run(
         ["bash", str(REPO / "examples" / "run.sh"), str(data), str(mnt), str(free_port())],
         capture_output=True,
