@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 from walfs import Record, Wal, WalLockedError
-from walfs.kafka.record_batch import BATCH_OVERHEAD, decode_batches, encode_batch
+from walfs.kafka.record_batch import BATCH_OVERHEAD, BatchError, decode_batches, encode_batch
 from walfs.records import Header
 from walfs.spark.options import SinkOptions, WalfsOptionError
 from walfs.spark.remote import LATEST, RemoteError, RemoteWal
@@ -147,12 +147,21 @@ class RemoteTarget:
             raw = self.remote.fetch(topic, partition, off)
             if not raw:
                 return
+            before = off
             for base, batch in split_batches(raw):
-                for i, rec in enumerate(decode_batches(batch)[0].records if batch else ()):
+                try:
+                    records = [r for b in decode_batches(batch) for r in b.records]
+                except BatchError as e:
+                    raise RemoteError(f"{topic!r}[{partition}] at {base}: {e}") from e
+                for i, rec in enumerate(records):
                     o = base + i
                     if off <= o < end:
                         yield o, rec.headers
                     off = max(off, o + 1)
+            if off == before:
+                raise RemoteError(
+                    f"{topic!r}[{partition}]: the daemon sent no record at offset {off} (end {end})"
+                )
 
     def close(self) -> None:
         self.remote.close()
