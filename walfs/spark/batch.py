@@ -11,7 +11,6 @@ from walfs.spark import wal_cache
 from walfs.spark.columnar import read_range
 from walfs.spark.options import EARLIEST, LATEST, WalfsOptions
 from walfs.spark.ranges import WalfsInputPartition, check_data_loss, current_bounds, resolve, split
-from walfs.spark.remote_read import read_remote_range
 
 
 class WalfsBatchReader(DataSourceReader):
@@ -42,6 +41,8 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return
     p = partition
     if p.bootstrap:
+        from walfs.spark.remote_read import read_remote_range  # kio: slow to import, only here
+
         yield from read_remote_range(p.bootstrap, p.topic, p.partition, p.start, p.end)
         return
     wal = wal_cache.wal_covering(p.path, p.org_id, p.topic, p.partition, p.end)

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import InputPartition
 
 from walfs import OffsetOutOfRangeError, Wal
 from walfs.spark import wal_cache
 from walfs.spark.options import EARLIEST, LATEST, OffsetSpec, StreamId, WalfsOptions
-from walfs.spark.remote import EARLIEST as REMOTE_EARLIEST
-from walfs.spark.remote import LATEST as REMOTE_LATEST
-from walfs.spark.remote import RemoteWal
+
+if TYPE_CHECKING:
+    from walfs.spark.remote import RemoteWal
 
 Offsets = dict[StreamId, int]
 
@@ -63,6 +64,10 @@ def current_bounds(opts: WalfsOptions) -> dict[StreamId, StreamBounds]:
     """Every selected stream as it is now: from a fresh read-only open of the data
     directory, or from the daemon named by `bootstrap`."""
     if opts.bootstrap:
+        # Imported here: the Kafka client (kio) is slow to import, and Spark gives a
+        # Python worker 10 s to start.
+        from walfs.spark.remote import RemoteWal
+
         with RemoteWal(opts.bootstrap) as remote:
             return remote_stream_bounds(remote, opts)
     with wal_cache.open_fresh(opts.path, opts.org_id) as wal:
@@ -73,6 +78,9 @@ def remote_stream_bounds(remote: RemoteWal, opts: WalfsOptions) -> dict[StreamId
     """Kafka's view: partitions 0..n-1 of each selected topic, from the log start offset
     to the high watermark (the durable end). Record sizes are not known: splits are
     bounded by maxRecordsPerPartition only."""
+    from walfs.spark.remote import EARLIEST as REMOTE_EARLIEST
+    from walfs.spark.remote import LATEST as REMOTE_LATEST
+
     counts = remote.topics()
     sids = [(t, p) for t in opts.select(counts) for p in range(counts[t])]
     lows = remote.list_offsets(sids, REMOTE_EARLIEST)

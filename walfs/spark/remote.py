@@ -27,6 +27,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from walfs.errors import WalError
+from walfs.spark.options import parse_bootstrap
 
 # A response is refused past this size (Fetch asks for far less; see FETCH_MAX_BYTES).
 MAX_FRAME = 256 << 20
@@ -46,15 +47,6 @@ CREATE_TOPICS = (19, 4)
 
 class RemoteError(WalError):
     """The daemon answered with a Kafka error code, or the connection failed."""
-
-
-def parse_bootstrap(text: str) -> tuple[str, int]:
-    """ "host:port" (IPv6 as "[::1]:9092") -> (host, port); the first of a comma list."""
-    first = text.split(",")[0].strip()
-    host, sep, port = first.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f'bootstrap must be "host:port", not {text!r}')
-    return host.strip("[]"), int(port)
 
 
 def _req(api: tuple[int, int], name: str) -> Any:

@@ -44,6 +44,7 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import pyarrow as pa
@@ -53,7 +54,9 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from walfs.records import Header
 from walfs.spark.options import SinkOptions, WalfsOptionError
 from walfs.spark.schema import HEADER_TYPE
-from walfs.spark.sink_target import Row, SinkTarget, open_target
+
+if TYPE_CHECKING:
+    from walfs.spark.sink_target import Row, SinkTarget
 
 MARKER = "walfs.sink"
 CHUNK_BYTES = 32 << 20
@@ -239,6 +242,14 @@ def write_once(target: SinkTarget, table: pa.Table, query_id: str, batch_id: int
         start = min(found.values())
         if start > cursor:
             target.commit(group, topic, partition, start)
+
+
+def open_target(opts: SinkOptions) -> SinkTarget:
+    # Imported here, on the driver's commit only: the Kafka client (kio) is slow to
+    # import, and tasks (Python workers Spark gives 10 s to start) never need it.
+    from walfs.spark.sink_target import open_target as open_it
+
+    return open_it(opts)
 
 
 def query_id_of(opts: SinkOptions) -> str:
