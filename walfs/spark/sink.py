@@ -151,7 +151,7 @@ def normalize(b: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatch:
             raise WalfsOptionError(
                 f"column headers must be array<struct<key: string, value: binary>>, not {headers.type}"
             ) from e
-        if pc.flatten(headers).field("key").null_count:
+        if headers.flatten().field("key").null_count:
             raise WalfsOptionError("a header has a null key (Kafka header keys are strings)")
     else:
         headers = pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), pa.array([], HEADER_TYPE))
