@@ -173,3 +173,24 @@ def test_remote_ranges_equal_local_ones(tmp_path: Path) -> None:
         lst.wal.append_batch("t", [b"x"])
         lst.wal.sync()
         list(read_remote_range(lst.bootstrap, "t", 0, 0, 5))
+
+
+def test_sink_rows_are_checked_in_the_task() -> None:
+    from walfs.spark.schema import HEADER_TYPE
+    from walfs.spark.sink import normalize
+
+    ok = pa.RecordBatch.from_pydict({"value": ["a", None], "key": ["k", None], "partition": [None, 3]})
+    rows = normalize(ok, "t").to_pylist()
+    assert rows == [
+        {"topic": "t", "partition": 0, "key": b"k", "value": b"a", "headers": []},
+        {"topic": "t", "partition": 3, "key": None, "value": b"", "headers": []},
+    ]
+    bad = [
+        {"value": ["a"], "headers": pa.array([[{"key": None, "value": b"v"}]], pa.list_(HEADER_TYPE))},
+        {"value": ["a"], "partition": [-1]},
+        {"value": [1]},
+        {"value": ["a"], "topic": [None]},
+    ]
+    for cols in bad:
+        with pytest.raises(WalfsOptionError):
+            normalize(pa.RecordBatch.from_pydict(cols), None if "topic" in cols else "t")
