@@ -5,10 +5,12 @@ daemon's Kafka listener (see README.md here and docs/spark.md).
                                     [--available-now]
 
 Reads lines like "order 42 paid" from topic "orders", counts orders per status (the
-third word) and writes each updated count to topic "totals" as key=status,
-value="<status> <count>", exactly once per micro-batch. Without --available-now it runs
-until stopped, a micro-batch every 2 seconds; restarted with the same checkpoint it
-continues where it stopped.
+third word) in 5-second windows of their append time, and writes each window's counts to
+topic "totals" once the window has closed (a record appended after it closes it:
+append mode with a watermark, the aggregation mode Python data sources support) as
+key=status, value="<window start> <status> <count>", exactly once per micro-batch.
+Without --available-now it runs until stopped, a micro-batch every 2 seconds; restarted
+with the same checkpoint it continues where it stopped.
 """
 
 from __future__ import annotations
@@ -45,17 +47,23 @@ def main() -> None:
         .load()
     )
     status = F.split(F.col("value").cast("string"), " ").getItem(2)
-    totals = orders.groupBy(status.alias("status")).count()
+    totals = (
+        orders.withWatermark("timestamp", "0 seconds")
+        .groupBy(F.window("timestamp", "5 seconds"), status.alias("status"))
+        .count()
+    )
     out = totals.select(
         F.col("status").alias("key"),
-        F.concat_ws(" ", F.col("status"), F.col("count").cast("string")).alias("value"),
+        F.concat_ws(
+            " ", F.date_format("window.start", "HH:mm:ss"), F.col("status"), F.col("count").cast("string")
+        ).alias("value"),
     )
     writer = (
         out.writeStream.format("walfs")
         .option("bootstrap", args.bootstrap)
         .option("topic", "totals")
         .option("checkpointLocation", args.checkpoint)
-        .outputMode("update")
+        .outputMode("append")
     )
     if args.available_now:
         writer = writer.trigger(availableNow=True)

@@ -19,6 +19,9 @@ for i in $(seq 1 20); do
     if [ $((i % 4)) = 0 ]; then status=refunded; else status=paid; fi
     echo "order $i $status" >> "$MNT/orders"
 done
+# Counts are per 5-second window, written once the window closes: a later record closes it.
+sleep 6
+echo "order 21 paid" >> "$MNT/orders"
 
 # 2. Follow the results as they arrive (tail -F: the topic appears with its first record).
 tail -n +1 -F "$MNT/totals" 2>/dev/null | sed 's/^/tail: /' &
@@ -29,5 +32,5 @@ TAIL=$!
 python "$HERE/order_totals.py" --bootstrap "127.0.0.1:$PORT" --checkpoint "$DATA.checkpoint" --available-now
 
 # 4. The same results for Kafka clients.
-kcat -b "127.0.0.1:$PORT" -C -t totals -e -q -f 'kcat: %k -> %s\n'
+kcat -b "127.0.0.1:$PORT" -C -t totals -e -q -f 'kcat: %s\n'
 sleep 2  # let tail -F print what it has
