@@ -4,7 +4,9 @@ DATA_DIR  ?= /var/lib/walfs/main
 MOUNTPOINT ?= /mnt/wal
 # make install START=0 installs without mounting (CI does this).
 START     ?= 1
-APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd
+# openjdk-17-jre-headless: Java for PySpark (the Spark data source; the README's tour).
+APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd \
+	openjdk-17-jre-headless
 
 .PHONY: install deps venv start testdeps kafka test lint ctest bench walrus-baseline bench-single cluster cluster-stop bench-kafka torture clean
 
@@ -17,13 +19,12 @@ install: deps venv
 deps:
 	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PACKAGES); fi
-	@command -v java >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless)
 	@command -v npm >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm)
 
 venv:
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q -U pip setuptools wheel
-	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q -e '.[spark]'
 
 # The main job: the default data directory mounted at $(MOUNTPOINT).
 start:

@@ -15,6 +15,12 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
+# How long Spark waits for a Python worker to start and connect back (default 15 s): a
+# loaded test machine can take longer, and the query then fails instead of waiting.
+SLOW_MACHINE_TIMEOUT = "300s"
+# The same for Spark programs the tests start as processes (README tour, examples).
+SUBMIT_ARGS = f"--conf spark.python.authenticate.socketTimeout={SLOW_MACHINE_TIMEOUT} pyspark-shell"
+
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
@@ -31,6 +37,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         .config("spark.sql.warehouse.dir", str(warehouse))
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.python.authenticate.socketTimeout", SLOW_MACHINE_TIMEOUT)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -6,11 +6,21 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from kafka_harness import listener
 
 import walfs
+from walfs import OffsetOutOfRangeError
 from walfs.spark.columnar import read_range, records_to_batch
-from walfs.spark.options import EARLIEST, LATEST, WalfsOptionError, parse_offset_spec, parse_options
+from walfs.spark.options import (
+    EARLIEST,
+    LATEST,
+    WalfsOptionError,
+    parse_offset_spec,
+    parse_options,
+    parse_sink_options,
+)
 from walfs.spark.ranges import StreamBounds, from_json, resolve, split, to_json
+from walfs.spark.remote_read import read_remote_range
 from walfs.spark.schema import ARROW_SCHEMA
 from walfs.spark.stream import cap_rows
 
@@ -101,3 +111,86 @@ def test_read_range_fast_path_matches_the_public_api(tmp_path: Path) -> None:
     types = fast.column("timestampType").to_pylist()
     assert types == [1] * 97 + [0] * 50 + [1] * 3
     assert fast.column("value").to_pylist()[-1] == b"x" * 100_000
+
+
+def test_bootstrap_and_sink_options() -> None:
+    opts = parse_options({"bootstrap": "walfs-host:9092", "topic": "t"})
+    assert opts.bootstrap == "walfs-host:9092" and opts.path == ""
+    assert parse_options({"kafka.bootstrap.servers": "[::1]:9092"}).bootstrap == "[::1]:9092"
+    for bad in ({}, {"bootstrap": "no-port"}, {"bootstrap": "h:0"}, {"bootstrap": "h:x"}):
+        with pytest.raises(WalfsOptionError):
+            parse_options(bad)
+    sink = parse_sink_options({"path": "/d", "topic": "out", "checkpointLocation": "/c", "queryId": "q"})
+    assert (sink.path, sink.bootstrap, sink.topic, sink.checkpoint, sink.query_id) == (
+        "/d",
+        None,
+        "out",
+        "/c",
+        "q",
+    )
+    for bad in ({"path": "/d", "topic": "a/b"}, {"topic": "t"}, {"path": "/d", "org_id": "x"}):
+        with pytest.raises(WalfsOptionError):
+            parse_sink_options(bad)
+
+
+def test_timestamp_only_metas_take_the_vectorized_path(tmp_path: Path) -> None:
+    with walfs.Wal(tmp_path / "d") as wal:
+        for i in range(40):
+            # Records of a Kafka producer carry a timestamp and nothing else, here mixed
+            # with a key, headers, and plain records.
+            wal.append("t", b"v%d" % i, timestamp_ms=1_700_000_000_000 + i)
+            if i % 7 == 0:
+                wal.append("t", b"keyed", key=b"k", timestamp_ms=5)
+                wal.append("t", b"plain")
+    with walfs.Wal(tmp_path / "d", read_only=True) as wal:
+        n = wal.high_watermark("t")
+        fast = pa.Table.from_batches(list(read_range(wal, "t", 0, 0, n, batch_records=9)))
+        slow = pa.Table.from_batches([records_to_batch("t", 0, wal.read_records("t", 0, max_records=n))])
+    assert fast.drop_columns(["timestampType"]).equals(slow.drop_columns(["timestampType"]))
+    plain = [v == b"plain" for v in fast.column("value").to_pylist()]
+    assert fast.column("timestampType").to_pylist() == [1 if p else 0 for p in plain]
+
+
+def test_remote_ranges_equal_local_ones(tmp_path: Path) -> None:
+    """read_remote_range (the bootstrap path: Fetch through a real listener) gives the
+    rows read_range gives on the data directory, except what the wire does not carry."""
+    with listener(tmp_path) as lst:
+        wal = lst.wal
+        wal.append_batch("t", [b"a%d" % i for i in range(300)])
+        wal.append("t", b"keyed", key=b"k", headers=[("h", b"v"), ("n", None)])
+        wal.append("t", b"produced", timestamp_ms=12345)
+        wal.append_batch("t", [b"b%d" % i for i in range(50)])
+        wal.sync()
+        local = pa.Table.from_batches(list(read_range(wal, "t", 0, 3, 340)))
+        # Small fetches: ranges start and end inside the daemon's batches.
+        remote = pa.Table.from_batches(list(read_remote_range(lst.bootstrap, "t", 0, 3, 340, max_bytes=500)))
+    assert remote.schema == ARROW_SCHEMA
+    same = ["key", "value", "topic", "partition", "offset", "timestamp", "headers"]
+    assert remote.select(same).equals(local.select(same))
+    assert remote.column("gid").null_count == remote.num_rows
+    # A range past the daemon's end (a restored, older copy): an error, not fewer rows.
+    with listener(tmp_path / "other") as lst, pytest.raises(OffsetOutOfRangeError):
+        lst.wal.append_batch("t", [b"x"])
+        lst.wal.sync()
+        list(read_remote_range(lst.bootstrap, "t", 0, 0, 5))
+
+
+def test_sink_rows_are_checked_in_the_task() -> None:
+    from walfs.spark.schema import HEADER_TYPE
+    from walfs.spark.sink import normalize
+
+    ok = pa.RecordBatch.from_pydict({"value": ["a", None], "key": ["k", None], "partition": [None, 3]})
+    rows = normalize(ok, "t").to_pylist()
+    assert rows == [
+        {"topic": "t", "partition": 0, "key": b"k", "value": b"a", "headers": []},
+        {"topic": "t", "partition": 3, "key": None, "value": b"", "headers": []},
+    ]
+    bad = [
+        {"value": ["a"], "headers": pa.array([[{"key": None, "value": b"v"}]], pa.list_(HEADER_TYPE))},
+        {"value": ["a"], "partition": [-1]},
+        {"value": [1]},
+        {"value": ["a"], "topic": [None]},
+    ]
+    for cols in bad:
+        with pytest.raises(WalfsOptionError):
+            normalize(pa.RecordBatch.from_pydict(cols), None if "topic" in cols else "t")

@@ -28,12 +28,13 @@ the engine for a target and import it late.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from array import array
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from walfs.errors import BufferTooSmallError, OffsetOutOfRangeError
-from walfs.records import Record, decode_meta, value_is_null
+from walfs.errors import BufferTooSmallError, OffsetOutOfRangeError, RecordTooLargeError
+from walfs.records import Record, decode_meta, encode_meta, value_is_null
 
 if TYPE_CHECKING:
     from walfs.metrics import WalStats
@@ -360,6 +361,30 @@ def durable_end(engine: LogEngine, topic: str, partition: int, offset: int) -> i
         engine.sync()
         i = engine.info(topic, partition)
     return i.durable_watermark
+
+
+def encode_records(records: Iterable[Any]) -> tuple[bytes, array, array]:
+    """(key, value, headers, timestamp_ms) tuples or Record-like objects in the stored
+    layout LogEngine.append takes: (bodies, meta lengths, value lengths). A None value is
+    a null (a Kafka tombstone): stored empty, marked in the meta section."""
+    bodies: list[bytes] = []
+    metas = array("I")
+    values = array("I")
+    for r in records:
+        if isinstance(r, tuple):
+            key, value, headers, ts = r
+        else:
+            key, value, headers, ts = r.key, r.value, r.headers, getattr(r, "timestamp_ms", None)
+        meta = encode_meta(key, headers, ts, null_value=value is None)
+        value = b"" if value is None else bytes(value)
+        if len(value) > MAX_RECORD_BYTES:
+            raise RecordTooLargeError("a record is larger than 4 GiB")
+        bodies.append(meta + value if meta else value)
+        metas.append(len(meta))
+        values.append(len(value))
+    if not bodies:
+        raise ValueError("no records to append")
+    return b"".join(bodies), metas, values
 
 
 def committed_offsets(engine: LogEngine, group: str) -> dict[tuple[str, int], int]:

@@ -17,6 +17,7 @@ from walfs.engine_api import (
     StreamInfo,
     committed_offsets,
     durable_end,
+    encode_records,
     open_engine,
     read_records,
     read_values,
@@ -24,7 +25,7 @@ from walfs.engine_api import (
 )
 from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError
 from walfs.names import check_partition, stream_key, topic_hash
-from walfs.records import Header, Record, encode_meta
+from walfs.records import Header, Record
 from walfs.retention import Policy
 
 __all__ = ["DEFAULT_MAX_BYTES", "StreamInfo", "Wal"]
@@ -136,27 +137,9 @@ class Wal:
         return self.engine.append_lines(topic, partition, data)
 
     def append_records(self, topic: str, records: Iterable[Any], partition: int = 0) -> int:
-        """Appends (key, value, headers, timestamp_ms) tuples or Record-like objects as one batch."""
-        bodies: list[bytes] = []
-        metas = array.array("I")
-        values = array.array("I")
-        for r in records:
-            if isinstance(r, tuple):
-                key, value, headers, ts = r
-            else:
-                key, value, headers, ts = r.key, r.value, r.headers, getattr(r, "timestamp_ms", None)
-            # A None value is a null (a Kafka tombstone): stored empty, marked in the meta.
-            meta = encode_meta(key, headers, ts, null_value=value is None)
-            if value is None:
-                value = b""
-            bodies.append(meta + bytes(value) if meta else bytes(value))
-            metas.append(len(meta))
-            if len(value) >= MAX_U32:
-                raise RecordTooLargeError("a record is larger than 4 GiB")
-            values.append(len(value))
-        if not bodies:
-            raise ValueError("append_records needs at least one record")
-        return self.engine.append(topic, partition, b"".join(bodies), metas, values)
+        """Appends (key, value, headers, timestamp_ms) tuples or Record-like objects as one
+        batch; a None value is a null (a Kafka tombstone)."""
+        return self.engine.append(topic, partition, *encode_records(records))
 
     def append_bodies(
         self, topic: str, data: Any, meta_lens: array.array, value_lens: array.array, partition: int = 0

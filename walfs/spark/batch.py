@@ -10,7 +10,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from walfs.spark import wal_cache
 from walfs.spark.columnar import read_range
 from walfs.spark.options import EARLIEST, LATEST, WalfsOptions
-from walfs.spark.ranges import WalfsInputPartition, check_data_loss, resolve, split, stream_bounds
+from walfs.spark.ranges import WalfsInputPartition, check_data_loss, current_bounds, resolve, split
 
 
 class WalfsBatchReader(DataSourceReader):
@@ -20,8 +20,7 @@ class WalfsBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         # The offsets are fixed here, once, from a fresh view: every task then reads
         # exactly its planned range even while a writer keeps appending.
-        with wal_cache.open_fresh(self.opts.path, self.opts.org_id) as wal:
-            bounds = stream_bounds(wal, self.opts)
+        bounds = current_bounds(self.opts)
         starts = resolve(self.opts.starting, bounds, EARLIEST)
         ends = resolve(self.opts.ending, bounds, LATEST)
         starts = {
@@ -41,5 +40,10 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # InputPartition(None): nothing is selected, so there is nothing to read.
         return
     p = partition
+    if p.bootstrap:
+        from walfs.spark.remote_read import read_remote_range  # kio: slow to import, only here
+
+        yield from read_remote_range(p.bootstrap, p.topic, p.partition, p.start, p.end)
+        return
     wal = wal_cache.wal_covering(p.path, p.org_id, p.topic, p.partition, p.end)
     yield from read_range(wal, p.topic, p.partition, p.start, p.end)

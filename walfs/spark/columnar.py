@@ -77,7 +77,16 @@ def _read_fast(
         return _columns_to_batch(topic, partition, recs[:n], buf)
 
 
-def _columns_to_batch(topic: str, partition: int, r: np.ndarray, buf: pa.Buffer) -> pa.RecordBatch:
+# A meta section holding only a producer timestamp (what every record produced through
+# the Kafka listener has): u8 version=1, u8 flags=2, i64 timestamp, u32 n_headers=0.
+_TS_ONLY_META = 14
+
+
+def _columns_to_batch(
+    topic: str, partition: int, r: np.ndarray, buf: pa.Buffer, gid_known: bool = True
+) -> pa.RecordBatch:
+    """Columns from descriptors (REC_LAYOUT) and the bodies they point into. With
+    gid_known False (records fetched over the wire, which carries no gid) gid is null."""
     n = len(r)
     meta_len = r["meta_len"].astype(np.int64)
     value_len = r["value_len"].astype(np.int64)
@@ -91,38 +100,50 @@ def _columns_to_batch(topic: str, partition: int, r: np.ndarray, buf: pa.Buffer)
         # concatenation of the values: the column is a view of it.
         data = buf.slice(0, used)
     else:
+        raw_u8 = np.frombuffer(buf, np.uint8, used)
         starts = pos + meta_len
         gather = np.arange(int(value_offsets[-1]), dtype=np.int64) + np.repeat(
             starts - value_offsets[:-1], value_len
         )
-        data = pa.py_buffer(np.frombuffer(buf, np.uint8, used)[gather])
+        data = pa.py_buffer(raw_u8[gather])
     values = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(value_offsets), data])
     ts_ms = r["timestamp_ms"].astype(np.int64)
     ts_type = np.full(n, LOG_APPEND_TIME, np.int32)
+    key_col: pa.Array = pa.nulls(n, pa.binary())
+    header_col: pa.Array = _empty_lists(n)
     if has_meta:
-        keys: list[bytes | None] = [None] * n
-        headers: list[list[dict[str, Any]]] = [[] for _ in range(n)]
-        raw = memoryview(buf)
-        nulls = np.zeros(n, bool)
-        for i in np.flatnonzero(meta_len):
-            p = int(pos[i])
-            meta = bytes(raw[p : p + int(meta_len[i])])
-            key, hdrs, produced_ts = decode_meta(meta)
-            nulls[i] = value_is_null(meta)
-            keys[i] = key
-            headers[i] = [{"key": k, "value": v} for k, v in hdrs]
-            if produced_ts is not None:
-                ts_ms[i] = produced_ts
-                ts_type[i] = CREATE_TIME
-        key_col = pa.array(keys, pa.binary())
-        header_col = pa.array(headers, pa.list_(HEADER_TYPE))
-        if nulls.any():  # null values (Kafka tombstones) are null in the value column
-            valid = pa.py_buffer(np.packbits(~nulls, bitorder="little"))
-            bufs = [valid, pa.py_buffer(value_offsets), data]
-            values = pa.Array.from_buffers(pa.binary(), n, bufs, int(nulls.sum()))
-    else:
-        key_col = pa.nulls(n, pa.binary())
-        header_col = _empty_lists(n)
+        # Timestamp-only metas are decoded with numpy; the rest (keys, headers) in Python.
+        ts_only = np.zeros(n, bool)
+        cand = np.flatnonzero(meta_len == _TS_ONLY_META)
+        if len(cand):
+            heads = raw_u8[pos[cand][:, None] + np.arange(_TS_ONLY_META)]
+            ok = (heads[:, 0] == 1) & (heads[:, 1] == 2) & ~heads[:, 10:14].any(axis=1)
+            ts_only[cand[ok]] = True
+            ts_ms[cand[ok]] = np.ascontiguousarray(heads[ok, 2:10]).view("<i8").ravel()
+            ts_type[cand[ok]] = CREATE_TIME
+        rest = np.flatnonzero((meta_len > 0) & ~ts_only)
+        if len(rest):
+            keys: list[bytes | None] = [None] * n
+            headers: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+            raw = memoryview(buf)
+            nulls = np.zeros(n, bool)
+            for i in rest:
+                p = int(pos[i])
+                meta = bytes(raw[p : p + int(meta_len[i])])
+                key, hdrs, produced_ts = decode_meta(meta)
+                nulls[i] = value_is_null(meta)
+                keys[i] = key
+                headers[i] = [{"key": k, "value": v} for k, v in hdrs]
+                if produced_ts is not None:
+                    ts_ms[i] = produced_ts
+                    ts_type[i] = CREATE_TIME
+            key_col = pa.array(keys, pa.binary())
+            header_col = pa.array(headers, pa.list_(HEADER_TYPE))
+            if nulls.any():  # null values (Kafka tombstones) are null in the value column
+                valid = pa.py_buffer(np.packbits(~nulls, bitorder="little"))
+                bufs = [valid, pa.py_buffer(value_offsets), data]
+                values = pa.Array.from_buffers(pa.binary(), n, bufs, int(nulls.sum()))
+    gid = pa.array(r["gid"].astype(np.int64)) if gid_known else pa.nulls(n, pa.int64())
     return pa.RecordBatch.from_arrays(
         [
             key_col,
@@ -133,7 +154,7 @@ def _columns_to_batch(topic: str, partition: int, r: np.ndarray, buf: pa.Buffer)
             pa.array(ts_ms * 1000, pa.timestamp("us", tz="UTC")),
             pa.array(ts_type),
             header_col,
-            pa.array(r["gid"].astype(np.int64)),
+            gid,
         ],
         schema=ARROW_SCHEMA,
     )

@@ -3,7 +3,11 @@
 Names follow Spark's Kafka source where the meaning is the same, so a pipeline written
 for Kafka carries over by changing `format("kafka")` to `format("walfs")`:
 
-- `path`: the walfs data directory (required; the same directory `walfs mount` serves).
+- `path`: the walfs data directory (the same directory `walfs mount` serves), read
+  directly on the machine(s) that hold it; or
+- `bootstrap`: "host:port" of a walfs daemon's Kafka listener (`walfs serve`, `walfs
+  mount --kafka-listen`), read over the network from any machine. One of the two is
+  required; with both, `bootstrap` wins (the daemon owns the directory).
 - `topic` (alias `subscribe`): a comma-separated list of topic names; an entry holding
   `*`, `?` or `[` is a shell-style glob matched against the org's topics (fnmatch,
   case-sensitive). Absent: every topic of the org.
@@ -29,6 +33,8 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+
+from walfs.names import name_error
 
 EARLIEST = -2
 LATEST = -1
@@ -59,7 +65,7 @@ class OffsetSpec:
 
 @dataclass(frozen=True)
 class WalfsOptions:
-    path: str
+    path: str  # "" when reading through `bootstrap`
     org_id: int
     topics: tuple[str, ...]
     topic_pattern: str | None
@@ -69,6 +75,7 @@ class WalfsOptions:
     max_bytes_per_partition: int
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
+    bootstrap: str | None = None
 
     def selects(self, topic: str) -> bool:
         """Whether `topic` is one this source reads."""
@@ -150,14 +157,8 @@ def parse_options(options: Mapping[str, str], streaming: bool = False) -> WalfsO
 
     Like Kafka's source, a stream starts at "latest" unless told otherwise (a new query
     sees new records only) and a batch at "earliest"."""
-    path = _get(options, "path")
-    if not path:
-        raise WalfsOptionError('format("walfs") needs the data directory: .option("path", DIR) or .load(DIR)')
-    raw_org = _get(options, "org_id", "orgId") or "1"
-    try:
-        org_id = int(raw_org)
-    except ValueError:
-        raise WalfsOptionError(f"option org_id must be an integer, not {raw_org!r}") from None
+    path, bootstrap = _location(options)
+    org_id = _org_id(options)
     raw_topics = _get(options, "topic", "subscribe") or ""
     topics = tuple(t.strip() for t in raw_topics.split(",") if t.strip())
     pattern = _get(options, "topicPattern", "subscribePattern")
@@ -185,4 +186,68 @@ def parse_options(options: Mapping[str, str], streaming: bool = False) -> WalfsO
         max_bytes_per_partition=max_bytes,
         max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger", None),
         fail_on_data_loss=fail == "true",
+        bootstrap=bootstrap,
+    )
+
+
+def parse_bootstrap(text: str) -> tuple[str, int]:
+    """ "host:port" (IPv6 as "[::1]:9092") -> (host, port); the first of a comma list."""
+    first = text.split(",")[0].strip()
+    host, sep, port = first.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f'bootstrap must be "host:port", not {text!r}')
+    return host.strip("[]"), int(port)
+
+
+def _location(options: Mapping[str, str]) -> tuple[str, str | None]:
+    """(data directory or "", bootstrap or None): where the records are."""
+    path = _get(options, "path") or ""
+    bootstrap = _get(options, "bootstrap", "kafka.bootstrap.servers")
+    if bootstrap is not None:
+        try:
+            parse_bootstrap(bootstrap)
+        except ValueError as e:
+            raise WalfsOptionError(str(e)) from None
+    if not path and not bootstrap:
+        raise WalfsOptionError(
+            'format("walfs") needs the data directory (.option("path", DIR) or .load(DIR)) or a '
+            'walfs daemon\'s Kafka listener (.option("bootstrap", "host:port"))'
+        )
+    return path, bootstrap
+
+
+def _org_id(options: Mapping[str, str]) -> int:
+    raw_org = _get(options, "org_id", "orgId") or "1"
+    try:
+        return int(raw_org)
+    except ValueError:
+        raise WalfsOptionError(f"option org_id must be an integer, not {raw_org!r}") from None
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Options of df.write / df.writeStream .format("walfs") (see walfs.spark.sink)."""
+
+    path: str
+    bootstrap: str | None
+    org_id: int
+    topic: str | None  # overrides the rows' topic column, as in Spark's Kafka sink
+    query_id: str | None  # streaming: the query's identity for exactly-once (see sink.py)
+    checkpoint: str | None
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    path, bootstrap = _location(options)
+    topic = _get(options, "topic")
+    if topic is not None:
+        err = name_error(topic)
+        if err:
+            raise WalfsOptionError(f"option topic: {err}")
+    return SinkOptions(
+        path=path,
+        bootstrap=bootstrap,
+        org_id=_org_id(options),
+        topic=topic,
+        query_id=_get(options, "queryId"),
+        checkpoint=_get(options, "checkpointLocation"),
     )

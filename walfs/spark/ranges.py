@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import InputPartition
 
 from walfs import OffsetOutOfRangeError
 from walfs.engine_api import LogEngine
+from walfs.spark import wal_cache
 from walfs.spark.options import EARLIEST, LATEST, OffsetSpec, StreamId, WalfsOptions
+
+if TYPE_CHECKING:
+    from walfs.spark.remote import RemoteWal
 
 Offsets = dict[StreamId, int]
 
@@ -31,11 +36,21 @@ class WalfsInputPartition(InputPartition):
     """Records start..end-1 of topic[partition] in the data directory `path`.
 
     Carries everything a task needs (it is pickled to an executor that shares nothing
-    else with the driver but the data directory)."""
+    else with the driver but the data directory, or with `bootstrap`, not even that)."""
 
-    def __init__(self, path: str, org_id: int, topic: str, partition: int, start: int, end: int) -> None:
+    def __init__(
+        self,
+        path: str,
+        org_id: int,
+        topic: str,
+        partition: int,
+        start: int,
+        end: int,
+        bootstrap: str | None = None,
+    ) -> None:
         super().__init__((topic, partition, start, end))
         self.path = path
+        self.bootstrap = bootstrap  # read through this daemon's Kafka listener instead of `path`
         self.org_id = org_id
         self.topic = topic
         self.partition = partition
@@ -44,6 +59,34 @@ class WalfsInputPartition(InputPartition):
 
     def __repr__(self) -> str:
         return f"WalfsInputPartition({self.topic!r}[{self.partition}] {self.start}..{self.end})"
+
+
+def current_bounds(opts: WalfsOptions) -> dict[StreamId, StreamBounds]:
+    """Every selected stream as it is now: from a fresh read-only open of the data
+    directory, or from the daemon named by `bootstrap`."""
+    if opts.bootstrap:
+        # Imported here: the Kafka client (kio) is slow to import, and Spark gives a
+        # Python worker 10 s to start.
+        from walfs.spark.remote import RemoteWal
+
+        with RemoteWal(opts.bootstrap) as remote:
+            return remote_stream_bounds(remote, opts)
+    with wal_cache.open_fresh(opts.path, opts.org_id) as wal:
+        return stream_bounds(wal, opts)
+
+
+def remote_stream_bounds(remote: RemoteWal, opts: WalfsOptions) -> dict[StreamId, StreamBounds]:
+    """Kafka's view: partitions 0..n-1 of each selected topic, from the log start offset
+    to the high watermark (the durable end). Record sizes are not known: splits are
+    bounded by maxRecordsPerPartition only."""
+    from walfs.spark.remote import EARLIEST as REMOTE_EARLIEST
+    from walfs.spark.remote import LATEST as REMOTE_LATEST
+
+    counts = remote.topics()
+    sids = [(t, p) for t in opts.select(counts) for p in range(counts[t])]
+    lows = remote.list_offsets(sids, REMOTE_EARLIEST)
+    highs = remote.list_offsets(sids, REMOTE_LATEST)
+    return {sid: StreamBounds(lows[sid], max(lows[sid], highs[sid]), 0.0) for sid in sids}
 
 
 def stream_bounds(wal: LogEngine, opts: WalfsOptions) -> dict[StreamId, StreamBounds]:
@@ -106,7 +149,11 @@ def split(
         if per > 0:
             step = max(1, min(step, int(opts.max_bytes_per_partition // per)))
         for lo in range(start, end, step):
-            parts.append(WalfsInputPartition(opts.path, opts.org_id, sid[0], sid[1], lo, min(lo + step, end)))
+            parts.append(
+                WalfsInputPartition(
+                    opts.path, opts.org_id, sid[0], sid[1], lo, min(lo + step, end), opts.bootstrap
+                )
+            )
     return parts
 
 

@@ -21,17 +21,16 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from walfs.spark import wal_cache
 from walfs.spark.batch import read_partition
 from walfs.spark.options import EARLIEST, StreamId, WalfsOptions
 from walfs.spark.ranges import (
     Offsets,
     StreamBounds,
     check_data_loss,
+    current_bounds,
     from_json,
     resolve,
     split,
-    stream_bounds,
     to_json,
 )
 
@@ -44,9 +43,8 @@ class WalfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._cap: Offsets | None = None
 
     def _bounds(self) -> dict[StreamId, StreamBounds]:
-        # A fresh handle each time: a read-only engine only sees records present at open.
-        with wal_cache.open_fresh(self.opts.path, self.opts.org_id) as wal:
-            return stream_bounds(wal, self.opts)
+        # A fresh view each time: a read-only engine only sees records present at open.
+        return current_bounds(self.opts)
 
     def initialOffset(self) -> dict:
         bounds = self._bounds()

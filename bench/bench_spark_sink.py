@@ -1,0 +1,161 @@
+"""Spark sink and remote-read benchmark, one run, JSON on stdout (and --out):
+
+    python bench/bench_spark_sink.py [--records 1000000] [--sizes 100,1024] [--dir DIR] [--out F.json]
+
+For each value size, with one local[*] SparkSession and N rows cached in memory first:
+
+- write: df.write.text(plain directory) vs df.write.format("walfs") to a data directory
+  (path) and through `walfs serve` (bootstrap), vs the engine's Wal.append_batch of the
+  same values from Python (no Spark): rows/s each, and sink / write.text.
+- read: spark.read.format("walfs").count() of the topic written, from the data
+  directory (path) vs through the daemon (bootstrap): rows/s each, remote / local.
+
+Before timing, one small untimed write and read per path warm the JVM and Spark's Python
+workers. Each figure is a single timed run; the machine is in the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+
+from bench_spark import machine  # noqa: E402
+
+SEGMENT = str(256 << 20)
+
+
+def timed(fn: Any) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def start_serve(data: Path) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "walfs.cli.serve", str(data), "--kafka-listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    assert proc.stdout is not None
+    m = re.search(r"listening on (127\.0\.0\.1:\d+)", proc.stdout.readline())
+    if not m:
+        proc.kill()
+        raise RuntimeError("walfs serve did not start: " + proc.communicate(timeout=30)[1])
+    return proc, m.group(1)
+
+
+def one_size(spark: Any, base: Path, size: int, n: int) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    import walfs
+
+    pad = "x" * max(0, size - 12)
+    df = spark.range(n).select(
+        F.lit("t").alias("topic"),
+        F.concat(F.lpad(F.col("id").cast("string"), 12, "0"), F.lit(pad)).alias("value"),
+    )
+    df = df.cache()
+    df.count()
+    run: dict[str, Any] = {"value_bytes": size}
+    text_dir, local, remote = base / f"text{size}", base / f"local{size}", base / f"remote{size}"
+    run["write_text_s"] = timed(lambda: df.select("value").write.text(str(text_dir)))
+    run["sink_path_s"] = timed(lambda: df.write.format("walfs").mode("append").save(str(local)))
+    values = [v.encode() for v in (f"{i:012d}{pad}" for i in range(n))]
+    with walfs.Wal(base / f"engine{size}") as wal:
+        t = time.perf_counter()
+        for i in range(0, n, 65536):
+            wal.append_batch("t", values[i : i + 65536])
+        wal.sync()
+        run["append_batch_s"] = time.perf_counter() - t
+    del values
+    proc, bootstrap = start_serve(remote)
+    try:
+        run["sink_bootstrap_s"] = timed(
+            lambda: df.write.format("walfs").mode("append").option("bootstrap", bootstrap).save()
+        )
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    proc, bootstrap = start_serve(local)
+    try:
+        counts: dict[str, int] = {}
+
+        def count(key: str, **opts: str) -> None:
+            counts[key] = spark.read.format("walfs").options(**opts).load().count()
+
+        run["read_path_s"] = timed(lambda: count("path", path=str(local)))
+        run["read_bootstrap_s"] = timed(lambda: count("bootstrap", bootstrap=bootstrap))
+        assert counts == {"path": n, "bootstrap": n}, counts
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    df.unpersist()
+    for k in [k for k in run if k.endswith("_s")]:
+        run[k.removesuffix("_s") + "_rows_per_s"] = round(n / run[k])
+    run["sink_vs_write_text"] = round(run["write_text_s"] / run["sink_path_s"], 3)
+    run["sink_bootstrap_vs_write_text"] = round(run["write_text_s"] / run["sink_bootstrap_s"], 3)
+    run["remote_vs_local_read"] = round(run["read_path_s"] / run["read_bootstrap_s"], 3)
+    for d in (text_dir, local, remote, base / f"engine{size}"):
+        shutil.rmtree(d, ignore_errors=True)
+    return run
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--sizes", default="100,1024")
+    ap.add_argument("--dir", default=None)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("WALFS_SEGMENT_SIZE", SEGMENT)
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from walfs.spark import WalfsDataSource
+
+    base = Path(tempfile.mkdtemp(prefix="bench-sink-", dir=args.dir))
+    spark = (
+        SparkSession.builder.master("local[*]")
+        .appName("walfs-bench-sink")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "2g")
+        .config("spark.driver.maxResultSize", "2g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(WalfsDataSource)
+    result: dict[str, Any] = {"machine": machine(base), "records": args.records, "runs": []}
+    try:
+        warm = base / "warm"
+        small = spark.range(1000).select(F.lit("w").alias("topic"), F.col("id").cast("string").alias("value"))
+        small.select("value").write.text(str(base / "warm-text"))
+        small.write.format("walfs").mode("append").save(str(warm))
+        spark.read.format("walfs").load(str(warm)).count()
+        for size in [int(x) for x in args.sizes.split(",")]:
+            result["runs"].append(one_size(spark, base, size, args.records))
+    finally:
+        spark.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""df.write.format("walfs"): rows appended to the data directory, or through a walfs
+daemon's Kafka listener when one owns it, and read back with format("walfs")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kafka_harness import ServeProcess
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructField, StructType
+
+import walfs
+
+pytest_plugins = ["spark_fixtures"]
+
+ROW_SCHEMA = StructType(
+    [
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField(
+            "headers",
+            ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
+        ),
+    ]
+)
+
+
+def sample_rows() -> list[tuple]:
+    """Two topics, three partitions, keys and headers on some rows only."""
+    rows: list[tuple] = []
+    for i in range(30):
+        topic = "orders" if i % 3 else "refunds"
+        part = i % 2 if topic == "orders" else 2
+        key = f"k{i}".encode() if i % 4 == 0 else None
+        headers = [("src", f"s{i}".encode()), ("empty", None)] if i % 5 == 0 else []
+        rows.append((topic, part, key, f"value {i}".encode(), headers))
+    return rows
+
+
+def stored(wal: walfs.Wal) -> dict[tuple[str, int], list[tuple]]:
+    out: dict[tuple[str, int], list[tuple]] = {}
+    for topic, part in wal.streams():
+        out[(topic, part)] = [
+            (r.key, r.value, [tuple(h) for h in r.headers]) for r in wal.read_records(topic, 0, part, 10_000)
+        ]
+    return out
+
+
+def expected_streams(rows: list[tuple]) -> dict[tuple[str, int], list[tuple]]:
+    out: dict[tuple[str, int], list[tuple]] = {}
+    for topic, part, key, value, headers in rows:
+        out.setdefault((topic, part), []).append((key, value, [tuple(h) for h in headers]))
+    return out
+
+
+def read_back(spark: SparkSession, **options: str) -> dict[tuple[str, int], list[tuple]]:
+    rows = (
+        spark.read.format("walfs").options(**options).load().orderBy("topic", "partition", "offset").collect()
+    )
+    out: dict[tuple[str, int], list[tuple]] = {}
+    for r in rows:
+        headers = [(h["key"], None if h["value"] is None else bytes(h["value"])) for h in r["headers"]]
+        key = None if r["key"] is None else bytes(r["key"])
+        out.setdefault((r["topic"], r["partition"]), []).append((key, bytes(r["value"]), headers))
+    return out
+
+
+def test_batch_write_then_read_back(spark: SparkSession, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    rows = sample_rows()
+    # One Spark partition: the order within each stream is the rows' order.
+    df = spark.createDataFrame(rows, ROW_SCHEMA).coalesce(1)
+    df.write.format("walfs").mode("append").option("path", str(data)).save()
+    with walfs.Wal(data, read_only=True) as wal:
+        assert stored(wal) == expected_streams(rows)
+    assert read_back(spark, path=str(data)) == expected_streams(rows)
+    # Written again: appended after the first copy (a WAL never overwrites).
+    df.write.format("walfs").mode("append").option("path", str(data)).save()
+    with walfs.Wal(data, read_only=True) as wal:
+        assert {s: len(v) for s, v in stored(wal).items()} == {
+            s: 2 * len(v) for s, v in expected_streams(rows).items()
+        }
+
+
+def test_strings_topic_option_and_defaults(spark: SparkSession, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    df = spark.createDataFrame([("a", "x"), (None, "y")], "key string, value string").coalesce(1)
+    # The topic option names the topic; no partition column means partition 0.
+    df.write.format("walfs").mode("append").option("topic", "letters").save(str(data))
+    with walfs.Wal(data, read_only=True) as wal:
+        assert wal.streams() == [("letters", 0)]
+        assert [(r.key, r.value) for r in wal.read_records("letters", 0)] == [(b"a", b"x"), (None, b"y")]
+
+
+def test_rows_read_from_walfs_write_back_unchanged(spark: SparkSession, tmp_path: Path) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    with walfs.Wal(src) as wal:
+        wal.append_batch("t", [b"one", b"two"], 1)
+        wal.append("t", b"three", 1, key=b"k", headers=[("h", b"v")])
+    # Every column of format("walfs") is there; the sink takes topic, partition, key,
+    # value and headers and ignores the others (offset, timestamp, gid...).
+    spark.read.format("walfs").load(str(src)).coalesce(1).write.format("walfs").mode("append").save(str(dst))
+    with walfs.Wal(src, read_only=True) as a, walfs.Wal(dst, read_only=True) as b:
+        assert stored(a) == stored(b)
+
+
+def test_bad_rows_are_refused_and_leave_nothing(spark: SparkSession, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    walfs.Wal(data).close()
+    with pytest.raises(PySparkException, match="value"):
+        spark.createDataFrame([("t", 1)], "topic string, n int").write.format("walfs").mode("append").save(
+            str(data)
+        )
+    with pytest.raises(PySparkException, match="topic"):
+        spark.createDataFrame([(b"v",)], "value binary").write.format("walfs").mode("append").save(str(data))
+    with pytest.raises(PySparkException, match="append-only"):
+        spark.createDataFrame([("t", b"v")], "topic string, value binary").write.format("walfs").mode(
+            "overwrite"
+        ).save(str(data))
+    # A task that fails: the job fails and nothing of it is visible (tasks append nothing;
+    # only the driver's commit does, after every task succeeded).
+    boom = F.udf(lambda i: 1 // (i - 7), IntegerType())
+    df = (
+        spark.range(20)
+        .repartition(4)
+        .select(F.lit("t").alias("topic"), F.col("id").cast("string").alias("value"), boom("id").alias("x"))
+    )
+    with pytest.raises(PySparkException):
+        df.write.format("walfs").mode("append").save(str(data))
+    with walfs.Wal(data, read_only=True) as wal:
+        assert wal.streams() == []
+
+
+def test_batch_write_through_the_daemon(spark: SparkSession, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    rows = sample_rows()
+    df = spark.createDataFrame(rows, ROW_SCHEMA).coalesce(1)
+    serve = ServeProcess(data)
+    try:
+        # The daemon holds the directory's lock: writing to the path says what to do...
+        with pytest.raises(PySparkException, match="bootstrap"):
+            df.write.format("walfs").mode("append").save(str(data))
+        # ...and through its Kafka listener the rows arrive as they are.
+        df.write.format("walfs").mode("append").option("bootstrap", serve.bootstrap).save()
+        assert read_back(spark, bootstrap=serve.bootstrap) == expected_streams(rows)
+    finally:
+        rc, err = serve.stop()
+    assert rc == 0, err
+    with walfs.Wal(data, read_only=True) as wal:
+        assert stored(wal) == expected_streams(rows)

@@ -1,0 +1,307 @@
+"""A walfs daemon's Kafka listener as the Spark source and sink use it (option "bootstrap").
+
+A small blocking client over one TCP connection, built on kio's message classes (the
+listener's own codec library) and walfs' own record-batch code: Metadata (topics and
+partition counts), ListOffsets (earliest / latest), Fetch (raw record batches),
+Produce (one batch per partition, acks=all: atomic and durable when answered),
+OffsetCommit / OffsetFetch (the sink's per-query cursors) and CreateTopics.
+
+Everything read from the socket is bounds-checked: a frame is at most MAX_FRAME bytes,
+errors the daemon answers become RemoteError with the Kafka error name.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import socket
+import struct
+import threading
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.schema.types import BrokerId, GroupId, TopicName
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+
+from walfs.errors import WalError
+from walfs.spark.options import parse_bootstrap
+
+# A response is refused past this size (Fetch asks for far less; see FETCH_MAX_BYTES).
+MAX_FRAME = 256 << 20
+FETCH_MAX_BYTES = 16 << 20
+EARLIEST = -2
+LATEST = -1
+
+# (api key, version) used for each request: versions every walfs listener answers.
+PRODUCE = (0, 8)
+FETCH = (1, 11)
+LIST_OFFSETS = (2, 5)
+METADATA = (3, 8)
+OFFSET_COMMIT = (8, 7)
+OFFSET_FETCH = (9, 5)
+CREATE_TOPICS = (19, 4)
+
+
+class RemoteError(WalError):
+    """The daemon answered with a Kafka error code, or the connection failed."""
+
+
+def _req(api: tuple[int, int], name: str) -> Any:
+    return getattr(load_payload_module(api[0], api[1], EntityType.request), name)
+
+
+def _resp(api: tuple[int, int]) -> Any:
+    return load_payload_module(api[0], api[1], EntityType.response)
+
+
+def _check(code: Any, what: str) -> None:
+    if code != ErrorCode.none:
+        name = getattr(code, "name", str(code))
+        raise RemoteError(f"{what}: the walfs daemon answered {name}")
+
+
+class RemoteWal:
+    """One connection to a walfs daemon's Kafka listener (not thread-safe: one user)."""
+
+    def __init__(self, bootstrap: str, timeout: float = 120.0) -> None:
+        self.bootstrap = bootstrap
+        host, port = parse_bootstrap(bootstrap)
+        try:
+            self._sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as e:
+            raise RemoteError(f"cannot connect to the walfs daemon at {bootstrap}: {e}") from e
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._correlation = 0
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> RemoteWal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- framing --------------------------------------------------------------------
+    def _recv_exact(self, n: int) -> bytes:
+        buf = bytearray(n)
+        view = memoryview(buf)
+        got = 0
+        while got < n:
+            k = self._sock.recv_into(view[got:], n - got)
+            if k == 0:
+                raise RemoteError(f"the walfs daemon at {self.bootstrap} closed the connection")
+            got += k
+        return bytes(buf)
+
+    def _call(self, api: tuple[int, int], body: Any) -> Any:
+        with self._lock:
+            self._correlation += 1
+            cid = self._correlation
+            header_cls = type(body).__header_schema__
+            out = io.BytesIO()
+            entity_writer(header_cls)(
+                out,
+                header_cls(
+                    request_api_key=i16(api[0]),
+                    request_api_version=i16(api[1]),
+                    correlation_id=i32(cid),
+                    client_id="walfs-spark",
+                ),
+            )
+            entity_writer(type(body))(out, body)
+            payload = out.getvalue()
+            try:
+                self._sock.sendall(struct.pack(">i", len(payload)) + payload)
+                (size,) = struct.unpack(">i", self._recv_exact(4))
+                if not 4 <= size <= MAX_FRAME:
+                    raise RemoteError(f"the walfs daemon at {self.bootstrap} sent a frame of {size} bytes")
+                frame = self._recv_exact(size)
+            except OSError as e:
+                raise RemoteError(f"the walfs daemon at {self.bootstrap}: {e}") from e
+            resp_cls = getattr(_resp(api), type(body).__name__.replace("Request", "Response"))
+            try:
+                header, used = entity_reader(resp_cls.__header_schema__)(frame, 0)
+                if header.correlation_id != cid:
+                    raise RemoteError(f"answer to request {header.correlation_id}, expected {cid}")
+                resp, _ = entity_reader(resp_cls)(frame, used)
+            except RemoteError:
+                raise
+            except Exception as e:  # kio raises several types for a malformed answer
+                raise RemoteError(f"malformed answer from {self.bootstrap}: {e}") from e
+            return resp
+
+    # -- requests -------------------------------------------------------------------
+    def topics(self, names: list[str] | None = None) -> dict[str, int]:
+        """Topic -> partition count, of every topic (or of `names`; absent ones left out)."""
+        req = _req(METADATA, "MetadataRequest")
+        topic_cls = _req(METADATA, "MetadataRequestTopic")
+        topics = None if names is None else tuple(topic_cls(name=TopicName(n)) for n in names)
+        resp = self._call(
+            METADATA,
+            req(
+                topics=topics,
+                allow_auto_topic_creation=False,
+                include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False,
+            ),
+        )
+        out: dict[str, int] = {}
+        for t in resp.topics:
+            if t.error_code == ErrorCode.none:
+                out[str(t.name)] = len(t.partitions)
+        return out
+
+    def list_offsets(self, streams: list[tuple[str, int]], which: int) -> dict[tuple[str, int], int]:
+        """EARLIEST (low watermark) or LATEST (the durable end) of each stream."""
+        if not streams:
+            return {}
+        part_cls = _req(LIST_OFFSETS, "ListOffsetsPartition")
+        topic_cls = _req(LIST_OFFSETS, "ListOffsetsTopic")
+        by_topic: dict[str, list[int]] = {}
+        for t, p in streams:
+            by_topic.setdefault(t, []).append(p)
+        req = _req(LIST_OFFSETS, "ListOffsetsRequest")(
+            replica_id=BrokerId(-1),
+            isolation_level=i8(0),
+            topics=tuple(
+                topic_cls(
+                    name=TopicName(t),
+                    partitions=tuple(
+                        part_cls(partition_index=i32(p), current_leader_epoch=i32(-1), timestamp=i64(which))
+                        for p in ps
+                    ),
+                )
+                for t, ps in by_topic.items()
+            ),
+        )
+        out: dict[tuple[str, int], int] = {}
+        for t in self._call(LIST_OFFSETS, req).topics:
+            for p in t.partitions:
+                _check(p.error_code, f"offsets of {t.name!r}[{p.partition_index}]")
+                out[(str(t.name), int(p.partition_index))] = int(p.offset)
+        return out
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = FETCH_MAX_BYTES) -> bytes:
+        """Raw record batches from `offset` on (empty at the end); no long poll."""
+        part_cls = _req(FETCH, "FetchPartition")
+        topic_cls = _req(FETCH, "FetchTopic")
+        req = _req(FETCH, "FetchRequest")(
+            replica_id=BrokerId(-1),
+            max_wait=i32Timedelta.parse(datetime.timedelta(0)),
+            min_bytes=i32(0),
+            max_bytes=i32(max_bytes),
+            isolation_level=i8(0),
+            session_id=i32(0),
+            session_epoch=i32(-1),
+            topics=(
+                topic_cls(
+                    topic=TopicName(topic),
+                    partitions=(
+                        part_cls(
+                            partition=i32(partition),
+                            current_leader_epoch=i32(-1),
+                            fetch_offset=i64(offset),
+                            log_start_offset=i64(-1),
+                            partition_max_bytes=i32(max_bytes),
+                        ),
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+        resp = self._call(FETCH, req)
+        _check(resp.error_code, f"fetch {topic!r}[{partition}]")
+        for t in resp.responses:
+            for p in t.partitions:
+                _check(p.error_code, f"fetch {topic!r}[{partition}] at {offset}")
+                return bytes(p.records or b"")
+        raise RemoteError(f"fetch {topic!r}[{partition}]: the answer names no partition")
+
+    def produce(self, topic: str, partition: int, batch: bytes) -> int:
+        """Appends one record batch (atomically, durably: acks=all); its first offset."""
+        part_cls = _req(PRODUCE, "PartitionProduceData")
+        topic_cls = _req(PRODUCE, "TopicProduceData")
+        req = _req(PRODUCE, "ProduceRequest")(
+            transactional_id=None,
+            acks=i16(-1),
+            timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+            topic_data=(
+                topic_cls(
+                    name=TopicName(topic), partition_data=(part_cls(index=i32(partition), records=batch),)
+                ),
+            ),
+        )
+        for t in self._call(PRODUCE, req).responses:
+            for p in t.partition_responses:
+                _check(p.error_code, f"produce to {topic!r}[{partition}]")
+                return int(p.base_offset)
+        raise RemoteError(f"produce to {topic!r}[{partition}]: the answer names no partition")
+
+    def committed(self, group: str, topic: str, partition: int) -> int | None:
+        topic_cls = _req(OFFSET_FETCH, "OffsetFetchRequestTopic")
+        req = _req(OFFSET_FETCH, "OffsetFetchRequest")(
+            group_id=GroupId(group),
+            topics=(topic_cls(name=TopicName(topic), partition_indexes=(i32(partition),)),),
+        )
+        resp = self._call(OFFSET_FETCH, req)
+        _check(resp.error_code, f"committed offset of group {group!r}")
+        for t in resp.topics:
+            for p in t.partitions:
+                if p.error_code == ErrorCode.unknown_topic_or_partition:
+                    return None
+                _check(p.error_code, f"committed offset of group {group!r} on {topic!r}[{partition}]")
+                return None if p.committed_offset < 0 else int(p.committed_offset)
+        return None
+
+    def commit(self, group: str, topic: str, partition: int, offset: int) -> None:
+        """Durable when it returns (the daemon's OffsetCommit is wal.commit_offset)."""
+        part_cls = _req(OFFSET_COMMIT, "OffsetCommitRequestPartition")
+        topic_cls = _req(OFFSET_COMMIT, "OffsetCommitRequestTopic")
+        req = _req(OFFSET_COMMIT, "OffsetCommitRequest")(
+            group_id=GroupId(group),
+            generation_id_or_member_epoch=i32(-1),
+            member_id="",
+            group_instance_id=None,
+            topics=(
+                topic_cls(
+                    name=TopicName(topic),
+                    partitions=(
+                        part_cls(
+                            partition_index=i32(partition),
+                            committed_offset=i64(offset),
+                            committed_leader_epoch=i32(-1),
+                            committed_metadata=None,
+                        ),
+                    ),
+                ),
+            ),
+        )
+        for t in self._call(OFFSET_COMMIT, req).topics:
+            for p in t.partitions:
+                _check(p.error_code, f"commit of group {group!r} on {topic!r}[{partition}]")
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        """Makes `topic` exist with `partitions` partitions (an existing topic is left as is)."""
+        topic_cls = _req(CREATE_TOPICS, "CreatableTopic")
+        req = _req(CREATE_TOPICS, "CreateTopicsRequest")(
+            topics=(
+                topic_cls(
+                    name=TopicName(topic),
+                    num_partitions=i32(partitions),
+                    replication_factor=i16(1),
+                    assignments=(),
+                    configs=(),
+                ),
+            ),
+            timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+            validate_only=False,
+        )
+        for t in self._call(CREATE_TOPICS, req).topics:
+            if t.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
+                _check(t.error_code, f"create topic {topic!r}")

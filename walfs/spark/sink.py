@@ -1,0 +1,320 @@
+"""The sink: df.write.format("walfs") and df.writeStream.format("walfs").
+
+Columns, as in Spark's Kafka sink: `value` (binary or string, required; null is stored
+as an empty record), `key` (binary or string, optional), `headers` (array<struct<key:
+string, value: binary>>, optional), `topic` (string; the option "topic" overrides it)
+and `partition` (int, optional: 0 when absent or null). Other columns are ignored, so
+rows read with format("walfs") can be written back as they are.
+
+How a write becomes visible: tasks append nothing. Each task hands its rows to the
+driver in its commit message (an Arrow IPC stream), and the driver's commit appends
+them, stream by stream, each stream's rows as one atomic, durable append (in chunks of
+at most CHUNK_BYTES). A task or job that fails leaves nothing; Spark's abort has
+nothing to undo. Only a driver that dies in the middle of its commit leaves some
+streams with their rows and others without (each stream all or nothing).
+
+Streaming writes are exactly-once. A micro-batch's commit runs, per stream:
+
+1. cursor := committed offset of group "spark-sink.<query id>" on the stream: where the
+   query's previous batch began there; the first time, the stream's end, committed
+   durably before anything is appended;
+2. scan the records from cursor to the end for the header
+   ``walfs.sink = "<query id>:<batch id>:<chunk>:<count>"`` that the sink puts on the
+   first record of each chunk it appends: chunks found were appended by an earlier
+   attempt of this batch (a driver that died after appending, before Spark recorded the
+   batch as done) and are not appended again;
+3. append the missing chunks, then move the cursor to this batch's first record.
+
+Spark replays only the last batch it planned (it plans batch n+1 once batch n is
+recorded as committed), so a scan from where the previous batch began always reaches
+the replayed batch's records; it reads one batch of the query's own rows plus what other
+writers appended meanwhile.
+
+So a replayed batch (same query, same batch id) appends nothing twice, and since tasks
+never append, rows of a failed batch are never visible. The query id is Spark's (stable
+across restarts from one checkpoint: `<checkpointLocation>/metadata`), or the option
+"queryId". The one marker header per chunk is visible to readers (Kafka clients, the
+`headers` column); values and keys are untouched, so the mount's files show exactly the
+rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from walfs.records import Header
+from walfs.spark.options import SinkOptions, WalfsOptionError
+from walfs.spark.schema import HEADER_TYPE
+
+if TYPE_CHECKING:
+    from walfs.spark.sink_target import Row, SinkTarget
+
+MARKER = "walfs.sink"
+CHUNK_BYTES = 32 << 20
+GROUP_PREFIX = "spark-sink."
+
+# What the tasks send to the driver: the rows, normalized.
+STAGED_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", pa.list_(HEADER_TYPE)),
+    ]
+)
+
+
+@dataclass
+class StagedRows(WriterCommitMessage):
+    """One task's rows (an Arrow IPC stream in STAGED_SCHEMA) and how many."""
+
+    ipc: bytes
+    rows: int
+
+
+def stage(batches: Iterator[pa.RecordBatch], topic_option: str | None) -> StagedRows:
+    """Runs in a task: checks and normalizes the rows, appends nothing."""
+    sink = pa.BufferOutputStream()
+    n = 0
+    with pa.ipc.new_stream(sink, STAGED_SCHEMA) as out:
+        for b in batches:
+            if b.num_rows == 0:
+                continue
+            out.write_batch(normalize(b, topic_option))
+            n += b.num_rows
+    return StagedRows(sink.getvalue().to_pybytes(), n)
+
+
+def check_schema(names: Sequence[str], topic_option: str | None) -> None:
+    """On the driver, before any task runs: the columns the sink needs are there."""
+    if "value" not in names:
+        raise WalfsOptionError(
+            'format("walfs") writes a "value" column (binary or string); the rows have none'
+        )
+    if topic_option is None and "topic" not in names:
+        raise WalfsOptionError('format("walfs") needs a topic: a "topic" column or .option("topic", NAME)')
+
+
+def _binary(col: pa.Array, name: str) -> pa.Array:
+    if pa.types.is_binary(col.type):
+        return col
+    if (
+        pa.types.is_string(col.type)
+        or pa.types.is_large_string(col.type)
+        or pa.types.is_large_binary(col.type)
+    ):
+        return pc.cast(col, pa.binary())
+    raise WalfsOptionError(f"column {name} must be binary or string, not {col.type}")
+
+
+def normalize(b: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatch:
+    names = b.schema.names
+    n = b.num_rows
+    if "value" not in names:
+        raise WalfsOptionError(
+            'format("walfs") writes a "value" column (binary or string); the rows have none'
+        )
+    value = pc.fill_null(_binary(b.column("value"), "value"), b"")
+    key = _binary(b.column("key"), "key") if "key" in names else pa.nulls(n, pa.binary())
+    if topic_option is not None:
+        topic = pa.array([topic_option] * n, pa.string())
+    else:
+        topic = b.column("topic")
+        if not pa.types.is_string(topic.type):
+            raise WalfsOptionError(f"column topic must be a string, not {topic.type}")
+        if topic.null_count:
+            raise WalfsOptionError('a row has a null topic (set .option("topic", NAME) or fill the column)')
+    if "partition" in names:
+        part = b.column("partition")
+        if not pa.types.is_integer(part.type):
+            raise WalfsOptionError(f"column partition must be an integer, not {part.type}")
+        part = pc.cast(pc.fill_null(part, 0), pa.int32())
+        if n and pc.min(part).as_py() < 0:
+            raise WalfsOptionError("column partition has a negative value")
+    else:
+        part = pa.array([0] * n, pa.int32())
+    if "headers" in names:
+        headers = b.column("headers")
+        try:
+            headers = headers.cast(pa.list_(HEADER_TYPE))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise WalfsOptionError(
+                f"column headers must be array<struct<key: string, value: binary>>, not {headers.type}"
+            ) from e
+        if headers.flatten().field("key").null_count:
+            raise WalfsOptionError("a header has a null key (Kafka header keys are strings)")
+    else:
+        headers = pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), pa.array([], HEADER_TYPE))
+    return pa.RecordBatch.from_arrays([topic, part, key, value, headers], schema=STAGED_SCHEMA)
+
+
+def staged_table(messages: Sequence[WriterCommitMessage | None]) -> pa.Table:
+    batches: list[pa.RecordBatch] = []
+    for m in messages:
+        if isinstance(m, StagedRows) and m.rows:
+            batches.extend(pa.ipc.open_stream(m.ipc).read_all().to_batches())
+    return pa.Table.from_batches(batches, STAGED_SCHEMA)
+
+
+def streams_of(target: SinkTarget, table: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
+    """(topic, partition, its rows in their order) for every stream the rows name, once
+    the target has every partition they name."""
+    if table.num_rows == 0:
+        return
+    most = table.group_by("topic").aggregate([("partition", "max")])
+    for topic, top in zip(
+        most.column("topic").to_pylist(), most.column("partition_max").to_pylist(), strict=True
+    ):
+        target.ensure(topic, top + 1)
+    pairs = table.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
+    for topic, partition in sorted(
+        zip(pairs.column("topic").to_pylist(), pairs.column("partition").to_pylist(), strict=True)
+    ):
+        mask = pc.and_(pc.equal(table.column("topic"), topic), pc.equal(table.column("partition"), partition))
+        yield topic, partition, table.filter(mask)
+
+
+def rows_of(t: pa.Table) -> list[Row]:
+    keys = t.column("key").to_pylist()
+    values = t.column("value").to_pylist()
+    headers = t.column("headers")
+    if headers.null_count == len(headers) or pc.sum(pc.list_value_length(headers)).as_py() in (0, None):
+        hl: list[list[Header]] = [[] for _ in range(len(values))]
+    else:
+        hl = [[(h["key"], h["value"]) for h in (hs or ())] for hs in headers.to_pylist()]
+    return list(zip(keys, values, hl, strict=True))
+
+
+def chunks(rows: list[Row]) -> list[list[Row]]:
+    """Consecutive runs of at most CHUNK_BYTES of values (at least one row each)."""
+    out: list[list[Row]] = []
+    cur: list[Row] = []
+    size = 0
+    for r in rows:
+        if cur and size + len(r[1]) > CHUNK_BYTES:
+            out.append(cur)
+            cur, size = [], 0
+        cur.append(r)
+        size += len(r[1])
+    if cur:
+        out.append(cur)
+    return out
+
+
+def write_all(target: SinkTarget, table: pa.Table) -> None:
+    """Batch writes: each stream's rows appended in order, one atomic append per chunk."""
+    for topic, partition, t in streams_of(target, table):
+        for c in chunks(rows_of(t)):
+            target.append(topic, partition, c)
+
+
+def write_once(target: SinkTarget, table: pa.Table, query_id: str, batch_id: int) -> None:
+    """Streaming writes: micro-batch `batch_id` of query `query_id`, exactly once (see the
+    module's doc)."""
+    group = GROUP_PREFIX + query_id
+    prefix = f"{query_id}:{batch_id}:"
+    for topic, partition, t in streams_of(target, table):
+        cursor = target.committed(group, topic, partition)
+        if cursor is None:
+            cursor = target.end(topic, partition)
+            target.commit(group, topic, partition, cursor)
+        found: dict[int, int] = {}  # chunk number -> offset of its first record
+        for offset, headers in target.scan(topic, partition, cursor, target.end(topic, partition)):
+            for k, v in headers:
+                if k == MARKER and v is not None and v.startswith(prefix.encode()):
+                    found[int(v.decode().rsplit(":", 2)[1])] = offset
+        for i, c in enumerate(chunks(rows_of(t))):
+            if i in found:
+                continue
+            key, value, headers = c[0]
+            marked = [*headers, (MARKER, f"{prefix}{i}:{len(c)}".encode())]
+            found[i] = target.append(topic, partition, [(key, value, marked), *c[1:]])
+        # The next batch's scan starts at this batch's first record: a replay of this
+        # batch (the only one Spark can replay once the next has begun) is found there.
+        start = min(found.values())
+        if start > cursor:
+            target.commit(group, topic, partition, start)
+
+
+def open_target(opts: SinkOptions) -> SinkTarget:
+    # Imported here, on the driver's commit only: the Kafka client (kio) is slow to
+    # import, and tasks (Python workers Spark gives 10 s to start) never need it.
+    from walfs.spark.sink_target import open_target as open_it
+
+    return open_it(opts)
+
+
+def query_id_of(opts: SinkOptions) -> str:
+    """The streaming query's identity: option queryId, else Spark's query id from the
+    checkpoint (the same after every restart from that checkpoint)."""
+    if opts.query_id:
+        return opts.query_id
+    where = opts.checkpoint
+    if where:
+        u = urlparse(where)
+        local = u.path if u.scheme == "file" else where if not u.scheme else None
+        if local is not None:
+            try:
+                with open(os.path.join(local, "metadata"), encoding="utf-8") as f:
+                    qid = json.loads(f.readline())["id"]
+                if isinstance(qid, str) and qid:
+                    return qid
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+    raise WalfsOptionError(
+        'writeStream.format("walfs") needs the query\'s identity for exactly-once writes: a local '
+        '.option("checkpointLocation", DIR) or .option("queryId", NAME) (stable across restarts)'
+    )
+
+
+class WalfsBatchWriter(DataSourceArrowWriter):
+    def __init__(self, opts: SinkOptions) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return stage(iterator, self.opts.topic)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        table = staged_table(messages)
+        if table.num_rows == 0:
+            return
+        target = open_target(self.opts)
+        try:
+            write_all(target, table)
+        finally:
+            target.close()
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass  # tasks appended nothing
+
+
+class WalfsStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, opts: SinkOptions) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return stage(iterator, self.opts.topic)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        table = staged_table(messages)
+        if table.num_rows == 0:
+            return
+        query_id = query_id_of(self.opts)
+        target = open_target(self.opts)
+        try:
+            write_once(target, table, query_id, batchId)
+        finally:
+            target.close()
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        pass  # tasks appended nothing
