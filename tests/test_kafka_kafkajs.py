@@ -1,7 +1,8 @@
 """KafkaJS (npm, run with node) against `walfs serve` (issue 12): an idempotent producer
 sends with every codec (gzip built in; snappy through kafkajs-snappy; lz4 as an LZ4 frame
 around lz4-wasm-nodejs; zstd through zstd-codec: tests/js/kafkajs_client.js), a consumer
-group reads all five topics and commits, the admin client fetches the offsets. The
+group reads all five topics and commits; the admin client fetches the offsets, alters and
+describes topic configs (compaction refused), adds partitions and deletes records. The
 packages come from tests/js/package.json (`make testdeps` runs npm install there)."""
 
 from __future__ import annotations
@@ -41,8 +42,15 @@ def test_kafkajs_every_codec_group_commit_and_admin_offsets(tmp_path: Path) -> N
             assert key == f"k{i % 5}" and header == str(i) and ts == str(1_700_000_000_000 + i)
             assert value == (None if i == N - 1 else f"{codec} record {i} " * 4)
         assert out["committed"][codec] == [[0, str(N), None]]
+    # The admin client: topic configs (compaction refused), partitions, record deletion.
+    assert out["configs"] == [["cleanup.policy", "delete"], ["retention.ms", "86400000"]]
+    assert out["compact"] == "INVALID_CONFIG"
+    assert out["partitions"] == 3
+    assert out["afterDelete"] == [[0, "50", str(N)]]
     with walfs.Wal(str(tmp_path / "data")) as wal:
         for codec in CODECS:
-            recs = wal.read_records(f"js-{codec}", 0, max_records=N + 1)
-            assert len(recs) == N and recs[-1].value is None and recs[0].key == b"k0"
+            low = 50 if codec == "gzip" else 0  # the admin client deleted js-gzip's records below 50
+            recs = wal.read_records(f"js-{codec}", low, max_records=N + 1)
+            assert len(recs) == N - low and recs[-1].value is None and recs[0].key == b"k%d" % (low % 5)
             assert wal.committed("js-group", f"js-{codec}", 0) == (N, "")
+        assert wal.low_watermark("js-gzip") == 50 and wal.retention("js-none").ms == 86_400_000

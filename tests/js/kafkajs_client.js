@@ -126,6 +126,38 @@ async function main() {
     const got = await admin.fetchOffsets({ groupId: 'js-group', topics: [`js-${codec}`] })
     out.committed[codec] = got[0].partitions.map(p => [p.partition, p.offset, p.metadata])
   }
+  // The admin client on topic configs, partitions and record deletion.
+  const { ConfigResourceTypes } = require('kafkajs')
+  const topic = { type: ConfigResourceTypes.TOPIC, name: 'js-none' }
+  await admin.alterConfigs({
+    validateOnly: false,
+    resources: [{ ...topic, configEntries: [{ name: 'retention.ms', value: '86400000' }] }],
+  })
+  const described = await admin.describeConfigs({ includeSynonyms: false, resources: [topic] })
+  out.configs = described.resources[0].configEntries
+    .filter(e => ['retention.ms', 'cleanup.policy'].includes(e.configName))
+    .map(e => [e.configName, e.configValue])
+    .sort()
+  try {
+    await admin.alterConfigs({
+      validateOnly: false,
+      resources: [{ ...topic, configEntries: [{ name: 'cleanup.policy', value: 'compact' }] }],
+    })
+    out.compact = 'accepted'
+  } catch (e) {
+    out.compact = e.type || String(e)
+  }
+  await admin.createPartitions({ topicPartitions: [{ topic: 'js-none', count: 3 }] })
+  const md = await admin.fetchTopicMetadata({ topics: ['js-none'] })
+  out.partitions = md.topics[0].partitions.length
+  // KafkaJS's admin knows a topic's leader only once it looked the topic up.
+  await admin.fetchTopicMetadata({ topics: ['js-gzip'] })
+  try {
+    await admin.deleteTopicRecords({ topic: 'js-gzip', partitions: [{ partition: 0, offset: '50' }] })
+  } catch (e) {
+    throw new Error(`deleteTopicRecords: ${JSON.stringify(e.partitions || e)}`)
+  }
+  out.afterDelete = (await admin.fetchTopicOffsets('js-gzip')).map(p => [p.partition, p.low, p.high])
   await admin.disconnect()
   fs.writeFileSync(outPath, JSON.stringify(out))
 }
