@@ -75,3 +75,38 @@ def test_aiokafka_codecs_group_commit_with_metadata(tmp_path: Path, codec: str |
         assert lst.wal.committed(f"aio-{topic}", topic, 0) == (N, "aiokafka was here")
         recs = lst.wal.read_records(topic, 0, max_records=N)
         assert [r.value is None for r in recs] == [i % 50 == 49 for i in range(N)]
+
+
+async def _admin(bootstrap: str) -> dict[str, object]:
+    from aiokafka.admin import AIOKafkaAdminClient, NewPartitions, RecordsToDelete
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    out: dict[str, object] = {}
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        res = ConfigResource(ConfigResourceType.TOPIC, "aio-admin", {"retention.bytes": "1048576"})
+        await admin.alter_configs([res])
+        [described] = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "aio-admin")])
+        entries = described.resources[0][4]
+        out["configs"] = {e[0]: e[1] for e in entries if e[0] in ("retention.bytes", "cleanup.policy")}
+        bad = ConfigResource(ConfigResourceType.TOPIC, "aio-admin", {"cleanup.policy": "compact"})
+        [answer] = await admin.alter_configs([bad])
+        out["compact_error"] = answer.resources[0][0]
+        await admin.create_partitions({"aio-admin": NewPartitions(total_count=4)})
+        out["partitions"] = len((await admin.describe_topics(["aio-admin"]))[0]["partitions"])
+        out["deleted"] = await admin.delete_records({TopicPartition("aio-admin", 0): RecordsToDelete(30)})
+    finally:
+        await admin.close()
+    return out
+
+
+def test_aiokafka_admin_configs_partitions_and_record_deletion(tmp_path: Path) -> None:
+    with listener(tmp_path) as lst:
+        lst.wal.append_batch("aio-admin", [b"r%d" % i for i in range(50)])
+        out = asyncio.run(_admin(lst.bootstrap))
+        assert out["configs"] == {"retention.bytes": "1048576", "cleanup.policy": "delete"}
+        assert out["compact_error"] == 40  # INVALID_CONFIG
+        assert out["partitions"] == 4 and lst.wal.partitions("aio-admin") == [0, 1, 2, 3]
+        assert lst.wal.low_watermark("aio-admin") == 30
+        assert lst.wal.retention("aio-admin").bytes == 1_048_576
