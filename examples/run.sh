@@ -24,7 +24,7 @@ sleep 6
 echo "order 21 paid" >> "$MNT/orders"
 
 # 2. Follow the results as they arrive (tail -F: the topic appears with its first record).
-tail -n +1 -F "$MNT/totals" 2>/dev/null | sed -u 's/^/tail: /' &
+tail -n +1 -F "$MNT/totals" 2>/dev/null > >(sed -u 's/^/tail: /') &
 TAIL=$!
 
 # 3. The streaming aggregation, through the mount's Kafka listener. --available-now
