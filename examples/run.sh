@@ -24,7 +24,7 @@ sleep 6
 echo "order 21 paid" >> "$MNT/orders"
 
 # 2. Follow the results as they arrive (tail -F: the topic appears with its first record).
-tail -n +1 -F "$MNT/totals" 2>/dev/null | sed 's/^/tail: /' &
+tail -n +1 -F "$MNT/totals" 2>/dev/null > >(sed -u 's/^/tail: /') &
 TAIL=$!
 
 # 3. The streaming aggregation, through the mount's Kafka listener. --available-now
@@ -33,4 +33,4 @@ python "$HERE/order_totals.py" --bootstrap "127.0.0.1:$PORT" --checkpoint "$DATA
 
 # 4. The same results for Kafka clients.
 kcat -b "127.0.0.1:$PORT" -C -t totals -e -q -f 'kcat: %s\n'
-sleep 2  # let tail -F print what it has
+sleep 3  # let tail -F (which polls a FUSE file once a second) print what it has

@@ -165,10 +165,10 @@ def test_standalone_cluster_reads_and_writes_through_bootstrap(cluster: str, tmp
     try:
         # A batch job, then a streaming query (Trigger.AvailableNow, 150 records per
         # micro-batch, exactly-once through the daemon) appending the same rows again.
-        out = run_job(
-            cluster, serve.bootstrap, "batch,available-now", tmp_path / "ckpt", tmp_path / "job.log"
-        )
-        assert "executors 2" in out and "done batch" in out and "done available-now" in out
+        out = run_job(cluster, serve.bootstrap, "batch", tmp_path / "ckpt", tmp_path / "job.log")
+        assert "executors 2" in out and "done batch" in out
+        out = run_job(cluster, serve.bootstrap, "available-now", tmp_path / "ckpt", tmp_path / "job.log")
+        assert "executors 2" in out and "done available-now" in out
     finally:
         rc, err = serve.stop()
     assert rc == 0, err
