@@ -92,7 +92,7 @@ def test_spark_columns_hold_null_values(open_wal) -> None:
 
     w = open_wal()
     w.append_records("t", [(b"a", b"1", None, 7), (b"a", None, None, 8), (None, b"", None, None)])
-    (batch,) = list(read_range(w, "t", 0, 0, 3))
+    (batch,) = list(read_range(w.engine, "t", 0, 0, 3))
     assert batch.column("value").to_pylist() == [b"1", None, b""]
     assert batch.column("key").to_pylist() == [b"a", b"a", None]
 

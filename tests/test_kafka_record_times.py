@@ -40,20 +40,20 @@ def test_matches_a_full_scan_over_many_chunks(open_wal) -> None:
     high = w.high_watermark("t")
     targets = [base - 1, base, base + 5, base + 20_000, base + 40_000, ts[-1], max(ts), max(ts) + 1]
     targets += [rnd.randrange(base, base + n * 10) for _ in range(40)]
-    answers = {times.offset_for(w, "t", 0, t, 0, high)[1] for t in targets}
+    answers = {times.offset_for(w.engine, "t", 0, t, 0, high)[1] for t in targets}
     assert len(answers) > 10  # the targets land all over the log, not on one record
     for target in targets:
-        assert times.offset_for(w, "t", 0, target, 0, high) == _brute(ts, 0, target), target
+        assert times.offset_for(w.engine, "t", 0, target, 0, high) == _brute(ts, 0, target), target
     best = max(ts)
-    assert times.max_timestamp(w, "t", 0, 0, high) == (best, ts.index(best))
+    assert times.max_timestamp(w.engine, "t", 0, 0, high) == (best, ts.index(best))
     # The partition grows: the index extends; the new records are found.
     w.append_records("t", [(None, b"late", None, best + 7)])
     ts.append(best + 7)
-    assert times.offset_for(w, "t", 0, best + 1, 0, high + 1) == (best + 7, high)
-    assert times.max_timestamp(w, "t", 0, 0, high + 1) == (best + 7, high)
+    assert times.offset_for(w.engine, "t", 0, best + 1, 0, high + 1) == (best + 7, high)
+    assert times.max_timestamp(w.engine, "t", 0, 0, high + 1) == (best + 7, high)
     # A trim moves the log start: the index starts again there.
     w.trim("t", CHUNK + 1)
     low = w.low_watermark("t")
     for target in targets[:10]:
-        assert times.offset_for(w, "t", 0, target, low, high + 1) == _brute(ts, low, target)
-    assert times.max_timestamp(w, "t", 0, low, low) == (-1, -1)
+        assert times.offset_for(w.engine, "t", 0, target, low, high + 1) == _brute(ts, low, target)
+    assert times.max_timestamp(w.engine, "t", 0, low, low) == (-1, -1)
