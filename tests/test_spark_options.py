@@ -144,7 +144,7 @@ def test_timestamp_only_metas_take_the_vectorized_path(tmp_path: Path) -> None:
                 wal.append("t", b"plain")
     with walfs.Wal(tmp_path / "d", read_only=True) as wal:
         n = wal.high_watermark("t")
-        fast = pa.Table.from_batches(list(read_range(wal, "t", 0, 0, n, batch_records=9)))
+        fast = pa.Table.from_batches(list(read_range(wal.engine, "t", 0, 0, n, batch_records=9)))
         slow = pa.Table.from_batches([records_to_batch("t", 0, wal.read_records("t", 0, max_records=n))])
     assert fast.drop_columns(["timestampType"]).equals(slow.drop_columns(["timestampType"]))
     plain = [v == b"plain" for v in fast.column("value").to_pylist()]
@@ -161,7 +161,7 @@ def test_remote_ranges_equal_local_ones(tmp_path: Path) -> None:
         wal.append("t", b"produced", timestamp_ms=12345)
         wal.append_batch("t", [b"b%d" % i for i in range(50)])
         wal.sync()
-        local = pa.Table.from_batches(list(read_range(wal, "t", 0, 3, 340)))
+        local = pa.Table.from_batches(list(read_range(wal.engine, "t", 0, 3, 340)))
         # Small fetches: ranges start and end inside the daemon's batches.
         remote = pa.Table.from_batches(list(read_remote_range(lst.bootstrap, "t", 0, 3, 340, max_bytes=500)))
     assert remote.schema == ARROW_SCHEMA
