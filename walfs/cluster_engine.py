@@ -72,7 +72,7 @@ from walfs.errors import (
 )
 from walfs.metrics import WalStats
 from walfs.names import check_partition, topic_bytes, topic_hash
-from walfs.retention import Policy, check_settings
+from walfs.retention import Policy, policy_of, updated
 
 log = logging.getLogger("walfs")
 
@@ -1105,15 +1105,7 @@ class KafkaEngine:
 
     # -- per-topic settings, retention and the cleaner -----------------------------------------------
     def retention(self, topic: str) -> Policy:
-        entry = self._settings.get((self.org_id, topic))
-        p = self.retention_default
-        if entry:
-            p = Policy(
-                entry.get("retention_ms", p.ms),
-                entry.get("retention_bytes", p.bytes),
-                tuple(entry.get("retention_groups", p.groups)),
-            )
-        return p
+        return policy_of(self._settings.get((self.org_id, topic)), self.retention_default)
 
     def topic_settings(self, topic: str) -> dict[str, Any]:
         return dict(self._settings.get((self.org_id, topic), {}))
@@ -1121,14 +1113,7 @@ class KafkaEngine:
     def set_retention(self, topic: str, **values: Any) -> None:
         self._check_open(True)
         tb = topic_bytes(topic)
-        check_settings(values)
-        entry = dict(self._settings.get((self.org_id, topic), {}))
-        for k, v in values.items():
-            if v == "default":
-                entry.pop(k, None)
-            else:
-                entry[k] = list(v) if k == "retention_groups" else v
-        Policy(ms=entry.get("retention_ms"), bytes=entry.get("retention_bytes"))  # validates
+        entry = updated(self._settings.get((self.org_id, topic), {}), values)
         key = b"s" + self.org_id.to_bytes(8, "little") + tb
         self._wait_meta(
             self._produce(self.t.meta_topic, 0, key, json.dumps(entry).encode() if entry else None)

@@ -112,6 +112,34 @@ def show_limit(v: int | None) -> str:
     return "-1" if v is None else str(v)
 
 
+def policy_of(entry: dict[str, Any] | None, default: Policy) -> Policy:
+    """The policy in force for a topic with these overrides (the one merge rule)."""
+    if not entry:
+        return default
+    p = default
+    if "retention_ms" in entry:
+        p = replace(p, ms=entry["retention_ms"])
+    if "retention_bytes" in entry:
+        p = replace(p, bytes=entry["retention_bytes"])
+    if "retention_groups" in entry:
+        p = replace(p, groups=tuple(entry["retention_groups"]))
+    return p
+
+
+def updated(entry: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """A topic's overrides after setting `values` (the value "default" removes one),
+    checked (ValueError): what every engine then stores."""
+    check_settings(values)
+    out = dict(entry)
+    for k, v in values.items():
+        if v == "default":
+            out.pop(k, None)
+        else:
+            out[k] = list(v) if k == "retention_groups" else v
+    Policy(ms=out.get("retention_ms"), bytes=out.get("retention_bytes"))  # validates
+    return out
+
+
 def check_settings(values: dict[str, Any]) -> None:
     """The one check of per-topic setting names and values (every engine stores what it
     passes): ValueError naming the first problem."""
@@ -182,17 +210,7 @@ class TopicSettings:
         return f"{org_id}/{topic}"
 
     def policy(self, org_id: int, topic: str, default: Policy) -> Policy:
-        entry = self._topics.get(self._key(org_id, topic))
-        if not entry:
-            return default
-        p = default
-        if "retention_ms" in entry:
-            p = replace(p, ms=entry["retention_ms"])
-        if "retention_bytes" in entry:
-            p = replace(p, bytes=entry["retention_bytes"])
-        if "retention_groups" in entry:
-            p = replace(p, groups=tuple(entry["retention_groups"]))
-        return p
+        return policy_of(self._topics.get(self._key(org_id, topic)), default)
 
     def overrides(self, org_id: int, topic: str) -> dict[str, Any]:
         return dict(self._topics.get(self._key(org_id, topic), {}))
@@ -211,15 +229,8 @@ class TopicSettings:
         """Sets (or, with the value "default", removes) per-topic overrides, durably."""
         if self.read_only:
             raise OSError(30, "read-only WAL")
-        check_settings(values)
         with self._lock:
-            entry = dict(self._topics.get(self._key(org_id, topic), {}))
-            for k, v in values.items():
-                if v == "default":
-                    entry.pop(k, None)
-                else:
-                    entry[k] = list(v) if k == "retention_groups" else v
-            Policy(ms=entry.get("retention_ms"), bytes=entry.get("retention_bytes"))  # validates
+            entry = updated(self._topics.get(self._key(org_id, topic), {}), values)
             old = self._topics.get(self._key(org_id, topic))
             if entry:
                 self._topics[self._key(org_id, topic)] = entry
