@@ -61,6 +61,8 @@ def test_two_mounts_of_one_namespace_see_each_other(tmp_path: Path) -> None:
         b.start()
         a.sh("for i in $(seq 1 50); do echo a$i >> t; done")
         b.sh("for i in $(seq 1 50); do echo b$i >> t; done")
+        for m in (a, b):  # each sees the other's appends once its replay fetched them
+            wait_until(lambda m=m: m.out("wc -l < t").strip() == "100", 30, "both mounts at 100 lines")
         seen_a = a.out("cat t").splitlines()
         seen_b = b.out("cat t").splitlines()
         assert seen_a == seen_b and len(seen_a) == 100
