@@ -59,7 +59,7 @@ from urllib.parse import parse_qs, urlparse
 
 import blake3
 
-from walfs.engine_api import MAX_METADATA_BYTES, REC_SIZE, Appender, Change, StreamInfo
+from walfs.engine_api import MAX_METADATA_BYTES, REC_SIZE, Appender, Change, StreamInfo, Watchers
 from walfs.errors import (
     BufferTooSmallError,
     OffsetOutOfRangeError,
@@ -257,7 +257,7 @@ class KafkaEngine:
         self._failed: BaseException | None = None
         self._lock = threading.Lock()
         self._applied = threading.Condition(self._lock)
-        self._watchers: list[Callable[[Change], None]] = []
+        self._watchers = Watchers()
         self._streams: dict[bytes, StreamState] = {}
         self._by_name: dict[tuple[int, str], dict[int, bytes]] = {}
         self._pos: dict[int, int] = {}  # region -> next Kafka offset to apply
@@ -868,18 +868,10 @@ class KafkaEngine:
 
     # -- change notification ----------------------------------------------------------------
     def watch(self, fn: Callable[[Change], None]) -> Callable[[], None]:
-        with self._lock:
-            self._watchers = [*self._watchers, fn]
-
-        def stop() -> None:
-            with self._lock:
-                self._watchers = [w for w in self._watchers if w is not fn]
-
-        return stop
+        return self._watchers.add(fn)
 
     def _notify(self, change: Change) -> None:
-        for fn in self._watchers:
-            fn(change)
+        self._watchers.notify(change)
 
     # -- reading ----------------------------------------------------------------------------
     def read(

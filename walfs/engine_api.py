@@ -330,6 +330,32 @@ def prepare_target(target: str) -> None:
         os.makedirs(target, exist_ok=True)
 
 
+class Watchers:
+    """The watch() registry both engines use: copy on write, so notify() reads without a
+    lock from any thread; truthy while anyone watches (appends skip the work otherwise)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fns: list[Callable[[Change], None]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._fns)
+
+    def add(self, fn: Callable[[Change], None]) -> Callable[[], None]:
+        with self._lock:
+            self._fns = [*self._fns, fn]
+
+        def stop() -> None:
+            with self._lock:
+                self._fns = [w for w in self._fns if w is not fn]
+
+        return stop
+
+    def notify(self, change: Change) -> None:
+        for fn in self._fns:
+            fn(change)
+
+
 def open_engine(target: str, **options: Any) -> LogEngine:
     """The engine for `target`: a data directory is the local C core (options as
     walfs.Wal's); kafka://HOST:PORT[,...]/NAMESPACE is a Kafka cluster

@@ -14,7 +14,7 @@ from typing import Any
 from walfs._core import ffi
 from walfs.consumer import CursorStore
 from walfs.engine import Engine
-from walfs.engine_api import REC_SIZE, Appender, Change, StreamInfo
+from walfs.engine_api import REC_SIZE, Appender, Change, StreamInfo, Watchers
 from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError, WalClosedError, WalCorruptError
 from walfs.metrics import WalStats
 from walfs.names import check_partition, stream_key, topic_bytes, topic_hash
@@ -85,7 +85,7 @@ class LocalEngine:
             self.core.close()
             raise
         self._lock = threading.Lock()  # the stream maps
-        self._watchers: list[Callable[[Change], None]] = []
+        self._watchers = Watchers()
         self._generation = 0  # bumped by delete(): Appender handles re-resolve their stream
         self._index = TopicIndex()
         for no in range(self.core.stream_count()):
@@ -280,18 +280,10 @@ class LocalEngine:
 
     # -- change notification --------------------------------------------------------
     def watch(self, fn: Callable[[Change], None]) -> Callable[[], None]:
-        with self._lock:
-            self._watchers = [*self._watchers, fn]  # copy on write: _notify reads without a lock
-
-        def stop() -> None:
-            with self._lock:
-                self._watchers = [w for w in self._watchers if w is not fn]
-
-        return stop
+        return self._watchers.add(fn)
 
     def _notify(self, change: Change) -> None:
-        for fn in self._watchers:
-            fn(change)
+        self._watchers.notify(change)
 
     # -- reading --------------------------------------------------------------------
     def read(
