@@ -55,6 +55,7 @@ struct segment {
     uint64_t id;
     int fd;
     uint8_t *map;           /* read-only view of the whole file */
+    uint8_t *wmap;          /* writable view for small appends (seg_mwritev); MAP_FAILED when read-only */
     uint64_t size;
     uint32_t n_blocks;
     uint8_t *block_state;   /* BS_* per block; under wal->lock */
@@ -245,6 +246,7 @@ void wal_damage(walfs_t *wal, const char *fmt, ...) __attribute__((format(printf
 int fault_hit(walfs_t *wal, int op);
 int seg_pwritev(walfs_t *wal, segment_t *seg, const struct iovec *iov, int cnt, uint64_t off);
 int seg_pwrite(walfs_t *wal, segment_t *seg, const void *buf, size_t len, uint64_t off);
+int seg_mwritev(walfs_t *wal, segment_t *seg, const struct iovec *iov, int cnt, uint64_t off);
 int seg_zero(walfs_t *wal, segment_t *seg, uint64_t off, uint64_t len);
 void seg_synced(walfs_t *wal, segment_t *seg, size_t n_saves_before);
 int fsync_dir(int dirfd);

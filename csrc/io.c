@@ -7,6 +7,7 @@
 #include <linux/falloc.h>
 #include <stdarg.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +164,45 @@ int seg_pwritev(walfs_t *wal, segment_t *seg, const struct iovec *iov, int cnt, 
         }
         return seg_pwritev(wal, seg, rest, k, off);
     }
+    return 0;
+}
+
+/* Small appends (writer.c) copy into the segment's shared writable mapping instead of
+ * calling pwritev: the same page cache, so every reader (this process's read-only
+ * mapping, pread, other processes) sees exactly what a pwritev would have shown, and the
+ * fsyncs of sync.c make it durable the same way (fdatasync writes back pages dirtied
+ * through a mapping too); but no syscall. Faults and test-mode page saves are the same as
+ * seg_pwritev's. The file is fallocated whole and never shortened while open, so a write
+ * fault can only come from a disk error reading the page in or the file system failing
+ * to make it writable: SIGBUS, which the guard turns into -EIO (the caller undoes the
+ * append). The guard skips saving the signal mask (a syscall); on a fault the handler
+ * has left SIGBUS blocked, and it is unblocked here. */
+int seg_mwritev(walfs_t *wal, segment_t *seg, const struct iovec *iov, int cnt, uint64_t off)
+{
+    uint64_t total = 0;
+    for (int i = 0; i < cnt; i++) total += iov[i].iov_len;
+    if (off > seg->size || total > seg->size - off) return -EINVAL;
+    int rc = fault_hit(wal, WALFS_FAULT_WRITE);
+    if (rc) return rc;
+    if ((rc = remember(wal, seg, off, total))) return rc;
+    atomic_store(&seg->dirty, 1);
+    guard_t g;
+    guard_t *const prev = guard_get();
+    if (sigsetjmp(g.jb, 0)) {
+        guard_set(prev);
+        sigset_t bus;
+        sigemptyset(&bus);
+        sigaddset(&bus, SIGBUS);
+        pthread_sigmask(SIG_UNBLOCK, &bus, NULL);
+        return -EIO;
+    }
+    guard_set(&g);
+    uint8_t *dst = seg->wmap + off;
+    for (int i = 0; i < cnt; i++) {
+        memcpy(dst, iov[i].iov_base, iov[i].iov_len);
+        dst += iov[i].iov_len;
+    }
+    guard_set(prev);
     return 0;
 }
 

@@ -32,6 +32,7 @@ static segment_t *seg_alloc(uint64_t id, uint64_t size, uint32_t n_blocks)
     seg->n_blocks = n_blocks;
     seg->fd = -1;
     seg->map = MAP_FAILED;
+    seg->wmap = MAP_FAILED;
     pthread_mutex_init(&seg->saves_lock, NULL);
     return seg;
 }
@@ -40,6 +41,7 @@ void seg_free(segment_t *seg)
 {
     if (!seg) return;
     if (seg->map != MAP_FAILED) munmap(seg->map, seg->size);
+    if (seg->wmap != MAP_FAILED) munmap(seg->wmap, seg->size);
     if (seg->fd >= 0) close(seg->fd);
     saves_free(seg);
     pthread_mutex_destroy(&seg->saves_lock);
@@ -47,10 +49,15 @@ void seg_free(segment_t *seg)
     free(seg);
 }
 
-static int seg_map(segment_t *seg)
+/* Readers use the read-only view; a writer also gets a writable one, used only by
+ * seg_mwritev (small appends), so that no read path can scribble on the file. */
+static int seg_map(const walfs_t *wal, segment_t *seg)
 {
     seg->map = mmap(NULL, seg->size, PROT_READ, MAP_SHARED, seg->fd, 0);
-    return seg->map == MAP_FAILED ? -errno : 0;
+    if (seg->map == MAP_FAILED) return -errno;
+    if (wal->opt.read_only) return 0;
+    seg->wmap = mmap(NULL, seg->size, PROT_READ | PROT_WRITE, MAP_SHARED, seg->fd, 0);
+    return seg->wmap == MAP_FAILED ? -errno : 0;
 }
 
 int seg_add(walfs_t *wal, segment_t *seg)
@@ -102,7 +109,7 @@ int seg_create(walfs_t *wal, segment_t **out)
         rc = -errno;
         goto fail;
     }
-    if ((rc = seg_map(seg))) goto fail;
+    if ((rc = seg_map(wal, seg))) goto fail;
     /* Listed in the catalog (with the durable-end marks) only once it is durable, and
      * before any run is allocated in it: a file the catalog does not list can then only
      * be a creation cut short, with no run in it (recovery.c). */
@@ -212,7 +219,7 @@ int seg_open(walfs_t *wal, uint64_t id, segment_t **out)
         return -ENOMEM;
     }
     seg->fd = fd;
-    if ((rc = seg_map(seg))) {
+    if ((rc = seg_map(wal, seg))) {
         seg_free(seg);
         return rc;
     }

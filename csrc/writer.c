@@ -5,10 +5,16 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define STAGE_SIZE (256u << 10) /* bytes of small records copied before a pwritev */
 #define SMALL_BODY 4096u        /* bodies up to this size are staged, larger ones are not */
 #define IOV_SLOTS 1024          /* IOV_MAX */
+/* A chunk of at most this many bytes (records and slots) is copied into the segment's
+ * writable mapping (seg_mwritev) instead of written with pwritev: one record per call
+ * then costs no syscall. Larger batches keep pwritev, which the kernel copies faster than
+ * a first touch of each page through the mapping. */
+#define MAPPED_MAX (16u << 10)
 
 /* Each appending thread's stage (STAGE_SIZE bytes), made at its first batch that needs
  * it and freed when the thread exits: a batch append does not allocate and free 256 KiB
@@ -56,10 +62,15 @@ static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bod
 {
     block_t *b = c->b;
     int rc;
+    uint64_t chunk_bytes = (uint64_t)c->n * (REC_HDR_SIZE + SLOT_SIZE);
+    for (uint32_t j = 0; j < c->n && chunk_bytes <= MAPPED_MAX; j++)
+        chunk_bytes += (uint64_t)meta_lens[c->first + j] + value_lens[c->first + j];
+    int (*put)(walfs_t *, segment_t *, const struct iovec *, int, uint64_t) =
+        chunk_bytes <= MAPPED_MAX && b->seg->wmap != MAP_FAILED ? seg_mwritev : seg_pwritev;
     if (c->is_new) {
         uint8_t hdr[BLK_HDR_SIZE];
         fmt_blk_open(hdr, wal, b);
-        if ((rc = seg_pwrite(wal, b->seg, hdr, sizeof(hdr), b->file_off))) return rc;
+        if ((rc = put(wal, b->seg, &(struct iovec){hdr, sizeof(hdr)}, 1, b->file_off))) return rc;
     }
     /* The stage holds what this chunk stages, up to STAGE_SIZE: one or two small records
      * stage on the stack, more in the thread's stage. */
@@ -91,7 +102,7 @@ static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bod
         if (used + staged > stage_cap || k + 2 > IOV_SLOTS) {
             for (int q = 0; q < np; q++) fmt_rec_seal(pend[q], wal->crc_seed, pend[q] + REC_HDR_SIZE, pend_len[q]);
             np = 0;
-            rc = seg_pwritev(wal, b->seg, iov, k, b->file_off + group_pos);
+            rc = put(wal, b->seg, iov, k, b->file_off + group_pos);
             group_pos = pos;
             used = 0;
             k = 0;
@@ -122,11 +133,11 @@ static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bod
         view += value_lens[i] + 1u;
     }
     for (int q = 0; q < np && !rc; q++) fmt_rec_seal(pend[q], wal->crc_seed, pend[q] + REC_HDR_SIZE, pend_len[q]);
-    if (!rc && k) rc = seg_pwritev(wal, b->seg, iov, k, b->file_off + group_pos);
+    if (!rc && k) rc = put(wal, b->seg, iov, k, b->file_off + group_pos);
     if (owned) free(stage);
     if (rc) return rc;
     uint64_t slot_off = b->run_size - (c->count_before + c->n) * SLOT_SIZE;
-    return seg_pwrite(wal, b->seg, slots, (size_t)c->n * SLOT_SIZE, b->file_off + slot_off);
+    return put(wal, b->seg, &(struct iovec){slots, (size_t)c->n * SLOT_SIZE}, 1, b->file_off + slot_off);
 }
 
 /* Puts back zeros where a failed append wrote, so that recovery can never resurrect it. */
