@@ -108,6 +108,11 @@ class Engine:
         self._users = 0
         self._mu = threading.Lock()  # plain lock on the hot path; the condition for close()
         self._idle = threading.Condition(self._mu)
+        # append_one's users, counted without the lock: one item per call in flight.
+        # list.append and list.pop are atomic under the GIL (and in free-threaded builds);
+        # a call pins before it reads the handle, and close() clears the handle before it
+        # looks at the pins, so one of the two always sees the other (append_one).
+        self._pins: list[None] = []
         self._tls = threading.local()
 
     # -- lifetime -----------------------------------------------------------------
@@ -128,7 +133,7 @@ class Engine:
         with self._idle:
             h = self._h
             self._h = None
-            while self._users:
+            while self._users or self._pins:
                 self._idle.wait()
             return h
 
@@ -257,20 +262,20 @@ class Engine:
     def append_one(self, stream_no: int, value: bytes, wait: bool) -> int:
         """Appends one plain record in one C call (value is passed without a copy); with
         wait, under fsync="always", returns once it is durable. Returns its offset. The
-        hot path of single appends: _enter/_exit are inlined."""
-        mu = self._mu
-        with mu:
+        hot path of single appends: no lock, a pin (see __init__) keeps the handle alive
+        for the call; a close() that came meanwhile is woken when the last pin goes."""
+        pins = self._pins
+        pins.append(None)
+        try:
             h = self._h
             if h is None:
                 raise WalClosedError(f"WAL {self.path} is closed")
-            self._users += 1
-        try:
             data = value if type(value) is bytes else ffi.from_buffer(value)
             rc = _append_one(h, stream_no, data, len(value), wait)
         finally:
-            with mu:
-                self._users -= 1
-                if self._users == 0 and self._h is None:
+            pins.pop()
+            if self._h is None:  # close() may be waiting for this call
+                with self._idle:
                     self._idle.notify_all()
         if rc < 0:
             self._check(rc, "append")

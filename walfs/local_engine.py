@@ -524,8 +524,9 @@ class LocalEngine:
 
 class LocalAppender:
     """engine_api.Appender on the local core: the stream is resolved once; an append is
-    one C call (walfs_append_one: the record staged in C, the fsync="always" wait inside
-    the same call), plus the counters every append keeps."""
+    one C call (walfs_append_one: the record copied into the segment's mapping, the
+    fsync="always" wait inside the same call) and no lock: the counters take the byte
+    count through the stream's tally (metrics.WalStats.stream_tally)."""
 
     def __init__(self, engine: LocalEngine, topic: str, partition: int) -> None:
         self.topic = topic
@@ -542,6 +543,7 @@ class LocalAppender:
         self._no = s.stream_no
         self._wait = eng.fsync == "always"
         self._append_one = eng.core.append_one
+        self._tally = eng.stats.stream_tally(s.name, s.partition)
 
     def append(self, value: bytes) -> int:
         eng = self._engine
@@ -555,11 +557,14 @@ class LocalAppender:
                 offset = self._append_one(self._no, value, True)
         else:
             offset = self._append_one(self._no, value, False)
-        s = self._s
-        eng.stats.appended(s.name, s.partition, 1, n)
+        tally = self._tally
+        tally.append(n)
+        if len(tally) >= WalStats.TALLY_FOLD:
+            eng.stats.fold()
         if eng._size_limits.get(self._no, -1) is not None:  # None: no size limit (the usual case)
-            eng._note_growth(s, n)
+            eng._note_growth(self._s, n)
         if eng._watchers:
+            s = self._s
             eng._notify(Change("append", s.name, s.partition))
         return offset
 

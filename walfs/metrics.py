@@ -64,27 +64,65 @@ class _Timer:
 
 
 class WalStats:
-    """The Wal's own counters: plain integers on the append path, read when scraped."""
+    """The Wal's own counters: plain integers on the append path, read when scraped.
+
+    Single appends (the stream handle, LocalAppender) do not take the lock: each adds its
+    byte count to its stream's tally (stream_tally), a list that only grows by
+    list.append (atomic under the GIL); whoever holds the lock folds tallies into the
+    counters (fold), the appender itself once a tally is long, and every read."""
+
+    TALLY_FOLD = 1024  # an appender folds its tally once it holds this many appends
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._appends: dict[tuple[str, int], list[int]] = {}
-        self.records_appended = 0
+        self._tallies: dict[tuple[str, int], list[int]] = {}
+        self._records_appended = 0
         self.reclaimed_segments = 0
         self.open_seconds = 0.0
         self.durable_waits = Latency()
 
     def appended(self, topic: str, partition: int, n: int, nbytes: int) -> None:
         with self._lock:
-            c = self._appends.get((topic, partition))
-            if c is None:
-                c = self._appends[(topic, partition)] = [0, 0]
-            c[0] += n
-            c[1] += nbytes
-            self.records_appended += n
+            self._count(topic, partition, n, nbytes)
+
+    def _count(self, topic: str, partition: int, n: int, nbytes: int) -> None:
+        c = self._appends.get((topic, partition))
+        if c is None:
+            c = self._appends[(topic, partition)] = [0, 0]
+        c[0] += n
+        c[1] += nbytes
+        self._records_appended += n
+
+    def stream_tally(self, topic: str, partition: int) -> list[int]:
+        """The list single appends to (topic, partition) add their byte counts to."""
+        with self._lock:
+            t = self._tallies.get((topic, partition))
+            if t is None:
+                t = self._tallies[(topic, partition)] = []
+            return t
+
+    def fold(self) -> None:
+        with self._lock:
+            self._fold()
+
+    def _fold(self) -> None:
+        for (topic, partition), t in self._tallies.items():
+            k = len(t)
+            if k:
+                nbytes = sum(t[:k])
+                del t[:k]  # appends that came meanwhile stay, after the first k
+                self._count(topic, partition, k, nbytes)
+
+    @property
+    def records_appended(self) -> int:
+        with self._lock:
+            self._fold()
+            return self._records_appended
 
     def appends_by_stream(self) -> dict[tuple[str, int], tuple[int, int]]:
         with self._lock:
+            self._fold()
             return {k: (v[0], v[1]) for k, v in self._appends.items()}
 
 
