@@ -160,8 +160,12 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
     uint32_t stream_no = s->no;
     int rc = 0;
     uint64_t max_body = (uint64_t)wal->blocks_per_seg * wal->opt.block_size - BLK_DATA_OFF - REC_HDR_SIZE - SLOT_SIZE;
-    chunk_t *chunks = NULL;
-    size_t n_chunks = 0, cap_chunks = 0;
+    /* A small append (one record per call, say) plans and writes its slots on the stack:
+     * no malloc or free per call. */
+    chunk_t stack_chunks[4];
+    uint8_t stack_slots[64 * SLOT_SIZE];
+    chunk_t *chunks = stack_chunks;
+    size_t n_chunks = 0, cap_chunks = sizeof(stack_chunks) / sizeof(stack_chunks[0]);
     uint8_t *slots = NULL;
     uint64_t view_total = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -222,8 +226,10 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
         }
         if (!n_chunks || chunks[n_chunks - 1].b != cur) {
             if (n_chunks == cap_chunks) {
-                cap_chunks = cap_chunks ? cap_chunks * 2 : 4;
-                chunk_t *nc = realloc(chunks, cap_chunks * sizeof(*nc));
+                cap_chunks *= 2;
+                chunk_t *nc = chunks == stack_chunks ? malloc(cap_chunks * sizeof(*nc))
+                                                     : realloc(chunks, cap_chunks * sizeof(*nc));
+                if (nc && chunks == stack_chunks) memcpy(nc, stack_chunks, sizeof(stack_chunks));
                 if (!nc) {
                     if (!fits) {
                         pthread_mutex_lock(&wal->lock);
@@ -246,7 +252,7 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
         byte += value_lens[i] + 1ull;
     }
 
-    slots = malloc(max_slots * SLOT_SIZE);
+    slots = max_slots * SLOT_SIZE <= sizeof(stack_slots) ? stack_slots : malloc(max_slots * SLOT_SIZE);
     if (!slots) {
         rc = -ENOMEM;
         goto out_release;
@@ -311,8 +317,8 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
     s->last_ts = ts;
     pthread_mutex_unlock(&s->lock);
     pthread_mutex_unlock(&s->append_lock);
-    free(chunks);
-    free(slots);
+    if (chunks != stack_chunks) free(chunks);
+    if (slots != stack_slots) free(slots);
     if (rc) return rc;
     *first_gid_out = first_gid;
     *first_offset_out = offset;
@@ -328,8 +334,8 @@ out_release:
 out_unlock:
     pthread_mutex_unlock(&s->append_lock);
 out_free:
-    free(chunks);
-    free(slots);
+    if (chunks != stack_chunks) free(chunks);
+    if (slots != stack_slots) free(slots);
     return rc;
 }
 

@@ -332,22 +332,27 @@ def prepare_target(target: str) -> None:
 
 class Watchers:
     """The watch() registry both engines use: copy on write, so notify() reads without a
-    lock from any thread; truthy while anyone watches (appends skip the work otherwise)."""
+    lock from any thread; truthy while anyone watches (appends skip the work otherwise).
+    `active` says the same as a plain attribute, for the single-append hot path (a
+    __bool__ call costs that path a Python frame)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._fns: list[Callable[[Change], None]] = []
+        self.active = False
 
     def __bool__(self) -> bool:
-        return bool(self._fns)
+        return self.active
 
     def add(self, fn: Callable[[Change], None]) -> Callable[[], None]:
         with self._lock:
             self._fns = [*self._fns, fn]
+            self.active = True
 
         def stop() -> None:
             with self._lock:
                 self._fns = [w for w in self._fns if w is not fn]
+                self.active = bool(self._fns)
 
         return stop
 

@@ -563,7 +563,7 @@ class LocalAppender:
             eng.stats.fold()
         if eng._size_limits.get(self._no, -1) is not None:  # None: no size limit (the usual case)
             eng._note_growth(self._s, n)
-        if eng._watchers:
+        if eng._watchers.active:
             s = self._s
             eng._notify(Change("append", s.name, s.partition))
         return offset
