@@ -5,7 +5,7 @@ MOUNTPOINT ?= /mnt/wal
 # make install START=0 installs without mounting (CI does this).
 START     ?= 1
 # openjdk-17-jre-headless: Java for PySpark (the Spark data source; the README's tour).
-APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd \
+APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd strace \
 	openjdk-17-jre-headless
 
 .PHONY: install deps venv start testdeps kafka test lint ctest bench walrus-baseline bench-single cluster cluster-stop bench-kafka torture clean

@@ -1,5 +1,6 @@
 """A writer process for the SIGKILL tests: appends batches of deterministic records to a
 few topics and reports each batch before ("will") and after ("done") its append returns.
+A batch of one is appended with Wal.append (the single-record path).
 
 usage: crash_writer.py DATA_DIR FSYNC SEED"""
 
@@ -22,7 +23,10 @@ def main() -> None:
         t = rng.choice(topics)
         n = rng.choice([1, 1, 2, 7, 50, 400])
         print(f"will {t} {n}", flush=True)
-        first = w.append_batch(t, [payload(t, next_off[t] + i) for i in range(n)])
+        if n == 1:  # one record per call: the stream handle's path (mapped write, no lock)
+            first = w.append(t, payload(t, next_off[t]))
+        else:
+            first = w.append_batch(t, [payload(t, next_off[t] + i) for i in range(n)])
         assert first == next_off[t]
         next_off[t] += n
         print(f"done {t} {first} {n}", flush=True)
