@@ -123,51 +123,53 @@ def test_a_fault_on_the_mapping_is_eio_and_the_process_lives(wal_dir):
     assert lines[2] == "ALIVE"
 
 
+def close_racing_appends(d: str) -> None:
+    w = walfs.Wal(d, fsync="never", **SMALL)
+    acked: dict[str, list[int]] = {}
+    errors: list[BaseException] = []
+    started = threading.Barrier(5)
+
+    def writer(t: str) -> None:
+        a = w.appender(t)
+        got = acked.setdefault(t, [])
+        started.wait()
+        i = 0
+        try:
+            while True:
+                got.append(a.append(payload(t, i)))
+                i += 1
+        except WalClosedError:
+            pass
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer, args=(f"t{k}",)) for k in range(4)]
+    for th in threads:
+        th.start()
+    started.wait()
+    while min(len(v) for v in acked.values()) < 200:
+        threading.Event().wait(0.001)
+    w.close()
+    for th in threads:
+        th.join(timeout=60)
+        assert not th.is_alive()
+    assert not errors, errors
+    r = walfs.Wal(d, read_only=True)
+    try:
+        for t, offsets in acked.items():
+            assert offsets == list(range(len(offsets)))
+            assert r.high_watermark(t) == len(offsets)
+            assert r.read(t, 0, max_records=len(offsets) + 10) == [payload(t, i) for i in range(len(offsets))]
+    finally:
+        r.close()
+
+
 def test_close_racing_single_appends_loses_nothing_acknowledged(wal_dir):
     """Four threads append through their handles while another closes the WAL: each
     append returns an offset or raises WalClosedError (never a crash on a freed handle),
     and every acknowledged offset holds its record after reopening."""
     for round_ in range(5):
-        d = f"{wal_dir}-{round_}"
-        w = walfs.Wal(d, fsync="never", **SMALL)
-        acked: dict[str, list[int]] = {}
-        errors: list[BaseException] = []
-        started = threading.Barrier(5)
-
-        def writer(t: str) -> None:
-            a = w.appender(t)
-            got = acked.setdefault(t, [])
-            started.wait()
-            i = 0
-            try:
-                while True:
-                    got.append(a.append(payload(t, i)))
-                    i += 1
-            except WalClosedError:
-                pass
-            except BaseException as e:  # noqa: BLE001 - reported below
-                errors.append(e)
-
-        threads = [threading.Thread(target=writer, args=(f"t{k}",)) for k in range(4)]
-        for th in threads:
-            th.start()
-        started.wait()
-        while min(len(v) for v in acked.values()) < 200:
-            threading.Event().wait(0.001)
-        w.close()
-        for th in threads:
-            th.join(timeout=60)
-            assert not th.is_alive()
-        assert not errors, errors
-        r = walfs.Wal(d, read_only=True)
-        try:
-            for t, offsets in acked.items():
-                assert offsets == list(range(len(offsets)))
-                assert r.high_watermark(t) == len(offsets)
-                values = r.read(t, 0, max_records=len(offsets) + 10)
-                assert values == [payload(t, i) for i in range(len(offsets))]
-        finally:
-            r.close()
+        close_racing_appends(f"{wal_dir}-{round_}")
 
 
 def test_counters_are_exact_when_threads_share_one_handle(wal_dir):
@@ -185,7 +187,7 @@ def test_counters_are_exact_when_threads_share_one_handle(wal_dir):
                 seen.append(w.stats.records_appended)
 
         def work(k: int) -> None:
-            for i in range(5000):
+            for _ in range(5000):
                 a.append(b"r" * (k + 1))
 
         scraper = threading.Thread(target=scrape)
