@@ -205,3 +205,24 @@ def test_counters_are_exact_when_threads_share_one_handle(wal_dir):
         assert w.high_watermark("t") == 40_000
     finally:
         w.close()
+
+
+def test_a_reference_to_the_handles_append_follows_deletes(wal_dir):
+    """`append = w.appender(t).append` taken once (what a hot loop does) stays right
+    across deletes: of another stream (same stream, offsets go on), and of its own
+    (the next append creates the new stream at offset 0), twice."""
+    w = walfs.Wal(wal_dir, fsync="never", **SMALL)
+    try:
+        append = w.appender("t").append
+        w.append("other", b"o")
+        assert [append(b"a"), append(b"b")] == [0, 1]
+        w.delete_topic("other")
+        assert append(b"c") == 2
+        for round_ in range(2):
+            w.delete_topic("t")
+            assert append(b"new%d" % round_) == 0
+            assert append(b"more") == 1
+            assert w.read("t", 0, max_records=10) == [b"new%d" % round_, b"more"]
+        assert w.stats.appends_by_stream()[("t", 0)][0] == 7
+    finally:
+        w.close()

@@ -16,7 +16,7 @@ from walfs.consumer import CursorStore
 from walfs.engine import Engine
 from walfs.engine_api import REC_SIZE, Appender, Change, StreamInfo, Watchers
 from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError, WalClosedError, WalCorruptError
-from walfs.metrics import WalStats
+from walfs.metrics import TALLY_FOLD, WalStats
 from walfs.names import check_partition, stream_key, topic_bytes, topic_hash
 from walfs.retention import Policy, TopicSettings
 from walfs.topic_index import Stream, TopicIndex, drop_legacy_snapshot
@@ -526,47 +526,53 @@ class LocalAppender:
     """engine_api.Appender on the local core: the stream is resolved once; an append is
     one C call (walfs_append_one: the record copied into the segment's mapping, the
     fsync="always" wait inside the same call) and no lock: the counters take the byte
-    count through the stream's tally (metrics.WalStats.stream_tally)."""
+    count through the stream's tally (metrics.WalStats.stream_tally). `append` is a
+    closure over what it needs (at about 2 us a call, each attribute look-up it saves is
+    a few percent); when a delete() bumps the engine's generation, it resolves the stream
+    again, rebinding its own variables, so a reference to it taken earlier stays right."""
+
+    append: Callable[[bytes], int]
 
     def __init__(self, engine: LocalEngine, topic: str, partition: int) -> None:
         self.topic = topic
         self.partition = partition
-        self._engine = engine
-        self._resolve()
+        eng = engine
+        wait = eng.fsync == "always"
+        append_one = eng.core.append_one
+        stats = eng.stats
+        limits = eng._size_limits
+        watchers = eng._watchers
 
-    def _resolve(self) -> None:
-        eng = self._engine
-        self._generation = eng._generation
-        s = eng._stream(self.topic, self.partition, True)
-        assert s is not None
-        self._s = s
-        self._no = s.stream_no
-        self._wait = eng.fsync == "always"
-        self._append_one = eng.core.append_one
-        self._tally = eng.stats.stream_tally(s.name, s.partition)
+        def resolve() -> tuple[int, Stream, int, list[int]]:
+            generation = eng._generation
+            s = eng._stream(topic, partition, True)
+            assert s is not None
+            return generation, s, s.stream_no, stats.stream_tally(s.name, s.partition)
 
-    def append(self, value: bytes) -> int:
-        eng = self._engine
-        if self._generation != eng._generation:
-            self._resolve()
-        n = len(value)
-        if n >= MAX_U32:
-            raise RecordTooLargeError("a record is larger than 4 GiB")
-        if self._wait:
-            with eng.stats.durable_waits.time("append"):
-                offset = self._append_one(self._no, value, True)
-        else:
-            offset = self._append_one(self._no, value, False)
-        tally = self._tally
-        tally.append(n)
-        if len(tally) >= WalStats.TALLY_FOLD:
-            eng.stats.fold()
-        if eng._size_limits.get(self._no, -1) is not None:  # None: no size limit (the usual case)
-            eng._note_growth(self._s, n)
-        if eng._watchers.active:
-            s = self._s
-            eng._notify(Change("append", s.name, s.partition))
-        return offset
+        generation, s, no, tally = resolve()
+
+        def append(value: bytes) -> int:
+            nonlocal generation, s, no, tally
+            if eng._generation != generation:  # a stream was deleted: maybe this one
+                generation, s, no, tally = resolve()
+            n = len(value)
+            if n >= MAX_U32:
+                raise RecordTooLargeError("a record is larger than 4 GiB")
+            if wait:
+                with stats.durable_waits.time("append"):
+                    offset = append_one(no, value, True)
+            else:
+                offset = append_one(no, value, False)
+            tally.append(n)
+            if len(tally) >= TALLY_FOLD:
+                stats.fold()
+            if limits.get(no, -1) is not None:  # None: no size limit (the usual case)
+                eng._note_growth(s, n)
+            if watchers.active:
+                eng._notify(Change("append", s.name, s.partition))
+            return offset
+
+        self.append = append
 
 
 def _inject_env_faults(core: Engine) -> None:

@@ -63,6 +63,9 @@ class _Timer:
         self.hist.observe(self.label, time.perf_counter() - self.t0, exc_type is not None)
 
 
+TALLY_FOLD = 1024  # a single appender folds its stream's tally once it holds this many appends
+
+
 class WalStats:
     """The Wal's own counters: plain integers on the append path, read when scraped.
 
@@ -70,8 +73,6 @@ class WalStats:
     byte count to its stream's tally (stream_tally), a list that only grows by
     list.append (atomic under the GIL); whoever holds the lock folds tallies into the
     counters (fold), the appender itself once a tally is long, and every read."""
-
-    TALLY_FOLD = 1024  # an appender folds its tally once it holds this many appends
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
