@@ -8,6 +8,12 @@ the directory, and its parent when the group directory is new), so a crash leave
 or the new offset, never a mix; leftover .tmp files are ignored. A file of another length
 or with a bad magic or checksum is damage: reading it raises WalCorruptError naming the file.
 
+Groups belong to orgs (tenants): a group is listed for an org when it holds a cursor of one of
+that org's streams (the key starts with "<org_id>-") or an org marker, cursors/<group>/.org-<org_id>,
+an empty file made (and fsynced with its directory) by create_group, so that a group made
+with `mkdir` before its first commit belongs to the org that made it. Two orgs may use the
+same group name: their cursors never share a key. Names starting with "." are never cursors.
+
 The commit rule itself (range, durability, advance-only) is Wal.commit_offset's: this
 module only stores what it is given.
 """
@@ -28,6 +34,21 @@ if TYPE_CHECKING:
     from walfs.wal import Wal
 
 _MAGIC = b"WALFSCUR"
+_ORG_MARKER = ".org-"
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def key_org(key: str) -> int | None:
+    """The org of a cursor key ("<org_id>-<hash>-<partition>") or of an org marker."""
+    head = key.removeprefix(_ORG_MARKER) if key.startswith(_ORG_MARKER) else key.split("-", 1)[0]
+    return int(head) if head.isdigit() else None
 
 
 class CursorStore:
@@ -35,6 +56,9 @@ class CursorStore:
         self.root = os.path.join(dir_path, "cursors")
         self.read_only = read_only
         self._lock = threading.Lock()
+        # group -> the orgs it belongs to; built by the first org-scoped listing (one scan),
+        # then kept up to date by put and create_group (one process owns the directory).
+        self._orgs: dict[str, set[int]] | None = None
 
     def _path(self, group: str, key: str) -> str:
         topic_bytes(group)  # groups obey the same rules as topics
@@ -71,27 +95,31 @@ class CursorStore:
                 os.fsync(f.fileno())
             os.replace(tmp, path)
             for d in (gdir, self.root) if new_dir else (gdir,):
-                fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                _fsync_dir(d)
+            org = key_org(key)
+            if self._orgs is not None and org is not None:
+                self._orgs.setdefault(group, set()).add(org)
         return True
 
-    def create_group(self, group: str) -> None:
+    def create_group(self, group: str, org_id: int = 1) -> None:
+        """Makes the group exist in org_id (its marker file, durably); a no-op if it does."""
         gdir = os.path.dirname(self._path(group, "x"))
+        marker = os.path.join(gdir, f"{_ORG_MARKER}{org_id}")
         if self.read_only:
             raise OSError(30, "read-only WAL")
         with self._lock:
-            if os.path.isdir(gdir):
+            if os.path.exists(marker):
                 return
-            os.makedirs(gdir)
-            for d in (self.root, os.path.dirname(self.root)):
-                fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            new_dir = not os.path.isdir(gdir)
+            os.makedirs(gdir, exist_ok=True)
+            with open(marker, "wb") as f:
+                os.fsync(f.fileno())
+            _fsync_dir(gdir)
+            if new_dir:
+                for d in (self.root, os.path.dirname(self.root)):
+                    _fsync_dir(d)
+            if self._orgs is not None:
+                self._orgs.setdefault(group, set()).add(org_id)
 
     def forget(self, key: str) -> None:
         """Removes every group's cursor on one stream (its topic was deleted)."""
@@ -102,22 +130,40 @@ class CursorStore:
                     os.remove(path)
                 except FileNotFoundError:
                     continue
-                fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                _fsync_dir(os.path.dirname(path))
 
-    def groups(self) -> list[str]:
+    def groups(self, org_id: int | None = None) -> list[str]:
+        """Every group, or those of one org."""
         try:
-            return sorted(e.name for e in os.scandir(self.root) if e.is_dir())
+            names = sorted(e.name for e in os.scandir(self.root) if e.is_dir())
         except FileNotFoundError:
             return []
+        if org_id is None:
+            return names
+        with self._lock:
+            if self._orgs is None:
+                self._orgs = {}
+            # Groups this store has not seen (all of them the first time; afterwards those
+            # another process made, for a read-only store) are scanned once.
+            for g in names:
+                if g not in self._orgs:
+                    try:
+                        entries = [e.name for e in os.scandir(os.path.join(self.root, g))]
+                    except FileNotFoundError:
+                        continue
+                    orgs = {key_org(n) for n in entries if ".tmp." not in n}
+                    self._orgs[g] = {o for o in orgs if o is not None}
+            # A group without cursors or markers (an empty group made by a release before
+            # org markers) holds nothing: it is listed for every org.
+            return [g for g in names if org_id in self._orgs.get(g, ()) or not self._orgs.get(g)]
 
     def keys(self, group: str) -> Iterator[str]:
+        """The stream keys of a group's cursors (not its org markers)."""
         try:
             yield from sorted(
-                e.name for e in os.scandir(os.path.join(self.root, group)) if ".tmp." not in e.name
+                e.name
+                for e in os.scandir(os.path.join(self.root, group))
+                if ".tmp." not in e.name and not e.name.startswith(".")
             )
         except FileNotFoundError:
             return

@@ -31,7 +31,7 @@ from typing import Any
 import blake3
 
 from walfs._core import ffi, lib
-from walfs.consumer import CursorStore
+from walfs.consumer import CursorStore, key_org
 from walfs.errors import WalError, from_errno
 from walfs.names import stream_key
 from walfs.records import decode_meta, encode_meta
@@ -265,6 +265,11 @@ def _cursors(
             continue
         for key in keys:
             where = f"cursors/{g}/{key}"
+            if key.startswith("."):  # an org marker (walfs/consumer.py): the group's org
+                org = key_org(key)
+                if org is not None:
+                    store.create_group(g, org)
+                continue
             try:
                 data = _read_file(os.path.join(root, g, key))
             except OSError as e:

@@ -5,6 +5,7 @@ topic index (names -> streams), the cursor store (one commit rule for every face
 background duty: segment reclamation."""
 
 import array
+import copy
 import logging
 import os
 import threading
@@ -95,7 +96,7 @@ class Wal:
         self._lock = threading.Lock()  # the stream maps
         self._data = threading.Condition()  # notified after appends while someone waits
         self._waiting = 0  # threads in wait_for (changed under self._data)
-        self._listeners: list[Callable[[str, int], None]] = []
+        self._listeners: list[tuple[int, Callable[[str, int], None]]] = []  # (org_id, fn)
         self._index = TopicIndex()
         for no in range(self.engine.stream_count()):
             info = self.engine.stream_info(no)
@@ -315,7 +316,7 @@ class Wal:
         """Calls fn(topic, partition) after every append of this org's streams, in the
         appending thread, once the records are readable. It must be quick and must not
         raise (the mount uses it to notice appends made by its Kafka listener)."""
-        self._listeners.append(fn)
+        self._listeners.append((self.org_id, fn))
 
     def _appended(self, s: Stream, ticket: int, n: int, nbytes: int) -> None:
         self.stats.appended(s.name, s.partition, n, nbytes)
@@ -330,8 +331,9 @@ class Wal:
                 grown = 0
                 self._wake.set()
             self._grown[s.stream_no] = grown
-        for fn in self._listeners:
-            fn(s.name, s.partition)
+        for org_id, fn in self._listeners:
+            if org_id == s.org_id:  # appends of other orgs (Kafka tenants) are not its
+                fn(s.name, s.partition)
         if self._waiting:  # most appends have no one in wait_for to wake
             with self._data:
                 self._data.notify_all()
@@ -569,12 +571,28 @@ class Wal:
                     self.cursors.put(group, key, end)
 
     def consumer_groups(self) -> list[str]:
-        return self.cursors.groups()
+        """The consumer groups of this org (another org's groups are not listed, even
+        under the same name: their cursors are on other streams)."""
+        return self.cursors.groups(self.org_id)
 
     def create_group(self, group: str) -> None:
-        """Makes a consumer group exist (durably) before its first commit: `mkdir
-        .consumers/NAME` on the mount. A no-op for an existing group."""
-        self.cursors.create_group(group)
+        """Makes a consumer group exist in this org (durably) before its first commit:
+        `mkdir .consumers/NAME` on the mount. A no-op for an existing group."""
+        self.cursors.create_group(group, self.org_id)
+
+    def for_org(self, org_id: int) -> "Wal":
+        """This WAL as another org (a Kafka tenant) sees it: the same engine, streams,
+        cursors and settings, with topic and group names scoped to org_id. The view is
+        never closed itself: its owner closes this Wal. (A wait_for on a view is woken by
+        appends through that view at once, by other appends within its 50 ms poll.)"""
+        if not isinstance(org_id, int) or not 0 <= org_id < 2**63:
+            raise ValueError(f"org_id must be an int in 0..2**63-1, not {org_id!r}")
+        if org_id == self.org_id:
+            return self
+        view = copy.copy(self)
+        view.org_id = org_id
+        view._waiting = 0
+        return view
 
     def committed_offsets(self, group: str) -> dict[tuple[str, int], int]:
         """Every committed offset of a group in this org: {(topic, partition): offset}."""

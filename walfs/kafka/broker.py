@@ -17,6 +17,7 @@ from walfs.kafka.topic_catalog import TopicCatalog
 
 if TYPE_CHECKING:
     from walfs import Wal
+    from walfs.kafka.sasl import SaslSession
 
 log = logging.getLogger("walfs.kafka")
 
@@ -36,6 +37,8 @@ class Connection:
     host: str
     port: int
     client_id: str | None = None
+    # The connection's SASL state on a SASL listener (None on others).
+    sasl: SaslSession | None = None
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from walfs.kafka import fetch, groups, metadata, produce, topics_admin
+from walfs.kafka import fetch, groups, metadata, produce, sasl, topics_admin
 from walfs.kafka.api import Api
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.framing import read_preamble
@@ -27,6 +27,7 @@ HANDLERS: dict[int, Api] = {
     **fetch.HANDLERS,
     **topics_admin.HANDLERS,
     **groups.HANDLERS,
+    **sasl.HANDLERS,
 }
 
 SUPPORTED: dict[int, tuple[int, int]] = {

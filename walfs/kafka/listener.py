@@ -6,13 +6,16 @@ coordinator, so a long-polling Fetch does not hold up heartbeats)."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import math
+import ssl
 import time
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from walfs.kafka.broker import Broker, Connection
+from walfs.kafka.broker import Connection
 from walfs.kafka.dispatch import HANDLERS, SUPPORTED, CloseConnection, dispatch
 from walfs.kafka.framing import (
     DEFAULT_MAX_CONNECTIONS,
@@ -22,10 +25,14 @@ from walfs.kafka.framing import (
     FrameError,
     FrameReader,
     frame,
+    read_preamble,
 )
+from walfs.kafka.sasl import DEFAULT_AUTH_TIMEOUT_S, SaslSession
+from walfs.kafka.tenants import Tenants
 
 if TYPE_CHECKING:
     from walfs import Wal
+    from walfs.kafka.auth_config import AuthConfig
 
 log = logging.getLogger("walfs.kafka")
 
@@ -58,8 +65,23 @@ def _addr(sockaddr: object) -> tuple[str, int]:
     return "?", 0
 
 
+async def _close(stream: trio.abc.AsyncResource) -> None:
+    # A TLS close_notify could wait on a peer that reads nothing: bounded.
+    with trio.move_on_after(5):
+        try:
+            await stream.aclose()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+
+
 async def _serve_connection(
-    broker: Broker, stream: trio.SocketStream, max_request_bytes: int, budget: ByteBudget | None = None
+    tenants: Tenants,
+    stream: trio.SocketStream,
+    max_request_bytes: int,
+    budget: ByteBudget | None = None,
+    auth: AuthConfig | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S,
 ) -> None:
     try:
         peer_host, peer_port = _addr(stream.socket.getpeername())
@@ -71,25 +93,53 @@ async def _serve_connection(
             await stream.aclose()
         return
     conn = Connection(peer=f"{peer_host}:{peer_port}", host=host, port=port)
-    reader = FrameReader(stream, max_request_bytes, budget)
+    broker = tenants.default
+    session = conn.sasl = SaslSession(auth) if auth is not None and auth.sasl else None
+    io: trio.abc.Stream = stream
+    if ssl_context is not None:
+        io = trio.SSLStream(stream, ssl_context, server_side=True)
+    reader = FrameReader(io, max_request_bytes, budget)
     log.debug("%s: connected", conn.peer)
+    # TLS and SASL must be done within auth_timeout_s: a connection that never finishes
+    # them would hold a connection slot for good.
+    gate = trio.CancelScope()
+    if session is not None or ssl_context is not None:
+        gate.deadline = trio.current_time() + auth_timeout_s
     try:
-        while True:
-            payload = await reader.next_frame()
-            if payload is None:
-                break
-            t0 = time.perf_counter()
-            failed = True
-            try:
-                response = await dispatch(broker, conn, payload)
-                failed = False
-            finally:
-                if broker.request_latency is not None:
-                    broker.request_latency.observe(api_name(payload), time.perf_counter() - t0, failed)
-                del payload
-                await reader.release_frame()
-            if response is not None:
-                await stream.send_all(frame(response))
+        with gate:
+            if isinstance(io, trio.SSLStream):
+                await io.do_handshake()
+            if session is None:
+                gate.deadline = math.inf
+            while True:
+                payload = await reader.next_frame()
+                if payload is None:
+                    break
+                if session is not None and not session.authenticated:
+                    api_key = read_preamble(payload)[0]
+                    if not session.allowed(api_key):
+                        # Kafka's IllegalSaslStateException: no answer, the connection closes.
+                        raise CloseConnection(f"request with API key {api_key} before SASL authentication")
+                t0 = time.perf_counter()
+                failed = True
+                try:
+                    response = await dispatch(broker, conn, payload)
+                    failed = False
+                finally:
+                    if broker.request_latency is not None:
+                        broker.request_latency.observe(api_name(payload), time.perf_counter() - t0, failed)
+                    del payload
+                    await reader.release_frame()
+                if response is not None:
+                    await io.send_all(frame(response))
+                if session is not None:
+                    if session.failed:
+                        raise CloseConnection("SASL authentication failed")
+                    if session.user is not None and gate.deadline != math.inf:
+                        broker = tenants.get(session.user.org_id)
+                        gate.deadline = math.inf
+        if gate.cancelled_caught:
+            log.warning("%s: closing connection: TLS/SASL not done within %g s", conn.peer, auth_timeout_s)
     except (FrameError, CloseConnection) as e:
         log.warning("%s: closing connection: %s", conn.peer, e)
     except trio.BrokenResourceError as e:
@@ -103,8 +153,36 @@ async def _serve_connection(
     finally:
         with trio.CancelScope(shield=True):
             await reader.release_frame()
+            if io is not stream:
+                await _close(io)
             await stream.aclose()
         log.debug("%s: closed", conn.peer)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_listen_security(host: str, auth: AuthConfig | None, insecure_listen: bool) -> None:
+    """The rule for where a listener may bind (docs/kafka.md, Security): loopback needs
+    nothing; any other address needs SASL (SASL_PLAINTEXT or SASL_SSL) unless the operator
+    said --insecure-listen. Raises InsecureListenError."""
+    if is_loopback(host) or insecure_listen or (auth is not None and auth.sasl):
+        return
+    proto = auth.security_protocol if auth is not None else "PLAINTEXT"
+    raise InsecureListenError(
+        f"refusing to listen on {host} with {proto}: clients there would not authenticate "
+        "(give an auth config with SASL_SSL or SASL_PLAINTEXT, or --insecure-listen)"
+    )
+
+
+class InsecureListenError(ValueError):
+    pass
 
 
 async def serve_kafka(
@@ -118,6 +196,9 @@ async def serve_kafka(
     max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     request_latency: Any = None,
+    auth: AuthConfig | None = None,
+    insecure_listen: bool = False,
+    auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S,
 ) -> None:
     """Serve ``wal`` to Kafka clients on ``host:port`` until cancelled.
 
@@ -125,37 +206,50 @@ async def serve_kafka(
     value is the bound port (useful with port 0). ``allow_delete`` enables
     DeleteTopics. The caller owns ``wal`` and closes it after this returns.
     ``max_inflight_bytes`` bounds the request bytes all connections hold at once (a frame
-    that does not fit waits); connections beyond ``max_connections`` are closed at once."""
+    that does not fit waits); connections beyond ``max_connections`` are closed at once.
+    ``auth`` (walfs.kafka.auth_config.AuthConfig) sets TLS and SASL; SASL users see their
+    own org's topics and groups, connections without SASL those of ``wal.org_id``. A
+    non-loopback ``host`` without SASL raises InsecureListenError unless ``insecure_listen``."""
     if max_request_bytes > max_inflight_bytes:
         raise ValueError("max_request_bytes cannot exceed max_inflight_bytes")
-    broker = Broker(wal, allow_delete=allow_delete, api_versions=dict(SUPPORTED))
-    broker.request_latency = request_latency
+    check_listen_security(host, auth, insecure_listen)
+    ssl_context = auth.ssl_context() if auth is not None else None
     budget = ByteBudget(max_inflight_bytes)
     open_connections = 0
     refused = 0
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
-    log.info("kafka listener on %s:%d", host, bound)
-
-    async def handle(stream: trio.SocketStream) -> None:
-        nonlocal open_connections, refused
-        if open_connections >= max_connections:
-            refused += 1
-            if refused == 1 or refused % 1000 == 0:
-                log.warning(
-                    "connection limit (%d) reached: closing a new connection (%d refused so far)",
-                    max_connections, refused,
-                )
-            with trio.CancelScope(shield=True):
-                await stream.aclose()
-            return
-        open_connections += 1
-        try:
-            await _serve_connection(broker, stream, max_request_bytes, budget)
-        finally:
-            open_connections -= 1
+    proto = auth.security_protocol if auth is not None else "PLAINTEXT"
+    log.info("kafka listener on %s:%d (%s)", host, bound, proto)
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(broker.groups.run)
+        tenants = Tenants(
+            wal,
+            nursery,
+            allow_delete=allow_delete,
+            api_versions=dict(SUPPORTED),
+            request_latency=request_latency,
+        )
+
+        async def handle(stream: trio.SocketStream) -> None:
+            nonlocal open_connections, refused
+            if open_connections >= max_connections:
+                refused += 1
+                if refused == 1 or refused % 1000 == 0:
+                    log.warning(
+                        "connection limit (%d) reached: closing a new connection (%d refused so far)",
+                        max_connections, refused,
+                    )
+                with trio.CancelScope(shield=True):
+                    await stream.aclose()
+                return
+            open_connections += 1
+            try:
+                await _serve_connection(
+                    tenants, stream, max_request_bytes, budget, auth, ssl_context, auth_timeout_s
+                )
+            finally:
+                open_connections -= 1
+
         await nursery.start(trio.serve_listeners, handle, listeners)
         task_status.started(bound)
