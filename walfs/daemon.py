@@ -70,6 +70,10 @@ class MountConfig:
     kafka_listen: str | None = None
     # Let Kafka's DeleteTopics delete. Off by default: the mount itself refuses unlink.
     kafka_allow_delete: bool = False
+    # The Kafka listener's TLS/SASL file (walfs.kafka.auth_config); None: plaintext.
+    kafka_auth_config: str | None = None
+    # Let the listener bind a non-loopback address without SASL.
+    kafka_insecure_listen: bool = False
     # The kernel's read-ahead for this mount (KiB; 0 leaves the kernel's 128 KiB). Larger
     # read-ahead means fewer, larger READ requests: each costs a Python round trip.
     read_ahead_kb: int = 1024
@@ -296,7 +300,7 @@ async def _serve(
         if config.kafka_listen:
             # Before readiness: a port that cannot be bound fails the mount (the finally
             # in run() unmounts), instead of a mount that silently lacks its listener.
-            await _start_kafka(nursery, ops, config.kafka_listen, config.kafka_allow_delete, metrics)
+            await _start_kafka(nursery, ops, config, metrics)
         # The mount exists since pyfuse3.init; requests wait in /dev/fuse until main runs,
         # which starts without yielding after this point.
         log.info("walfs serving %s on %s", config.data_dir, config.mountpoint)
@@ -318,16 +322,26 @@ async def _after_init(ops: WalOperations, config: MountConfig) -> None:
 
 
 async def _start_kafka(
-    nursery: trio.Nursery, ops: WalOperations, listen: str, allow_delete: bool, metrics: Metrics
+    nursery: trio.Nursery, ops: WalOperations, config: MountConfig, metrics: Metrics
 ) -> None:
     """Runs serve_kafka on the mount's own Wal, in the daemon's nursery: it stops with the
     mount (the nursery is cancelled once pyfuse3.main returns), before Wal.close()."""
     from walfs.kafka import parse_listen_address, serve_kafka
+    from walfs.kafka.auth_config import AuthConfig
 
-    host, port = parse_listen_address(listen)
+    assert config.kafka_listen
+    host, port = parse_listen_address(config.kafka_listen)
+    auth = AuthConfig(config.kafka_auth_config) if config.kafka_auth_config else None
     bound = await nursery.start(
         functools.partial(
-            serve_kafka, ops.wal, host, port, allow_delete=allow_delete, request_latency=metrics.kafka
+            serve_kafka,
+            ops.wal,
+            host,
+            port,
+            allow_delete=config.kafka_allow_delete,
+            request_latency=metrics.kafka,
+            auth=auth,
+            insecure_listen=config.kafka_insecure_listen,
         ),
         name="walfs-kafka",
     )

@@ -118,6 +118,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="let Kafka's DeleteTopics delete topics (off: the mount never deletes)",
     )
     p.add_argument(
+        "--kafka-auth-config",
+        default=None,
+        metavar="FILE",
+        help="TLS and SASL users for the Kafka listener (docs/kafka.md, Security)",
+    )
+    p.add_argument(
+        "--kafka-insecure-listen",
+        action="store_true",
+        default=None,
+        help="let the Kafka listener bind a non-loopback address without SASL",
+    )
+    p.add_argument(
         "-o",
         dest="options",
         action="append",
@@ -125,8 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated: fsync=, org_id=, allow_other, log_level=, "
         "log_file=, segment_size=, block_size=, fsync_interval_ms=, "
         "read_ahead_kb=, max_line_bytes=, uid=, gid=, umask=, metrics_listen=, retention_ms=, "
-        "retention_bytes=, min_free=, kafka_listen=HOST:PORT, "
-        "kafka_allow_delete, allow_delete, and "
+        "retention_bytes=, min_free=, kafka_listen=HOST:PORT, kafka_auth_config=FILE, "
+        "kafka_insecure_listen, kafka_allow_delete, allow_delete, and "
         "FUSE options (nosuid, nodev, noexec, noatime, allow_root, ...)",
     )
     # mount(8) passes these to helpers; they mean nothing here.
@@ -157,6 +169,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
                 "block_size",
                 "fsync_interval_ms",
                 "kafka_listen",
+                "kafka_auth_config",
                 "read_ahead_kb",
                 "max_line_bytes",
                 "metrics_listen",
@@ -168,7 +181,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
                 "umask",
             ):
                 opts[key] = value
-            elif key in ("allow_other", "kafka_allow_delete", "allow_delete"):
+            elif key in ("allow_other", "kafka_allow_delete", "allow_delete", "kafka_insecure_listen"):
                 opts[key] = "1"
             elif key == "foreground":
                 opts[key] = "1"
@@ -188,13 +201,27 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
     seg = args.segment_size if args.segment_size is not None else opts.get("segment_size")
     blk = args.block_size if args.block_size is not None else opts.get("block_size")
     kafka_listen = pick(args.kafka_listen, "kafka_listen", None)
+    kafka_auth = pick(args.kafka_auth_config, "kafka_auth_config", None) or None
+    kafka_insecure = bool(args.kafka_insecure_listen) or "kafka_insecure_listen" in opts
     if kafka_listen:
-        from walfs.kafka.listener import parse_listen_address
+        from walfs.kafka.auth_config import AuthConfig, AuthConfigError
+        from walfs.kafka.listener import check_listen_security, parse_listen_address
 
         try:
             parse_listen_address(kafka_listen)
         except ValueError as exc:
             raise SystemExit(f"walfs mount: kafka_listen: {exc}") from None
+        # Checked before the daemon backgrounds itself: a bad file or an address that the
+        # rule refuses fails `walfs mount` (and systemd's start) with the reason.
+        try:
+            auth = AuthConfig(kafka_auth) if kafka_auth else None
+            if auth is not None:
+                auth.ssl_context()
+            check_listen_security(parse_listen_address(kafka_listen)[0], auth, kafka_insecure)
+        except (AuthConfigError, ValueError) as exc:
+            raise SystemExit(f"walfs mount: kafka: {exc}") from None
+        if kafka_auth:
+            kafka_auth = os.path.abspath(kafka_auth)
     max_line = args.max_line_bytes if args.max_line_bytes is not None else opts.get("max_line_bytes")
     max_line_bytes = parse_size(str(max_line)) if max_line is not None else DEFAULT_MAX_LINE_BYTES
     if max_line_bytes < MIN_MAX_LINE_BYTES:
@@ -212,6 +239,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
         read_ahead_kb=int(pick(args.read_ahead_kb, "read_ahead_kb", "1024") or 0),
         kafka_listen=kafka_listen or None,
         kafka_allow_delete=bool(args.kafka_allow_delete) or "kafka_allow_delete" in opts,
+        kafka_auth_config=kafka_auth,
+        kafka_insecure_listen=kafka_insecure,
         allow_delete=bool(args.allow_delete) or "allow_delete" in opts,
         max_line_bytes=max_line_bytes,
         metrics_listen=pick(args.metrics_listen, "metrics_listen", None) or None,

@@ -19,6 +19,7 @@ import trio
 
 if TYPE_CHECKING:
     from walfs import Wal
+    from walfs.kafka.auth_config import AuthConfig
     from walfs.metrics import Metrics
 
 DEFAULT_LISTEN = "127.0.0.1:9092"
@@ -74,11 +75,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="connections beyond this are closed on accept (default 256)",
     )
+    p.add_argument(
+        "--auth-config",
+        default=None,
+        metavar="FILE",
+        help="TLS and SASL settings and users (JSON; docs/kafka.md, Security; walfs kafka-user)",
+    )
+    p.add_argument(
+        "--insecure-listen",
+        action="store_true",
+        help="let a non-loopback address be bound without SASL (clients there do not authenticate)",
+    )
     p.add_argument("--log-level", default="info", help="debug, info, warning, error")
     return p
 
 
-async def _run(wal: Wal, host: str, port: int, args: argparse.Namespace, metrics: Metrics) -> None:
+async def _run(
+    wal: Wal, host: str, port: int, args: argparse.Namespace, metrics: Metrics, auth: AuthConfig | None
+) -> None:
     from walfs.daemon import watch_wal_failure
     from walfs.kafka import serve_kafka
     from walfs.kafka.framing import (
@@ -100,6 +114,8 @@ async def _run(wal: Wal, host: str, port: int, args: argparse.Namespace, metrics
                 max_inflight_bytes=max(args.max_inflight_bytes or DEFAULT_MAX_INFLIGHT_BYTES, limit),
                 max_connections=args.max_connections or DEFAULT_MAX_CONNECTIONS,
                 request_latency=metrics.kafka,
+                auth=auth,
+                insecure_listen=args.insecure_listen,
             )
         )
         shown = f"[{host}]" if ":" in host else host
@@ -129,6 +145,17 @@ def main(argv: list[str]) -> int:
     except ValueError as e:
         print(f"walfs serve: --kafka-listen: {e}", file=sys.stderr)
         return 2
+    from walfs.kafka.auth_config import AuthConfig, AuthConfigError
+    from walfs.kafka.listener import check_listen_security
+
+    try:
+        auth = AuthConfig(args.auth_config) if args.auth_config else None
+        if auth is not None:
+            auth.ssl_context()  # a bad certificate or key fails here, before the WAL opens
+        check_listen_security(host, auth, args.insecure_listen)
+    except (AuthConfigError, ValueError) as e:
+        print(f"walfs serve: {e}", file=sys.stderr)
+        return 2
     import walfs
     from walfs.cli.mount import limit_option
 
@@ -157,7 +184,7 @@ def main(argv: list[str]) -> int:
 
     metrics = Metrics(wal)
     try:
-        trio.run(_run, wal, host, port, args, metrics)
+        trio.run(_run, wal, host, port, args, metrics, auth)
     except (OSError, BaseExceptionGroup) as e:
         # trio's nurseries deliver a failed bind wrapped in an exception group.
         found = e.subgroup(OSError) if isinstance(e, BaseExceptionGroup) else e

@@ -53,7 +53,7 @@ class KafkaUser:
     scram: dict[str, ScramCredential]
 
 
-def _read_json(path: str) -> dict[str, Any]:
+def read_config(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_CONFIG_BYTES + 1)
@@ -100,7 +100,7 @@ class AuthConfig:
 
     def __init__(self, path: str) -> None:
         self.path = os.path.abspath(path)
-        data = _read_json(self.path)
+        data = read_config(self.path)
         proto = data.get("security_protocol", "SASL_SSL")
         if proto not in SECURITY_PROTOCOLS:
             raise AuthConfigError(f"{path}: security_protocol must be one of {', '.join(SECURITY_PROTOCOLS)}")
@@ -162,7 +162,7 @@ class AuthConfig:
             if stamp != self._stamp:
                 self._stamp = stamp
                 try:
-                    self._users = _parse_users(self.path, _read_json(self.path))
+                    self._users = _parse_users(self.path, read_config(self.path))
                     log.info("%s changed: %d users", self.path, len(self._users))
                 except AuthConfigError as e:
                     # A half-edited file must not lock everyone out: keep the last users.
@@ -176,7 +176,7 @@ def write_user(
     """Adds (or replaces, or with remove=True deletes) one user in the file, atomically,
     keeping everything else; a missing file is created (mode 0600: it holds credentials)."""
     if os.path.exists(path):
-        data = _read_json(path)
+        data = read_config(path)
     else:
         data = {"security_protocol": "SASL_SSL", "sasl_mechanisms": list(DEFAULT_MECHANISMS)}
     users = data.setdefault("users", {})

@@ -27,7 +27,7 @@ from walfs.kafka.framing import (
     frame,
     read_preamble,
 )
-from walfs.kafka.sasl import DEFAULT_AUTH_TIMEOUT_S, SaslSession
+from walfs.kafka.sasl import DEFAULT_AUTH_TIMEOUT_S, AuthenticationFailed, SaslSession
 from walfs.kafka.tenants import Tenants
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ async def _serve_connection(
         return
     conn = Connection(peer=f"{peer_host}:{peer_port}", host=host, port=port)
     broker = tenants.default
-    session = conn.sasl = SaslSession(auth) if auth is not None and auth.sasl else None
+    session = conn.sasl = SaslSession(auth, conn.peer) if auth is not None and auth.sasl else None
     io: trio.abc.Stream = stream
     if ssl_context is not None:
         io = trio.SSLStream(stream, ssl_context, server_side=True)
@@ -115,6 +115,19 @@ async def _serve_connection(
                 payload = await reader.next_frame()
                 if payload is None:
                     break
+                if session is not None and session.raw_tokens and not session.authenticated:
+                    try:
+                        token = await session.step(payload)
+                    except AuthenticationFailed as e:
+                        raise CloseConnection(f"SASL {session.mechanism} authentication failed: {e}") from e
+                    finally:
+                        del payload
+                        await reader.release_frame()
+                    await io.send_all(frame(token))
+                    if session.user is not None:
+                        broker = tenants.get(session.user.org_id)
+                        gate.deadline = math.inf
+                    continue
                 if session is not None and not session.authenticated:
                     api_key = read_preamble(payload)[0]
                     if not session.allowed(api_key):

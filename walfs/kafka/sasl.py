@@ -9,7 +9,10 @@ connection.failed.authentication.delay.ms), and then the connection is closed.
 SaslHandshake or SaslAuthenticate on a listener without SASL, or after authentication,
 get ILLEGAL_SASL_STATE.
 
-SaslHandshake v0 (raw tokens outside Kafka frames, removed in Kafka 4) is not offered.
+After a SaslHandshake v0 (librdkafka needs it advertised; clients that also see
+SaslAuthenticate use v1), the tokens come as bare size-prefixed frames without a Kafka
+header and are answered the same way; a failure there closes the connection without an
+answer, as Kafka does.
 """
 
 from __future__ import annotations
@@ -46,12 +49,14 @@ class AuthenticationFailed(Exception):
 class SaslSession:
     """One connection's SASL state on a SASL listener."""
 
-    def __init__(self, config: AuthConfig) -> None:
+    def __init__(self, config: AuthConfig, peer: str = "?") -> None:
         self.config = config
+        self.peer = peer
         self.mechanism: str | None = None
         self._scram: ScramServer | None = None
         self.user: KafkaUser | None = None
         self.failed = False  # the connection is closed after the current answer
+        self.raw_tokens = False  # after a v0 handshake: frames are bare SASL tokens
 
     @property
     def authenticated(self) -> bool:
@@ -114,6 +119,9 @@ class SaslSession:
         if user is None:  # removed from the file during the exchange
             raise AuthenticationFailed("invalid user credentials")
         self.user = user
+        log.info(
+            "%s: authenticated as %r (org %d) with %s", self.peer, user.name, user.org_id, self.mechanism
+        )
 
 
 async def handle_sasl_handshake(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
@@ -129,6 +137,7 @@ async def handle_sasl_handshake(broker: Broker, conn: Connection, version: int, 
             mod.SaslHandshakeResponse, error_code=ErrorCode.unsupported_sasl_mechanism, mechanisms=enabled
         )
     session.mechanism = req.mechanism
+    session.raw_tokens = version == 0
     return build(mod.SaslHandshakeResponse, error_code=ErrorCode.none, mechanisms=enabled)
 
 
@@ -158,15 +167,10 @@ async def handle_sasl_authenticate(broker: Broker, conn: Connection, version: in
             "Authentication failed during authentication due to invalid credentials with SASL "
             f"mechanism {session.mechanism}",
         )
-    if session.user is not None:
-        log.info(
-            "%s: authenticated as %r (org %d) with %s",
-            conn.peer, session.user.name, session.user.org_id, session.mechanism,
-        )
     return answer(ErrorCode.none, None, token)
 
 
 HANDLERS = {
-    SASL_HANDSHAKE: Api("SaslHandshake", 1, 1, handle_sasl_handshake),
+    SASL_HANDSHAKE: Api("SaslHandshake", 0, 1, handle_sasl_handshake),
     SASL_AUTHENTICATE: Api("SaslAuthenticate", 0, 2, handle_sasl_authenticate),
 }
