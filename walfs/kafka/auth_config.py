@@ -5,6 +5,7 @@
       "sasl_mechanisms": ["SCRAM-SHA-256", "SCRAM-SHA-512"],   # and/or "PLAIN"
       "ssl_certfile": "kafka.crt",              # PEM; relative paths are relative to this file
       "ssl_keyfile": "kafka.key",
+      "authentication_timeout_ms": 30000,      # TLS + SASL must be done by then
       "users": {
         "alice": {"org_id": 2,
                   "scram": {"SCRAM-SHA-256": {"salt": "..", "iterations": 8192,
@@ -40,6 +41,9 @@ SASL_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
 DEFAULT_MECHANISMS = tuple(SCRAM_MECHANISMS)
 MAX_CONFIG_BYTES = 16 << 20
 MAX_ORG_ID = 2**63 - 1
+# How long a connection may take to finish TLS and SASL (it holds one of the listener's
+# connection slots meanwhile).
+DEFAULT_AUTH_TIMEOUT_MS = 30_000
 
 
 class AuthConfigError(ValueError):
@@ -109,6 +113,10 @@ class AuthConfig:
         if not isinstance(mechs, list) or not mechs or any(m not in SASL_MECHANISMS for m in mechs):
             raise AuthConfigError(f"{path}: sasl_mechanisms must list some of {', '.join(SASL_MECHANISMS)}")
         self.mechanisms: tuple[str, ...] = tuple(mechs)
+        timeout = data.get("authentication_timeout_ms", DEFAULT_AUTH_TIMEOUT_MS)
+        if not isinstance(timeout, int) or isinstance(timeout, bool) or not 0 < timeout <= 3_600_000:
+            raise AuthConfigError(f"{path}: authentication_timeout_ms must be 1..3600000")
+        self.auth_timeout_s = timeout / 1000
         base = os.path.dirname(self.path)
         self.certfile = self._file(data, "ssl_certfile", base)
         self.keyfile = self._file(data, "ssl_keyfile", base)

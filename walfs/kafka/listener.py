@@ -27,7 +27,7 @@ from walfs.kafka.framing import (
     frame,
     read_preamble,
 )
-from walfs.kafka.sasl import DEFAULT_AUTH_TIMEOUT_S, AuthenticationFailed, SaslSession
+from walfs.kafka.sasl import AuthenticationFailed, SaslSession
 from walfs.kafka.tenants import Tenants
 
 if TYPE_CHECKING:
@@ -81,7 +81,6 @@ async def _serve_connection(
     budget: ByteBudget | None = None,
     auth: AuthConfig | None = None,
     ssl_context: ssl.SSLContext | None = None,
-    auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S,
 ) -> None:
     try:
         peer_host, peer_port = _addr(stream.socket.getpeername())
@@ -100,11 +99,11 @@ async def _serve_connection(
         io = trio.SSLStream(stream, ssl_context, server_side=True)
     reader = FrameReader(io, max_request_bytes, budget)
     log.debug("%s: connected", conn.peer)
-    # TLS and SASL must be done within auth_timeout_s: a connection that never finishes
-    # them would hold a connection slot for good.
+    # TLS and SASL must be done within the config's authentication_timeout_ms: a connection
+    # that never finishes them would hold a connection slot for good.
     gate = trio.CancelScope()
-    if session is not None or ssl_context is not None:
-        gate.deadline = trio.current_time() + auth_timeout_s
+    if auth is not None and (session is not None or ssl_context is not None):
+        gate.deadline = trio.current_time() + auth.auth_timeout_s
     try:
         with gate:
             if isinstance(io, trio.SSLStream):
@@ -152,7 +151,7 @@ async def _serve_connection(
                         broker = tenants.get(session.user.org_id)
                         gate.deadline = math.inf
         if gate.cancelled_caught:
-            log.warning("%s: closing connection: TLS/SASL not done within %g s", conn.peer, auth_timeout_s)
+            log.warning("%s: closing connection: TLS/SASL not done in time", conn.peer)
     except (FrameError, CloseConnection) as e:
         log.warning("%s: closing connection: %s", conn.peer, e)
     except trio.BrokenResourceError as e:
@@ -211,7 +210,6 @@ async def serve_kafka(
     request_latency: Any = None,
     auth: AuthConfig | None = None,
     insecure_listen: bool = False,
-    auth_timeout_s: float = DEFAULT_AUTH_TIMEOUT_S,
 ) -> None:
     """Serve ``wal`` to Kafka clients on ``host:port`` until cancelled.
 
@@ -258,9 +256,7 @@ async def serve_kafka(
                 return
             open_connections += 1
             try:
-                await _serve_connection(
-                    tenants, stream, max_request_bytes, budget, auth, ssl_context, auth_timeout_s
-                )
+                await _serve_connection(tenants, stream, max_request_bytes, budget, auth, ssl_context)
             finally:
                 open_connections -= 1
 

@@ -36,9 +36,6 @@ log = logging.getLogger("walfs.kafka.auth")
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 # Kafka's connection.failed.authentication.delay.ms default: slows password guessing.
 FAILED_AUTH_DELAY_S = 0.1
-# How long a connection may take to finish TLS and SASL before it is closed (it holds one
-# of the listener's connection slots meanwhile).
-DEFAULT_AUTH_TIMEOUT_S = 30.0
 _ZERO = datetime.timedelta(0)
 
 

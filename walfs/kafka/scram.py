@@ -96,14 +96,16 @@ class ScramCredential:
         return hmac.compare_digest(hashlib.new(self.digest, client_key).digest(), self.stored_key)
 
 
-def make_credential(mechanism: str, password: str, iterations: int = DEFAULT_ITERATIONS) -> ScramCredential:
+def make_credential(
+    mechanism: str, password: str, iterations: int = DEFAULT_ITERATIONS, salt: bytes | None = None
+) -> ScramCredential:
     """A new credential with a random salt (what `walfs kafka-user add` stores)."""
     if mechanism not in MECHANISMS:
         raise ValueError(f"unknown SCRAM mechanism {mechanism!r}")
     if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
         raise ValueError(f"iterations must be {MIN_ITERATIONS}..{MAX_ITERATIONS}")
     digest = MECHANISMS[mechanism]
-    salt = secrets.token_bytes(32)
+    salt = secrets.token_bytes(32) if salt is None else salt
     # RFC 5802 asks for SASLprep of the password; like Kafka's Java client, we use its
     # UTF-8 bytes as they are (ASCII passwords are unchanged by SASLprep).
     salted = hashlib.pbkdf2_hmac(digest, password.encode("utf-8"), salt, iterations)
@@ -133,8 +135,14 @@ class ScramServer:
     """One server-side exchange. ``lookup(user)`` gives the user's credential for this
     mechanism, or None. ``first``, then ``final``; ``user`` is set once ``final`` succeeded."""
 
-    def __init__(self, mechanism: str, lookup: Callable[[str], ScramCredential | None]) -> None:
+    def __init__(
+        self,
+        mechanism: str,
+        lookup: Callable[[str], ScramCredential | None],
+        server_nonce: Callable[[], str] = lambda: secrets.token_urlsafe(24),
+    ) -> None:
         self.mechanism = mechanism
+        self._server_nonce = server_nonce
         self._lookup = lookup
         self.user: str | None = None
         self._cred: ScramCredential | None = None
@@ -177,7 +185,7 @@ class ScramServer:
         self._claimed = user
         self._gs2 = f"{cb},{authzid},"
         self._client_first_bare = bare
-        self._nonce = attrs[1][1] + secrets.token_urlsafe(24)
+        self._nonce = attrs[1][1] + self._server_nonce()
         self._server_first = f"r={self._nonce},s={_b64(cred.salt)},i={cred.iterations}"
         return self._server_first.encode("ascii")
 
