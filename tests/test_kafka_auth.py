@@ -49,37 +49,82 @@ def walfs_cli(*args: str, stdin: str | None = None, check: bool = True) -> subpr
 
 
 def add_user(config: Path, name: str, org: int, password: str) -> None:
-    walfs_cli("kafka-user", "add", name, "--org", str(org), "--config", str(config), "--iterations", "4096",
-              stdin=password + "\n")
+    walfs_cli(
+        "kafka-user",
+        "add",
+        name,
+        "--org",
+        str(org),
+        "--config",
+        str(config),
+        "--iterations",
+        "4096",
+        stdin=password + "\n",
+    )
 
 
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     d = tmp_path_factory.mktemp("tls")
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-         "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")],
-        check=True, capture_output=True, timeout=60,
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            str(d / "key.pem"),
+            "-out",
+            str(d / "cert.pem"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
     )
     return d / "cert.pem", d / "key.pem"
 
 
+@pytest.fixture(scope="module")
+def users(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """alice, bob and carol, as `walfs kafka-user add` writes them (made once: each
+    costs a process and two PBKDF2 runs)."""
+    path = tmp_path_factory.mktemp("users") / "auth.json"
+    for name in ("alice", "bob", "carol"):
+        add_user(path, name, ORGS[name], PASSWORDS[name])
+    return dict(json.loads(path.read_text())["users"])
+
+
 def make_config(
-    path: Path, cert: tuple[Path, Path] | None, protocol: str, mechanisms: list[str], **extra: Any
+    path: Path,
+    users: dict[str, Any],
+    cert: tuple[Path, Path] | None,
+    protocol: str,
+    mechanisms: list[str],
+    **extra: Any,
 ) -> Path:
     data: dict[str, Any] = {"security_protocol": protocol, "sasl_mechanisms": mechanisms, **extra}
     if cert is not None:
         data["ssl_certfile"], data["ssl_keyfile"] = str(cert[0]), str(cert[1])
+    data["users"] = users
     path.write_text(json.dumps(data))
-    for name in ("alice", "bob", "carol"):
-        add_user(path, name, ORGS[name], PASSWORDS[name])
     return path
 
 
 @pytest.fixture
-def sasl_ssl(tmp_path: Path, cert: tuple[Path, Path]) -> Iterator[tuple[ServeProcess, Path]]:
-    cfg = make_config(tmp_path / "auth.json", cert, "SASL_SSL", ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"])
+def sasl_ssl(
+    tmp_path: Path, cert: tuple[Path, Path], users: dict[str, Any]
+) -> Iterator[tuple[ServeProcess, Path]]:
+    cfg = make_config(
+        tmp_path / "auth.json", users, cert, "SASL_SSL", ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"]
+    )
     srv = ServeProcess(tmp_path / "data", *SMALL_WAL_ARGS, "--auth-config", str(cfg), "--allow-delete")
     try:
         yield srv, tmp_path / "data"
@@ -87,20 +132,34 @@ def sasl_ssl(tmp_path: Path, cert: tuple[Path, Path]) -> Iterator[tuple[ServePro
         srv.stop()
 
 
-def kcat_args(srv: ServeProcess, cert: tuple[Path, Path], user: str, mechanism: str = "SCRAM-SHA-256",
-              password: str | None = None) -> list[str]:
+def kcat_args(
+    srv: ServeProcess,
+    cert: tuple[Path, Path],
+    user: str,
+    mechanism: str = "SCRAM-SHA-256",
+    password: str | None = None,
+) -> list[str]:
     return [
-        "kcat", "-b", srv.bootstrap,
-        "-X", "security.protocol=SASL_SSL",
-        "-X", f"ssl.ca.location={cert[0]}",
-        "-X", f"sasl.mechanisms={mechanism}",
-        "-X", f"sasl.username={user}",
-        "-X", f"sasl.password={PASSWORDS[user] if password is None else password}",
+        "kcat",
+        "-b",
+        srv.bootstrap,
+        "-X",
+        "security.protocol=SASL_SSL",
+        "-X",
+        f"ssl.ca.location={cert[0]}",
+        "-X",
+        f"sasl.mechanisms={mechanism}",
+        "-X",
+        f"sasl.username={user}",
+        "-X",
+        f"sasl.password={PASSWORDS[user] if password is None else password}",
     ]
 
 
 def kcat(args: list[str], *more: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*args, *more], input=stdin, capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [*args, *more], input=stdin, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def kcat_produce(args: list[str], topic: str, lines: list[str]) -> None:
@@ -120,8 +179,13 @@ def kcat_topics(args: list[str]) -> list[str]:
     return sorted(t["topic"] for t in json.loads(r.stdout)["topics"])
 
 
-def confluent_conf(srv: ServeProcess, cert: tuple[Path, Path], user: str, mechanism: str = "SCRAM-SHA-512",
-                   password: str | None = None) -> dict[str, Any]:
+def confluent_conf(
+    srv: ServeProcess,
+    cert: tuple[Path, Path],
+    user: str,
+    mechanism: str = "SCRAM-SHA-512",
+    password: str | None = None,
+) -> dict[str, Any]:
     return {
         "bootstrap.servers": srv.bootstrap,
         "security.protocol": "SASL_SSL",
@@ -144,13 +208,19 @@ def stored(data: Path, org: int) -> dict[str, list[bytes]]:
 def test_scram_sha256_matches_rfc7677_example() -> None:
     # RFC 7677 section 3: user "user", password "pencil", salt and nonces as given there.
     cred = make_credential("SCRAM-SHA-256", "pencil", 4096, base64.b64decode("W22ZaJ0SNY7soEsUEjb6gQ=="))
-    srv = ScramServer("SCRAM-SHA-256", lambda name: cred if name == "user" else None,
-                      server_nonce=lambda: "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0")
+    srv = ScramServer(
+        "SCRAM-SHA-256",
+        lambda name: cred if name == "user" else None,
+        server_nonce=lambda: "%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0",
+    )
     first = srv.first(b"n,,n=user,r=rOprNGfwEbeRWgbNEkqO")
-    assert first == (b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
-                     b"s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096")
-    final = srv.final(b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
-                      b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=")
+    assert first == (
+        b"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"
+    )
+    final = srv.final(
+        b"c=biws,r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,"
+        b"p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ="
+    )
     assert final == b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
     assert srv.user == "user"
 
@@ -168,11 +238,26 @@ def test_config_file_holds_no_password_and_is_private(tmp_path: Path) -> None:
     walfs_cli("kafka-user", "remove", "dave", "--config", str(cfg))
     assert json.loads(cfg.read_text())["users"] == {}
     # A password written into the file by hand is refused at start.
-    cfg.write_text(json.dumps({"security_protocol": "SASL_PLAINTEXT", "users": {"eve": {"org_id": 1,
-                                                                                      "password": "x"}}}))
-    r = subprocess.run([sys.executable, "-m", "walfs.cli.serve", str(tmp_path / "d"), "--kafka-listen",
-                        "127.0.0.1:0", "--auth-config", str(cfg)], capture_output=True, text=True, timeout=60,
-                       cwd=REPO, check=False)
+    cfg.write_text(
+        json.dumps({"security_protocol": "SASL_PLAINTEXT", "users": {"eve": {"org_id": 1, "password": "x"}}})
+    )
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "walfs.cli.serve",
+            str(tmp_path / "d"),
+            "--kafka-listen",
+            "127.0.0.1:0",
+            "--auth-config",
+            str(cfg),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        check=False,
+    )
     assert r.returncode == 2 and "plaintext passwords are not accepted" in r.stderr
 
 
@@ -203,8 +288,14 @@ def test_confluent_kafka_scram_produce_consume_commit(
     for i in range(20):
         p.produce("orders", f"o{i}".encode(), key=f"k{i}".encode())
     assert p.flush(30) == 0
-    c = Consumer({**confluent_conf(srv, cert, "alice", "SCRAM-SHA-256"), "group.id": "billing",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c = Consumer(
+        {
+            **confluent_conf(srv, cert, "alice", "SCRAM-SHA-256"),
+            "group.id": "billing",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         c.subscribe(["orders"])
         got: list[bytes] = []
@@ -231,10 +322,17 @@ def test_wrong_password_and_unknown_user_are_refused(
     sasl_ssl: tuple[ServeProcess, Path], cert: tuple[Path, Path], mechanism: str
 ) -> None:
     srv, data = sasl_ssl
-    for args in (kcat_args(srv, cert, "alice", mechanism, password="wrong"),
-                 kcat_args(srv, cert, "alice", mechanism, password=PASSWORDS["bob"]),
-                 [*kcat_args(srv, cert, "alice", mechanism)[:-2], "-X", "sasl.username=mallory",
-                  "-X", "sasl.password=alice-secret"]):
+    for args in (
+        kcat_args(srv, cert, "alice", mechanism, password="wrong"),
+        kcat_args(srv, cert, "alice", mechanism, password=PASSWORDS["bob"]),
+        [
+            *kcat_args(srv, cert, "alice", mechanism)[:-2],
+            "-X",
+            "sasl.username=mallory",
+            "-X",
+            "sasl.password=alice-secret",
+        ],
+    ):
         r = kcat(args, "-P", "-t", "intruded", "-m", "5", stdin="x\n")
         assert r.returncode != 0
         assert "Authentication failed" in r.stderr
@@ -252,8 +350,13 @@ def test_confluent_kafka_wrong_password_gets_an_authentication_error(
 
     srv, _data = sasl_ssl
     errors: list[Any] = []
-    p = Producer({**confluent_conf(srv, cert, "bob", password="nope"), "error_cb": errors.append,
-                  "message.timeout.ms": 5000})
+    p = Producer(
+        {
+            **confluent_conf(srv, cert, "bob", password="nope"),
+            "error_cb": errors.append,
+            "message.timeout.ms": 5000,
+        }
+    )
     p.produce("t", b"x")
     p.flush(10)
     assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
@@ -343,8 +446,14 @@ def _sasl_authenticate(token: bytes, correlation_id: int = 6) -> bytes:
 def _metadata_request() -> bytes:
     from kio.schema.metadata.v12.request import MetadataRequest
 
-    return encode_request(3, 12, 9, MetadataRequest(topics=None, allow_auto_topic_creation=False,
-                                                    include_topic_authorized_operations=False))
+    return encode_request(
+        3,
+        12,
+        9,
+        MetadataRequest(
+            topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        ),
+    )
 
 
 def _decode(api_key: int, version: int, frame: bytes) -> Any:
@@ -360,9 +469,15 @@ def _decode(api_key: int, version: int, frame: bytes) -> Any:
 
 
 @pytest.fixture
-def sasl_plaintext(tmp_path: Path) -> Iterator[ServeProcess]:
-    cfg = make_config(tmp_path / "auth.json", None, "SASL_PLAINTEXT", ["SCRAM-SHA-256", "PLAIN"],
-                      authentication_timeout_ms=1500)
+def sasl_plaintext(tmp_path: Path, users: dict[str, Any]) -> Iterator[ServeProcess]:
+    cfg = make_config(
+        tmp_path / "auth.json",
+        users,
+        None,
+        "SASL_PLAINTEXT",
+        ["SCRAM-SHA-256", "PLAIN"],
+        authentication_timeout_ms=1500,
+    )
     srv = ServeProcess(tmp_path / "data", *SMALL_WAL_ARGS, "--auth-config", str(cfg))
     try:
         yield srv
@@ -461,9 +576,11 @@ def test_sasl_requests_on_a_plaintext_listener_get_illegal_sasl_state(tmp_path: 
 
 
 def test_tls_handshake_not_finished_is_closed_and_plaintext_on_tls_refused(
-    tmp_path: Path, cert: tuple[Path, Path]
+    tmp_path: Path, cert: tuple[Path, Path], users: dict[str, Any]
 ) -> None:
-    cfg = make_config(tmp_path / "auth.json", cert, "SSL", ["SCRAM-SHA-256"], authentication_timeout_ms=1500)
+    cfg = make_config(
+        tmp_path / "auth.json", users, cert, "SSL", ["SCRAM-SHA-256"], authentication_timeout_ms=1500
+    )
     srv = ServeProcess(tmp_path / "data", *SMALL_WAL_ARGS, "--auth-config", str(cfg))
     try:
         # A Kafka request in clear text to a TLS listener: no answer, connection closed.
@@ -486,19 +603,26 @@ def test_tls_handshake_not_finished_is_closed_and_plaintext_on_tls_refused(
 
 
 def _serve(data: Path, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "walfs.cli.serve", str(data), *SMALL_WAL_ARGS, *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    return subprocess.Popen(
+        [sys.executable, "-m", "walfs.cli.serve", str(data), *SMALL_WAL_ARGS, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
 
 
-def test_non_loopback_needs_sasl_or_insecure_listen(tmp_path: Path, cert: tuple[Path, Path]) -> None:
+def test_non_loopback_needs_sasl_or_insecure_listen(
+    tmp_path: Path, cert: tuple[Path, Path], users: dict[str, Any]
+) -> None:
     refused = _serve(tmp_path / "a", "--kafka-listen", "0.0.0.0:0")
     _out, err = refused.communicate(timeout=60)
     assert refused.returncode == 2 and "refusing to listen on 0.0.0.0 with PLAINTEXT" in err
-    tls_only = make_config(tmp_path / "ssl.json", cert, "SSL", ["SCRAM-SHA-256"])
+    tls_only = make_config(tmp_path / "ssl.json", users, cert, "SSL", ["SCRAM-SHA-256"])
     refused = _serve(tmp_path / "a", "--kafka-listen", "0.0.0.0:0", "--auth-config", str(tls_only))
     _out, err = refused.communicate(timeout=60)
     assert refused.returncode == 2 and "refusing to listen on 0.0.0.0 with SSL" in err
-    sasl = make_config(tmp_path / "sasl.json", cert, "SASL_SSL", ["SCRAM-SHA-256"])
+    sasl = make_config(tmp_path / "sasl.json", users, cert, "SASL_SSL", ["SCRAM-SHA-256"])
     for args in (["--insecure-listen"], ["--auth-config", str(sasl)]):
         proc = _serve(tmp_path / "a", "--kafka-listen", "0.0.0.0:0", *args)
         try:

@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -93,15 +94,29 @@ def build_parser() -> argparse.ArgumentParser:
 async def _run(
     wal: Wal, host: str, port: int, args: argparse.Namespace, metrics: Metrics, auth: AuthConfig | None
 ) -> None:
-    from walfs.daemon import watch_wal_failure
-    from walfs.kafka import serve_kafka
-    from walfs.kafka.framing import (
-        DEFAULT_MAX_CONNECTIONS,
-        DEFAULT_MAX_INFLIGHT_BYTES,
-        DEFAULT_MAX_REQUEST_BYTES,
-    )
+    from walfs.kafka.framing import DEFAULT_MAX_REQUEST_BYTES
 
     limit = args.max_request_bytes or DEFAULT_MAX_REQUEST_BYTES
+    # The signals are caught from before the "listening" line: a caller that stops us as
+    # soon as it reads it gets a clean stop.
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
+        await _serve(wal, host, port, args, metrics, auth, limit, received)
+
+
+async def _serve(
+    wal: Wal,
+    host: str,
+    port: int,
+    args: argparse.Namespace,
+    metrics: Metrics,
+    auth: AuthConfig | None,
+    limit: int,
+    received: AsyncIterator[int],
+) -> None:
+    from walfs.daemon import watch_wal_failure
+    from walfs.kafka import serve_kafka
+    from walfs.kafka.framing import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_INFLIGHT_BYTES
+
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(
             partial(
@@ -124,11 +139,10 @@ async def _run(
             mhost, mport = metrics.serve(args.metrics_listen)
             print(f"metrics on http://{mhost}:{mport}/metrics", flush=True)
         nursery.start_soon(watch_wal_failure, wal, nursery.cancel_scope.cancel)
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for signum in signals:
-                logging.getLogger("walfs.kafka").info("%s: stopping", signal.Signals(signum).name)
-                nursery.cancel_scope.cancel()
-                break
+        async for signum in received:
+            logging.getLogger("walfs.kafka").info("%s: stopping", signal.Signals(signum).name)
+            nursery.cancel_scope.cancel()
+            break
 
 
 def main(argv: list[str]) -> int:
