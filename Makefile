@@ -4,7 +4,7 @@ DATA_DIR  ?= /var/lib/walfs/main
 MOUNTPOINT ?= /mnt/wal
 # make install START=0 installs without mounting (CI does this).
 START     ?= 1
-APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd
+APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd openssl
 
 .PHONY: install deps venv start testdeps test lint ctest bench torture clean
 
@@ -56,6 +56,11 @@ bench:
 TORTURE_OUT ?= torture-summary.json
 torture: testdeps
 	TORTURE_OUT=$(TORTURE_OUT) $(PY) tools/torture.py
+
+# The mount fuzzer at length (tests/test_mount_fuzz.py; CI runs 300 calls per user).
+FUZZ_OPS ?= 5000
+fuzz-mount: testdeps
+	WALFS_FUZZ_OPS=$(FUZZ_OPS) $(PY) -m pytest -q -s tests/test_mount_fuzz.py
 
 clean:
 	rm -rf build *.egg-info walfs/_core*.so

@@ -146,7 +146,7 @@ async def _serve_connection(
                     await io.send_all(frame(response))
                 if session is not None:
                     if session.failed:
-                        raise CloseConnection("SASL authentication failed")
+                        raise CloseConnection(f"SASL refused ({session.mechanism or 'no mechanism'})")
                     if session.user is not None and gate.deadline != math.inf:
                         broker = tenants.get(session.user.org_id)
                         gate.deadline = math.inf
