@@ -6,7 +6,7 @@ MOUNTPOINT ?= /mnt/wal
 START     ?= 1
 APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd openssl
 
-.PHONY: install deps venv start testdeps test lint ctest bench torture clean
+.PHONY: install deps venv start testdeps test lint ctest bench torture fuzz-mount clean
 
 install: deps venv
 	install -m 755 mount/mount.fuse.walfs /sbin/mount.fuse.walfs
