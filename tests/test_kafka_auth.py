@@ -422,10 +422,20 @@ def test_users_added_while_serving_can_authenticate(
         assert kcat(args, "-L").returncode != 0
         add_user(tmp_path / "auth.json", "zed", 9, "zed-secret")
         kcat_produce(args, "late", ["hi"])
+        # A broken edit keeps the users the listener had; removing a user locks it out.
+        cfg = tmp_path / "auth.json"
+        good = cfg.read_text()
+        cfg.write_text(good[: len(good) // 2])
+        kcat_produce(args, "late", ["again"])
+        cfg.write_text(good)
+        walfs_cli("kafka-user", "remove", "zed", "--config", str(cfg))
+        r = kcat(args, "-L")
+        assert r.returncode != 0 and "Authentication failed" in r.stderr
     finally:
         del PASSWORDS["zed"]
-    srv.stop()
-    assert stored(data, 9) == {"late": [b"hi"]}
+    code, err = srv.stop()
+    assert "keeping the previous users" in err
+    assert stored(data, 9) == {"late": [b"hi", b"again"]}
 
 
 # -- the protocol as Kafka speaks it -------------------------------------------------------
