@@ -17,7 +17,7 @@ VERBS = {
 
 def usage() -> str:
     lines = ["usage: walfs VERB [options]", "", "verbs:"]
-    lines += [f"  {verb:<10} {text}" for verb, (_mod, text) in VERBS.items()]
+    lines += [f"  {verb:<11} {text}" for verb, (_mod, text) in VERBS.items()]
     lines.append("\n`walfs VERB --help` for the options of a verb.")
     return "\n".join(lines)
 
