@@ -203,6 +203,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
     kafka_listen = pick(args.kafka_listen, "kafka_listen", None)
     kafka_auth = pick(args.kafka_auth_config, "kafka_auth_config", None) or None
     kafka_insecure = bool(args.kafka_insecure_listen) or "kafka_insecure_listen" in opts
+    if (kafka_auth or kafka_insecure) and not kafka_listen:
+        raise SystemExit("walfs mount: kafka_auth_config and kafka_insecure_listen need kafka_listen")
     if kafka_listen:
         from walfs.kafka.auth_config import AuthConfig, AuthConfigError
         from walfs.kafka.listener import check_listen_security, parse_listen_address
