@@ -70,7 +70,7 @@ def parse_limit(text: str) -> int | None:
         return None
     unit = _UNITS.get(t[-1:], 1)
     digits = t[:-1] if unit > 1 else t
-    if not digits.isdigit():
+    if not digits.isdigit() or len(digits) > 19 or int(digits) * unit >= 2**63:
         raise ValueError(f"not a retention limit: {text!r}")
     return int(digits) * unit
 
