@@ -24,9 +24,11 @@ from kafka_harness import (
     SMALL_WAL,
     SMALL_WAL_ARGS,
     ServeProcess,
+    add_user,
     encode_request,
     is_closed,
     recv_frame,
+    walfs_cli,
 )
 
 import walfs
@@ -34,33 +36,6 @@ from walfs.kafka.scram import ScramServer, make_credential
 
 PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret", "carol": "carol-secret"}
 ORGS = {"alice": 2, "bob": 3, "carol": 2}  # carol shares alice's org
-
-
-def walfs_cli(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "walfs", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=check,
-        cwd=REPO,
-    )
-
-
-def add_user(config: Path, name: str, org: int, password: str) -> None:
-    walfs_cli(
-        "kafka-user",
-        "add",
-        name,
-        "--org",
-        str(org),
-        "--config",
-        str(config),
-        "--iterations",
-        "4096",
-        stdin=password + "\n",
-    )
 
 
 @pytest.fixture(scope="module")

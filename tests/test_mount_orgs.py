@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from conftest_mount import REPO, Mount, cli, wait_until
+from kafka_harness import add_user
 
 import walfs
 
@@ -71,31 +72,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _add_user(config: Path, name: str, org: int, password: str) -> None:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "walfs",
-            "kafka-user",
-            "add",
-            name,
-            "--org",
-            str(org),
-            "--config",
-            str(config),
-            "--iterations",
-            "4096",
-        ],
-        input=password + "\n",
-        text=True,
-        capture_output=True,
-        timeout=60,
-        check=True,
-        cwd=REPO,
-    )
-
-
 def _kcat(port: int, user: str, password: str, *args: str, stdin: str | None = None) -> str:
     r = subprocess.run(
         [
@@ -127,8 +103,8 @@ def test_tenants_on_the_mounts_listener_stay_out_of_its_tree(
 ) -> None:
     cfg = tmp_path / "auth.json"
     cfg.write_text('{"security_protocol": "SASL_PLAINTEXT"}')
-    _add_user(cfg, "local", 1, "local-pw")  # the mount's own org
-    _add_user(cfg, "tenant", 5, "tenant-pw")
+    add_user(cfg, "local", 1, "local-pw")  # the mount's own org
+    add_user(cfg, "tenant", 5, "tenant-pw")
     m = make_mount()
     port = _free_port()
     m.start("--kafka-listen", f"127.0.0.1:{port}", "--kafka-auth-config", str(cfg))
