@@ -226,3 +226,16 @@ def test_a_reference_to_the_handles_append_follows_deletes(wal_dir):
         assert w.stats.appends_by_stream()[("t", 0)][0] == 7
     finally:
         w.close()
+
+
+def test_single_appends_of_two_orgs_stay_in_their_own_streams(wal_dir):
+    """Wal.append caches each topic's handle; an org view (Wal.for_org) has its own
+    cache, so the same topic name in two orgs are two streams."""
+    w = walfs.Wal(wal_dir, fsync="never", **SMALL)
+    try:
+        other = w.for_org(7)
+        assert [w.append("t", b"mine"), other.append("t", b"theirs"), w.append("t", b"mine2")] == [0, 0, 1]
+        assert w.read("t", 0, max_records=10) == [b"mine", b"mine2"]
+        assert other.read("t", 0, max_records=10) == [b"theirs"]
+    finally:
+        w.close()
