@@ -1,5 +1,6 @@
 /* writer.c: the append path. An append plans where every record goes (allocating runs),
- * writes records and index slots with few syscalls, and only then publishes them: a
+ * writes records and index slots with few syscalls (a small append with none: it copies
+ * into the segment's writable mapping, io.c seg_mwritev), and only then publishes them: a
  * failed append leaves nothing visible and nothing that recovery would bring back. */
 #include "internal.h"
 
