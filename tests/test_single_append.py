@@ -49,16 +49,29 @@ def test_single_appends_make_no_write_syscall_per_record(wal_dir):
         """
     out = os.path.join(os.path.dirname(wal_dir), "strace.txt")
     r = subprocess.run(
-        ["strace", "-f", "-qq", "-o", out, "-e", "trace=write,pwrite64,pwritev,pwritev2,writev",
-         sys.executable, "-c", textwrap.dedent(body), wal_dir],
-        capture_output=True, text=True, timeout=300,
+        [
+            "strace",
+            "-f",
+            "-qq",
+            "-o",
+            out,
+            "-e",
+            "trace=write,pwrite64,pwritev,pwritev2,writev",
+            sys.executable,
+            "-c",
+            textwrap.dedent(body),
+            wal_dir,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert r.returncode == 0, r.stderr
     assert "HW 2001" in r.stdout, r.stdout
     lines = open(out).read().splitlines()
     # Only what follows the process's "GO" line counts (start-up and the warm batch do not).
     go = next(i for i, line in enumerate(lines) if re.search(r'write\(1, "GO', line))
-    writes = [line for line in lines[go + 1:] if re.search(r"\bp?writev?2?\(|pwrite64\(", line)]
+    writes = [line for line in lines[go + 1 :] if re.search(r"\bp?writev?2?\(|pwrite64\(", line)]
     # close() writes seal/frontier headers and catalog entries: a handful, not 4,000.
     assert len(writes) < 50, (len(writes), writes[:20])
 
