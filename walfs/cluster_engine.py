@@ -88,6 +88,11 @@ _LENS = struct.Struct("<II")
 _U64 = struct.Struct("<Q")
 
 
+# Errors a just-made topic gives until the client's metadata shows it (librdkafka codes:
+# _UNKNOWN_PARTITION, _UNKNOWN_TOPIC, UNKNOWN_TOPIC_OR_PART).
+_NOT_SEEN_YET = frozenset({-190, -188, 3})
+
+
 @dataclass
 class _Shared:
     """The engine's scalars that change after open, in one object shared by its for_org
@@ -413,8 +418,12 @@ class KafkaEngine:
                             TopicPartition(topic, p), timeout=self.timeout
                         )
                     break
-                except KafkaException as e:  # a leader moving (a new topic, a lost broker)
-                    if not e.args[0].retriable() and "LEADER" not in str(e) or time.monotonic() > deadline:
+                except KafkaException as e:
+                    # A leader moving (a new topic, a lost broker), or a topic that another
+                    # engine has just made and this client's metadata does not show yet.
+                    err = e.args[0]
+                    passing = err.retriable() or "LEADER" in str(e) or err.code() in _NOT_SEEN_YET
+                    if not passing or time.monotonic() > deadline:
                         raise WalIOError(5, f"{topic}[{p}]: cannot read its ends: {e}") from None
                     time.sleep(0.2)
         return out
