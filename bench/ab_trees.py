@@ -24,7 +24,9 @@ def run_one(tree: str, script: list[str]) -> dict:
     env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         t0 = time.monotonic()
-        subprocess.run([sys.executable, *script, "--out", out.name], env=env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, *script, "--out", out.name], env=env, check=True, stdout=subprocess.DEVNULL
+        )
         result = json.load(open(out.name))
     return {"tree": tree, "seconds": round(time.monotonic() - t0, 1), "result": result}
 
@@ -48,7 +50,13 @@ def main() -> None:
             got["which"] = name
             rounds.append(got)
             print(f"round {r + 1} {name}: {got['seconds']} s", file=sys.stderr, flush=True)
-    doc = {"script": script, "old": args.old, "new": args.new, "load_before": os.getloadavg(), "rounds": rounds}
+    doc = {
+        "script": script,
+        "old": args.old,
+        "new": args.new,
+        "load_before": os.getloadavg(),
+        "rounds": rounds,
+    }
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)
 
