@@ -88,6 +88,11 @@ _KEY = struct.Struct("<QI")
 _REC = struct.Struct("<QQqIIQ")  # engine_api.REC_LAYOUT
 NO_GID = 2**64 - 1
 CACHE_BYTES = 64 << 20
+# The cleaner snapshots a region once its replay has passed this many Kafka records since
+# the region's newest snapshot, so opening replays at most about this many per region
+# (plus what came in since the last cleaner run); a snapshot costs O(chunks the region
+# holds), so not after every record (docs/cluster.md, "Snapshots and the cleaner").
+SNAPSHOT_EVERY = 10_000
 
 
 def is_cluster_target(target: str) -> bool:
@@ -238,6 +243,8 @@ class KafkaEngine:
         retention_bytes: int | None = None,
         retention_groups: Sequence[str] = (),
         timeout_s: float = 60.0,
+        use_snapshots: bool = True,
+        snapshot_every: int = SNAPSHOT_EVERY,
         **_local_only: Any,
     ) -> None:
         from confluent_kafka import Consumer, Producer
@@ -253,6 +260,11 @@ class KafkaEngine:
         self.stats = WalStats()
         self.timeout = timeout_s
         self.retention_default = Policy(retention_ms, retention_bytes, tuple(retention_groups))
+        # use_snapshots=False replays every region from its first record (to measure what
+        # snapshots save, or to rebuild from the log alone); refused once the cleaner has
+        # deleted records that only a snapshot still describes.
+        self.use_snapshots = use_snapshots
+        self.snapshot_every = snapshot_every
         self._closed = False
         self._failed: BaseException | None = None
         self._lock = threading.Lock()
@@ -265,7 +277,11 @@ class KafkaEngine:
         self._cursors: dict[str, dict[bytes, int]] = {}
         self._cursor_meta: dict[tuple[str, bytes], str] = {}
         self._settings: dict[tuple[int, str], dict[str, Any]] = {}
-        self._snapshots: dict[int, dict[str, Any]] = {}
+        # region -> its newest snapshot as stored (zlib(JSON)); decoded when used, so an
+        # open that meets many older snapshots in the meta topic parses only the last.
+        self._snapshots: dict[int, bytes] = {}
+        self._snapshot_upto: dict[int, int] = {}  # region -> position of its newest snapshot
+        self._open_replayed = 0
         self._assigned: OrderedDict[tuple[int, int], int] = OrderedDict()  # (region, koff) -> offset
         self._cache: OrderedDict[tuple[int, int], Chunk] = OrderedDict()
         self._cache_bytes = 0
@@ -420,19 +436,26 @@ class KafkaEngine:
         assigns = [TopicPartition(self.t.meta_topic, 0, self._meta_pos)]
         for r in range(self.t.regions):
             lo, _hi = ends[r]
-            snap = self._snapshots.get(r)
+            blob = self._snapshots.get(r) if self.use_snapshots else None
             start = 0
-            if snap is not None:
+            if blob is not None:
                 try:
+                    snap = json.loads(zlib.decompress(blob))
                     start = int(snap["upto"])
+                    self._snapshot_upto[r] = start
                     for d in snap["streams"]:
                         s = StreamState.from_json(d, r)
                         key = stream_key_bytes(s.org, s.topic, s.partition)
                         self._add_stream(key, s)
-                except (KeyError, TypeError, ValueError) as e:
+                except (KeyError, TypeError, ValueError, zlib.error) as e:
                     raise WalCorruptError(
                         f"{self.t.meta_topic}: snapshot of region {r} unreadable: {e}"
                     ) from None
+            if lo > start and not self.use_snapshots:
+                raise WalError(
+                    f"{self.t.log_topic}[{r}] starts at {lo}: the cleaner deleted records below it that "
+                    f"only the region's snapshot describes; open with snapshots (use_snapshots=True)"
+                )
             if lo > start:
                 raise WalCorruptError(
                     f"{self.t.log_topic}[{r}] starts at {lo}, but the newest snapshot covers only up "
@@ -441,6 +464,7 @@ class KafkaEngine:
             self._pos[r] = start
             assigns.append(TopicPartition(self.t.log_topic, r, start))
         self._tail.assign(assigns)
+        self._open_replayed = sum(max(0, ends[r][1] - self._pos[r]) for r in range(self.t.regions))
         self._drain({("l", r): ends[r][1] for r in range(self.t.regions)})
 
     def _drain(self, until: dict[tuple[str, int], int]) -> None:
@@ -537,10 +561,8 @@ class KafkaEngine:
             if len(rest) != 4 or value is None:
                 return
             r = int.from_bytes(rest, "little")
-            try:
-                self._snapshots[r] = json.loads(zlib.decompress(value))
-            except (ValueError, zlib.error) as e:
-                raise WalCorruptError(f"{where}: snapshot of region {r} unreadable: {e}") from None
+            if r < self.t.regions:  # checked when the open decodes it (_recover)
+                self._snapshots[r] = value
         else:
             raise WalCorruptError(f"{where}: unknown meta record {key[:16]!r}")
 
@@ -1180,13 +1202,27 @@ class KafkaEngine:
         if write:
             blob = zlib.compress(json.dumps(snap, separators=(",", ":")).encode())
             self._wait_meta(self._produce(self.t.meta_topic, 0, b"n" + region.to_bytes(4, "little"), blob))
+            self._snapshot_upto[region] = max(self._snapshot_upto.get(region, 0), snap["upto"])
         return snap
+
+    def snapshot_due(self) -> int:
+        """Snapshots every region whose replay passed `snapshot_every` Kafka records since
+        its newest snapshot (the cleaner's periodic part); returns how many it wrote."""
+        if self.producer is None:
+            return 0
+        done = 0
+        for r in range(self.t.regions):
+            if self._pos.get(r, 0) - self._snapshot_upto.get(r, 0) >= self.snapshot_every:
+                self.snapshot(r)
+                done += 1
+        return done
 
     def _background(self, every: float) -> None:
         while not self._stop.wait(every):
             try:
                 self.apply_retention()
                 self.stats.reclaimed_segments += self.reclaim()
+                self.snapshot_due()
             except WalClosedError:
                 return
             except Exception:
@@ -1201,6 +1237,7 @@ class KafkaEngine:
             "regions": self.t.regions,
             "snapshots": len(self._snapshots),
             "open_ms": int(self.stats.open_seconds * 1000),
+            "open_replayed": self._open_replayed,  # log records the open replayed after snapshots
         }
 
     def verify(self) -> list[tuple[str, int, int, str]]:
