@@ -28,6 +28,7 @@ def test_periodic_snapshots_bound_what_an_open_replays() -> None:
     try:
         for k in range(60):  # 60 log records over 6 streams in 2 regions
             w.append_lines(f"s{k % 6}", 0, b"line %d\n" % k)
+
         # The cleaner (background, every 0.2 s) snapshots each region once it passed 20
         # records since its last one.
         def caught_up() -> bool:
