@@ -38,7 +38,6 @@ import tempfile
 import threading
 import time
 import uuid
-from array import array
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +73,9 @@ def rate(records: int, size: int, seconds: float) -> dict[str, Any]:
     }
 
 
-def wal_append(target: str, topic: str, records: int, size: int, batch_bytes: int, threads: int) -> dict[str, Any]:
+def wal_append(
+    target: str, topic: str, records: int, size: int, batch_bytes: int, threads: int
+) -> dict[str, Any]:
     """records of `size` bytes through Wal.append_batch, `threads` callers on one stream."""
     per_call = max(1, batch_bytes // size)
     calls = (records + per_call - 1) // per_call
@@ -117,7 +118,15 @@ def mount_append(mount: Mount, topic: str, records: int, size: int, work: Path) 
             left -= n
     t0 = time.monotonic()
     subprocess.run(
-        ["dd", f"if={src}", f"of={mount.path / topic}", "bs=1M", "oflag=append", "conv=notrunc", "status=none"],
+        [
+            "dd",
+            f"if={src}",
+            f"of={mount.path / topic}",
+            "bs=1M",
+            "oflag=append",
+            "conv=notrunc",
+            "status=none",
+        ],
         check=True,
         timeout=1800,
     )
@@ -145,7 +154,9 @@ def wal_read(target: str, topic: str, records: int, size: int) -> dict[str, Any]
 def summarize(rounds: list[dict[str, Any]], size_name: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for cell in ("kafka_produce", "wal_append", "mount_append", "kafka_consume", "wal_read"):
-        vals = [r[size_name][cell]["records_per_s"] for r in rounds if r[size_name][cell].get("records_per_s")]
+        vals = [
+            r[size_name][cell]["records_per_s"] for r in rounds if r[size_name][cell].get("records_per_s")
+        ]
         if vals:
             out[cell] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
     for walfs_cell, kafka_cell in (
@@ -211,7 +222,9 @@ def main() -> None:
                         cells["kafka_produce"] = produce(cp, cluster.bootstrap, ktopic, n, size, 1)
                         cells["kafka_consume"] = consume(cp, cluster.bootstrap, ktopic, n, size)
                     else:
-                        cells["wal_append"] = wal_append(target, wtopic, n, size, args.batch_bytes, args.threads)
+                        cells["wal_append"] = wal_append(
+                            target, wtopic, n, size, args.batch_bytes, args.threads
+                        )
                         cells["wal_read"] = wal_read(target, wtopic, n, size)
                         if mount is not None:
                             cells["mount_append"] = mount_append(mount, mtopic, n, size, work)
@@ -234,7 +247,10 @@ def main() -> None:
         dest.write_text(json.dumps(out, indent=1))
         for s, cells in out["summary"].items():
             for cell, v in cells.items():
-                print(f"{s:5s} {cell:30s} median {v['median']:>10} (min {v['min']}, max {v['max']})", file=sys.stderr)
+                print(
+                    f"{s:5s} {cell:30s} median {v['median']:>10} (min {v['min']}, max {v['max']})",
+                    file=sys.stderr,
+                )
         print(f"JSON: {dest}", file=sys.stderr)
     finally:
         if mount is not None:
