@@ -1195,14 +1195,15 @@ class KafkaEngine:
     def snapshot(self, region: int, write: bool = True) -> dict[str, Any]:
         """The region's stream maps at its replay position; written to the meta topic."""
         with self._lock:
+            upto = self._pos.get(region, 0)
             snap = {
-                "upto": self._pos.get(region, 0),
+                "upto": upto,
                 "streams": [s.to_json() for s in self._streams.values() if s.region == region],
             }
         if write:
             blob = zlib.compress(json.dumps(snap, separators=(",", ":")).encode())
             self._wait_meta(self._produce(self.t.meta_topic, 0, b"n" + region.to_bytes(4, "little"), blob))
-            self._snapshot_upto[region] = max(self._snapshot_upto.get(region, 0), snap["upto"])
+            self._snapshot_upto[region] = max(self._snapshot_upto.get(region, 0), upto)
         return snap
 
     def snapshot_due(self) -> int:
