@@ -46,6 +46,7 @@ import bisect
 import json
 import logging
 import struct
+import sys
 import threading
 import time
 import uuid
@@ -54,6 +55,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -85,8 +87,8 @@ _DATA = struct.Struct("<I")
 _LENS = struct.Struct("<II")
 _U64 = struct.Struct("<Q")
 _KEY = struct.Struct("<QI")
-_REC = struct.Struct("<QQqIIQ")  # engine_api.REC_LAYOUT
 NO_GID = 2**64 - 1
+_MASK64 = 2**64 - 1
 CACHE_BYTES = 64 << 20
 # The cleaner snapshots a region once its replay has passed this many Kafka records since
 # the region's newest snapshot, so opening replays at most about this many per region
@@ -152,36 +154,45 @@ class Chunk:
     """One data record of the log, parsed: its records' lengths and bodies."""
 
     lens: list[tuple[int, int]]  # (meta_len, value_len) per record
-    starts: list[int]  # where each body starts in data
+    starts: list[int]  # where each body starts in data, then where the last one ends
     data: memoryview
     ts: int
+    words: array  # meta_len | value_len << 32 per record (read()'s descriptor word)
 
     @property
     def nbytes(self) -> int:
         return len(self.data)
 
 
-def parse_data(value: bytes, where: str) -> tuple[list[tuple[int, int]], int]:
-    """(lens, where the bodies start) of an op "D" value; WalCorruptError if it lies."""
+def parse_data(value: bytes, where: str) -> tuple[array, int]:
+    """(the u32 (meta_len, value_len) pairs, where the bodies start) of an op "D" value;
+    WalCorruptError if it lies."""
     if len(value) < _HEAD.size + _DATA.size:
         raise WalCorruptError(f"{where}: data record of {len(value)} bytes is too short")
     (count,) = _DATA.unpack_from(value, _HEAD.size)
-    first = _HEAD.size + _DATA.size + count * _LENS.size
+    table = _HEAD.size + _DATA.size
+    first = table + count * _LENS.size
     if count == 0 or first > len(value):
         raise WalCorruptError(f"{where}: data record claims {count} records in {len(value)} bytes")
-    lens = [_LENS.unpack_from(value, _HEAD.size + _DATA.size + i * _LENS.size) for i in range(count)]
-    if first + sum(m + v for m, v in lens) != len(value):
+    pairs = array("I")
+    pairs.frombytes(value[table:first])
+    if sys.byteorder == "big":
+        pairs.byteswap()
+    if first + sum(pairs) != len(value):
         raise WalCorruptError(f"{where}: data record lengths do not add up to its {len(value)} bytes")
-    return lens, first
+    return pairs, first
 
 
 def to_chunk(value: bytes, ts: int, where: str) -> Chunk:
-    lens, pos = parse_data(value, where)
-    starts = []
-    for m, v in lens:
-        starts.append(pos)
-        pos += m + v
-    return Chunk(lens, starts, memoryview(value), ts)
+    pairs, pos = parse_data(value, where)
+    metas, values = pairs[0::2], pairs[1::2]
+    starts = list(accumulate((m + v for m, v in zip(metas, values, strict=True)), initial=pos))
+    if sys.byteorder == "little":  # the (meta_len, value_len) u32 pairs read as u64 words
+        words = array("Q")
+        words.frombytes(pairs.tobytes())
+    else:
+        words = array("Q", (m | v << 32 for m, v in zip(metas, values, strict=True)))
+    return Chunk(list(zip(metas, values, strict=True)), starts, memoryview(value), ts, words)
 
 
 @dataclass
@@ -843,19 +854,31 @@ class KafkaEngine:
         # One Kafka record per MAX_CHUNK_BYTES: a batch that fits is atomic (all or none);
         # a larger one is split, each part atomic (docs/cluster.md).
         while i < n:
-            j, size = i, 0
-            while j < n and (j == i or size + meta_lens[j] + value_lens[j] + 8 <= MAX_CHUNK_BYTES):
-                size += meta_lens[j] + value_lens[j] + 8
-                j += 1
+            if i == 0 and len(data) + 8 * n <= MAX_CHUNK_BYTES:
+                j, size = n, len(data) + 8 * n  # the common case: the whole batch in one record
+            else:
+                j, size = i, 0
+                while j < n and (j == i or size + meta_lens[j] + value_lens[j] + 8 <= MAX_CHUNK_BYTES):
+                    size += meta_lens[j] + value_lens[j] + 8
+                    j += 1
             if size > MAX_CHUNK_BYTES:
                 raise RecordTooLargeError(f"a record of {size - 8} bytes is larger than {MAX_CHUNK_BYTES}")
-            body = bytearray(_HEAD.pack(ord("D"), VERSION, 0) + _DATA.pack(j - i))
-            for k in range(i, j):
-                body += _LENS.pack(meta_lens[k], value_lens[k])
+            table = array("I", bytes(8 * (j - i)))  # (meta_len, value_len) per record, u32 LE
+            table[0::2] = array("I", meta_lens[i:j])
+            table[1::2] = array("I", value_lens[i:j])
+            if sys.byteorder == "big":
+                table.byteswap()
             nbytes = size - 8 * (j - i)
-            body += data[pos : pos + nbytes]
+            body = b"".join(
+                (
+                    _HEAD.pack(ord("D"), VERSION, 0),
+                    _DATA.pack(j - i),
+                    table.tobytes(),
+                    data[pos : pos + nbytes],
+                )
+            )
             r = region_of(key, self.t.regions)
-            koff = self._produce(self.t.log_topic, r, key, bytes(body))
+            koff = self._produce(self.t.log_topic, r, key, body)
             self._wait_applied(r, koff)
             off = self._assigned.get((r, koff))
             if off is None:  # evicted by a flood of other appends: look it up in the stream
@@ -929,19 +952,29 @@ class KafkaEngine:
                 koff, first, ts = s.koff[i], s.first[i], s.ts[i]
             chunk = self._chunk(s.region, koff)
             k = offset - first
-            while k < len(chunk.lens) and n < limit:
-                m, v = chunk.lens[k]
-                if used + m + v > len(out) or (n and used + m + v > max_bytes):
-                    if n == 0:
-                        raise BufferTooSmallError(m + v)
-                    return n
-                st = chunk.starts[k]
-                out[used : used + m + v] = chunk.data[st : st + m + v]
-                _REC.pack_into(rv, n * REC_SIZE, NO_GID, offset, ts, m, v, used)
-                used += m + v
-                n += 1
-                k += 1
-                offset += 1
+            m, v = chunk.lens[k]
+            if used + m + v > len(out) or (n and used + m + v > max_bytes):
+                if n == 0:
+                    raise BufferTooSmallError(m + v)
+                return n
+            # Records k..e-1 of the chunk at once: their bodies are contiguous, and as many
+            # as fit the buffer, max_bytes (past the first record) and max_records.
+            st = chunk.starts[k]
+            cap = st + min(len(out), max_bytes) - used
+            e = max(k + 1, bisect.bisect_right(chunk.starts, cap, k + 1) - 1)
+            e = min(e, k + limit - n, len(chunk.lens))
+            cnt, nb = e - k, chunk.starts[e] - st
+            out[used : used + nb] = chunk.data[st : st + nb]
+            words = array("Q", [NO_GID, 0, ts & _MASK64, 0, 0]) * cnt  # engine_api.REC_LAYOUT
+            words[1::5] = array("Q", range(offset, offset + cnt))
+            words[3::5] = chunk.words[k:e]
+            words[4::5] = array("Q", [x + used - st for x in chunk.starts[k:e]])
+            if sys.byteorder == "big":
+                words.byteswap()
+            rv[n * REC_SIZE : (n + cnt) * REC_SIZE] = memoryview(words).cast("B")
+            used += nb
+            n += cnt
+            offset += cnt
         return n
 
     def read_bytes(self, topic: str, partition: int, position: int, buf: Any) -> int:
