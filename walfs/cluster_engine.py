@@ -314,7 +314,9 @@ class KafkaEngine:
                     "acks": "all",
                     "enable.idempotence": True,
                     "linger.ms": 2,
-                    "message.max.bytes": MAX_CHUNK_BYTES + (1 << 20),
+                    # The meta topic's limit (64 MiB): a region snapshot can be larger than a
+                    # log record (which append keeps to MAX_CHUNK_BYTES; the broker enforces it).
+                    "message.max.bytes": (64 << 20) + (1 << 20),
                     "delivery.timeout.ms": int(timeout_s * 1000),
                 }
             )
