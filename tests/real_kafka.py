@@ -41,17 +41,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+def wait_for_port(
+    port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None, host: str = "127.0.0.1"
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"process exited with {proc.returncode} before port {port} answered")
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
+            with socket.create_connection((host, port), timeout=1):
                 return
         except OSError:
             time.sleep(0.2)
-    raise TimeoutError(f"nothing answered on 127.0.0.1:{port} within {timeout:.0f} s")
+    raise TimeoutError(f"nothing answered on {host}:{port} within {timeout:.0f} s")
 
 
 def run_tool(
@@ -89,7 +91,9 @@ class KafkaCluster:
     `extra` adds server.properties lines (e.g. {"log.flush.interval.messages": "1"}). With
     three nodes the internal topics and new topics get replication factor 3 and
     min.insync.replicas=2, as a production cluster would. Nodes can be killed and
-    restarted by index (`kill(i)`, `restart(i)`) to test failover.
+    restarted by index (`kill(i)`, `restart(i)`) to test failover. `host` is the address
+    the brokers listen on and advertise to clients (loopback by default; another local
+    address for clients in other network namespaces); the controllers stay on loopback.
     """
 
     def __init__(
@@ -100,8 +104,10 @@ class KafkaCluster:
         startup_timeout: float = 120,
         directory: Path | None = None,
         base_port: int | None = None,
+        host: str = "127.0.0.1",
     ) -> None:
         self.n = nodes
+        self.host = host
         self.extra = extra or {}
         self.heap = heap
         self.startup_timeout = startup_timeout
@@ -119,7 +125,7 @@ class KafkaCluster:
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{p}" for p in self.ports)
+        return ",".join(f"{self.host}:{p}" for p in self.ports)
 
     def _properties(self, i: int) -> str:
         rf = str(min(3, self.n))
@@ -130,8 +136,8 @@ class KafkaCluster:
             "process.roles": "broker,controller",
             "node.id": str(i + 1),
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "listeners": f"PLAINTEXT://{self.host}:{port},CONTROLLER://127.0.0.1:{cport}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
@@ -172,7 +178,7 @@ class KafkaCluster:
             for i in range(self.n):
                 self._spawn(i)
             for i in range(self.n):
-                wait_for_port(self.ports[i], self.startup_timeout, self.procs[i])
+                wait_for_port(self.ports[i], self.startup_timeout, self.procs[i], self.host)
         except BaseException:
             self.stop()
             raise
@@ -211,7 +217,7 @@ class KafkaCluster:
     def restart(self, i: int) -> None:
         self.kill(i)
         self._spawn(i)
-        wait_for_port(self.ports[i], self.startup_timeout, self.procs[i])
+        wait_for_port(self.ports[i], self.startup_timeout, self.procs[i], self.host)
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -257,9 +263,13 @@ class KafkaBroker(KafkaCluster):
     """A single KRaft node on free ports; `with KafkaBroker() as k: k.bootstrap`."""
 
     def __init__(
-        self, extra: dict[str, str] | None = None, heap: str = "512m", startup_timeout: float = 90
+        self,
+        extra: dict[str, str] | None = None,
+        heap: str = "512m",
+        startup_timeout: float = 90,
+        host: str = "127.0.0.1",
     ) -> None:
-        super().__init__(1, extra, heap, startup_timeout)
+        super().__init__(1, extra, heap, startup_timeout, host=host)
 
     @property
     def port(self) -> int:

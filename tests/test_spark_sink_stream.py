@@ -19,7 +19,7 @@ PARTITIONS = 2
 PER_PARTITION = 300
 
 
-def out_values(data: Path) -> list[str]:
+def out_values(data: Path | str) -> list[str]:
     with walfs.Wal(data, read_only=True) as wal:
         return (
             [r.value.decode() for p in wal.partitions("out") for r in wal.read_records("out", 0, p, 100_000)]
@@ -28,7 +28,7 @@ def out_values(data: Path) -> list[str]:
         )
 
 
-def pipeline(data: Path, ckpt: Path, trigger: str, log: Path) -> subprocess.Popen[bytes]:
+def pipeline(data: Path | str, ckpt: Path, trigger: str, log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -72,7 +72,13 @@ def new_output(log: Path, since: int) -> str:
 
 
 def test_driver_killed_mid_stream_then_restarted_writes_every_row_once(tmp_path: Path) -> None:
-    data, ckpt, log = tmp_path / "data", tmp_path / "ckpt", tmp_path / "driver.log"
+    driver_killed_then_restarted(tmp_path / "data", tmp_path)
+
+
+def driver_killed_then_restarted(data: Path | str, tmp_path: Path) -> None:
+    """The test above on any target: a data directory or a kafka:// namespace
+    (tests/test_spark_on_kafka.py)."""
+    ckpt, log = tmp_path / "ckpt", tmp_path / "driver.log"
     expected = []
     with walfs.Wal(data) as wal:
         for p in range(PARTITIONS):

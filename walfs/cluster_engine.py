@@ -48,6 +48,7 @@ import copy
 import json
 import logging
 import struct
+import sys
 import threading
 import time
 import uuid
@@ -56,6 +57,7 @@ from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -103,9 +105,14 @@ class _Shared:
     meta_pos: int = 0  # the next meta topic offset the replay applies
 
 _KEY = struct.Struct("<QI")
-_REC = struct.Struct("<QQqIIQ")  # engine_api.REC_LAYOUT
 NO_GID = 2**64 - 1
+_MASK64 = 2**64 - 1
 CACHE_BYTES = 64 << 20
+# The cleaner snapshots a region once its replay has passed this many Kafka records since
+# the region's newest snapshot, so opening replays at most about this many per region
+# (plus what came in since the last cleaner run); a snapshot costs O(chunks the region
+# holds), so not after every record (docs/cluster.md, "Snapshots and the cleaner").
+SNAPSHOT_EVERY = 10_000
 
 
 def is_cluster_target(target: str) -> bool:
@@ -165,36 +172,45 @@ class Chunk:
     """One data record of the log, parsed: its records' lengths and bodies."""
 
     lens: list[tuple[int, int]]  # (meta_len, value_len) per record
-    starts: list[int]  # where each body starts in data
+    starts: list[int]  # where each body starts in data, then where the last one ends
     data: memoryview
     ts: int
+    words: array  # meta_len | value_len << 32 per record (read()'s descriptor word)
 
     @property
     def nbytes(self) -> int:
         return len(self.data)
 
 
-def parse_data(value: bytes, where: str) -> tuple[list[tuple[int, int]], int]:
-    """(lens, where the bodies start) of an op "D" value; WalCorruptError if it lies."""
+def parse_data(value: bytes, where: str) -> tuple[array, int]:
+    """(the u32 (meta_len, value_len) pairs, where the bodies start) of an op "D" value;
+    WalCorruptError if it lies."""
     if len(value) < _HEAD.size + _DATA.size:
         raise WalCorruptError(f"{where}: data record of {len(value)} bytes is too short")
     (count,) = _DATA.unpack_from(value, _HEAD.size)
-    first = _HEAD.size + _DATA.size + count * _LENS.size
+    table = _HEAD.size + _DATA.size
+    first = table + count * _LENS.size
     if count == 0 or first > len(value):
         raise WalCorruptError(f"{where}: data record claims {count} records in {len(value)} bytes")
-    lens = [_LENS.unpack_from(value, _HEAD.size + _DATA.size + i * _LENS.size) for i in range(count)]
-    if first + sum(m + v for m, v in lens) != len(value):
+    pairs = array("I")
+    pairs.frombytes(value[table:first])
+    if sys.byteorder == "big":
+        pairs.byteswap()
+    if first + sum(pairs) != len(value):
         raise WalCorruptError(f"{where}: data record lengths do not add up to its {len(value)} bytes")
-    return lens, first
+    return pairs, first
 
 
 def to_chunk(value: bytes, ts: int, where: str) -> Chunk:
-    lens, pos = parse_data(value, where)
-    starts = []
-    for m, v in lens:
-        starts.append(pos)
-        pos += m + v
-    return Chunk(lens, starts, memoryview(value), ts)
+    pairs, pos = parse_data(value, where)
+    metas, values = pairs[0::2], pairs[1::2]
+    starts = list(accumulate((m + v for m, v in zip(metas, values, strict=True)), initial=pos))
+    if sys.byteorder == "little":  # the (meta_len, value_len) u32 pairs read as u64 words
+        words = array("Q")
+        words.frombytes(pairs.tobytes())
+    else:
+        words = array("Q", (m | v << 32 for m, v in zip(metas, values, strict=True)))
+    return Chunk(list(zip(metas, values, strict=True)), starts, memoryview(value), ts, words)
 
 
 @dataclass
@@ -256,6 +272,8 @@ class KafkaEngine:
         retention_bytes: int | None = None,
         retention_groups: Sequence[str] = (),
         timeout_s: float = 60.0,
+        use_snapshots: bool = True,
+        snapshot_every: int = SNAPSHOT_EVERY,
         **_local_only: Any,
     ) -> None:
         from confluent_kafka import Consumer, Producer
@@ -271,6 +289,11 @@ class KafkaEngine:
         self.stats = WalStats()
         self.timeout = timeout_s
         self.retention_default = Policy(retention_ms, retention_bytes, tuple(retention_groups))
+        # use_snapshots=False replays every region from its first record (to measure what
+        # snapshots save, or to rebuild from the log alone); refused once the cleaner has
+        # deleted records that only a snapshot still describes.
+        self.use_snapshots = use_snapshots
+        self.snapshot_every = snapshot_every
         self._live = _Shared()
         self._owner: KafkaEngine | None = None  # set on for_org views: the engine that closes
         self._lock = threading.Lock()
@@ -283,7 +306,11 @@ class KafkaEngine:
         self._group_orgs: dict[str, set[int]] = {}  # groups made by create_group (-1: every org)
         self._cursor_meta: dict[tuple[str, bytes], str] = {}
         self._settings: dict[tuple[int, str], dict[str, Any]] = {}
-        self._snapshots: dict[int, dict[str, Any]] = {}
+        # region -> its newest snapshot as stored (zlib(JSON)); decoded when used, so an
+        # open that meets many older snapshots in the meta topic parses only the last.
+        self._snapshots: dict[int, bytes] = {}
+        self._snapshot_upto: dict[int, int] = {}  # region -> position of its newest snapshot
+        self._open_replayed = 0
         self._assigned: OrderedDict[tuple[int, int], int] = OrderedDict()  # (region, koff) -> offset
         self._cache: OrderedDict[tuple[int, int], Chunk] = OrderedDict()
         self._cache_bytes = 0
@@ -305,7 +332,9 @@ class KafkaEngine:
                     "acks": "all",
                     "enable.idempotence": True,
                     "linger.ms": 2,
-                    "message.max.bytes": MAX_CHUNK_BYTES + (1 << 20),
+                    # The meta topic's limit (64 MiB): a region snapshot can be larger than a
+                    # log record (which append keeps to MAX_CHUNK_BYTES; the broker enforces it).
+                    "message.max.bytes": (64 << 20) + (1 << 20),
                     "delivery.timeout.ms": int(timeout_s * 1000),
                 }
             )
@@ -442,19 +471,26 @@ class KafkaEngine:
         assigns = [TopicPartition(self.t.meta_topic, 0, self._live.meta_pos)]
         for r in range(self.t.regions):
             lo, _hi = ends[r]
-            snap = self._snapshots.get(r)
+            blob = self._snapshots.get(r) if self.use_snapshots else None
             start = 0
-            if snap is not None:
+            if blob is not None:
                 try:
+                    snap = json.loads(zlib.decompress(blob))
                     start = int(snap["upto"])
+                    self._snapshot_upto[r] = start
                     for d in snap["streams"]:
                         s = StreamState.from_json(d, r)
                         key = stream_key_bytes(s.org, s.topic, s.partition)
                         self._add_stream(key, s)
-                except (KeyError, TypeError, ValueError) as e:
+                except (KeyError, TypeError, ValueError, zlib.error) as e:
                     raise WalCorruptError(
                         f"{self.t.meta_topic}: snapshot of region {r} unreadable: {e}"
                     ) from None
+            if lo > start and not self.use_snapshots:
+                raise WalError(
+                    f"{self.t.log_topic}[{r}] starts at {lo}: the cleaner deleted records below it that "
+                    f"only the region's snapshot describes; open with snapshots (use_snapshots=True)"
+                )
             if lo > start:
                 raise WalCorruptError(
                     f"{self.t.log_topic}[{r}] starts at {lo}, but the newest snapshot covers only up "
@@ -463,6 +499,7 @@ class KafkaEngine:
             self._pos[r] = start
             assigns.append(TopicPartition(self.t.log_topic, r, start))
         self._tail.assign(assigns)
+        self._open_replayed = sum(max(0, ends[r][1] - self._pos[r]) for r in range(self.t.regions))
         self._drain({("l", r): ends[r][1] for r in range(self.t.regions)})
 
     def _drain(self, until: dict[tuple[str, int], int]) -> None:
@@ -564,10 +601,8 @@ class KafkaEngine:
             if len(rest) != 4 or value is None:
                 return
             r = int.from_bytes(rest, "little")
-            try:
-                self._snapshots[r] = json.loads(zlib.decompress(value))
-            except (ValueError, zlib.error) as e:
-                raise WalCorruptError(f"{where}: snapshot of region {r} unreadable: {e}") from None
+            if r < self.t.regions:  # checked when the open decodes it (_recover)
+                self._snapshots[r] = value
         else:
             raise WalCorruptError(f"{where}: unknown meta record {key[:16]!r}")
 
@@ -844,19 +879,31 @@ class KafkaEngine:
         # One Kafka record per MAX_CHUNK_BYTES: a batch that fits is atomic (all or none);
         # a larger one is split, each part atomic (docs/cluster.md).
         while i < n:
-            j, size = i, 0
-            while j < n and (j == i or size + meta_lens[j] + value_lens[j] + 8 <= MAX_CHUNK_BYTES):
-                size += meta_lens[j] + value_lens[j] + 8
-                j += 1
+            if i == 0 and len(data) + 8 * n <= MAX_CHUNK_BYTES:
+                j, size = n, len(data) + 8 * n  # the common case: the whole batch in one record
+            else:
+                j, size = i, 0
+                while j < n and (j == i or size + meta_lens[j] + value_lens[j] + 8 <= MAX_CHUNK_BYTES):
+                    size += meta_lens[j] + value_lens[j] + 8
+                    j += 1
             if size > MAX_CHUNK_BYTES:
                 raise RecordTooLargeError(f"a record of {size - 8} bytes is larger than {MAX_CHUNK_BYTES}")
-            body = bytearray(_HEAD.pack(ord("D"), VERSION, 0) + _DATA.pack(j - i))
-            for k in range(i, j):
-                body += _LENS.pack(meta_lens[k], value_lens[k])
+            table = array("I", bytes(8 * (j - i)))  # (meta_len, value_len) per record, u32 LE
+            table[0::2] = array("I", meta_lens[i:j])
+            table[1::2] = array("I", value_lens[i:j])
+            if sys.byteorder == "big":
+                table.byteswap()
             nbytes = size - 8 * (j - i)
-            body += data[pos : pos + nbytes]
+            body = b"".join(
+                (
+                    _HEAD.pack(ord("D"), VERSION, 0),
+                    _DATA.pack(j - i),
+                    table.tobytes(),
+                    data[pos : pos + nbytes],
+                )
+            )
             r = region_of(key, self.t.regions)
-            koff = self._produce(self.t.log_topic, r, key, bytes(body))
+            koff = self._produce(self.t.log_topic, r, key, body)
             self._wait_applied(r, koff)
             off = self._assigned.get((r, koff))
             if off is None:  # evicted by a flood of other appends: look it up in the stream
@@ -930,19 +977,29 @@ class KafkaEngine:
                 koff, first, ts = s.koff[i], s.first[i], s.ts[i]
             chunk = self._chunk(s.region, koff)
             k = offset - first
-            while k < len(chunk.lens) and n < limit:
-                m, v = chunk.lens[k]
-                if used + m + v > len(out) or (n and used + m + v > max_bytes):
-                    if n == 0:
-                        raise BufferTooSmallError(m + v)
-                    return n
-                st = chunk.starts[k]
-                out[used : used + m + v] = chunk.data[st : st + m + v]
-                _REC.pack_into(rv, n * REC_SIZE, NO_GID, offset, ts, m, v, used)
-                used += m + v
-                n += 1
-                k += 1
-                offset += 1
+            m, v = chunk.lens[k]
+            if used + m + v > len(out) or (n and used + m + v > max_bytes):
+                if n == 0:
+                    raise BufferTooSmallError(m + v)
+                return n
+            # Records k..e-1 of the chunk at once: their bodies are contiguous, and as many
+            # as fit the buffer, max_bytes (past the first record) and max_records.
+            st = chunk.starts[k]
+            cap = st + min(len(out), max_bytes) - used
+            e = max(k + 1, bisect.bisect_right(chunk.starts, cap, k + 1) - 1)
+            e = min(e, k + limit - n, len(chunk.lens))
+            cnt, nb = e - k, chunk.starts[e] - st
+            out[used : used + nb] = chunk.data[st : st + nb]
+            words = array("Q", [NO_GID, 0, ts & _MASK64, 0, 0]) * cnt  # engine_api.REC_LAYOUT
+            words[1::5] = array("Q", range(offset, offset + cnt))
+            words[3::5] = chunk.words[k:e]
+            words[4::5] = array("Q", [x + used - st for x in chunk.starts[k:e]])
+            if sys.byteorder == "big":
+                words.byteswap()
+            rv[n * REC_SIZE : (n + cnt) * REC_SIZE] = memoryview(words).cast("B")
+            used += nb
+            n += cnt
+            offset += cnt
         return n
 
     def read_bytes(self, topic: str, partition: int, position: int, buf: Any) -> int:
@@ -1224,20 +1281,35 @@ class KafkaEngine:
     def snapshot(self, region: int, write: bool = True) -> dict[str, Any]:
         """The region's stream maps at its replay position; written to the meta topic."""
         with self._lock:
+            upto = self._pos.get(region, 0)
             snap = {
-                "upto": self._pos.get(region, 0),
+                "upto": upto,
                 "streams": [s.to_json() for s in self._streams.values() if s.region == region],
             }
         if write:
             blob = zlib.compress(json.dumps(snap, separators=(",", ":")).encode())
             self._wait_meta(self._produce(self.t.meta_topic, 0, b"n" + region.to_bytes(4, "little"), blob))
+            self._snapshot_upto[region] = max(self._snapshot_upto.get(region, 0), upto)
         return snap
+
+    def snapshot_due(self) -> int:
+        """Snapshots every region whose replay passed `snapshot_every` Kafka records since
+        its newest snapshot (the cleaner's periodic part); returns how many it wrote."""
+        if self.producer is None:
+            return 0
+        done = 0
+        for r in range(self.t.regions):
+            if self._pos.get(r, 0) - self._snapshot_upto.get(r, 0) >= self.snapshot_every:
+                self.snapshot(r)
+                done += 1
+        return done
 
     def _background(self, every: float) -> None:
         while not self._stop.wait(every):
             try:
                 self.apply_retention()
                 self.stats.reclaimed_segments += self.reclaim()
+                self.snapshot_due()
             except WalClosedError:
                 return
             except Exception:
@@ -1252,6 +1324,7 @@ class KafkaEngine:
             "regions": self.t.regions,
             "snapshots": len(self._snapshots),
             "open_ms": int(self.stats.open_seconds * 1000),
+            "open_replayed": self._open_replayed,  # log records the open replayed after snapshots
         }
 
     def verify(self) -> list[tuple[str, int, int, str]]:
