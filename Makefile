@@ -7,7 +7,7 @@ START     ?= 1
 # openjdk-17-jre-headless: Java for PySpark (the Spark data source; the README's tour).
 # openssl: the Kafka auth tests make their TLS certificates with it.
 # strace: tests/test_single_append.py counts the write syscalls of single appends.
-APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd strace \
+APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd strace iproute2 \
 	openjdk-17-jre-headless openssl
 
 .PHONY: install deps venv start testdeps kafka test lint ctest bench walrus-baseline bench-single cluster cluster-stop bench-kafka torture fuzz-mount clean
