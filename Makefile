@@ -7,6 +7,7 @@ START     ?= 1
 # openjdk-17-jre-headless: Java for PySpark (the Spark data source; the README's tour).
 # openssl: the Kafka auth tests make their TLS certificates with it.
 # strace: tests/test_single_append.py counts the write syscalls of single appends.
+# iproute2: tests/test_cluster_netns.py puts two mounts in two network namespaces (ip netns).
 APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd strace iproute2 \
 	openjdk-17-jre-headless openssl
 
