@@ -4,10 +4,13 @@ background retention gives the space back while appends go on."""
 
 from __future__ import annotations
 
+import errno
 import os
+import subprocess
 import time
 
-from conftest_mount import Mount
+import pytest
+from conftest_mount import Mount, wait_until
 
 pytest_plugins = ["conftest_mount"]
 
@@ -134,5 +137,84 @@ def test_rm_deletes_a_topic_only_when_allowed(make_mount) -> None:
         assert xattr(m, "low_watermark") == "0"
         assert xattr(m, "high_watermark") == "1"
         assert m.out("cat .consumers/g/t") == "b\n"  # the group's old cursor went with the topic
+    finally:
+        m.stop()
+
+
+PAGE = 4096
+
+
+def trimmed_and_kept_reads(m: Mount, full: bytes, low: int) -> None:
+    """Every reader of the trimmed range (records below `low`, each PAGE bytes) gets
+    ENODATA; the kept records read back byte for byte at their old positions."""
+    for cmd in ("cat t", f"dd if=t bs={PAGE} skip=0 count=1", f"dd if=t bs={PAGE} skip={low - 1} count=1"):
+        res = m.sh(f"{cmd} | wc -c", check=False)
+        assert res.returncode != 0 and b"No data available" in res.stderr, (cmd, res.stderr)
+    kept = subprocess.run(
+        ["dd", "if=t", f"bs={PAGE}", f"skip={low}", "status=none"],
+        cwd=m.path,
+        capture_output=True,
+        check=True,
+    ).stdout
+    assert kept == full[low * PAGE :]
+    with open(m.path / "t", "rb") as f:
+        f.seek((low - 1) * PAGE)
+        with pytest.raises(OSError) as e:
+            f.read(PAGE)
+        assert e.value.errno == errno.ENODATA
+    with open(m.path / "t", "rb") as f:
+        f.seek(low * PAGE)
+        assert f.read() == full[low * PAGE :]
+    assert int(xattr(m, "low_watermark")) == low
+    assert int(xattr(m, "high_watermark")) == len(full) // PAGE  # offsets never change
+    assert int(xattr(m, "byte_size")) == len(full)  # nor byte positions
+
+
+def test_readers_of_a_trimmed_range_get_enodata_after_a_trim_and_after_retention_by_age(
+    make_mount, monkeypatch, tmp_path
+) -> None:
+    # The daemon's background pass reads its clock from this file (retention.now_ms):
+    # time moves only when the test says so. Empty: the wall clock is not used either,
+    # "0" keeps every record young.
+    clock = tmp_path / "clock"
+    clock.write_text("0")
+    monkeypatch.setenv("WALFS_TEST_CLOCK_FILE", str(clock))
+    # One record per page, so that a page is either trimmed or kept (the kernel reads
+    # whole pages: docs/mount.md).
+    records = [b"%05d " % i + b"r" * (PAGE - 7) + b"\n" for i in range(30)]
+    src = tmp_path / "src"
+    src.write_bytes(b"".join(records[:20]))
+    m: Mount = make_mount()
+    m.start()
+    try:
+        m.sh(f"cat {src} >> t")
+        full = b"".join(records[:20])
+        assert m.sh("cat t").stdout == full  # pages now in the kernel's cache
+        m.sh("setfattr -n user.walfs.low_watermark -v 5 t")
+        trimmed_and_kept_reads(m, full, 5)
+
+        # By age: records appended before `cut` get older than retention_ms once the
+        # clock reads cut + retention_ms; the later ones stay.
+        m.sh("setfattr -n user.walfs.retention_ms -v 60000 t")
+        time.sleep(0.01)
+        cut = int(time.time() * 1000)
+        time.sleep(0.01)
+        src.write_bytes(b"".join(records[20:]))
+        m.sh(f"cat {src} >> t")
+        full = b"".join(records)
+        clock.write_text(str(cut + 60_000))
+        wait_until(
+            lambda: xattr(m, "low_watermark") == "20", timeout=60, what="the background retention pass"
+        )
+        # The pass tells the mount after it trimmed; the mount then drops the kernel's
+        # cached pages of the file (asynchronously: wait for that, bounded).
+        wait_until(
+            lambda: m.sh("dd if=t bs=4096 skip=19 count=1 | wc -c", check=False).returncode != 0,
+            timeout=30,
+            what="the trimmed pages to leave the page cache",
+        )
+        trimmed_and_kept_reads(m, full, 20)
+        m.sh("echo after >> t")  # appends go on after the pass
+        assert xattr(m, "high_watermark") == "31"
     finally:
         m.stop()

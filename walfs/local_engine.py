@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from walfs import retention
 from walfs._core import ffi
 from walfs.consumer import CursorStore
 from walfs.engine import Engine
@@ -456,7 +457,7 @@ class LocalEngine:
         watermarks of the streams it trimmed. The background thread runs it."""
         if self.read_only:
             return {}
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = retention.now_ms() if now_ms is None else now_ms
         out = {}
         for s in self._index.org_streams_all():
             policy = self.settings.policy(s.org_id, s.name, self.retention_default)
@@ -569,6 +570,8 @@ def _inject_env_faults(core: Engine) -> None:
     fail that operation after `after` successes, for the daemon tests (the mount and
     `walfs serve` open their engine themselves). Never set it in production; it is logged
     loudly when set."""
+    if os.environ.get(retention.CLOCK_FILE_ENV) and not core.read_only:
+        log.warning("%s is set: retention reads its clock from a file (tests only)", retention.CLOCK_FILE_ENV)
     spec = os.environ.get("WALFS_TEST_FAULT")
     if not spec or core.read_only:
         return
