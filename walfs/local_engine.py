@@ -86,6 +86,7 @@ class LocalEngine:
             self.core.close()
             raise
         self._lock = threading.Lock()  # the stream maps
+        self._retention_lock = threading.Lock()  # apply_retention
         self._watchers = Watchers()
         self._generation = 0  # bumped by delete(): Appender handles re-resolve their stream
         self._index = TopicIndex()
@@ -459,16 +460,22 @@ class LocalEngine:
             return {}
         now = retention.now_ms() if now_ms is None else now_ms
         out = {}
-        for s in self._index.org_streams_all():
-            policy = self.settings.policy(s.org_id, s.name, self.retention_default)
-            if policy.unlimited:
-                continue
-            target = self._retention_target(s, policy, now)
-            if target is not None:
-                self.core.trim(s.stream_no, target)
-                out[(s.org_id, s.name, s.partition)] = target
-                if s.org_id == self.org_id:
-                    self._notify(Change("trim", s.name, s.partition))
+        with self._retention_lock:  # one pass at a time (the background one and callers')
+            for s in self._index.org_streams_all():
+                policy = self.settings.policy(s.org_id, s.name, self.retention_default)
+                if policy.unlimited:
+                    continue
+                try:
+                    target = self._retention_target(s, policy, now)
+                except OffsetOutOfRangeError:
+                    # A trim from another face (setfattr, DeleteRecords) moved the low
+                    # watermark past what this pass had read: the next pass looks again.
+                    continue
+                if target is not None:
+                    self.core.trim(s.stream_no, target)
+                    out[(s.org_id, s.name, s.partition)] = target
+                    if s.org_id == self.org_id:
+                        self._notify(Change("trim", s.name, s.partition))
         return out
 
     def _retention_target(self, s: Stream, policy: Policy, now: int) -> int | None:
