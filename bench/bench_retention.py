@@ -14,7 +14,8 @@ fsync=interval): one with retention_bytes (background retention and reclamation 
   where file_per_view (file bytes a view byte takes: record header, index slot, run and
   segment headers) is measured here on a scratch WAL with the same sizes and records.
   After a retention pass kept <= limit, so disk <= bound_after_pass; between passes kept
-  runs ahead of the limit by what was appended since the last pass (kept_overshoot);
+  runs ahead of the limit by what was appended since the last pass (kept_overshoot), and
+  disk with it;
 - append throughput of each, and the ratio retained / baseline (the cost of retention
   running beside the appends).
 """
@@ -138,7 +139,9 @@ def main() -> None:
             "disk_max_over_limit_in_segments": round((max(b for _, b, _ in disk) - a.limit) / SEGMENT, 2),
             "kept_max_bytes": max(k for _, _, k in disk),
             "kept_overshoot_max_bytes": max(k for _, _, k in disk) - a.limit,
-            "disk_within_kept_bound": all(b <= bound(k) for _, b, k in disk),
+            # Expected 0 but for samples taken inside a pass, between its trim and its
+            # reclamation (the kept bytes already lower, the files not yet deleted).
+            "samples_over_kept_bound": sum(b > bound(k) for _, b, k in disk),
             "samples_over_bound_after_pass": sum(b > bound(a.limit) for _, b, _ in disk),
             "disk_samples": disk,
             "append_rate_retention": {
