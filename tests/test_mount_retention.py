@@ -11,6 +11,7 @@ import time
 
 import pytest
 from conftest_mount import Mount, wait_until
+from test_mount_permissions import as_nobody, mount_for_others, shared_base  # noqa: F401 (a fixture)
 
 pytest_plugins = ["conftest_mount"]
 
@@ -276,3 +277,27 @@ def test_a_full_disk_comes_back_through_a_trim_and_retention_without_a_remount(m
     finally:
         m.cleanup()
         subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_only_users_with_write_permission_trim_set_retention_or_delete(shared_base) -> None:  # noqa: F811
+    """A second, real user (uid 65534) on an --allow-delete mount: setfattr (trim, the
+    retention settings) and rm give EACCES and change nothing; the owner's work."""
+    m = mount_for_others(shared_base, "--allow-delete")
+    try:
+        m.sh("seq 1 10 >> t")
+        for script in (
+            "setfattr -n user.walfs.low_watermark -v 5 t",
+            "setfattr -n user.walfs.retention_ms -v 1000 t",
+            "setfattr -n user.walfs.retention_bytes -v 1K t",
+            "rm t",
+        ):
+            r = as_nobody(m, script)
+            assert r.returncode != 0 and b"Permission denied" in r.stderr, (script, r.stderr)
+        assert as_nobody(m, "getfattr --only-values -n user.walfs.retention_ms t").stdout == b"-1"
+        assert (xattr(m, "low_watermark"), xattr(m, "retention_bytes")) == ("0", "-1")
+        assert m.out("cat t") == "".join(f"{i}\n" for i in range(1, 11))
+        m.sh("setfattr -n user.walfs.low_watermark -v 5 t")  # the owner may
+        m.sh("rm t")
+        assert m.out("ls") == "partition=0\n"
+    finally:
+        m.stop()
