@@ -948,9 +948,7 @@ class WalOperations(pyfuse3.Operations):
         if len(h.partial) + (len(buf) if newline < 0 else newline) > self.max_line_bytes:
             log.warning(
                 "a line of %r passed %d bytes: refused (EFBIG), %d held bytes dropped",
-                h.node.topic,
-                self.max_line_bytes,
-                len(h.partial),
+                h.node.topic, self.max_line_bytes, len(h.partial),
             )
             h.partial = bytearray()
             h.scratch = None
