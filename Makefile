@@ -5,10 +5,11 @@ MOUNTPOINT ?= /mnt/wal
 # make install START=0 installs without mounting (CI does this).
 START     ?= 1
 # openjdk-17-jre-headless: Java for PySpark (the Spark data source; the README's tour).
+# openssl: the Kafka auth tests make their TLS certificates with it.
 APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd \
-	openjdk-17-jre-headless
+	openjdk-17-jre-headless openssl
 
-.PHONY: install deps venv start testdeps kafka test lint ctest bench walrus-baseline bench-single cluster cluster-stop bench-kafka torture clean
+.PHONY: install deps venv start testdeps kafka test lint ctest bench walrus-baseline bench-single cluster cluster-stop bench-kafka torture fuzz-mount clean
 
 install: deps venv
 	install -m 755 mount/mount.fuse.walfs /sbin/mount.fuse.walfs
@@ -100,6 +101,11 @@ bench-kafka: testdeps
 TORTURE_OUT ?= torture-summary.json
 torture: testdeps
 	TORTURE_OUT=$(TORTURE_OUT) $(PY) tools/torture.py
+
+# The mount fuzzer at length (tests/test_mount_fuzz.py; CI runs 300 calls per user).
+FUZZ_OPS ?= 5000
+fuzz-mount: testdeps
+	WALFS_FUZZ_OPS=$(FUZZ_OPS) $(PY) -m pytest -q -s tests/test_mount_fuzz.py
 
 clean:
 	rm -rf build *.egg-info walfs/_core*.so bench/walrus_baseline/target

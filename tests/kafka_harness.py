@@ -214,3 +214,31 @@ def wait_until(predicate: Any, timeout: float = 30.0, what: str = "condition") -
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+# -- `walfs kafka-user` (the auth tests) ---------------------------------------------------
+def walfs_cli(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "walfs", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=check,
+        cwd=REPO,
+    )
+
+
+def add_user(config: Path, name: str, org: int, password: str) -> None:
+    walfs_cli(
+        "kafka-user",
+        "add",
+        name,
+        "--org",
+        str(org),
+        "--config",
+        str(config),
+        "--iterations",
+        "4096",
+        stdin=password + "\n",
+    )

@@ -456,6 +456,57 @@ def test_cursor_commits_and_their_limits(make: Maker) -> None:
     assert e2.committed("g", "c") == 3 and e2.groups() == ["g", "idle"]
 
 
+# -- org views (Kafka tenants) -------------------------------------------------------------
+def test_org_views_see_only_their_own_streams_groups_and_changes(make: Maker) -> None:
+    e = make(fsync="never")
+    assert e.for_org(e.org_id) is e
+    with pytest.raises(ValueError):
+        e.for_org(-1)
+    other = e.for_org(7)
+    assert other.org_id == 7 and e.org_id != 7
+    seen: list[tuple[str, str, int]] = []
+    stop = other.watch(lambda c: seen.append((c.kind, c.topic, c.partition)))
+    # One name, two orgs: two streams that never mix.
+    e.append("t", 0, *plain([b"mine-0", b"mine-1"]))
+    other.append("t", 0, *plain([b"theirs-0"]))
+    other.append("only-theirs", 0, *plain([b"x"]))
+    assert read_all(e, "t") == [b"mine-0", b"mine-1"]
+    assert read_all(other, "t") == [b"theirs-0"]
+    assert e.streams() == [("t", 0)]
+    assert other.streams() == [("only-theirs", 0), ("t", 0)]
+    assert other.info("t").high_watermark == 1 and e.info("t").high_watermark == 2
+    # The view's watcher saw its own appends and stream creation, none of the owner's.
+    assert ("append", "t", 0) in seen and ("append", "only-theirs", 0) in seen
+    assert seen.count(("append", "t", 0)) == 1
+    stop()
+    # Groups: same name in both orgs, separate cursors; each org lists only its own.
+    e.commit("g", "t", 0, 2)
+    other.commit("g", "t", 0, 1)
+    other.create_group("tenant-only")
+    assert e.committed("g", "t") == 2 and other.committed("g", "t") == 1
+    assert e.groups() == ["g"] and other.groups() == ["g", "tenant-only"]
+    assert other.delete_group("g") is True
+    assert e.committed("g", "t") == 2 and e.groups() == ["g"]
+    assert other.committed("g", "t") is None and other.groups() == ["tenant-only"]
+    assert other.delete_group("g") is False
+    # Trims and deletes stay in their org.
+    other.trim("t", 0, 1)
+    assert e.info("t").low_watermark == 0
+    assert other.delete("only-theirs") == [0]
+    assert e.streams() == [("t", 0)]
+    # The view shares the owner's lifetime: closing it is a no-op, closing the owner ends both.
+    other.close()
+    assert not e.closed and not other.closed
+    e.append("t", 0, *plain([b"mine-2"]))
+    e.close()
+    assert other.closed
+    e2 = make(fsync="never")
+    o2 = e2.for_org(7)
+    assert read_all(o2, "t") == [] and o2.info("t").low_watermark == 1
+    assert o2.groups() == ["tenant-only"] and e2.groups() == ["g"]
+    assert read_all(e2, "t") == [b"mine-0", b"mine-1", b"mine-2"]
+
+
 def test_racing_advance_only_commits_never_move_a_cursor_back(make: Maker) -> None:
     e = make(fsync="never")
     e.append("r", 0, *plain([b"x"] * 400))

@@ -757,3 +757,33 @@ def test_zeroed_newest_segment_the_catalog_lists_is_reported_and_kept(open_wal, 
         open_wal()
     assert newest in str(exc.value) and "streams.cat lists the file" in str(exc.value), exc.value
     assert os.path.exists(path)
+
+
+def test_org_markers_are_not_cursors_and_a_deleted_one_is_not_damage(open_wal, wal_dir):
+    """An org marker (cursors/<group>/.org-N, made by create_group) is not a cursor: the
+    manifest does not list it, so removing it changes the group's orgs, never reports a
+    missing cursor; a deleted cursor beside a marker still is reported."""
+    w = open_wal()
+    w.append_batch("t", [b"r%d" % i for i in range(5)])
+    w.create_group("g")
+    w.commit_offset("g", "t", 3)
+    tenant = w.for_org(2)
+    tenant.create_group("g")
+    key = w.stream_key("t", 0)
+    w.close()
+    names = sorted(os.listdir(os.path.join(wal_dir, "cursors", "g")))
+    assert names == [".org-1", ".org-2", key]
+    from walfs.consumer import CursorStore
+
+    listed = CursorStore(wal_dir, read_only=True).read_manifest()
+    assert listed == {"g": {key}}
+    os.unlink(os.path.join(wal_dir, "cursors", "g", ".org-2"))
+    w = open_wal()
+    assert w.committed_offset("g", "t") == 3
+    assert w.consumer_groups() == ["g"] and w.for_org(2).consumer_groups() == []
+    w.close()
+    os.unlink(os.path.join(wal_dir, "cursors", "g", key))
+    w = open_wal()
+    with pytest.raises(walfs.WalCorruptError, match="is missing"):
+        w.committed_offset("g", "t")
+    w.close()

@@ -30,7 +30,8 @@ record that does not parse is reported with WalCorruptError naming region and of
                op "C" create, "X" delete: no body
                op "T" trim:   u64 before_offset
     meta key   b"c" group \\0 stream-key  -> u64 offset | u8 advance_only | metadata (a cursor)
-               b"g" group                  -> b""                            (a group)
+               b"G" u64 org | group        -> b""                            (a group of an org)
+               b"g" group                  -> b""          (a group of every org: older releases)
                b"s" u64 org | topic        -> JSON overrides                (settings)
                b"n" u32 region             -> zlib(JSON snapshot)           (a snapshot)
 
@@ -43,6 +44,7 @@ differs from the local one is listed in docs/cluster.md.
 from __future__ import annotations
 
 import bisect
+import copy
 import json
 import logging
 import struct
@@ -84,6 +86,22 @@ _HEAD = struct.Struct("<BBH")
 _DATA = struct.Struct("<I")
 _LENS = struct.Struct("<II")
 _U64 = struct.Struct("<Q")
+
+
+# Errors a just-made topic gives until the client's metadata shows it (librdkafka codes:
+# _UNKNOWN_PARTITION, _UNKNOWN_TOPIC, UNKNOWN_TOPIC_OR_PART).
+_NOT_SEEN_YET = frozenset({-190, -188, 3})
+
+
+@dataclass
+class _Shared:
+    """The engine's scalars that change after open, in one object shared by its for_org
+    views (everything else a view shares by reference)."""
+
+    closed: bool = False
+    failed: BaseException | None = None
+    meta_pos: int = 0  # the next meta topic offset the replay applies
+
 _KEY = struct.Struct("<QI")
 _REC = struct.Struct("<QQqIIQ")  # engine_api.REC_LAYOUT
 NO_GID = 2**64 - 1
@@ -253,16 +271,16 @@ class KafkaEngine:
         self.stats = WalStats()
         self.timeout = timeout_s
         self.retention_default = Policy(retention_ms, retention_bytes, tuple(retention_groups))
-        self._closed = False
-        self._failed: BaseException | None = None
+        self._live = _Shared()
+        self._owner: KafkaEngine | None = None  # set on for_org views: the engine that closes
         self._lock = threading.Lock()
         self._applied = threading.Condition(self._lock)
         self._watchers = Watchers()
         self._streams: dict[bytes, StreamState] = {}
         self._by_name: dict[tuple[int, str], dict[int, bytes]] = {}
         self._pos: dict[int, int] = {}  # region -> next Kafka offset to apply
-        self._meta_pos = 0
         self._cursors: dict[str, dict[bytes, int]] = {}
+        self._group_orgs: dict[str, set[int]] = {}  # groups made by create_group (-1: every org)
         self._cursor_meta: dict[tuple[str, bytes], str] = {}
         self._settings: dict[tuple[int, str], dict[str, Any]] = {}
         self._snapshots: dict[int, dict[str, Any]] = {}
@@ -400,8 +418,12 @@ class KafkaEngine:
                             TopicPartition(topic, p), timeout=self.timeout
                         )
                     break
-                except KafkaException as e:  # a leader moving (a new topic, a lost broker)
-                    if not e.args[0].retriable() and "LEADER" not in str(e) or time.monotonic() > deadline:
+                except KafkaException as e:
+                    # A leader moving (a new topic, a lost broker), or a topic that another
+                    # engine has just made and this client's metadata does not show yet.
+                    err = e.args[0]
+                    passing = err.retriable() or "LEADER" in str(e) or err.code() in _NOT_SEEN_YET
+                    if not passing or time.monotonic() > deadline:
                         raise WalIOError(5, f"{topic}[{p}]: cannot read its ends: {e}") from None
                     time.sleep(0.2)
         return out
@@ -414,10 +436,10 @@ class KafkaEngine:
 
         meta_lo, meta_hi = self._ends(self.t.meta_topic, range(1))[0]
         ends = self._ends(self.t.log_topic, range(self.t.regions))
-        self._meta_pos = meta_lo
+        self._live.meta_pos = meta_lo
         self._tail.assign([TopicPartition(self.t.meta_topic, 0, meta_lo)])
         self._drain({("m", 0): meta_hi})
-        assigns = [TopicPartition(self.t.meta_topic, 0, self._meta_pos)]
+        assigns = [TopicPartition(self.t.meta_topic, 0, self._live.meta_pos)]
         for r in range(self.t.regions):
             lo, _hi = ends[r]
             snap = self._snapshots.get(r)
@@ -454,7 +476,7 @@ class KafkaEngine:
             self._apply_batch(take(self._tail, 0.5))
 
     def _position(self, k: tuple[str, int]) -> int:
-        return self._meta_pos if k[0] == "m" else self._pos.get(k[1], 0)
+        return self._live.meta_pos if k[0] == "m" else self._pos.get(k[1], 0)
 
     # -- the replay (one thread after open; the open itself before) -------------------------
     def _tail_loop(self) -> None:
@@ -465,7 +487,7 @@ class KafkaEngine:
                     self._apply_batch(msgs)
             except WalCorruptError as e:
                 log.error("%s", e)
-                self._failed = e
+                self._live.failed = e
                 with self._applied:
                     self._applied.notify_all()
                 return
@@ -486,7 +508,7 @@ class KafkaEngine:
                     continue
                 if m.topic() == self.t.meta_topic:
                     self._apply_meta(m)
-                    self._meta_pos = m.offset() + 1
+                    self._live.meta_pos = m.offset() + 1
                 else:
                     r = m.partition()
                     if m.offset() < self._pos.get(r, 0):
@@ -515,12 +537,17 @@ class KafkaEngine:
                 return
             cur[skey] = offset
             self._cursor_meta[(g, skey)] = value[9:].decode("utf-8", "replace")
-        elif kind == b"g":
-            g = rest.decode("utf-8", "replace")
+        elif kind in (b"g", b"G"):
+            if kind == b"G" and len(rest) < 8:
+                raise WalCorruptError(f"{where}: group key too short")
+            org = int.from_bytes(rest[:8], "little") if kind == b"G" else -1
+            g = (rest[8:] if kind == b"G" else rest).decode("utf-8", "replace")
             if value is None:
-                self._cursors.pop(g, None)
+                self._group_orgs.get(g, set()).discard(org)
+                if not self._group_orgs.get(g, True):
+                    del self._group_orgs[g]
             else:
-                self._cursors.setdefault(g, {})
+                self._group_orgs.setdefault(g, set()).add(org)
         elif kind == b"s":
             if len(rest) < 8:
                 raise WalCorruptError(f"{where}: settings key too short")
@@ -563,14 +590,12 @@ class KafkaEngine:
                 self._drop_stream(key, s)
                 for cur in self._cursors.values():
                     cur.pop(key, None)
-                if org == self.org_id:
-                    changes.append(Change("delete", topic, partition))
+                changes.append(Change("delete", topic, partition, org))
             return
         if s is None:
             s = StreamState(org, topic, partition, r)
             self._add_stream(key, s)
-            if org == self.org_id:
-                changes.append(Change("create", topic, partition))
+            changes.append(Change("create", topic, partition, org))
         if op == ord("C"):
             return
         if op == ord("T"):
@@ -578,8 +603,7 @@ class KafkaEngine:
                 raise WalCorruptError(f"{where}: trim record of {len(value)} bytes")
             (before,) = _U64.unpack_from(value, _HEAD.size)
             self._trim_state(s, min(before, s.next))
-            if org == self.org_id:
-                changes.append(Change("trim", topic, partition))
+            changes.append(Change("trim", topic, partition, org))
             return
         if op != ord("D"):
             raise WalCorruptError(f"{where}: unknown op {op}")
@@ -595,8 +619,7 @@ class KafkaEngine:
         s.next += len(chunk.lens)
         s.next_byte += sum(v for _m, v in chunk.lens) + len(chunk.lens)
         self._cache_put((r, m.offset()), chunk)
-        if org == self.org_id:
-            changes.append(Change("append", topic, partition))
+        changes.append(Change("append", topic, partition, org))
 
     def _add_stream(self, key: bytes, s: StreamState) -> None:
         self._streams[key] = s
@@ -669,20 +692,20 @@ class KafkaEngine:
     # -- lifetime -------------------------------------------------------------------------
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._live.closed
 
     @property
     def failed(self) -> bool:
-        return self._failed is not None
+        return self._live.failed is not None
 
     def close(self) -> None:
-        if self._closed:
+        if self._live.closed or self._owner is not None:  # a view is closed by its owner
             return
         try:
             if self.producer is not None:
                 self.producer.flush(self.timeout)
         finally:
-            self._closed = True
+            self._live.closed = True
             self._stop.set()
             for th in self._threads:
                 th.join(timeout=30)
@@ -691,13 +714,13 @@ class KafkaEngine:
             self._query.close()
             with self._applied:
                 self._applied.notify_all()
-            self._notify(Change("delete", "", -1))
+            self._notify(Change("close", "", -1))
 
     def _check_open(self, write: bool = False) -> None:
-        if self._closed:
+        if self._live.closed:
             raise WalClosedError(f"{self.path} is closed")
-        if self._failed is not None:
-            raise WalError(f"{self.path}: the replay stopped: {self._failed}")
+        if self._live.failed is not None:
+            raise WalError(f"{self.path}: the replay stopped: {self._live.failed}")
         if write and self.producer is None:
             raise ReadOnlyError(f"{self.path} is open read-only")
 
@@ -736,19 +759,19 @@ class KafkaEngine:
         deadline = time.monotonic() + self.timeout
         with self._applied:
             while self._pos.get(region, 0) <= koff:
-                if self._failed is not None:
-                    raise WalError(f"{self.path}: the replay stopped: {self._failed}")
+                if self._live.failed is not None:
+                    raise WalError(f"{self.path}: the replay stopped: {self._live.failed}")
                 left = deadline - time.monotonic()
-                if left <= 0 or self._closed:
+                if left <= 0 or self._live.closed:
                     raise WalIOError(5, f"record {region}@{koff} was acknowledged but not replayed in time")
                 self._applied.wait(left)
 
     def _wait_meta(self, moff: int) -> None:
         deadline = time.monotonic() + self.timeout
         with self._applied:
-            while self._meta_pos <= moff:
+            while self._live.meta_pos <= moff:
                 left = deadline - time.monotonic()
-                if left <= 0 or self._closed:
+                if left <= 0 or self._live.closed:
                     raise WalIOError(5, f"meta record {moff} was acknowledged but not replayed in time")
                 self._applied.wait(left)
 
@@ -868,7 +891,7 @@ class KafkaEngine:
 
     # -- change notification ----------------------------------------------------------------
     def watch(self, fn: Callable[[Change], None]) -> Callable[[], None]:
-        return self._watchers.add(fn)
+        return self._watchers.add(fn, self.org_id)
 
     def _notify(self, change: Change) -> None:
         self._watchers.notify(change)
@@ -1075,25 +1098,53 @@ class KafkaEngine:
         self._wait_meta(self._produce(self.t.meta_topic, 0, b"c" + gb + b"\0" + key, None))
         return True
 
+    def _orgs_of(self, group: str) -> set[int]:
+        """The orgs a group belongs to: those of its cursors' streams and of its create_group
+        records (-1: a group of every org, written by an older release)."""
+        orgs = {_KEY.unpack_from(k)[0] for k in self._cursors.get(group, {})}
+        return orgs | self._group_orgs.get(group, set())
+
+    def _has_group(self, group: str) -> bool:
+        orgs = self._orgs_of(group)
+        return self.org_id in orgs or orgs == {-1}
+
     def delete_group(self, group: str) -> bool:
         self._check_open(True)
         gb = topic_bytes(group)
-        if group not in self._cursors:
+        if not self._has_group(group):
             return False
+        org = self.org_id.to_bytes(8, "little")
         for key in list(self._cursors.get(group, {})):
-            self._produce(self.t.meta_topic, 0, b"c" + gb + b"\0" + key, None)
-        self._wait_meta(self._produce(self.t.meta_topic, 0, b"g" + gb, None))
+            if key[:8] == org:
+                self._produce(self.t.meta_topic, 0, b"c" + gb + b"\0" + key, None)
+        last = self._produce(self.t.meta_topic, 0, b"G" + org + gb, None)
+        if self._orgs_of(group) <= {self.org_id, -1}:  # no other org's group of that name
+            last = self._produce(self.t.meta_topic, 0, b"g" + gb, None)
+        self._wait_meta(last)
         return True
 
     def groups(self) -> list[str]:
         self._check_open()
-        return sorted(self._cursors)
+        with self._lock:
+            names = set(self._cursors) | set(self._group_orgs)
+        return sorted(g for g in names if self._has_group(g))
 
     def create_group(self, group: str) -> None:
         self._check_open(True)
         gb = topic_bytes(group)
-        if group not in self._cursors:
-            self._wait_meta(self._produce(self.t.meta_topic, 0, b"g" + gb, b""))
+        if self.org_id not in self._orgs_of(group):
+            org = self.org_id.to_bytes(8, "little")
+            self._wait_meta(self._produce(self.t.meta_topic, 0, b"G" + org + gb, b""))
+
+    def for_org(self, org_id: int) -> KafkaEngine:
+        if not isinstance(org_id, int) or isinstance(org_id, bool) or not 0 <= org_id < 2**63:
+            raise ValueError(f"org_id must be an int in 0..2**63-1, not {org_id!r}")
+        if org_id == self.org_id:
+            return self
+        view = copy.copy(self)  # every lock, map, client and thread shared; only the org differs
+        view.org_id = org_id
+        view._owner = self._owner or self
+        return view
 
     # -- per-topic settings, retention and the cleaner -----------------------------------------------
     def retention(self, topic: str) -> Policy:

@@ -26,6 +26,13 @@ missing, a damaged manifest, and a missing manifest beside cursor files are dama
 version 1, `legacy`) get one, built from the files, at a writer's open; the catalog is
 upgraded at that writer's clean close, after it (csrc/catalog.c).
 
+Groups belong to orgs (tenants): a group is listed for an org when it holds a cursor of one of
+that org's streams (the key starts with "<org_id>-") or an org marker, cursors/<group>/.org-<org_id>,
+an empty file made (and fsynced with its directory) by create_group, so that a group made
+with `mkdir` before its first commit belongs to the org that made it. Two orgs may use the
+same group name: their cursors never share a key. Names starting with "." are never cursors
+(and never in the manifest).
+
 The commit rule itself (range, durability, advance-only) is LogEngine.commit's
 (walfs/engine_api.py; the local engine keeps its cursors here): this module only stores
 what it is given. Consumer is written against the engine interface alone.
@@ -48,6 +55,7 @@ _MAGIC = b"WALFSCUR"
 _MANIFEST_MAGIC = b"WALFSCMF"
 _MANIFEST_VERSION = 1
 MANIFEST = "cursors.manifest"  # in the data directory: any name may be a group
+_ORG_MARKER = ".org-"
 
 
 def _fsync_dir(path: str) -> None:
@@ -72,6 +80,17 @@ def _encode(offset: int, metadata: str) -> bytes:
     return head + blake3.blake3(head).digest(length=16)
 
 
+def key_org(key: str) -> int | None:
+    """The org of a cursor key ("<org_id>-<hash>-<partition>") or of an org marker."""
+    head = key.removeprefix(_ORG_MARKER) if key.startswith(_ORG_MARKER) else key.split("-", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def _is_cursor(name: str) -> bool:
+    """Whether a name in a group directory is a cursor file (not a .tmp or an org marker)."""
+    return ".tmp." not in name and not name.startswith(".")
+
+
 class CursorStore:
     def __init__(self, dir_path: str, read_only: bool = False, legacy: bool = False) -> None:
         self.root = os.path.join(dir_path, "cursors")
@@ -80,6 +99,9 @@ class CursorStore:
         self._lock = threading.RLock()
         self.manifest_path = os.path.join(dir_path, MANIFEST)
         self._listed: dict[str, set[str]] | None = None  # the manifest, loaded on first use
+        # group -> the orgs it belongs to; built by the first org-scoped listing (one scan),
+        # then kept up to date by put and create_group (one process owns the directory).
+        self._orgs: dict[str, set[int]] | None = None
         if legacy and not read_only:
             self._manifest()  # built now: the catalog is upgraded at this writer's close
 
@@ -92,7 +114,7 @@ class CursorStore:
             return out
         for g in groups:
             try:
-                keys = {e.name for e in os.scandir(os.path.join(self.root, g)) if ".tmp." not in e.name}
+                keys = {e.name for e in os.scandir(os.path.join(self.root, g)) if _is_cursor(e.name)}
             except FileNotFoundError:
                 continue
             if keys:
@@ -226,22 +248,30 @@ class CursorStore:
             if new_key:  # listed once it exists: a crash before leaves it unlisted, not missing
                 listed.setdefault(group, set()).add(key)
                 self._write_manifest(listed)
+            org = key_org(key)
+            if self._orgs is not None and org is not None:
+                self._orgs.setdefault(group, set()).add(org)
         return True
 
-    def create_group(self, group: str) -> None:
+    def create_group(self, group: str, org_id: int = 1) -> None:
+        """Makes the group exist in org_id (its marker file, durably); a no-op if it does."""
         gdir = os.path.dirname(self._path(group, "x"))
+        marker = os.path.join(gdir, f"{_ORG_MARKER}{org_id}")
         if self.read_only:
             raise ReadOnlyError(f"cannot create group {group!r}: the WAL is open read-only")
         with self._lock:
-            if os.path.isdir(gdir):
+            if os.path.exists(marker):
                 return
-            os.makedirs(gdir)
-            for d in (self.root, os.path.dirname(self.root)):
-                fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            new_dir = not os.path.isdir(gdir)
+            os.makedirs(gdir, exist_ok=True)
+            with open(marker, "wb") as f:
+                os.fsync(f.fileno())
+            _fsync_dir(gdir)
+            if new_dir:
+                for d in (self.root, os.path.dirname(self.root)):
+                    _fsync_dir(d)
+            if self._orgs is not None:
+                self._orgs.setdefault(group, set()).add(org_id)
 
     def forget(self, key: str) -> None:
         """Removes every group's cursor on one stream (its topic was deleted)."""
@@ -257,11 +287,7 @@ class CursorStore:
                     os.remove(path)
                 except FileNotFoundError:
                     continue
-                fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                _fsync_dir(os.path.dirname(path))
 
     def delete(self, group: str, key: str) -> bool:
         """Removes one cursor, durably; False when there was none."""
@@ -280,36 +306,73 @@ class CursorStore:
             _fsync_dir(os.path.dirname(path))
         return True
 
-    def delete_group(self, group: str) -> bool:
-        """Removes a group with all its cursors, durably; False when it did not exist."""
+    def delete_group(self, group: str, org_id: int | None = None) -> bool:
+        """Removes a group with all its cursors (with org_id: only that org's cursors and
+        marker; the directory goes when nothing else is left), durably; False when it did
+        not exist (in that org)."""
         gdir = os.path.dirname(self._path(group, "x"))
         if self.read_only:
             raise OSError(30, "read-only WAL")
         with self._lock:
-            listed = self._manifest()
-            if listed.pop(group, None):
-                self._write_manifest(listed)  # unlisted first: a crash leaves files, not holes
             try:
-                names = os.listdir(gdir)
+                names = [n for n in os.listdir(gdir) if ".tmp." not in n]
             except FileNotFoundError:
                 return False
-            for name in names:
+            mine = [n for n in names if org_id is None or key_org(n) == org_id]
+            if names and not mine:
+                return False  # another org's group of the same name
+            listed = self._manifest()
+            gone = {n for n in mine if _is_cursor(n)}
+            if listed.get(group, set()) & gone:
+                listed[group] -= gone
+                if not listed[group]:
+                    del listed[group]
+                self._write_manifest(listed)  # unlisted first: a crash leaves files, not holes
+            for name in mine:
                 os.remove(os.path.join(gdir, name))
-            os.rmdir(gdir)
-            _fsync_dir(self.root)
+            if len(mine) == len(names):
+                for name in os.listdir(gdir):  # leftover .tmp files of crashed commits
+                    os.remove(os.path.join(gdir, name))
+                os.rmdir(gdir)
+                _fsync_dir(self.root)
+                if self._orgs is not None:
+                    self._orgs.pop(group, None)
+            else:
+                _fsync_dir(gdir)
+                if self._orgs is not None and org_id is not None:
+                    self._orgs.get(group, set()).discard(org_id)
         return True
 
-    def groups(self) -> list[str]:
+    def groups(self, org_id: int | None = None) -> list[str]:
+        """Every group, or those of one org."""
         try:
-            return sorted(e.name for e in os.scandir(self.root) if e.is_dir())
+            names = sorted(e.name for e in os.scandir(self.root) if e.is_dir())
         except FileNotFoundError:
             return []
+        if org_id is None:
+            return names
+        with self._lock:
+            if self._orgs is None:
+                self._orgs = {}
+            # Groups this store has not seen (all of them the first time; afterwards those
+            # another process made, for a read-only store) are scanned once.
+            for g in names:
+                if g not in self._orgs:
+                    try:
+                        entries = [e.name for e in os.scandir(os.path.join(self.root, g))]
+                    except FileNotFoundError:
+                        continue
+                    orgs = {key_org(n) for n in entries if ".tmp." not in n}
+                    self._orgs[g] = {o for o in orgs if o is not None}
+            # A group without cursors or markers (an empty group made by a release before
+            # org markers) holds nothing: it is listed for every org.
+            return [g for g in names if org_id in self._orgs.get(g, ()) or not self._orgs.get(g)]
 
     def keys(self, group: str) -> Iterator[str]:
-        """The group's cursors: the files, and listed ones that are missing (get() then
-        reports them)."""
+        """The group's cursors (not its org markers): the files, and listed ones that are
+        missing (get() then reports them)."""
         try:
-            found = {e.name for e in os.scandir(os.path.join(self.root, group)) if ".tmp." not in e.name}
+            found = {e.name for e in os.scandir(os.path.join(self.root, group)) if _is_cursor(e.name)}
         except FileNotFoundError:
             found = set()
         yield from sorted(found | self._manifest().get(group, set()))

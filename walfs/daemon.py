@@ -73,6 +73,11 @@ class MountConfig:
     kafka_allow_delete: bool = False
     # Kafka's broker settings for the listener (walfs.kafka.broker_config.BrokerConfig).
     kafka_config: Any = None
+    # The Kafka listener's TLS/SASL file (walfs.kafka.auth_config); None: plaintext.
+    kafka_auth_config: str | None = None
+    # Let the listener bind a non-loopback address without SASL.
+    kafka_insecure_listen: bool = False
+
     # The kernel's read-ahead for this mount (KiB; 0 leaves the kernel's 128 KiB). Larger
     # read-ahead means fewer, larger READ requests: each costs a Python round trip.
     read_ahead_kb: int = 1024
@@ -315,9 +320,11 @@ async def _start_kafka(
     """Runs serve_kafka on the mount's own Wal, in the daemon's nursery: it stops with the
     mount (the nursery is cancelled once pyfuse3.main returns), before Wal.close()."""
     from walfs.kafka import parse_listen_address, serve_kafka
+    from walfs.kafka.auth_config import AuthConfig
 
     assert config.kafka_listen is not None
     host, port = parse_listen_address(config.kafka_listen)
+    auth = AuthConfig(config.kafka_auth_config) if config.kafka_auth_config else None
     bound = await nursery.start(
         functools.partial(
             serve_kafka,
@@ -327,6 +334,8 @@ async def _start_kafka(
             allow_delete=config.kafka_allow_delete,
             request_latency=metrics.kafka,
             config=config.kafka_config,
+            auth=auth,
+            insecure_listen=config.kafka_insecure_listen,
         ),
         name="walfs-kafka",
     )

@@ -80,12 +80,14 @@ ChangeKind = Literal["append", "trim", "create", "delete", "close"]
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """What LogEngine.watch reports: `kind` happened to (topic, partition) of the org;
-    "close" (topic "", partition -1): the engine closed, the last call a watcher gets."""
+    """What LogEngine.watch reports: `kind` happened to (topic, partition) of org_id;
+    "close" (topic "", partition -1, org_id -1): the engine closed, the last call a
+    watcher gets. A watcher is called only for its engine's org (and for org_id -1)."""
 
     kind: ChangeKind
     topic: str
     partition: int
+    org_id: int = -1
 
 
 class Appender(Protocol):
@@ -124,6 +126,15 @@ class LogEngine(Protocol):
         """Makes everything published durable and releases the log; idempotent. Calls in
         other threads finish first; later calls raise WalClosedError; watch() wake-ups
         and wait_for() return."""
+        ...
+
+    def for_org(self, org_id: int) -> LogEngine:
+        """The same log as another org (a Kafka tenant) sees it: the same engine, with
+        stream, group and setting names scoped to org_id (another org's streams, groups
+        and changes are not seen; two orgs may use one name for different streams). The
+        view shares the engine's lifetime: it is never closed itself, its owner closes
+        the engine. ValueError for an org_id outside 0..2**63-1; the engine's own org
+        returns the engine itself."""
         ...
 
     # -- streams ----------------------------------------------------------------------
@@ -271,16 +282,20 @@ class LogEngine(Protocol):
         ...
 
     def delete_group(self, group: str) -> bool:
-        """Deletes a group and every cursor it has (Kafka's DeleteGroups; the mount's
-        `.consumers/NAME` goes too), durably; False when it did not exist."""
+        """Deletes the org's group and every cursor it has on the org's streams (Kafka's
+        DeleteGroups; the mount's `.consumers/NAME` goes too), durably; False when the org
+        had no such group. Another org's group of the same name is untouched."""
         ...
 
     def groups(self) -> list[str]:
-        """Every consumer group that exist (committed once, or made by create_group)."""
+        """The org's consumer groups: those with a cursor on one of its streams or made by
+        create_group in it. (A group of the local engine made before org markers, with no
+        cursor, is listed for every org.)"""
         ...
 
     def create_group(self, group: str) -> None:
-        """Makes a group exist (durably) before its first commit; a no-op if it exists."""
+        """Makes a group exist in the org (durably) before its first commit; a no-op if it
+        exists there."""
         ...
 
     # -- per-topic settings ----------------------------------------------------------------
@@ -336,24 +351,27 @@ class Watchers:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._fns: list[Callable[[Change], None]] = []
+        self._fns: list[tuple[int, Callable[[Change], None]]] = []  # (org_id, fn)
 
     def __bool__(self) -> bool:
         return bool(self._fns)
 
-    def add(self, fn: Callable[[Change], None]) -> Callable[[], None]:
+    def add(self, fn: Callable[[Change], None], org_id: int) -> Callable[[], None]:
+        """fn gets the changes of org_id's streams (and those of org -1: the close)."""
+        entry = (org_id, fn)
         with self._lock:
-            self._fns = [*self._fns, fn]
+            self._fns = [*self._fns, entry]
 
         def stop() -> None:
             with self._lock:
-                self._fns = [w for w in self._fns if w is not fn]
+                self._fns = [w for w in self._fns if w is not entry]
 
         return stop
 
     def notify(self, change: Change) -> None:
-        for fn in self._fns:
-            fn(change)
+        for org_id, fn in self._fns:
+            if change.org_id in (org_id, -1):
+                fn(change)
 
 
 def open_engine(target: str, **options: Any) -> LogEngine:

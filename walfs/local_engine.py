@@ -4,6 +4,7 @@ It owns the C core binding (walfs/engine.py: the one source of truth for offsets
 watermarks), the topic index (names -> streams), the cursor store (the one commit rule),
 the per-topic settings, and a background duty: retention, then segment reclamation."""
 
+import copy
 import logging
 import os
 import threading
@@ -88,7 +89,9 @@ class LocalEngine:
         self._lock = threading.Lock()  # the stream maps
         self._retention_lock = threading.Lock()  # apply_retention
         self._watchers = Watchers()
-        self._generation = 0  # bumped by delete(): Appender handles re-resolve their stream
+        # [n], bumped by delete() (of any org view): Appender handles re-resolve their stream
+        self._generation = [0]
+        self._owner: LocalEngine | None = None  # set on for_org views: the engine that closes
         self._index = TopicIndex()
         for no in range(self.core.stream_count()):
             info = self.core.stream_info(no)
@@ -114,7 +117,7 @@ class LocalEngine:
 
     # -- lifetime -------------------------------------------------------------------
     def close(self) -> None:
-        if self.core.closed:
+        if self.core.closed or self._owner is not None:  # a view is closed by its owner
             return
         self.stop_background()
         try:
@@ -132,6 +135,16 @@ class LocalEngine:
     @property
     def closed(self) -> bool:
         return self.core.closed
+
+    def for_org(self, org_id: int) -> "LocalEngine":
+        if not isinstance(org_id, int) or isinstance(org_id, bool) or not 0 <= org_id < 2**63:
+            raise ValueError(f"org_id must be an int in 0..2**63-1, not {org_id!r}")
+        if org_id == self.org_id:
+            return self
+        view = copy.copy(self)  # every lock, map and thread shared; only the org differs
+        view.org_id = org_id
+        view._owner = self._owner or self
+        return view
 
     @property
     def failed(self) -> bool:
@@ -174,7 +187,7 @@ class LocalEngine:
             else:
                 created = False
         if created:
-            self._notify(Change("create", topic, partition))
+            self._notify(Change("create", topic, partition, self.org_id))
         return s
 
     def streams(self, topic: str | None = None) -> list[tuple[str, int]]:
@@ -215,10 +228,10 @@ class LocalEngine:
             with self._lock:
                 self.core.stream_delete(s.stream_no)
                 self._index.remove(s)
-                self._generation += 1
+                self._generation[0] += 1
             self.cursors.forget(stream_key(s.org_id, s.topic_hash, s.partition))
             done.append(p)
-            self._notify(Change("delete", topic, p))
+            self._notify(Change("delete", topic, p, self.org_id))
         if (
             done
             and not self._index.partitions(self.org_id, topic)
@@ -257,7 +270,7 @@ class LocalEngine:
         self.stats.appended(s.name, s.partition, n, nbytes)
         self._note_growth(s, nbytes)
         if self._watchers:
-            self._notify(Change("append", s.name, s.partition))
+            self._notify(Change("append", s.name, s.partition, s.org_id))
         if self.fsync == "always":
             # Appenders of the same stream share the next fsync (group commit).
             with self.stats.durable_waits.time("append"):
@@ -282,7 +295,7 @@ class LocalEngine:
 
     # -- change notification --------------------------------------------------------
     def watch(self, fn: Callable[[Change], None]) -> Callable[[], None]:
-        return self._watchers.add(fn)
+        return self._watchers.add(fn, self.org_id)
 
     def _notify(self, change: Change) -> None:
         self._watchers.notify(change)
@@ -364,7 +377,7 @@ class LocalEngine:
             raise OffsetOutOfRangeError(f"cannot trim {topic!r}[{partition}] to {before_offset} (0..{high})")
         if before_offset > low:
             self.core.trim(s.stream_no, before_offset)  # syncs first past the durable mark
-            self._notify(Change("trim", topic, partition))
+            self._notify(Change("trim", topic, partition, self.org_id))
 
     # -- consumer cursors -----------------------------------------------------------
     def _key(self, topic: str, partition: int) -> str:
@@ -405,13 +418,13 @@ class LocalEngine:
         return self.cursors.delete(group, self._key(topic, partition))
 
     def delete_group(self, group: str) -> bool:
-        return self.cursors.delete_group(group)
+        return self.cursors.delete_group(group, self.org_id)
 
     def groups(self) -> list[str]:
-        return self.cursors.groups()
+        return self.cursors.groups(self.org_id)
 
     def create_group(self, group: str) -> None:
-        self.cursors.create_group(group)
+        self.cursors.create_group(group, self.org_id)
 
     def _clamp_cursors(self) -> None:
         """A cursor past its stream's end (the log lost its tail: a power cut under an
@@ -474,8 +487,7 @@ class LocalEngine:
                 if target is not None:
                     self.core.trim(s.stream_no, target)
                     out[(s.org_id, s.name, s.partition)] = target
-                    if s.org_id == self.org_id:
-                        self._notify(Change("trim", s.name, s.partition))
+                    self._notify(Change("trim", s.name, s.partition, s.org_id))
         return out
 
     def _retention_target(self, s: Stream, policy: Policy, now: int) -> int | None:
@@ -543,7 +555,7 @@ class LocalAppender:
 
     def _resolve(self) -> None:
         eng = self._engine
-        self._generation = eng._generation
+        self._generation = eng._generation[0]
         s = eng._stream(self.topic, self.partition, True)
         assert s is not None
         self._s = s
@@ -553,7 +565,7 @@ class LocalAppender:
 
     def append(self, value: bytes) -> int:
         eng = self._engine
-        if self._generation != eng._generation:
+        if self._generation != eng._generation[0]:
             self._resolve()
         n = len(value)
         if n >= MAX_U32:
@@ -568,7 +580,7 @@ class LocalAppender:
         if eng._size_limits.get(self._no, -1) is not None:  # None: no size limit (the usual case)
             eng._note_growth(s, n)
         if eng._watchers:
-            eng._notify(Change("append", s.name, s.partition))
+            eng._notify(Change("append", s.name, s.partition, s.org_id))
         return offset
 
 

@@ -88,8 +88,10 @@ class Policy:
     def __post_init__(self) -> None:
         for name in ("ms", "bytes"):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-                raise ValueError(f"retention {name} must be a non-negative int or None, not {v!r}")
+            # At most a Kafka long: the engine computes with 64-bit times and positions
+            # (a larger limit made every background retention pass fail).
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 2**63):
+                raise ValueError(f"retention {name} must be an int in 0..2**63-1 or None, not {v!r}")
 
     @property
     def unlimited(self) -> bool:
@@ -124,7 +126,7 @@ def parse_limit(text: str) -> int | None:
         return None
     unit = _UNITS.get(t[-1:], 1)
     digits = t[:-1] if unit > 1 else t
-    if not digits.isdigit():
+    if not digits.isdigit() or len(digits) > 19 or int(digits) * unit >= 2**63:
         raise ValueError(f"not a retention limit: {text!r}")
     return int(digits) * unit
 

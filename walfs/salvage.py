@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from walfs._core import ffi, lib
-from walfs.consumer import MANIFEST, CursorStore
+from walfs.consumer import MANIFEST, CursorStore, key_org
 from walfs.errors import WalCorruptError, WalError, from_errno
 from walfs.names import stream_key
 from walfs.records import decode_meta, encode_meta, producer_of, value_is_null, with_producer
@@ -274,6 +274,11 @@ def _cursors(
             continue
         for key in sorted(found | listed.get(g, set())):
             where = f"cursors/{g}/{key}"
+            if key.startswith("."):  # an org marker (walfs/consumer.py): the group's org
+                org = key_org(key)
+                if org is not None:
+                    store.create_group(g, org)
+                continue
             try:
                 if not os.path.exists(os.path.join(root, g, key)):
                     report.lost.append(Loss(where, "cursor", f"missing (listed in {MANIFEST})"))

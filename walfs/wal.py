@@ -4,6 +4,7 @@ calls: the shapes callers like (one record, a list of values, Record objects, co
 mapped onto the interface's few. It keeps no state of its own but append handles."""
 
 import array
+import copy
 import os
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -280,6 +281,16 @@ class Wal:
     def create_group(self, group: str) -> None:
         """Makes a consumer group exist (durably) before its first commit."""
         self.engine.create_group(group)
+
+    def for_org(self, org_id: int) -> "Wal":
+        """This WAL as another org (a Kafka tenant) sees it: the same engine, with topic
+        and group names scoped to org_id (LogEngine.for_org). The view is never closed
+        itself: its owner closes this Wal."""
+        view = copy.copy(self)
+        view.engine = self.engine.for_org(org_id)
+        view.org_id = org_id
+        view._appenders = {}
+        return view
 
     def committed_offsets(self, group: str) -> dict[tuple[str, int], int]:
         """Every committed offset of a group in this org: {(topic, partition): offset}."""

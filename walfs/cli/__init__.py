@@ -11,12 +11,13 @@ VERBS = {
     "info": ("walfs.cli.info", "list the topics of a data directory with their watermarks"),
     "trim": ("walfs.cli.trim", "drop a topic's records below an offset (mounted or not)"),
     "retention": ("walfs.cli.retention", "show or set a topic's retention (mounted or not)"),
+    "kafka-user": ("walfs.cli.kafka_user", "add, remove or list the Kafka listener's SASL users"),
 }
 
 
 def usage() -> str:
     lines = ["usage: walfs VERB [options]", "", "verbs:"]
-    lines += [f"  {verb:<8} {text}" for verb, (_mod, text) in VERBS.items()]
+    lines += [f"  {verb:<11} {text}" for verb, (_mod, text) in VERBS.items()]
     lines.append("\n`walfs VERB --help` for the options of a verb.")
     return "\n".join(lines)
 

@@ -130,6 +130,19 @@ def build_parser() -> argparse.ArgumentParser:
         "message.max.bytes, log.message.timestamp.type, log.retention.ms, log.retention.bytes (repeatable)",
     )
     p.add_argument(
+        "--kafka-auth-config",
+        default=None,
+        metavar="FILE",
+        help="TLS and SASL users for the Kafka listener (docs/kafka.md, Security)",
+    )
+    p.add_argument(
+        "--kafka-insecure-listen",
+        action="store_true",
+        default=None,
+        help="let the Kafka listener bind a non-loopback address without SASL",
+
+    )
+    p.add_argument(
         "-o",
         dest="options",
         action="append",
@@ -138,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
         "log_file=, segment_size=, block_size=, fsync_interval_ms=, "
         "read_ahead_kb=, max_line_bytes=, uid=, gid=, umask=, metrics_listen=, retention_ms=, "
         "retention_bytes=, min_free=, kafka_listen=HOST:PORT, kafka_config=NAME:VALUE (repeatable), "
-        "kafka_allow_delete, allow_delete, and "
+        "kafka_auth_config=FILE, kafka_insecure_listen, kafka_allow_delete, allow_delete, and "
         "FUSE options (nosuid, nodev, noexec, noatime, allow_root, ...)",
     )
     # mount(8) passes these to helpers; they mean nothing here.
@@ -173,6 +186,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
                 "block_size",
                 "fsync_interval_ms",
                 "kafka_listen",
+                "kafka_auth_config",
                 "read_ahead_kb",
                 "max_line_bytes",
                 "metrics_listen",
@@ -184,7 +198,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
                 "umask",
             ):
                 opts[key] = value
-            elif key in ("allow_other", "kafka_allow_delete", "allow_delete"):
+            elif key in ("allow_other", "kafka_allow_delete", "allow_delete", "kafka_insecure_listen"):
                 opts[key] = "1"
             elif key == "foreground":
                 opts[key] = "1"
@@ -204,13 +218,29 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
     seg = args.segment_size if args.segment_size is not None else opts.get("segment_size")
     blk = args.block_size if args.block_size is not None else opts.get("block_size")
     kafka_listen = pick(args.kafka_listen, "kafka_listen", None)
+    kafka_auth = pick(args.kafka_auth_config, "kafka_auth_config", None) or None
+    kafka_insecure = bool(args.kafka_insecure_listen) or "kafka_insecure_listen" in opts
+    if (kafka_auth or kafka_insecure) and not kafka_listen:
+        raise SystemExit("walfs mount: kafka_auth_config and kafka_insecure_listen need kafka_listen")
     if kafka_listen:
-        from walfs.kafka.listener import parse_listen_address
+        from walfs.kafka.auth_config import AuthConfig, AuthConfigError
+        from walfs.kafka.listener import check_listen_security, parse_listen_address
 
         try:
             parse_listen_address(kafka_listen)
         except ValueError as exc:
             raise SystemExit(f"walfs mount: kafka_listen: {exc}") from None
+        # Checked before the daemon backgrounds itself: a bad file or an address that the
+        # rule refuses fails `walfs mount` (and systemd's start) with the reason.
+        try:
+            auth = AuthConfig(kafka_auth) if kafka_auth else None
+            if auth is not None:
+                auth.ssl_context()
+            check_listen_security(parse_listen_address(kafka_listen)[0], auth, kafka_insecure)
+        except (AuthConfigError, ValueError) as exc:
+            raise SystemExit(f"walfs mount: kafka: {exc}") from None
+        if kafka_auth:
+            kafka_auth = os.path.abspath(kafka_auth)
     from walfs.kafka.broker_config import parse_broker_config, retention_options
 
     try:
@@ -222,6 +252,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
         )
     except ValueError as exc:
         raise SystemExit(f"walfs mount: kafka_config: {exc}") from None
+
     max_line = args.max_line_bytes if args.max_line_bytes is not None else opts.get("max_line_bytes")
     max_line_bytes = parse_size(str(max_line)) if max_line is not None else DEFAULT_MAX_LINE_BYTES
     if max_line_bytes < MIN_MAX_LINE_BYTES:
@@ -239,6 +270,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
         read_ahead_kb=int(pick(args.read_ahead_kb, "read_ahead_kb", "1024") or 0),
         kafka_listen=kafka_listen or None,
         kafka_allow_delete=bool(args.kafka_allow_delete) or "kafka_allow_delete" in opts,
+        kafka_auth_config=kafka_auth,
+        kafka_insecure_listen=kafka_insecure,
         allow_delete=bool(args.allow_delete) or "allow_delete" in opts,
         max_line_bytes=max_line_bytes,
         metrics_listen=pick(args.metrics_listen, "metrics_listen", None) or None,

@@ -11,6 +11,7 @@ import argparse
 import logging
 import signal
 import sys
+from collections.abc import AsyncIterator
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -18,6 +19,7 @@ import trio
 
 if TYPE_CHECKING:
     from walfs.engine_api import LogEngine
+    from walfs.kafka.auth_config import AuthConfig
     from walfs.metrics import Metrics
 
 DEFAULT_LISTEN = "127.0.0.1:9092"
@@ -81,20 +83,47 @@ def build_parser() -> argparse.ArgumentParser:
         help="a Kafka broker setting: num.partitions, auto.create.topics.enable, message.max.bytes, "
         "log.message.timestamp.type, log.retention.ms, log.retention.bytes (repeatable)",
     )
+    p.add_argument(
+        "--auth-config",
+        default=None,
+        metavar="FILE",
+        help="TLS and SASL settings and users (JSON; docs/kafka.md, Security; walfs kafka-user)",
+    )
+    p.add_argument(
+        "--insecure-listen",
+        action="store_true",
+        help="let a non-loopback address be bound without SASL (clients there do not authenticate)",
+    )
     p.add_argument("--log-level", default="info", help="debug, info, warning, error")
     return p
 
 
-async def _run(wal: LogEngine, host: str, port: int, args: argparse.Namespace, metrics: Metrics) -> None:
-    from walfs.daemon import watch_wal_failure
-    from walfs.kafka import serve_kafka
-    from walfs.kafka.framing import (
-        DEFAULT_MAX_CONNECTIONS,
-        DEFAULT_MAX_INFLIGHT_BYTES,
-        DEFAULT_MAX_REQUEST_BYTES,
-    )
+async def _run(
+    wal: LogEngine, host: str, port: int, args: argparse.Namespace, metrics: Metrics, auth: AuthConfig | None
+) -> None:
+    from walfs.kafka.framing import DEFAULT_MAX_REQUEST_BYTES
 
     limit = args.max_request_bytes or DEFAULT_MAX_REQUEST_BYTES
+    # The signals are caught from before the "listening" line: a caller that stops us as
+    # soon as it reads it gets a clean stop.
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
+        await _serve(wal, host, port, args, metrics, auth, limit, received)
+
+
+async def _serve(
+    wal: LogEngine,
+    host: str,
+    port: int,
+    args: argparse.Namespace,
+    metrics: Metrics,
+    auth: AuthConfig | None,
+    limit: int,
+    received: AsyncIterator[int],
+) -> None:
+    from walfs.daemon import watch_wal_failure
+    from walfs.kafka import serve_kafka
+    from walfs.kafka.framing import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_INFLIGHT_BYTES
+
     async with trio.open_nursery() as nursery:
         bound = await nursery.start(
             partial(
@@ -108,6 +137,8 @@ async def _run(wal: LogEngine, host: str, port: int, args: argparse.Namespace, m
                 max_connections=args.max_connections or DEFAULT_MAX_CONNECTIONS,
                 request_latency=metrics.kafka,
                 config=args.broker_config,
+                auth=auth,
+                insecure_listen=args.insecure_listen,
             )
         )
         shown = f"[{host}]" if ":" in host else host
@@ -116,11 +147,10 @@ async def _run(wal: LogEngine, host: str, port: int, args: argparse.Namespace, m
             mhost, mport = metrics.serve(args.metrics_listen)
             print(f"metrics on http://{mhost}:{mport}/metrics", flush=True)
         nursery.start_soon(watch_wal_failure, wal, nursery.cancel_scope.cancel)
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for signum in signals:
-                logging.getLogger("walfs.kafka").info("%s: stopping", signal.Signals(signum).name)
-                nursery.cancel_scope.cancel()
-                break
+        async for signum in received:
+            logging.getLogger("walfs.kafka").info("%s: stopping", signal.Signals(signum).name)
+            nursery.cancel_scope.cancel()
+            break
 
 
 def main(argv: list[str]) -> int:
@@ -136,6 +166,17 @@ def main(argv: list[str]) -> int:
         host, port = parse_listen_address(args.kafka_listen)
     except ValueError as e:
         print(f"walfs serve: --kafka-listen: {e}", file=sys.stderr)
+        return 2
+    from walfs.kafka.auth_config import AuthConfig, AuthConfigError
+    from walfs.kafka.listener import check_listen_security
+
+    try:
+        auth = AuthConfig(args.auth_config) if args.auth_config else None
+        if auth is not None:
+            auth.ssl_context()  # a bad certificate or key fails here, before the WAL opens
+        check_listen_security(host, auth, args.insecure_listen)
+    except (AuthConfigError, ValueError) as e:
+        print(f"walfs serve: {e}", file=sys.stderr)
         return 2
     from walfs.cli.mount import limit_option
     from walfs.engine_api import open_engine, prepare_target
@@ -173,7 +214,7 @@ def main(argv: list[str]) -> int:
 
     metrics = Metrics(wal)
     try:
-        trio.run(_run, wal, host, port, args, metrics)
+        trio.run(_run, wal, host, port, args, metrics, auth)
     except (OSError, BaseExceptionGroup) as e:
         # trio's nurseries deliver a failed bind wrapped in an exception group.
         found = e.subgroup(OSError) if isinstance(e, BaseExceptionGroup) else e

@@ -20,6 +20,7 @@ from walfs.kafka.topic_catalog import TopicCatalog
 
 if TYPE_CHECKING:
     from walfs.engine_api import LogEngine
+    from walfs.kafka.sasl import SaslSession
 
 log = logging.getLogger("walfs.kafka")
 
@@ -39,6 +40,8 @@ class Connection:
     host: str
     port: int
     client_id: str | None = None
+    # The connection's SASL state on a SASL listener (None on others).
+    sasl: SaslSession | None = None
 
 
 @dataclass

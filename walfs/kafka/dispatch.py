@@ -19,6 +19,7 @@ from walfs.kafka import (
     groups,
     metadata,
     produce,
+    sasl,
     topics_admin,
 )
 from walfs.kafka.api import Api, Later
@@ -39,6 +40,7 @@ HANDLERS: dict[int, Api] = {
     **admin_groups.HANDLERS,
     **admin_configs.HANDLERS,
     **admin_cluster.HANDLERS,
+    **sasl.HANDLERS,
 }
 
 SUPPORTED: dict[int, tuple[int, int]] = {

@@ -9,14 +9,17 @@ connection's ResponsePipe while the next requests are read and handled
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import math
+import ssl
 import time
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from walfs.kafka.api import Later
-from walfs.kafka.broker import Broker, Connection
+from walfs.kafka.broker import Connection
 from walfs.kafka.broker_config import BrokerConfig
 from walfs.kafka.dispatch import HANDLERS, SUPPORTED, CloseConnection, dispatch
 from walfs.kafka.framing import (
@@ -26,11 +29,15 @@ from walfs.kafka.framing import (
     ByteBudget,
     FrameError,
     FrameReader,
+    read_preamble,
 )
 from walfs.kafka.pipeline import response_pipe
+from walfs.kafka.sasl import AuthenticationFailed, SaslSession
+from walfs.kafka.tenants import Tenants
 
 if TYPE_CHECKING:
     from walfs.engine_api import LogEngine
+    from walfs.kafka.auth_config import AuthConfig
 
 log = logging.getLogger("walfs.kafka")
 
@@ -63,8 +70,22 @@ def _addr(sockaddr: object) -> tuple[str, int]:
     return "?", 0
 
 
+async def _close(stream: trio.abc.AsyncResource) -> None:
+    # A TLS close_notify could wait on a peer that reads nothing: bounded.
+    with trio.move_on_after(5):
+        try:
+            await stream.aclose()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+
+
 async def _serve_connection(
-    broker: Broker, stream: trio.SocketStream, max_request_bytes: int, budget: ByteBudget | None = None
+    tenants: Tenants,
+    stream: trio.SocketStream,
+    max_request_bytes: int,
+    budget: ByteBudget | None = None,
+    auth: AuthConfig | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> None:
     try:
         peer_host, peer_port = _addr(stream.socket.getpeername())
@@ -76,28 +97,76 @@ async def _serve_connection(
             await stream.aclose()
         return
     conn = Connection(peer=f"{peer_host}:{peer_port}", host=host, port=port)
-    reader = FrameReader(stream, max_request_bytes, budget)
+    broker = tenants.default
+    session = conn.sasl = SaslSession(auth, conn.peer) if auth is not None and auth.sasl else None
+    io: trio.abc.Stream = stream
+    if ssl_context is not None:
+        io = trio.SSLStream(stream, ssl_context, server_side=True)
+    reader = FrameReader(io, max_request_bytes, budget)
     log.debug("%s: connected", conn.peer)
     observe = broker.request_latency.observe if broker.request_latency is not None else None
+    # TLS and SASL must be done within the config's authentication_timeout_ms: a connection
+    # that never finishes them would hold a connection slot for good.
+    gate = trio.CancelScope()
+    if auth is not None and (session is not None or ssl_context is not None):
+        gate.deadline = trio.current_time() + auth.auth_timeout_s
+    refused: str | None = None  # why SASL refused the client: closed once its answer is out
     try:
-        async with response_pipe(stream) as pipe:
-            while True:
-                payload = await reader.next_frame()
-                if payload is None:
-                    break
-                api = api_name(payload)
-                t0 = time.perf_counter()
-                failed = True
-                try:
-                    response = await dispatch(broker, conn, payload)
-                    failed = False
-                finally:
-                    # A Later answer (acks=all) is observed by the pipe once it is ready.
-                    if observe is not None and (failed or not isinstance(response, Later)):
-                        observe(api, time.perf_counter() - t0, failed)
-                    del payload
-                    await reader.release_frame()
-                await pipe.send(response, api, t0, observe)
+        with gate:
+            if isinstance(io, trio.SSLStream):
+                await io.do_handshake()
+            if session is None:
+                gate.deadline = math.inf
+            async with response_pipe(io) as pipe:
+                while True:
+                    payload = await reader.next_frame()
+                    if payload is None:
+                        break
+                    if session is not None and session.raw_tokens and not session.authenticated:
+                        # SaslHandshake v0: bare tokens, no Kafka framing (librdkafka).
+                        try:
+                            token = await session.step(payload)
+                        except AuthenticationFailed as e:
+                            why = f"SASL {session.mechanism} authentication failed: {e}"
+                            raise CloseConnection(why) from e
+                        finally:
+                            del payload
+                            await reader.release_frame()
+                        await pipe.send(token)
+                        if session.user is not None:
+                            broker = tenants.get(session.user.org_id)
+                            gate.deadline = math.inf
+                        continue
+                    if session is not None and not session.authenticated:
+                        api_key = read_preamble(payload)[0]
+                        if not session.allowed(api_key):
+                            # Kafka's IllegalSaslStateException: no answer, the connection closes.
+                            why = f"request with API key {api_key} before SASL authentication"
+                            raise CloseConnection(why)
+                    api = api_name(payload)
+                    t0 = time.perf_counter()
+                    failed = True
+                    try:
+                        response = await dispatch(broker, conn, payload)
+                        failed = False
+                    finally:
+                        # A Later answer (acks=all) is observed by the pipe once it is ready.
+                        if observe is not None and (failed or not isinstance(response, Later)):
+                            observe(api, time.perf_counter() - t0, failed)
+                        del payload
+                        await reader.release_frame()
+                    await pipe.send(response, api, t0, observe)
+                    if session is not None:
+                        if session.failed:
+                            refused = f"SASL refused ({session.mechanism or 'no mechanism'})"
+                            break  # the pipe sends the refusal before the connection closes
+                        if session.user is not None and gate.deadline != math.inf:
+                            broker = tenants.get(session.user.org_id)
+                            gate.deadline = math.inf
+        if gate.cancelled_caught:
+            log.warning("%s: closing connection: TLS/SASL not done in time", conn.peer)
+        elif refused is not None:
+            log.warning("%s: closing connection: %s", conn.peer, refused)
     except (FrameError, CloseConnection) as e:
         log.warning("%s: closing connection: %s", conn.peer, e)
     except trio.BrokenResourceError as e:
@@ -111,8 +180,36 @@ async def _serve_connection(
     finally:
         with trio.CancelScope(shield=True):
             await reader.release_frame()
+            if io is not stream:
+                await _close(io)
             await stream.aclose()
         log.debug("%s: closed", conn.peer)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_listen_security(host: str, auth: AuthConfig | None, insecure_listen: bool) -> None:
+    """The rule for where a listener may bind (docs/kafka.md, Security): loopback needs
+    nothing; any other address needs SASL (SASL_PLAINTEXT or SASL_SSL) unless the operator
+    said --insecure-listen. Raises InsecureListenError."""
+    if is_loopback(host) or insecure_listen or (auth is not None and auth.sasl):
+        return
+    proto = auth.security_protocol if auth is not None else "PLAINTEXT"
+    raise InsecureListenError(
+        f"refusing to listen on {host} with {proto}: clients there would not authenticate "
+        "(give an auth config with SASL_SSL or SASL_PLAINTEXT, or --insecure-listen)"
+    )
+
+
+class InsecureListenError(ValueError):
+    pass
 
 
 async def serve_kafka(
@@ -127,6 +224,8 @@ async def serve_kafka(
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     request_latency: Any = None,
     config: BrokerConfig | None = None,
+    auth: AuthConfig | None = None,
+    insecure_listen: bool = False,
 ) -> None:
     """Serve ``wal`` to Kafka clients on ``host:port`` until cancelled.
 
@@ -135,19 +234,22 @@ async def serve_kafka(
     DeleteTopics; ``config`` holds Kafka's broker settings (num.partitions, ...). The
     caller owns ``wal`` and closes it after this returns.
     ``max_inflight_bytes`` bounds the request bytes all connections hold at once (a frame
-    that does not fit waits); connections beyond ``max_connections`` are closed at once."""
+    that does not fit waits); connections beyond ``max_connections`` are closed at once.
+    ``auth`` (walfs.kafka.auth_config.AuthConfig) sets TLS and SASL; SASL users see their
+    own org's topics and groups (LogEngine.for_org), connections without SASL those of
+    ``wal.org_id``. A non-loopback ``host`` without SASL raises InsecureListenError unless
+    ``insecure_listen``."""
     if max_request_bytes > max_inflight_bytes:
         raise ValueError("max_request_bytes cannot exceed max_inflight_bytes")
-    broker = Broker(
-        wal, allow_delete=allow_delete, api_versions=dict(SUPPORTED), config=config or BrokerConfig()
-    )
-    broker.request_latency = request_latency
+    check_listen_security(host, auth, insecure_listen)
+    ssl_context = auth.ssl_context() if auth is not None else None
     budget = ByteBudget(max_inflight_bytes)
     open_connections = 0
     refused = 0
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()[1]
-    log.info("kafka listener on %s:%d", host, bound)
+    proto = auth.security_protocol if auth is not None else "PLAINTEXT"
+    log.info("kafka listener on %s:%d (%s)", host, bound, proto)
 
     async def handle(stream: trio.SocketStream) -> None:
         nonlocal open_connections, refused
@@ -164,11 +266,18 @@ async def serve_kafka(
             return
         open_connections += 1
         try:
-            await _serve_connection(broker, stream, max_request_bytes, budget)
+            await _serve_connection(tenants, stream, max_request_bytes, budget, auth, ssl_context)
         finally:
             open_connections -= 1
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(broker.groups.run)
+        tenants = Tenants(
+            wal,
+            nursery,
+            allow_delete=allow_delete,
+            api_versions=dict(SUPPORTED),
+            config=config or BrokerConfig(),
+            request_latency=request_latency,
+        )
         await nursery.start(trio.serve_listeners, handle, listeners)
         task_status.started(bound)
