@@ -4,10 +4,14 @@ background retention gives the space back while appends go on."""
 
 from __future__ import annotations
 
+import errno
 import os
+import subprocess
 import time
 
-from conftest_mount import Mount
+import pytest
+from conftest_mount import Mount, wait_until
+from test_mount_permissions import as_nobody, mount_for_others, shared_base  # noqa: F401 (a fixture)
 
 pytest_plugins = ["conftest_mount"]
 
@@ -139,5 +143,166 @@ def test_rm_deletes_a_topic_only_when_allowed(make_mount) -> None:
         assert xattr(m, "low_watermark") == "0"
         assert xattr(m, "high_watermark") == "1"
         assert m.out("cat .consumers/g/t") == "b\n"  # the group's old cursor went with the topic
+    finally:
+        m.stop()
+
+
+PAGE = 4096
+
+
+def trimmed_and_kept_reads(m: Mount, full: bytes, low: int) -> None:
+    """Every reader of the trimmed range (records below `low`, each PAGE bytes) gets
+    ENODATA; the kept records read back byte for byte at their old positions."""
+    for cmd in ("cat t", f"dd if=t bs={PAGE} skip=0 count=1", f"dd if=t bs={PAGE} skip={low - 1} count=1"):
+        res = m.sh(f"{cmd} | wc -c", check=False)
+        assert res.returncode != 0 and b"No data available" in res.stderr, (cmd, res.stderr)
+    kept = subprocess.run(
+        ["dd", "if=t", f"bs={PAGE}", f"skip={low}", "status=none"],
+        cwd=m.path,
+        capture_output=True,
+        check=True,
+    ).stdout
+    assert kept == full[low * PAGE :]
+    with open(m.path / "t", "rb") as f:
+        f.seek((low - 1) * PAGE)
+        with pytest.raises(OSError) as e:
+            f.read(PAGE)
+        assert e.value.errno == errno.ENODATA
+    with open(m.path / "t", "rb") as f:
+        f.seek(low * PAGE)
+        assert f.read() == full[low * PAGE :]
+    assert int(xattr(m, "low_watermark")) == low
+    assert int(xattr(m, "high_watermark")) == len(full) // PAGE  # offsets never change
+    assert int(xattr(m, "byte_size")) == len(full)  # nor byte positions
+
+
+def test_readers_of_a_trimmed_range_get_enodata_after_a_trim_and_after_retention_by_age(
+    make_mount, monkeypatch, tmp_path
+) -> None:
+    # The daemon's background pass reads its clock from this file (retention.now_ms):
+    # time moves only when the test says so. Empty: the wall clock is not used either,
+    # "0" keeps every record young.
+    clock = tmp_path / "clock"
+    clock.write_text("0")
+    monkeypatch.setenv("WALFS_TEST_CLOCK_FILE", str(clock))
+    # One record per page, so that a page is either trimmed or kept (the kernel reads
+    # whole pages: docs/mount.md).
+    records = [b"%05d " % i + b"r" * (PAGE - 7) + b"\n" for i in range(30)]
+    src = tmp_path / "src"
+    src.write_bytes(b"".join(records[:20]))
+    m: Mount = make_mount()
+    m.start()
+    try:
+        m.sh(f"cat {src} >> t")
+        full = b"".join(records[:20])
+        assert m.sh("cat t").stdout == full  # pages now in the kernel's cache
+        m.sh("setfattr -n user.walfs.low_watermark -v 5 t")
+        trimmed_and_kept_reads(m, full, 5)
+
+        # By age: records appended before `cut` get older than retention_ms once the
+        # clock reads cut + retention_ms; the later ones stay.
+        m.sh("setfattr -n user.walfs.retention_ms -v 60000 t")
+        time.sleep(0.01)
+        cut = int(time.time() * 1000)
+        time.sleep(0.01)
+        src.write_bytes(b"".join(records[20:]))
+        m.sh(f"cat {src} >> t")
+        full = b"".join(records)
+        clock.write_text(str(cut + 60_000))
+        wait_until(
+            lambda: xattr(m, "low_watermark") == "20", timeout=60, what="the background retention pass"
+        )
+        # The pass tells the mount after it trimmed; the mount then drops the kernel's
+        # cached pages of the file (asynchronously: wait for that, bounded).
+        wait_until(
+            lambda: m.sh("dd if=t bs=4096 skip=19 count=1 | wc -c", check=False).returncode != 0,
+            timeout=30,
+            what="the trimmed pages to leave the page cache",
+        )
+        trimmed_and_kept_reads(m, full, 20)
+        m.sh("echo after >> t")  # appends go on after the pass
+        assert xattr(m, "high_watermark") == "31"
+    finally:
+        m.stop()
+
+
+def test_a_full_disk_comes_back_through_a_trim_and_retention_without_a_remount(make_mount, tmp_path) -> None:
+    """The data directory on a small tmpfs: appends fill it to ENOSPC; a setfattr trim
+    gives the space back (df and statvfs on the mount show it) and appends work again on
+    the same mount; then a size limit set through an xattr keeps it from filling again."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(small)], check=True)
+    m: Mount = make_mount("full")
+    try:
+        m.data = small / "data"
+        m.start("--segment-size", "1M", "--block-size", "64K")
+
+        def avail() -> int:
+            st = os.statvfs(m.path)
+            return st.f_bavail * st.f_frsize
+
+        def df_avail() -> int:
+            return int(m.out("df --output=avail -B1 . | tail -1"))
+
+        chunk = b"z" * 1023 + b"\n"
+        with pytest.raises(OSError) as info:
+            with open(m.path / "t", "ab", buffering=0) as f:
+                for _ in range(100_000):
+                    f.write(chunk * 16)
+        assert info.value.errno == errno.ENOSPC
+        high = int(xattr(m, "high_watermark"))
+        assert high > 0 and int(xattr(m, "byte_size")) == high * 1024  # whole records only
+        full = avail()
+        assert full < 1 << 20
+
+        m.sh(f"setfattr -n user.walfs.low_watermark -v {high} t")  # everything goes
+        # Reclamation runs in the background (every 10 s): wait for it, bounded.
+        wait_until(lambda: avail() > full + (4 << 20), timeout=60, what="space to come back")
+        assert df_avail() > full + (4 << 20)  # what df shows, through the mount
+        m.sh("echo more >> t")  # the same mount appends again
+        assert int(xattr(m, "high_watermark")) == high + 1  # offsets go on
+        assert m.out(f"dd if=t bs=1024 skip={high} status=none") == "more\n"
+
+        # A size limit: more appends than the disk holds no longer fill it.
+        m.sh("setfattr -n user.walfs.retention_bytes -v 2M t")
+        with open(m.path / "t", "ab", buffering=0) as f:
+            for _ in range(8):
+                for _ in range(100):  # 1.6 MB a round, 13 MB in all
+                    f.write(chunk * 16)
+                # The growth wakes a pass once it passes max(limit / 8, 1 MiB): wait for
+                # it (bounded; nothing is timed). Kept: the limit + what came after.
+                wait_until(
+                    lambda: int(xattr(m, "byte_size")) - int(xattr(m, "low_watermark")) * 1024 <= 3 << 20,
+                    timeout=60,
+                    what="retention to trim",
+                )
+        assert int(xattr(m, "high_watermark")) == high + 1 + 8 * 100 * 16
+        m.stop()
+    finally:
+        m.cleanup()
+        subprocess.run(["umount", "-l", str(small)], check=False)
+
+
+def test_only_users_with_write_permission_trim_set_retention_or_delete(shared_base) -> None:  # noqa: F811
+    """A second, real user (uid 65534) on an --allow-delete mount: setfattr (trim, the
+    retention settings) and rm give EACCES and change nothing; the owner's work."""
+    m = mount_for_others(shared_base, "--allow-delete")
+    try:
+        m.sh("seq 1 10 >> t")
+        for script in (
+            "setfattr -n user.walfs.low_watermark -v 5 t",
+            "setfattr -n user.walfs.retention_ms -v 1000 t",
+            "setfattr -n user.walfs.retention_bytes -v 1K t",
+            "rm t",
+        ):
+            r = as_nobody(m, script)
+            assert r.returncode != 0 and b"Permission denied" in r.stderr, (script, r.stderr)
+        assert as_nobody(m, "getfattr --only-values -n user.walfs.retention_ms t").stdout == b"-1"
+        assert (xattr(m, "low_watermark"), xattr(m, "retention_bytes")) == ("0", "-1")
+        assert m.out("cat t") == "".join(f"{i}\n" for i in range(1, 11))
+        m.sh("setfattr -n user.walfs.low_watermark -v 5 t")  # the owner may
+        m.sh("rm t")
+        assert m.out("ls") == "partition=0\n"
     finally:
         m.stop()

@@ -253,6 +253,10 @@ class WalOperations(pyfuse3.Operations):
         # Work for the invalidation task (cache notifications must not come from handlers).
         self._dirty_inodes: set[int] = set()
         self._poked: set[tuple[str, int]] = set()  # streams grown outside the handlers
+        # Trimmed streams (any face) and the inodes whose cached pages must go: read-only
+        # opens keep the page cache, which would still serve the trimmed bytes.
+        self._trimmed: set[tuple[str, int]] = set()
+        self._stale_pages: set[int] = set()
         self._watch_poke = trio.Event()
         self._trio_token: trio.lowlevel.TrioToken | None = None
         self._own_append = threading.local()  # .active while a handler appends
@@ -448,7 +452,10 @@ class WalOperations(pyfuse3.Operations):
             await self._wakeup.wait()
             self._wakeup = trio.Event()
             inodes, self._dirty_inodes = self._dirty_inodes, set()
-            for ino in inodes:
+            stale, self._stale_pages = self._stale_pages, set()
+            for ino in stale:
+                await trio.to_thread.run_sync(self._drop_pages, ino)
+            for ino in inodes - stale:
                 try:
                     pyfuse3.invalidate_inode(ino, attr_only=True)
                 except OSError as exc:
@@ -456,6 +463,16 @@ class WalOperations(pyfuse3.Operations):
                     if exc.errno != errno.ENOENT:
                         log.warning("invalidate_inode(%d): %s", ino, exc)
             await trio.sleep(INVALIDATE_COALESCE)
+
+    @staticmethod
+    def _drop_pages(ino: int) -> None:
+        """Any thread but the trio one (the kernel may wait for a read this loop answers):
+        forgets the inode's cached pages and attributes."""
+        try:
+            pyfuse3.invalidate_inode(ino, attr_only=False)
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:  # the kernel has forgotten the inode
+                log.warning("invalidate_inode(%d): %s", ino, exc)
 
     async def _invalidate_names(self) -> None:
         # Not batched: a name created under one path (partition=0/t) must stop being a
@@ -476,6 +493,8 @@ class WalOperations(pyfuse3.Operations):
         if change.kind not in ("append", "create", "trim") or getattr(self._own_append, "active", False):
             return
         topic, partition = change.topic, change.partition
+        if change.kind == "trim":
+            self._trimmed.add((topic, partition))
         first = not self._poked
         self._poked.add((topic, partition))
         if first and self._trio_token is not None:
@@ -488,6 +507,11 @@ class WalOperations(pyfuse3.Operations):
             with trio.move_on_after(interval) as timer:
                 await self._watch_poke.wait()
             self._watch_poke = trio.Event()
+            trimmed, self._trimmed = self._trimmed, set()
+            for stream in trimmed:
+                self._stale_pages.update(self._stream_inos(stream))
+            if trimmed:
+                self._wakeup.set()
             poked, self._poked = self._poked, set()
             if not timer.cancelled_caught:
                 # Poked: only the streams that grew outside the handlers (the mount's own
@@ -1117,6 +1141,9 @@ class WalOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EINVAL) from None
         with wal_errors_as_errno(f"setxattr {key}"):
             await trio.to_thread.run_sync(change)
+        if key == "low_watermark":
+            # Before the reply: the next reader must not get trimmed bytes from the cache.
+            await trio.to_thread.run_sync(self._drop_pages, inode)
         self._dirty_inodes.add(inode)
         self._wakeup.set()
 

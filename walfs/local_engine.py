@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from walfs import retention
 from walfs._core import ffi
 from walfs.consumer import CursorStore
 from walfs.engine import Engine
@@ -86,6 +87,7 @@ class LocalEngine:
             self.core.close()
             raise
         self._lock = threading.Lock()  # the stream maps
+        self._retention_lock = threading.Lock()  # apply_retention
         self._watchers = Watchers()
         # [n], bumped by delete() (of any org view): Appender handles re-resolve their stream
         self._generation = [0]
@@ -469,17 +471,23 @@ class LocalEngine:
         watermarks of the streams it trimmed. The background thread runs it."""
         if self.read_only:
             return {}
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = retention.now_ms() if now_ms is None else now_ms
         out = {}
-        for s in self._index.org_streams_all():
-            policy = self.settings.policy(s.org_id, s.name, self.retention_default)
-            if policy.unlimited:
-                continue
-            target = self._retention_target(s, policy, now)
-            if target is not None:
-                self.core.trim(s.stream_no, target)
-                out[(s.org_id, s.name, s.partition)] = target
-                self._notify(Change("trim", s.name, s.partition, s.org_id))
+        with self._retention_lock:  # one pass at a time (the background one and callers')
+            for s in self._index.org_streams_all():
+                policy = self.settings.policy(s.org_id, s.name, self.retention_default)
+                if policy.unlimited:
+                    continue
+                try:
+                    target = self._retention_target(s, policy, now)
+                except OffsetOutOfRangeError:
+                    # A trim from another face (setfattr, DeleteRecords) moved the low
+                    # watermark past what this pass had read: the next pass looks again.
+                    continue
+                if target is not None:
+                    self.core.trim(s.stream_no, target)
+                    out[(s.org_id, s.name, s.partition)] = target
+                    self._notify(Change("trim", s.name, s.partition, s.org_id))
         return out
 
     def _retention_target(self, s: Stream, policy: Policy, now: int) -> int | None:
@@ -594,6 +602,8 @@ def _inject_env_faults(core: Engine) -> None:
     fail that operation after `after` successes, for the daemon tests (the mount and
     `walfs serve` open their engine themselves). Never set it in production; it is logged
     loudly when set."""
+    if os.environ.get(retention.CLOCK_FILE_ENV) and not core.read_only:
+        log.warning("%s is set: retention reads its clock from a file (tests only)", retention.CLOCK_FILE_ENV)
     spec = os.environ.get("WALFS_TEST_FAULT")
     if not spec or core.read_only:
         return

@@ -37,6 +37,7 @@ import json
 import os
 import struct
 import threading
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -45,6 +46,9 @@ import blake3
 from walfs.errors import WalCorruptError
 
 FILE_NAME = "topics.conf"
+# TEST ONLY: names a file holding the retention clock (ms since the epoch) for the daemon
+# tests, which cannot pass now_ms to the background pass. Never set in production.
+CLOCK_FILE_ENV = "WALFS_TEST_CLOCK_FILE"
 _MAGIC = b"WALFSTOP"
 _VERSION = 2
 _READABLE_VERSIONS = (1, 2)
@@ -95,6 +99,23 @@ class Policy:
 
 
 _UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def now_ms() -> int:
+    """The clock retention by age reads (ms since the epoch, like the append times the
+    core stamps): the wall clock, unless $WALFS_TEST_CLOCK_FILE names a file holding an
+    integer (tests move time forward by rewriting it; an empty or missing file means the
+    wall clock, anything else is an error)."""
+    path = os.environ.get(CLOCK_FILE_ENV)
+    if path:
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except FileNotFoundError:
+            text = ""
+        if text:
+            return int(text)
+    return int(time.time() * 1000)
 
 
 def parse_limit(text: str) -> int | None:
