@@ -77,6 +77,7 @@ from walfs.errors import (
 from walfs.metrics import WalStats
 from walfs.names import check_partition, topic_bytes, topic_hash
 from walfs.retention import Policy, policy_of, updated
+from walfs.retention import now_ms as retention_now_ms
 
 log = logging.getLogger("walfs")
 
@@ -1222,7 +1223,7 @@ class KafkaEngine:
     def apply_retention(self, now_ms: int | None = None) -> dict[tuple[int, str, int], int]:
         if self.producer is None:
             return {}
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = retention_now_ms() if now_ms is None else now_ms
         out = {}
         for (org, topic), parts in list(self._by_name.items()):
             if org != self.org_id:
