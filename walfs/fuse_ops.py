@@ -43,6 +43,8 @@ import trio
 from walfs import errors as wal_errors
 from walfs.engine_api import Change, LogEngine, is_local
 from walfs.names import CONSUMERS_DIR, MAX_NAME_BYTES, PARTITION_PREFIX, name_error
+from walfs.page_push import PagePusher
+from walfs.page_push import mtime_ns as page_mtime_ns
 from walfs.retention import parse_limit, show_limit
 
 log = logging.getLogger("walfs.fuse")
@@ -109,6 +111,9 @@ class Handle:
     base_byte: int = 0
     frontier: int = 0
     committed_frontier: int = 0  # the frontier at the last commit (flush repeats)
+    # The view bytes [start, end) this handle's last WRITE appended: they go to the
+    # kernel's page cache at the handle's next request (see WalOperations._release_held).
+    held: tuple[int, int] | None = None
 
 
 def parse_partition_dir(name: str) -> int | None:
@@ -253,6 +258,7 @@ class WalOperations(pyfuse3.Operations):
         # Work for the invalidation task (cache notifications must not come from handlers).
         self._dirty_inodes: set[int] = set()
         self._poked: set[tuple[str, int]] = set()  # streams grown outside the handlers
+        self._rewritten: set[tuple[str, int]] = set()  # trimmed or deleted (by anyone)
         self._watch_poke = trio.Event()
         self._trio_token: trio.lowlevel.TrioToken | None = None
         self._own_append = threading.local()  # .active while a handler appends
@@ -263,6 +269,9 @@ class WalOperations(pyfuse3.Operations):
         self._dirty_entries: set[tuple[int, bytes]] = set()
         self._wakeup = trio.Event()  # sizes changed (batched)
         self._entries_wakeup = trio.Event()  # names appeared (at once)
+        # Bytes appended go to the kernel's page cache of the topic's inode (run() is a
+        # daemon task): the first read after writing is then served by the kernel.
+        self.pages = PagePusher(wal)
 
         self.refresh_streams()
         # Set once the kernel's INIT has been answered (settings such as the read-ahead
@@ -303,9 +312,12 @@ class WalOperations(pyfuse3.Operations):
             self._inos_of_stream.clear()
         return new
 
-    def _add_stream(self, stream: tuple[str, int]) -> None:
+    def _add_stream(self, stream: tuple[str, int], made_in: int = 0) -> None:
+        """A stream new to the mount. `made_in`: the directory inode whose CREATE made it
+        (the kernel holds a fresh entry there: dropping it would drop the inode and its
+        cached pages with it)."""
         self._streams.add(stream)
-        self._mtime_ns.setdefault(stream, self.start_ns)
+        self._mtime_ns.setdefault(stream, page_mtime_ns())
         topic, partition = stream
         # The kernel may hold negative entries for this name under every alias.
         name = topic.encode()
@@ -318,8 +330,10 @@ class WalOperations(pyfuse3.Operations):
                 parents.append(Node("group", group=group))
         for parent in parents:
             ino = self._inodes.get(parent)
-            if ino is not None:
+            if ino is not None and ino != made_in:
                 self._dirty_entries.add((ino, name))
+        # The watcher may have seen the creation first (the engine's watch call).
+        self._dirty_entries.discard((made_in, name))
         root_name = f"{PARTITION_PREFIX}{partition}".encode()
         self._dirty_entries.add((pyfuse3.ROOT_INODE, root_name))
         self._entries_wakeup.set()
@@ -417,13 +431,29 @@ class WalOperations(pyfuse3.Operations):
         watcher must not count it again (a second mtime change would make the kernel drop
         the file's cached pages for nothing)."""
         stream = (topic, partition)
-        self._mtime_ns[stream] = time.time_ns()
+        self._mtime_ns[stream] = page_mtime_ns()  # steps: a new mtime drops cached pages
         if seen:
             self._seen_size.pop(stream, None)  # the watcher re-reads it quietly
         if stream not in self._streams:
             self._add_stream(stream)
         self._dirty_inodes.update(self._stream_inos(stream))
         self._wakeup.set()
+
+    def _push(self, stream: tuple[str, int], span: tuple[int, int] | None) -> None:
+        """The view bytes span = [start, end) of a stream go to the kernel's page cache of
+        its topic file (walfs.page_push)."""
+        if span is not None:
+            ino = self._inodes.get(Node("topic", stream[1], stream[0]))
+            if ino is not None:
+                self.pages.grew(ino, stream[0], stream[1], *span)
+
+    def _release_held(self, h: Handle) -> None:
+        """The writer of h sent another request: the kernel is done with its previous
+        WRITE (a direct_io write drops the cached pages of its range once answered), so
+        the bytes that WRITE appended may now be cached."""
+        if h.held is not None:
+            self._push((h.node.topic, h.node.partition), h.held)
+            h.held = None
 
     def _stream_inos(self, stream: tuple[str, int]) -> tuple[int, ...]:
         """The inodes the kernel knows that show this stream: its topic file and its
@@ -470,14 +500,17 @@ class WalOperations(pyfuse3.Operations):
                 pyfuse3.invalidate_entry_async(parent, name, ignore_enoent=True)
 
     def poke_watcher(self, change: Change) -> None:
-        """Any thread (the engine's watch callback): a stream grew, was trimmed or made
+        """Any thread (the engine's watch callback): a stream grew, was trimmed, deleted or made
         (by the Kafka listener, say). The watcher looks at it now instead of at its next
         round."""
-        if change.kind not in ("append", "create", "trim") or getattr(self._own_append, "active", False):
+        if change.kind == "close" or getattr(self._own_append, "active", False):
             return
-        topic, partition = change.topic, change.partition
-        first = not self._poked
-        self._poked.add((topic, partition))
+        stream = (change.topic, change.partition)
+        first = not self._poked and not self._rewritten
+        if change.kind in ("trim", "delete"):
+            self._rewritten.add(stream)
+        if change.kind != "delete":
+            self._poked.add(stream)
         if first and self._trio_token is not None:
             self._trio_token.run_sync_soon(self._watch_poke.set)
 
@@ -489,6 +522,9 @@ class WalOperations(pyfuse3.Operations):
                 await self._watch_poke.wait()
             self._watch_poke = trio.Event()
             poked, self._poked = self._poked, set()
+            rewritten, self._rewritten = self._rewritten, set()
+            for stream in rewritten:
+                await self._bytes_changed(stream)
             if not timer.cancelled_caught:
                 # Poked: only the streams that grew outside the handlers (the mount's own
                 # appends do not poke; the handlers report them).
@@ -499,6 +535,7 @@ class WalOperations(pyfuse3.Operations):
                     if self._seen_size.get(stream) != size:
                         if stream in self._seen_size:
                             self._stream_changed(*stream, seen=False)
+                            self._push(stream, (self._seen_size[stream], size))
                         self._seen_size[stream] = size
                 continue
             try:
@@ -508,23 +545,37 @@ class WalOperations(pyfuse3.Operations):
                     if self._seen_size.get(stream) != size:
                         if stream in self._seen_size:
                             self._stream_changed(*stream, seen=False)
+                            self._push(stream, (self._seen_size[stream], size))
                         self._seen_size[stream] = size
             except Exception:
                 log.exception("watcher round failed")
 
+    async def _bytes_changed(self, stream: tuple[str, int]) -> None:
+        """Bytes the kernel may have cached changed meaning (a trim made the head ENODATA,
+        a delete ended the file): exact mtime, and the kernel's pages go."""
+        self._mtime_ns[stream] = time.time_ns()
+        ino = self._inodes.get(Node("topic", stream[1], stream[0]))
+        if ino is not None:
+            await self.pages.drop(ino)
+
     # ----------------------------------------------------------------- appending
 
-    async def _append(self, node: Node, lines: bytes | bytearray | memoryview) -> None:
-        """Appends newline-terminated lines (each one record) as one batch."""
+    async def _append(self, node: Node, lines: bytes | bytearray | memoryview) -> tuple[int, int]:
+        """Appends newline-terminated lines (each one record) as one batch; returns the
+        view bytes [start, end) they became (and, with appends in threads, others')."""
         # A plain try rather than wal_errors_as_errno: this runs for every write request.
         try:
+            start = self.wal.info(node.topic, node.partition).byte_size
             if self.blocking_appends:
                 await trio.to_thread.run_sync(self._append_lines, node, lines)
+                end = self.wal.info(node.topic, node.partition).byte_size
             else:
                 self._append_lines(node, lines)
+                end = start + len(lines)  # nothing else ran meanwhile
         except Exception as exc:
             raise logged_fuse_error(f"append to {node.topic!r}/{node.partition}", exc) from exc
         self._stream_changed(node.topic, node.partition)
+        return start, end
 
     def _read_cold(self, topic: str, part: int, pos: int, size: int) -> memoryview:
         """A read that may wait for the disk (in a worker thread), into its own buffer."""
@@ -541,15 +592,19 @@ class WalOperations(pyfuse3.Operations):
             self._own_append.active = False
 
     async def _commit_partial(self, h: Handle) -> None:
+        """At FLUSH, FSYNC, RELEASE (the writer is done with its WRITEs): the held partial
+        line becomes a record, and what the handle appended may be cached."""
+        self._release_held(h)
         if not h.partial:
             return
         # The record is the partial line as it stands; its newline is the view's own.
         h.partial += b"\n"
         try:
-            await self._append(h.node, h.partial)
+            span = await self._append(h.node, h.partial)
         except BaseException:
             del h.partial[-1:]
             raise
+        self._push((h.node.topic, h.node.partition), span)
         h.partial.clear()
 
     async def commit_all_partials(self) -> None:
@@ -710,6 +765,7 @@ class WalOperations(pyfuse3.Operations):
             await trio.to_thread.run_sync(self.wal.delete, text, partition)
         self._streams.discard((text, partition))
         self._inos_of_stream.pop((text, partition), None)
+        await self._bytes_changed((text, partition))
         parents = [Node("pdir", partition)] + ([ROOT] if partition == 0 else [])
         for p in parents:
             ino = self._inodes.get(p)
@@ -822,7 +878,7 @@ class WalOperations(pyfuse3.Operations):
         # it believes is the end, which is wrong when others append or a line is partial.
         # Readers keep the cache: bytes before the size never change, and a new size
         # drops the cached pages anyway.
-        return pyfuse3.FileInfo(fh=self._new_handle(h), direct_io=writable, keep_cache=not writable)
+        return pyfuse3.FileInfo(fh=self._new_handle(h), direct_io=writable, keep_cache=True)
 
     async def _make_group(self, name: bytes, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         err = topic_name_error(name)
@@ -878,9 +934,9 @@ class WalOperations(pyfuse3.Operations):
         # The empty stream is made durable now, so that `touch t` leaves a topic behind.
         with wal_errors_as_errno(f"create {topic!r}"):
             await trio.to_thread.run_sync(self.wal.create, topic, partition)
-        self._add_stream((topic, partition))
+        self._add_stream((topic, partition), made_in=parent_inode)
         fh = self._new_handle(h)
-        return pyfuse3.FileInfo(fh=fh, direct_io=writable, keep_cache=False), self._entry(node)
+        return pyfuse3.FileInfo(fh=fh, direct_io=writable, keep_cache=True), self._entry(node)
 
     async def read(self, fh: int, off: int, size: int) -> bytes | memoryview:  # type: ignore[override]
         # Records in the page cache are copied inline: 128 KiB take ~0.1 ms and a thread
@@ -918,6 +974,7 @@ class WalOperations(pyfuse3.Operations):
                 raise pyfuse3.FUSEError(errno.EPERM)  # writing at an offset
         if h.refused_line:
             raise pyfuse3.FUSEError(errno.EFBIG)
+        self._release_held(h)
         newline = buf.find(b"\n")
         # Only the line that continues the held partial one can pass the limit: any other
         # line lies within this request, and a request is at most MIN_MAX_LINE_BYTES.
@@ -947,9 +1004,9 @@ class WalOperations(pyfuse3.Operations):
             with memoryview(h.scratch) as joined:
                 joined[:held] = h.partial
                 joined[held:need] = memoryview(buf)[:end]
-                await self._append(h.node, joined[:need])
+                h.held = await self._append(h.node, joined[:need])
         else:
-            await self._append(h.node, buf if end == len(buf) else memoryview(buf)[:end])
+            h.held = await self._append(h.node, buf if end == len(buf) else memoryview(buf)[:end])
         if end == len(buf):
             h.partial.clear()
         else:
@@ -1040,6 +1097,8 @@ class WalOperations(pyfuse3.Operations):
             return {
                 "pid": lambda: str(os.getpid()),
                 "cold_reads": lambda: str(self.cold_reads),
+                "pushed_bytes": lambda: str(self.pages.pushed_bytes),
+                "push_skipped_bytes": lambda: str(self.pages.skipped_bytes),
                 **({"metrics": self._metrics_text} if self.metrics_text is not None else {}),
                 "data_dir": lambda: self.data_dir,
                 **{k: _constant(v) for k, v in self.info.items()},
@@ -1117,6 +1176,9 @@ class WalOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EINVAL) from None
         with wal_errors_as_errno(f"setxattr {key}"):
             await trio.to_thread.run_sync(change)
+        if key == "low_watermark":
+            # Before the reply: the next read of the trimmed head must not hit cached pages.
+            await self._bytes_changed((t, p))
         self._dirty_inodes.add(inode)
         self._wakeup.set()
 
