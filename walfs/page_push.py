@@ -10,9 +10,13 @@ How (checked on kernel 6.x, libfuse 3.14, pyfuse3 3.5; see docs/mount.md "Page c
   marks a page valid only when the store covers it from its start (to its end, or to the
   end of the file), so every store here starts on a page boundary and re-sends the head
   of the last, partial page.
-- A store is sent from a task of its own, never from a request handler, a short while
-  (PUSH_COALESCE) after the append: stores are batched, and the writer's kernel thread has
-  finished its own bookkeeping of the write by then.
+- A store is sent from a worker thread, never from the event loop: the kernel locks each
+  page it fills, and a reader's read-ahead may hold that lock while it waits for a READ
+  that only the event loop can answer (a store on the loop deadlocked the mount).
+- Bytes written through the mount are handed over when the writer's next request on that
+  file arrives (walfs.fuse_ops: WRITE, FLUSH, FSYNC, RELEASE), not when its WRITE is
+  answered: the kernel drops the cached pages of a direct_io write's range around that
+  WRITE, and a store made meanwhile was seen lost. Stores are batched over PUSH_COALESCE.
 - The kernel keeps the pages only while what it learns about the file does not change
   under them: libfuse turns on FUSE_AUTO_INVAL_DATA (pyfuse3 cannot turn it off), which
   drops every cached page of a file whose mtime changed; any new size learned from
@@ -163,7 +167,9 @@ class PagePusher:
                 if n <= 0:
                     return
                 try:
-                    pyfuse3.notify_store(ino, pos, view[:n])  # type: ignore[arg-type]  # any buffer
+                    # In a worker thread: the kernel locks each page it fills, and a page
+                    # may be locked by a reader waiting for a READ that this loop answers.
+                    await trio.to_thread.run_sync(_store, ino, pos, view[:n])
                 except OSError as exc:
                     if exc.errno == errno.ENOSYS:
                         log.warning("the kernel cannot take pages (notify_store): pushing off")
@@ -174,4 +180,7 @@ class PagePusher:
                     return
             self.pushed_bytes += n
             pos += n
-            await trio.sleep(0)  # requests run between chunks
+
+
+def _store(ino: int, pos: int, data: memoryview) -> None:
+    pyfuse3.notify_store(ino, pos, data)  # type: ignore[arg-type]  # any buffer will do
