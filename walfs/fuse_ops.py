@@ -259,6 +259,7 @@ class WalOperations(pyfuse3.Operations):
         self._dirty_inodes: set[int] = set()
         self._poked: set[tuple[str, int]] = set()  # streams grown outside the handlers
         self._rewritten: set[tuple[str, int]] = set()  # trimmed or deleted (by anyone)
+        self._creating: set[tuple[str, int]] = set()  # CREATE handlers under way
         self._watch_poke = trio.Event()
         self._trio_token: trio.lowlevel.TrioToken | None = None
         self._own_append = threading.local()  # .active while a handler appends
@@ -316,6 +317,8 @@ class WalOperations(pyfuse3.Operations):
         """A stream new to the mount. `made_in`: the directory inode whose CREATE made it
         (the kernel holds a fresh entry there: dropping it would drop the inode and its
         cached pages with it)."""
+        if not made_in and stream in self._creating:
+            return  # the watcher saw a CREATE of this mount: the handler adds it itself
         self._streams.add(stream)
         self._mtime_ns.setdefault(stream, page_mtime_ns())
         topic, partition = stream
@@ -439,20 +442,20 @@ class WalOperations(pyfuse3.Operations):
         self._dirty_inodes.update(self._stream_inos(stream))
         self._wakeup.set()
 
-    def _push(self, stream: tuple[str, int], span: tuple[int, int] | None) -> None:
+    def _push(self, stream: tuple[str, int], span: tuple[int, int] | None, soon: bool = False) -> None:
         """The view bytes span = [start, end) of a stream go to the kernel's page cache of
-        its topic file (walfs.page_push)."""
+        its topic file (walfs.page_push); `soon`: without batching (a writer closed)."""
         if span is not None:
             ino = self._inodes.get(Node("topic", stream[1], stream[0]))
             if ino is not None:
-                self.pages.grew(ino, stream[0], stream[1], *span)
+                self.pages.grew(ino, stream[0], stream[1], *span, soon=soon)
 
-    def _release_held(self, h: Handle) -> None:
+    def _release_held(self, h: Handle, soon: bool = False) -> None:
         """The writer of h sent another request: the kernel is done with its previous
         WRITE (a direct_io write drops the cached pages of its range once answered), so
         the bytes that WRITE appended may now be cached."""
         if h.held is not None:
-            self._push((h.node.topic, h.node.partition), h.held)
+            self._push((h.node.topic, h.node.partition), h.held, soon)
             h.held = None
 
     def _stream_inos(self, stream: tuple[str, int]) -> tuple[int, ...]:
@@ -594,7 +597,7 @@ class WalOperations(pyfuse3.Operations):
     async def _commit_partial(self, h: Handle) -> None:
         """At FLUSH, FSYNC, RELEASE (the writer is done with its WRITEs): the held partial
         line becomes a record, and what the handle appended may be cached."""
-        self._release_held(h)
+        self._release_held(h, soon=True)
         if not h.partial:
             return
         # The record is the partial line as it stands; its newline is the view's own.
@@ -604,7 +607,7 @@ class WalOperations(pyfuse3.Operations):
         except BaseException:
             del h.partial[-1:]
             raise
-        self._push((h.node.topic, h.node.partition), span)
+        self._push((h.node.topic, h.node.partition), span, soon=True)
         h.partial.clear()
 
     async def commit_all_partials(self) -> None:
@@ -932,8 +935,12 @@ class WalOperations(pyfuse3.Operations):
         # writes are accepted as long as they run sequentially from 0.
         h = Handle(node, writable=writable, append=bool(flags & os.O_APPEND))
         # The empty stream is made durable now, so that `touch t` leaves a topic behind.
-        with wal_errors_as_errno(f"create {topic!r}"):
-            await trio.to_thread.run_sync(self.wal.create, topic, partition)
+        self._creating.add((topic, partition))
+        try:
+            with wal_errors_as_errno(f"create {topic!r}"):
+                await trio.to_thread.run_sync(self.wal.create, topic, partition)
+        finally:
+            self._creating.discard((topic, partition))
         self._add_stream((topic, partition), made_in=parent_inode)
         fh = self._new_handle(h)
         return pyfuse3.FileInfo(fh=fh, direct_io=writable, keep_cache=True), self._entry(node)

@@ -95,11 +95,14 @@ class PagePusher:
         self._pending: dict[int, _Pending] = {}
         self._dropped: set[int] = set()  # drop() during a round: stop sending
         self._wakeup = trio.Event()
+        self._soon = trio.Event()
         self._buf = bytearray(CHUNK)
         self.pushed_bytes = 0
         self.skipped_bytes = 0
 
-    def grew(self, ino: int, topic: str, partition: int, start: int, end: int) -> None:
+    def grew(self, ino: int, topic: str, partition: int, start: int, end: int, *, soon: bool = False) -> None:
+        """`soon`: the writer is done (FLUSH, RELEASE): send without waiting to batch more,
+        a reader may follow at once."""
         if not self.enabled or end <= start:
             return
         pending = self._pending.get(ino)
@@ -109,6 +112,8 @@ class PagePusher:
         else:
             pending.start = min(pending.start, start)
             pending.end = max(pending.end, end)
+        if soon:
+            self._soon.set()
 
     async def drop(self, ino: int) -> None:
         """Empties the kernel's cache of `ino` (a trim or a delete changed its bytes)."""
@@ -123,8 +128,10 @@ class PagePusher:
     async def run(self) -> None:
         while self.enabled:
             await self._wakeup.wait()
-            await trio.sleep(self.coalesce)
+            with trio.move_on_after(self.coalesce):
+                await self._soon.wait()
             self._wakeup = trio.Event()
+            self._soon = trio.Event()
             while self._pending:
                 ino, pending = next(iter(self._pending.items()))
                 del self._pending[ino]
