@@ -111,9 +111,9 @@ class Handle:
     base_byte: int = 0
     frontier: int = 0
     committed_frontier: int = 0  # the frontier at the last commit (flush repeats)
-    # The view bytes [start, end) this handle's last WRITE appended: they go to the
-    # kernel's page cache at the handle's next request (see WalOperations._release_held).
-    held: tuple[int, int] | None = None
+    # Bytes this handle's last WRITE appended: they go to the kernel's page cache at the
+    # handle's next request (see WalOperations._release_held).
+    held: int = 0
 
 
 def parse_partition_dir(name: str) -> int | None:
@@ -442,21 +442,22 @@ class WalOperations(pyfuse3.Operations):
         self._dirty_inodes.update(self._stream_inos(stream))
         self._wakeup.set()
 
-    def _push(self, stream: tuple[str, int], span: tuple[int, int] | None, soon: bool = False) -> None:
-        """The view bytes span = [start, end) of a stream go to the kernel's page cache of
-        its topic file (walfs.page_push); `soon`: without batching (a writer closed)."""
-        if span is not None:
-            ino = self._inodes.get(Node("topic", stream[1], stream[0]))
-            if ino is not None:
-                self.pages.grew(ino, stream[0], stream[1], *span, soon=soon)
+    def _push(self, node: Node, nbytes: int, held: bool = False) -> None:
+        """The stream of a topic node grew by nbytes: they go to the kernel's page cache
+        of its file (walfs.page_push); `held`: once _release_held says so."""
+        ino = self._inodes.get(node)
+        if ino is not None:
+            self.pages.grew(ino, node.topic, node.partition, nbytes, held=held)
 
-    def _release_held(self, h: Handle, soon: bool = False) -> None:
+    def _release_held(self, h: Handle) -> None:
         """The writer of h sent another request: the kernel is done with its previous
-        WRITE (a direct_io write drops the cached pages of its range once answered), so
-        the bytes that WRITE appended may now be cached."""
-        if h.held is not None:
-            self._push((h.node.topic, h.node.partition), h.held, soon)
-            h.held = None
+        WRITE (it drops the cached pages of a direct_io WRITE's range around it), so the
+        bytes that WRITE appended may now be cached."""
+        if h.held:
+            ino = self._inodes.get(h.node)
+            if ino is not None:
+                self.pages.release(ino, h.held)
+            h.held = 0
 
     def _stream_inos(self, stream: tuple[str, int]) -> tuple[int, ...]:
         """The inodes the kernel knows that show this stream: its topic file and its
@@ -538,7 +539,7 @@ class WalOperations(pyfuse3.Operations):
                     if self._seen_size.get(stream) != size:
                         if stream in self._seen_size:
                             self._stream_changed(*stream, seen=False)
-                            self._push(stream, (self._seen_size[stream], size))
+                            self._push(Node("topic", stream[1], stream[0]), size - self._seen_size[stream])
                         self._seen_size[stream] = size
                 continue
             try:
@@ -548,7 +549,7 @@ class WalOperations(pyfuse3.Operations):
                     if self._seen_size.get(stream) != size:
                         if stream in self._seen_size:
                             self._stream_changed(*stream, seen=False)
-                            self._push(stream, (self._seen_size[stream], size))
+                            self._push(Node("topic", stream[1], stream[0]), size - self._seen_size[stream])
                         self._seen_size[stream] = size
             except Exception:
                 log.exception("watcher round failed")
@@ -563,22 +564,17 @@ class WalOperations(pyfuse3.Operations):
 
     # ----------------------------------------------------------------- appending
 
-    async def _append(self, node: Node, lines: bytes | bytearray | memoryview) -> tuple[int, int]:
-        """Appends newline-terminated lines (each one record) as one batch; returns the
-        view bytes [start, end) they became (and, with appends in threads, others')."""
+    async def _append(self, node: Node, lines: bytes | bytearray | memoryview) -> None:
+        """Appends newline-terminated lines (each one record) as one batch."""
         # A plain try rather than wal_errors_as_errno: this runs for every write request.
         try:
-            start = self.wal.info(node.topic, node.partition).byte_size
             if self.blocking_appends:
                 await trio.to_thread.run_sync(self._append_lines, node, lines)
-                end = self.wal.info(node.topic, node.partition).byte_size
             else:
                 self._append_lines(node, lines)
-                end = start + len(lines)  # nothing else ran meanwhile
         except Exception as exc:
             raise logged_fuse_error(f"append to {node.topic!r}/{node.partition}", exc) from exc
         self._stream_changed(node.topic, node.partition)
-        return start, end
 
     def _read_cold(self, topic: str, part: int, pos: int, size: int) -> memoryview:
         """A read that may wait for the disk (in a worker thread), into its own buffer."""
@@ -597,17 +593,17 @@ class WalOperations(pyfuse3.Operations):
     async def _commit_partial(self, h: Handle) -> None:
         """At FLUSH, FSYNC, RELEASE (the writer is done with its WRITEs): the held partial
         line becomes a record, and what the handle appended may be cached."""
-        self._release_held(h, soon=True)
+        self._release_held(h)
         if not h.partial:
             return
         # The record is the partial line as it stands; its newline is the view's own.
         h.partial += b"\n"
         try:
-            span = await self._append(h.node, h.partial)
+            await self._append(h.node, h.partial)
         except BaseException:
             del h.partial[-1:]
             raise
-        self._push((h.node.topic, h.node.partition), span, soon=True)
+        self._push(h.node, len(h.partial))
         h.partial.clear()
 
     async def commit_all_partials(self) -> None:
@@ -1011,9 +1007,13 @@ class WalOperations(pyfuse3.Operations):
             with memoryview(h.scratch) as joined:
                 joined[:held] = h.partial
                 joined[held:need] = memoryview(buf)[:end]
-                h.held = await self._append(h.node, joined[:need])
+                await self._append(h.node, joined[:need])
+            self._push(h.node, need, held=True)
+            h.held = need
         else:
-            h.held = await self._append(h.node, buf if end == len(buf) else memoryview(buf)[:end])
+            await self._append(h.node, buf if end == len(buf) else memoryview(buf)[:end])
+            self._push(h.node, end, held=True)
+            h.held = end
         if end == len(buf):
             h.partial.clear()
         else:

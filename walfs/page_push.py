@@ -72,16 +72,20 @@ def mtime_ns(now_ns: int | None = None) -> int:
 class _Pending:
     topic: str
     partition: int
-    start: int  # the view bytes [start, end) are to be sent
-    end: int
+    grown: int  # bytes at the stream's end not sent yet
+    held: int  # of which the most recent ones, not to be sent yet (a WRITE in flight)
 
 
 class PagePusher:
     """Sends the recent bytes of streams into the kernel's cache for their inodes.
 
-    `grew(ino, topic, partition, start, end)` (any trio task, a request handler too):
-    the view bytes [start, end) of the stream shown by inode `ino` are new. `run()` is the
-    task that sends them. `drop(ino)` forgets pending work, stops a store under way and empties the
+    `grew(ino, topic, partition, nbytes, held=...)` (any trio task, a request handler
+    too): the stream shown by inode `ino` grew by `nbytes` at its end; `held`: keep them
+    until `release(ino, nbytes)`. No positions: a round takes the stream's end once and
+    sends the bytes before it that grew and are not held (with several writers of one
+    stream this is approximate: a byte sent early or late only costs a READ, never a
+    wrong byte, since bytes are read from the engine at their true positions). `run()`
+    is the task that sends them. `drop(ino)` forgets pending work, stops a store under way and empties the
     kernel's cache of the inode. Counters for metrics and tests: `pushed_bytes`,
     `skipped_bytes` (cut by the cap, not in memory, or refused by the kernel)."""
 
@@ -95,25 +99,28 @@ class PagePusher:
         self._pending: dict[int, _Pending] = {}
         self._dropped: set[int] = set()  # drop() during a round: stop sending
         self._wakeup = trio.Event()
-        self._soon = trio.Event()
         self._buf = bytearray(CHUNK)
         self.pushed_bytes = 0
         self.skipped_bytes = 0
 
-    def grew(self, ino: int, topic: str, partition: int, start: int, end: int, *, soon: bool = False) -> None:
-        """`soon`: the writer is done (FLUSH, RELEASE): send without waiting to batch more,
-        a reader may follow at once."""
-        if not self.enabled or end <= start:
+    def grew(self, ino: int, topic: str, partition: int, nbytes: int, *, held: bool = False) -> None:
+        if not self.enabled or nbytes <= 0:
             return
         pending = self._pending.get(ino)
         if pending is None:
-            self._pending[ino] = _Pending(topic, partition, start, end)
-            self._wakeup.set()
+            pending = self._pending[ino] = _Pending(topic, partition, 0, 0)
+        pending.grown += nbytes
+        if held:
+            pending.held += nbytes
         else:
-            pending.start = min(pending.start, start)
-            pending.end = max(pending.end, end)
-        if soon:
-            self._soon.set()
+            self._wakeup.set()
+
+    def release(self, ino: int, nbytes: int) -> None:
+        """Held bytes may go now."""
+        pending = self._pending.get(ino)
+        if pending is not None and nbytes > 0:
+            pending.held = max(0, pending.held - nbytes)
+            self._wakeup.set()
 
     async def drop(self, ino: int) -> None:
         """Empties the kernel's cache of `ino` (a trim or a delete changed its bytes)."""
@@ -128,13 +135,10 @@ class PagePusher:
     async def run(self) -> None:
         while self.enabled:
             await self._wakeup.wait()
-            with trio.move_on_after(self.coalesce):
-                await self._soon.wait()
+            await trio.sleep(self.coalesce)
             self._wakeup = trio.Event()
-            self._soon = trio.Event()
-            while self._pending:
-                ino, pending = next(iter(self._pending.items()))
-                del self._pending[ino]
+            for ino in [i for i, p in self._pending.items() if p.grown > p.held]:
+                pending = self._pending.pop(ino)
                 self._dropped.discard(ino)
                 try:
                     await self._push(ino, pending)
@@ -144,8 +148,14 @@ class PagePusher:
     async def _push(self, ino: int, pending: _Pending) -> None:
         topic, partition = pending.topic, pending.partition
         info = self.wal.info(topic, partition)
-        end = min(pending.end, info.byte_size)  # less after a delete
-        wanted = pending.start
+        size = info.byte_size
+        if pending.held:
+            # Still held: they stay pending (with what grows meanwhile).
+            rest = self._pending.setdefault(ino, _Pending(topic, partition, 0, 0))
+            rest.grown += pending.held
+            rest.held += pending.held
+        end = size - pending.held
+        wanted = max(0, size - pending.grown)
         start = max(wanted, end - self.cap)  # the most recent bytes, at most `cap`
         start -= start % PAGE  # a page is only valid when stored from its start
         low = info.low_byte
@@ -157,18 +167,17 @@ class PagePusher:
             if ino in self._dropped:
                 return
             later = self._pending.get(ino)
-            if later is not None:
+            if later is not None and later.grown > later.held:
                 # Grew again meanwhile: that round sends what is left too.
-                later.start = min(later.start, pos)
-                later.end = max(later.end, end)
+                later.grown += end - pos
                 return
-            size = min(CHUNK, end - pos)
-            if not self.wal.resident(topic, partition, pos, size):
+            want = min(CHUNK, end - pos)
+            if not self.wal.resident(topic, partition, pos, want):
                 self.skipped_bytes += end - pos
                 return
             with memoryview(self._buf) as view:
                 try:
-                    n = self.wal.read_bytes(topic, partition, pos, view[:size])
+                    n = self.wal.read_bytes(topic, partition, pos, view[:want])
                 except OffsetOutOfRangeError:
                     return  # trimmed meanwhile: drop() follows
                 if n <= 0:
