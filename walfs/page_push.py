@@ -137,13 +137,16 @@ class PagePusher:
             await self._wakeup.wait()
             await trio.sleep(self.coalesce)
             self._wakeup = trio.Event()
-            for ino in [i for i, p in self._pending.items() if p.grown > p.held]:
-                pending = self._pending.pop(ino)
-                self._dropped.discard(ino)
-                try:
-                    await self._push(ino, pending)
-                except Exception:
-                    log.exception("pushing pages of %r failed", pending.topic)
+            # Rounds follow each other while there is something to send: a writer faster
+            # than one round must not leave the rounds behind (the cap would cut).
+            while ready := [i for i, p in self._pending.items() if p.grown > p.held]:
+                for ino in ready:
+                    pending = self._pending.pop(ino)
+                    self._dropped.discard(ino)
+                    try:
+                        await self._push(ino, pending)
+                    except Exception:
+                        log.exception("pushing pages of %r failed", pending.topic)
 
     async def _push(self, ino: int, pending: _Pending) -> None:
         topic, partition = pending.topic, pending.partition
@@ -165,11 +168,6 @@ class PagePusher:
         pos = start
         while pos < end:
             if ino in self._dropped:
-                return
-            later = self._pending.get(ino)
-            if later is not None and later.grown > later.held:
-                # Grew again meanwhile: that round sends what is left too.
-                later.grown += end - pos
                 return
             want = min(CHUNK, end - pos)
             if not self.wal.resident(topic, partition, pos, want):
