@@ -137,9 +137,12 @@ class PagePusher:
             await self._wakeup.wait()
             await trio.sleep(self.coalesce)
             self._wakeup = trio.Event()
-            # Rounds follow each other while there is something to send: a writer faster
-            # than one round must not leave the rounds behind (the cap would cut).
-            while ready := [i for i, p in self._pending.items() if p.grown > p.held]:
+            # Rounds follow each other while a chunk or more is ready: a writer faster
+            # than one round must not leave the rounds behind (the cap would cut); less
+            # waits for the next batch (small writes: one store per PUSH_COALESCE).
+            least = 1
+            while ready := [i for i, p in self._pending.items() if p.grown - p.held >= least]:
+                least = CHUNK
                 for ino in ready:
                     pending = self._pending.pop(ino)
                     self._dropped.discard(ino)
