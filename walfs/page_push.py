@@ -5,7 +5,7 @@ Why: the mount's writers bypass the page cache (direct_io, walfs.fuse_ops.open),
 without this the first `cat` (or grep, or Spark job) after an ingest reads every byte
 through the daemon, request by request; only a second read is served by the kernel.
 
-How (checked on kernel 6.x, libfuse 3.14, pyfuse3 3.5; see docs/mount.md "Page cache"):
+How (checked on kernel 6.x, libfuse 3.14, pyfuse3 3.5; see docs/mount.md "Caching"):
 - pyfuse3.notify_store copies bytes into the kernel's cache for an inode. The kernel
   marks a page valid only when the store covers it from its start (to its end, or to the
   end of the file), so every store here starts on a page boundary and re-sends the head
