@@ -6,6 +6,12 @@ against `walfs serve`, beside the engine's own append_batch and read in the same
 Prints one JSON object. The listener runs in its own process (`walfs serve`, fsync
 interval, acks=1), as it does in production; the engine figures come from this
 process on a separate data directory.
+
+Consume is measured with two clients, so that the figure is the server's and not one
+client's loop: confluent-kafka's batch call (`consume(10000)`, records counted per batch)
+and kcat (`-C -e -c N`, librdkafka in C, output to /dev/null), one after the other on
+the same topic. Each figure comes with the CPU seconds the server and the client spent
+(/proc/PID/stat; the client's includes librdkafka's threads): both sides of the wire.
 """
 
 from __future__ import annotations
@@ -27,6 +33,16 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 import walfs
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's user+system CPU time so far, all threads (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(server: int, client: int | None = None) -> tuple[float, float]:
+    return cpu_seconds(server), cpu_seconds(client if client is not None else os.getpid())
 
 
 def rate(n: int, size: int, seconds: float) -> dict[str, float]:
@@ -81,8 +97,9 @@ def start_server(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
     return proc, m.group(1)
 
 
-def kafka(bootstrap: str, topic: str, n: int, size: int) -> dict[str, Any]:
+def kafka(bootstrap: str, topic: str, n: int, size: int, server: int) -> dict[str, Any]:
     payload = os.urandom(size)
+    s0, c0 = cpu_of(server)
     p = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -103,6 +120,7 @@ def kafka(bootstrap: str, topic: str, n: int, size: int) -> dict[str, Any]:
     if p.flush(300) != 0:
         raise SystemExit("producer did not flush")
     produced = time.perf_counter() - t0
+    s1, c1 = cpu_of(server)
 
     c = Consumer(
         {
@@ -121,10 +139,43 @@ def kafka(bootstrap: str, topic: str, n: int, size: int) -> dict[str, Any]:
         msgs = c.consume(10_000, 1.0)
         got += sum(1 for m in msgs if not m.error())
     consumed = time.perf_counter() - t0
+    s2, c2 = cpu_of(server)
     c.close()
     if got < n:
         raise SystemExit(f"consumer got {got} of {n}")
-    return {"produce": rate(n, size, produced), "consume": rate(n, size, consumed)}
+    kcat, kcat_cpu = consume_with_kcat(bootstrap, topic, n, server)
+    return {
+        "produce": {
+            **rate(n, size, produced),
+            "server_cpu_s": round(s1 - s0, 2),
+            "client_cpu_s": round(c1 - c0, 2),
+        },
+        "consume": {
+            **rate(n, size, consumed),
+            "server_cpu_s": round(s2 - s1, 2),
+            "client_cpu_s": round(c2 - c1, 2),
+        },
+        "consume_kcat": {**rate(n, size, kcat), **kcat_cpu},
+    }
+
+
+def consume_with_kcat(bootstrap: str, topic: str, n: int, server: int) -> tuple[float, dict[str, float]]:
+    """kcat reads the topic's n records from the start (librdkafka in C: the client's own
+    cost per record is small next to the Python client's)."""
+    cmd = ["kcat", "-C", "-b", bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e", "-q", "-c", str(n)]
+    s0 = cpu_seconds(server)
+    t0 = time.perf_counter()
+    with open(os.devnull, "wb") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink)
+        _, status, usage = os.wait4(proc.pid, 0)  # the child's own CPU figures
+    seconds = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"kcat failed ({proc.returncode})")
+    return seconds, {
+        "server_cpu_s": round(cpu_seconds(server) - s0, 2),
+        "client_cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
+    }
 
 
 def main() -> int:
@@ -146,7 +197,7 @@ def main() -> int:
         try:
             for label, size, n in (("100B", 100, args.records_100), ("1KiB", 1024, args.records_1k)):
                 eng = engine(Path(tmp) / f"engine-{label}", n, size)
-                wire = kafka(bootstrap, f"bench-{label}", n, size)
+                wire = kafka(bootstrap, f"bench-{label}", n, size, proc.pid)
                 result["sizes"][label] = {
                     "engine": eng,
                     "kafka": wire,
@@ -156,6 +207,9 @@ def main() -> int:
                         ),
                         "consume_vs_read": round(
                             eng["read"]["records_per_s"] / wire["consume"]["records_per_s"], 2
+                        ),
+                        "kcat_consume_vs_read": round(
+                            eng["read"]["records_per_s"] / wire["consume_kcat"]["records_per_s"], 2
                         ),
                     },
                 }

@@ -9,10 +9,16 @@ test alternating its targets for --rounds rounds (medians and per-round ratios r
   baseline fuse-facts.md quotes) and bench/fuse_floor.py (pyfuse3 storing nothing: the
   ceiling of any pyfuse3 file system);
 - the same with bs=4k (small appends, bound by FUSE requests);
+- the daemon's CPU time per appended MiB during the 1 MiB test (/proc/PID/stat), which
+  includes putting the written bytes into the kernel's page cache (walfs/page_push.py);
 - `cat` of the topic written by the 1 MiB test vs of the plain file: cold (all caches
   dropped, root only), through the daemon (the topic's kernel pages dropped, the data in
   memory) and warm (from the kernel's page cache);
-- a bash loop of `echo line >> file` (one open, write, close per record): appends/s;
+- `cat` just written: dd bs=1M into a new topic / plain file, then at once `cat` of it
+  (the first read after an ingest);
+- a bash loop of `echo line >> file` (one open, write, close per record): appends/s, on
+  the mount, on bench/fuse_floor.py and on a plain file, and the FUSE requests per echo
+  the daemon counted (its metrics);
 - `tail -f` latency: time from a write() returning to tail printing the line, with the
   default 1 s poll and with `-s 0.1`.
 JSON goes to stdout (and --out).
@@ -21,6 +27,7 @@ JSON goes to stdout (and --out).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import platform
@@ -118,6 +125,31 @@ def tail_latency(path: Path, samples: int, poll: str | None) -> dict[str, float]
         tail.wait()
 
 
+def cpu_seconds(pid: int) -> float:
+    """A process's user+system CPU time so far (/proc/PID/stat, all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def fuse_requests(mnt: Path) -> dict[str, int]:
+    """The daemon's FUSE request counts by op (its metrics, the mount root's xattr)."""
+    for _ in range(10):
+        try:
+            text = os.getxattr(mnt, "user.walfs.metrics").decode()
+            break
+        except OSError as exc:  # ERANGE: the text grew between the size query and the read
+            if exc.errno != errno.ERANGE:
+                raise
+    else:
+        raise RuntimeError("could not read the metrics xattr")
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith('walfs_fuse_request_seconds_count{op="'):
+            op = line.split('"')[1]
+            out[op] = int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
 def mbps(mib: int, seconds: float) -> float:
     return round(mib * 1.048576 / seconds, 1)
 
@@ -186,6 +218,11 @@ def main(argv: list[str]) -> int:
     p.add_argument("--echo-count", type=int, default=2000)
     p.add_argument("--fsync", default="interval", choices=("always", "interval", "never"))
     p.add_argument("--out", default=None)
+    p.add_argument(
+        "--walfs-src",
+        default=str(REPO),
+        help="the walfs checkout the mount runs from (before/after runs: an export of main)",
+    )
     args = p.parse_args(argv)
 
     base = Path(args.dir or tempfile.mkdtemp(prefix="walfs-bench-", dir="/var/tmp"))
@@ -199,25 +236,36 @@ def main(argv: list[str]) -> int:
     make_source(big, args.size_mib << 20)
     make_source(small, args.small_mib << 20)
 
+    src_env = {**os.environ, "PYTHONPATH": args.walfs_src}
     mount_cmd = [sys.executable, "-m", "walfs.cli.mount", str(data), str(mnt), "--fsync", args.fsync]
-    subprocess.run(mount_cmd, check=True, cwd=REPO)
+    subprocess.run(mount_cmd, check=True, cwd=args.walfs_src, env=src_env)
     servers: list[tuple[subprocess.Popen[bytes], Path]] = []
-    results: dict[str, Any] = {"machine": machine(base), "fsync": args.fsync, "rounds": args.rounds}
+    results: dict[str, Any] = {
+        "machine": machine(base),
+        "fsync": args.fsync,
+        "rounds": args.rounds,
+        "walfs_src": args.walfs_src,
+    }
     try:
         floor_cmd = [sys.executable, str(REPO / "bench" / "fuse_floor.py"), str(floor)]
         servers.append((start_server(floor_cmd, floor), floor))
         servers.append((start_passthrough(pt_back, pt, shm), pt))
         mib, smib = args.size_mib, args.small_mib
+        daemon = int(os.getxattr(mnt, "user.walfs.pid"))
         # Appends: a new topic / file per round, the targets back to back.
         for label, src, bs, size in (("append_1MiB", big, "1M", mib), ("append_4KiB", small, "4k", smib)):
             runs: dict[str, list[float]] = {"mount": [], "passthrough": [], "floor": [], "plain": []}
+            cpu: list[float] = []
             for r in range(args.rounds):
                 name = f"{label}_{r}"
+                cpu0 = cpu_seconds(daemon)
                 runs["mount"].append(mbps(size, dd_append(src, mnt / name, bs)))
+                time.sleep(0.2)  # the page push after the last write
+                cpu.append(round((cpu_seconds(daemon) - cpu0) / size * 1000, 2))
                 runs["passthrough"].append(mbps(size, dd_append(src, pt / name, bs)))
                 runs["floor"].append(mbps(size, dd_append(src, floor / "f", bs)))
                 runs["plain"].append(mbps(size, dd_append(src, plain / name, bs)))
-            results[label] = {"mib": size, **summary(runs, "plain")}
+            results[label] = {"mib": size, **summary(runs, "plain"), "daemon_cpu_ms_per_MiB": cpu}
         topic, plain_file = mnt / "append_1MiB_0", plain / "append_1MiB_0"
         assert os.stat(topic).st_size == os.stat(plain_file).st_size
         assert subprocess.run(["cmp", str(topic), str(plain_file)], check=False).returncode == 0
@@ -226,7 +274,7 @@ def main(argv: list[str]) -> int:
         # the daemon (the topic's kernel pages dropped, its segments and the plain file in
         # memory), and warm (the second cat, from the kernel's page cache).
         cold: dict[str, list[float]] = {"mount": [], "plain": []}
-        daemon: dict[str, list[float]] = {"mount": [], "passthrough": [], "floor": [], "plain": []}
+        through_daemon: dict[str, list[float]] = {"mount": [], "passthrough": [], "floor": [], "plain": []}
         warm: dict[str, list[float]] = {"mount": [], "plain": []}
         can_drop = True
         for _ in range(args.rounds):
@@ -239,23 +287,43 @@ def main(argv: list[str]) -> int:
                 if name != "plain":
                     drop_page_cache(path)
                 size_mib = os.stat(path).st_size / 2**20  # the floor's file holds every test's bytes
-                daemon[name].append(round(size_mib * 1.048576 / timed(["cat", str(path)]), 1))
+                through_daemon[name].append(round(size_mib * 1.048576 / timed(["cat", str(path)]), 1))
             for name, path in (("mount", topic), ("plain", plain_file)):
                 timed(["cat", str(path)])
                 warm[name].append(mbps(mib, timed(["cat", str(path)])))
+        # The first read after an ingest: a new topic / file, written and read at once.
+        fresh: dict[str, list[float]] = {"mount": [], "plain": []}
+        for r in range(args.rounds):
+            for name, where in (("mount", mnt), ("plain", plain)):
+                path = where / f"fresh_{r}"
+                dd_append(big, path, "1M")
+                fresh[name].append(mbps(mib, timed(["cat", str(path)])))
         results["cat"] = {
             "mib": mib,
             "cold": summary(cold, "plain") if can_drop else "not measured: needs root for drop_caches",
-            "through_daemon": summary(daemon, "plain"),
+            "through_daemon": summary(through_daemon, "plain"),
             "warm": summary(warm, "plain"),
+            "just_written": summary(fresh, "plain"),
         }
         n = args.echo_count
-        t_mount = echo_loop(mnt / "echo", n)
-        t_plain = echo_loop(plain / "echo", n)
+        echo_loop(mnt / "echo", 10)  # the topic exists and its name is cached
+        before = fuse_requests(mnt)
+        echo: dict[str, list[float]] = {"mount": [], "floor": [], "plain": []}
+        for _ in range(args.rounds):
+            echo["mount"].append(round(n / echo_loop(mnt / "echo", n)))
+            echo["floor"].append(round(n / echo_loop(floor / "f", n)))
+            echo["plain"].append(round(n / echo_loop(plain / "echo", n)))
+        after = fuse_requests(mnt)
+        per_echo = {op: round((after.get(op, 0) - before.get(op, 0)) / (n * args.rounds), 2) for op in after}
         results["echo_per_open"] = {
             "records": n,
-            "mount_per_s": round(n / t_mount),
-            "plain_per_s": round(n / t_plain),
+            **{f"{k}_per_s": round(statistics.median(v)) for k, v in echo.items()},
+            "rounds": echo,
+            "ratio_mount_vs_floor": round(
+                statistics.median(a / b for a, b in zip(echo["mount"], echo["floor"], strict=True)), 2
+            ),
+            # metrics reads themselves are getxattr requests: not the echo's
+            "fuse_requests_per_echo": {op: v for op, v in per_echo.items() if v and op != "getxattr"},
         }
         results["tail_f_latency"] = {
             "default_1s_poll": tail_latency(mnt / "tailed", 10, None),
@@ -265,7 +333,9 @@ def main(argv: list[str]) -> int:
         for server, where in servers:
             subprocess.run(["fusermount3", "-u", str(where)], check=False)
             server.wait(timeout=30)
-        subprocess.run([sys.executable, "-m", "walfs.cli.umount", str(mnt)], cwd=REPO, check=False)
+        subprocess.run(
+            [sys.executable, "-m", "walfs.cli.umount", str(mnt)], cwd=args.walfs_src, env=src_env, check=False
+        )
         shutil.rmtree(shm, ignore_errors=True)
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)

@@ -17,6 +17,7 @@ FACE_FILES = sorted(
     [
         WALFS / "fuse_ops.py",
         WALFS / "daemon.py",
+        WALFS / "page_push.py",
         *(WALFS / "kafka").glob("*.py"),
         *(WALFS / "spark").glob("*.py"),
         *(WALFS / "cli").glob("*.py"),
@@ -24,7 +25,7 @@ FACE_FILES = sorted(
     ]
 )
 FACE_PACKAGES = ("walfs.kafka", "walfs.spark", "walfs.cli", "pyspark_walfs")
-FACE_MODULES = ("walfs.fuse_ops", "walfs.daemon")
+FACE_MODULES = ("walfs.fuse_ops", "walfs.daemon", "walfs.page_push")
 # What every engine shares: the interface, errors, names, the record meta format, the
 # per-topic settings rules, the metrics registry, the Kafka wire codecs of the C library
 # (engine-neutral: they work on the interface's read() layout).

@@ -286,6 +286,7 @@ async def _serve(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ops.invalidation_task, name="walfs-invalidate")
         nursery.start_soon(ops.watch_task, name="walfs-watch")
+        nursery.start_soon(ops.pages.run, name="walfs-page-push")
         ops.wal.watch(ops.poke_watcher)
         nursery.start_soon(_signals, name="walfs-signals")
         nursery.start_soon(watch_wal_failure, ops.wal, pyfuse3.terminate, name="walfs-failure")

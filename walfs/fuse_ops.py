@@ -43,6 +43,8 @@ import trio
 from walfs import errors as wal_errors
 from walfs.engine_api import Change, LogEngine, is_local
 from walfs.names import CONSUMERS_DIR, MAX_NAME_BYTES, PARTITION_PREFIX, name_error
+from walfs.page_push import PagePusher
+from walfs.page_push import mtime_ns as page_mtime_ns
 from walfs.retention import parse_limit, show_limit
 
 log = logging.getLogger("walfs.fuse")
@@ -109,6 +111,9 @@ class Handle:
     base_byte: int = 0
     frontier: int = 0
     committed_frontier: int = 0  # the frontier at the last commit (flush repeats)
+    # Bytes this handle's last WRITE appended: they go to the kernel's page cache at the
+    # handle's next request (see WalOperations._release_held).
+    held: int = 0
 
 
 def parse_partition_dir(name: str) -> int | None:
@@ -253,10 +258,9 @@ class WalOperations(pyfuse3.Operations):
         # Work for the invalidation task (cache notifications must not come from handlers).
         self._dirty_inodes: set[int] = set()
         self._poked: set[tuple[str, int]] = set()  # streams grown outside the handlers
-        # Trimmed streams (any face) and the inodes whose cached pages must go: read-only
-        # opens keep the page cache, which would still serve the trimmed bytes.
-        self._trimmed: set[tuple[str, int]] = set()
-        self._stale_pages: set[int] = set()
+        self._rewritten: set[tuple[str, int]] = set()  # trimmed or deleted (by anyone)
+        self._creating: set[tuple[str, int]] = set()  # CREATE handlers under way
+
         self._watch_poke = trio.Event()
         self._trio_token: trio.lowlevel.TrioToken | None = None
         self._own_append = threading.local()  # .active while a handler appends
@@ -267,6 +271,9 @@ class WalOperations(pyfuse3.Operations):
         self._dirty_entries: set[tuple[int, bytes]] = set()
         self._wakeup = trio.Event()  # sizes changed (batched)
         self._entries_wakeup = trio.Event()  # names appeared (at once)
+        # Bytes appended go to the kernel's page cache of the topic's inode (run() is a
+        # daemon task): the first read after writing is then served by the kernel.
+        self.pages = PagePusher(wal)
 
         self.refresh_streams()
         # Set once the kernel's INIT has been answered (settings such as the read-ahead
@@ -307,9 +314,14 @@ class WalOperations(pyfuse3.Operations):
             self._inos_of_stream.clear()
         return new
 
-    def _add_stream(self, stream: tuple[str, int]) -> None:
+    def _add_stream(self, stream: tuple[str, int], made_in: int = 0) -> None:
+        """A stream new to the mount. `made_in`: the directory inode whose CREATE made it
+        (the kernel holds a fresh entry there: dropping it would drop the inode and its
+        cached pages with it)."""
+        if not made_in and stream in self._creating:
+            return  # the watcher saw a CREATE of this mount: the handler adds it itself
         self._streams.add(stream)
-        self._mtime_ns.setdefault(stream, self.start_ns)
+        self._mtime_ns.setdefault(stream, page_mtime_ns())
         topic, partition = stream
         # The kernel may hold negative entries for this name under every alias.
         name = topic.encode()
@@ -322,8 +334,10 @@ class WalOperations(pyfuse3.Operations):
                 parents.append(Node("group", group=group))
         for parent in parents:
             ino = self._inodes.get(parent)
-            if ino is not None:
+            if ino is not None and ino != made_in:
                 self._dirty_entries.add((ino, name))
+        # The watcher may have seen the creation first (the engine's watch call).
+        self._dirty_entries.discard((made_in, name))
         root_name = f"{PARTITION_PREFIX}{partition}".encode()
         self._dirty_entries.add((pyfuse3.ROOT_INODE, root_name))
         self._entries_wakeup.set()
@@ -421,13 +435,30 @@ class WalOperations(pyfuse3.Operations):
         watcher must not count it again (a second mtime change would make the kernel drop
         the file's cached pages for nothing)."""
         stream = (topic, partition)
-        self._mtime_ns[stream] = time.time_ns()
+        self._mtime_ns[stream] = page_mtime_ns()  # steps: a new mtime drops cached pages
         if seen:
             self._seen_size.pop(stream, None)  # the watcher re-reads it quietly
         if stream not in self._streams:
             self._add_stream(stream)
         self._dirty_inodes.update(self._stream_inos(stream))
         self._wakeup.set()
+
+    def _push(self, node: Node, nbytes: int, held: bool = False) -> None:
+        """The stream of a topic node grew by nbytes: they go to the kernel's page cache
+        of its file (walfs.page_push); `held`: once _release_held says so."""
+        ino = self._inodes.get(node)
+        if ino is not None:
+            self.pages.grew(ino, node.topic, node.partition, nbytes, held=held)
+
+    def _release_held(self, h: Handle) -> None:
+        """The writer of h sent another request: the kernel is done with its previous
+        WRITE (it drops the cached pages of a direct_io WRITE's range around it), so the
+        bytes that WRITE appended may now be cached."""
+        if h.held:
+            ino = self._inodes.get(h.node)
+            if ino is not None:
+                self.pages.release(ino, h.held)
+            h.held = 0
 
     def _stream_inos(self, stream: tuple[str, int]) -> tuple[int, ...]:
         """The inodes the kernel knows that show this stream: its topic file and its
@@ -452,10 +483,7 @@ class WalOperations(pyfuse3.Operations):
             await self._wakeup.wait()
             self._wakeup = trio.Event()
             inodes, self._dirty_inodes = self._dirty_inodes, set()
-            stale, self._stale_pages = self._stale_pages, set()
-            for ino in stale:
-                await trio.to_thread.run_sync(self._drop_pages, ino)
-            for ino in inodes - stale:
+            for ino in inodes:
                 try:
                     pyfuse3.invalidate_inode(ino, attr_only=True)
                 except OSError as exc:
@@ -463,16 +491,6 @@ class WalOperations(pyfuse3.Operations):
                     if exc.errno != errno.ENOENT:
                         log.warning("invalidate_inode(%d): %s", ino, exc)
             await trio.sleep(INVALIDATE_COALESCE)
-
-    @staticmethod
-    def _drop_pages(ino: int) -> None:
-        """Any thread but the trio one (the kernel may wait for a read this loop answers):
-        forgets the inode's cached pages and attributes."""
-        try:
-            pyfuse3.invalidate_inode(ino, attr_only=False)
-        except OSError as exc:
-            if exc.errno != errno.ENOENT:  # the kernel has forgotten the inode
-                log.warning("invalidate_inode(%d): %s", ino, exc)
 
     async def _invalidate_names(self) -> None:
         # Not batched: a name created under one path (partition=0/t) must stop being a
@@ -487,16 +505,18 @@ class WalOperations(pyfuse3.Operations):
                 pyfuse3.invalidate_entry_async(parent, name, ignore_enoent=True)
 
     def poke_watcher(self, change: Change) -> None:
-        """Any thread (the engine's watch callback): a stream grew, was trimmed or made
+        """Any thread (the engine's watch callback): a stream grew, was trimmed, deleted or made
         (by the Kafka listener, say). The watcher looks at it now instead of at its next
         round."""
-        if change.kind not in ("append", "create", "trim") or getattr(self._own_append, "active", False):
+        if change.kind == "close" or getattr(self._own_append, "active", False):
             return
-        topic, partition = change.topic, change.partition
-        if change.kind == "trim":
-            self._trimmed.add((topic, partition))
-        first = not self._poked
-        self._poked.add((topic, partition))
+        stream = (change.topic, change.partition)
+        first = not self._poked and not self._rewritten
+        if change.kind in ("trim", "delete"):
+            self._rewritten.add(stream)
+        if change.kind != "delete":
+            self._poked.add(stream)
+
         if first and self._trio_token is not None:
             self._trio_token.run_sync_soon(self._watch_poke.set)
 
@@ -507,12 +527,10 @@ class WalOperations(pyfuse3.Operations):
             with trio.move_on_after(interval) as timer:
                 await self._watch_poke.wait()
             self._watch_poke = trio.Event()
-            trimmed, self._trimmed = self._trimmed, set()
-            for stream in trimmed:
-                self._stale_pages.update(self._stream_inos(stream))
-            if trimmed:
-                self._wakeup.set()
             poked, self._poked = self._poked, set()
+            rewritten, self._rewritten = self._rewritten, set()
+            for stream in rewritten:
+                await self._bytes_changed(stream)
             if not timer.cancelled_caught:
                 # Poked: only the streams that grew outside the handlers (the mount's own
                 # appends do not poke; the handlers report them).
@@ -523,6 +541,7 @@ class WalOperations(pyfuse3.Operations):
                     if self._seen_size.get(stream) != size:
                         if stream in self._seen_size:
                             self._stream_changed(*stream, seen=False)
+                            self._push(Node("topic", stream[1], stream[0]), size - self._seen_size[stream])
                         self._seen_size[stream] = size
                 continue
             try:
@@ -532,9 +551,18 @@ class WalOperations(pyfuse3.Operations):
                     if self._seen_size.get(stream) != size:
                         if stream in self._seen_size:
                             self._stream_changed(*stream, seen=False)
+                            self._push(Node("topic", stream[1], stream[0]), size - self._seen_size[stream])
                         self._seen_size[stream] = size
             except Exception:
                 log.exception("watcher round failed")
+
+    async def _bytes_changed(self, stream: tuple[str, int]) -> None:
+        """Bytes the kernel may have cached changed meaning (a trim made the head ENODATA,
+        a delete ended the file): exact mtime, and the kernel's pages of every file that
+        shows the stream (its topic file and consumer files) go."""
+        self._mtime_ns[stream] = time.time_ns()
+        for ino in self._stream_inos(stream):
+            await self.pages.drop(ino)
 
     # ----------------------------------------------------------------- appending
 
@@ -565,6 +593,9 @@ class WalOperations(pyfuse3.Operations):
             self._own_append.active = False
 
     async def _commit_partial(self, h: Handle) -> None:
+        """At FLUSH, FSYNC, RELEASE (the writer is done with its WRITEs): the held partial
+        line becomes a record, and what the handle appended may be cached."""
+        self._release_held(h)
         if not h.partial:
             return
         # The record is the partial line as it stands; its newline is the view's own.
@@ -574,6 +605,7 @@ class WalOperations(pyfuse3.Operations):
         except BaseException:
             del h.partial[-1:]
             raise
+        self._push(h.node, len(h.partial))
         h.partial.clear()
 
     async def commit_all_partials(self) -> None:
@@ -734,6 +766,7 @@ class WalOperations(pyfuse3.Operations):
             await trio.to_thread.run_sync(self.wal.delete, text, partition)
         self._streams.discard((text, partition))
         self._inos_of_stream.pop((text, partition), None)
+        await self._bytes_changed((text, partition))
         parents = [Node("pdir", partition)] + ([ROOT] if partition == 0 else [])
         for p in parents:
             ino = self._inodes.get(p)
@@ -846,7 +879,7 @@ class WalOperations(pyfuse3.Operations):
         # it believes is the end, which is wrong when others append or a line is partial.
         # Readers keep the cache: bytes before the size never change, and a new size
         # drops the cached pages anyway.
-        return pyfuse3.FileInfo(fh=self._new_handle(h), direct_io=writable, keep_cache=not writable)
+        return pyfuse3.FileInfo(fh=self._new_handle(h), direct_io=writable, keep_cache=True)
 
     async def _make_group(self, name: bytes, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         err = topic_name_error(name)
@@ -900,11 +933,15 @@ class WalOperations(pyfuse3.Operations):
         # writes are accepted as long as they run sequentially from 0.
         h = Handle(node, writable=writable, append=bool(flags & os.O_APPEND))
         # The empty stream is made durable now, so that `touch t` leaves a topic behind.
-        with wal_errors_as_errno(f"create {topic!r}"):
-            await trio.to_thread.run_sync(self.wal.create, topic, partition)
-        self._add_stream((topic, partition))
+        self._creating.add((topic, partition))
+        try:
+            with wal_errors_as_errno(f"create {topic!r}"):
+                await trio.to_thread.run_sync(self.wal.create, topic, partition)
+        finally:
+            self._creating.discard((topic, partition))
+        self._add_stream((topic, partition), made_in=parent_inode)
         fh = self._new_handle(h)
-        return pyfuse3.FileInfo(fh=fh, direct_io=writable, keep_cache=False), self._entry(node)
+        return pyfuse3.FileInfo(fh=fh, direct_io=writable, keep_cache=True), self._entry(node)
 
     async def read(self, fh: int, off: int, size: int) -> bytes | memoryview:  # type: ignore[override]
         # Records in the page cache are copied inline: 128 KiB take ~0.1 ms and a thread
@@ -942,6 +979,7 @@ class WalOperations(pyfuse3.Operations):
                 raise pyfuse3.FUSEError(errno.EPERM)  # writing at an offset
         if h.refused_line:
             raise pyfuse3.FUSEError(errno.EFBIG)
+        self._release_held(h)
         newline = buf.find(b"\n")
         # Only the line that continues the held partial one can pass the limit: any other
         # line lies within this request, and a request is at most MIN_MAX_LINE_BYTES.
@@ -972,8 +1010,12 @@ class WalOperations(pyfuse3.Operations):
                 joined[:held] = h.partial
                 joined[held:need] = memoryview(buf)[:end]
                 await self._append(h.node, joined[:need])
+            self._push(h.node, need, held=True)
+            h.held = need
         else:
             await self._append(h.node, buf if end == len(buf) else memoryview(buf)[:end])
+            self._push(h.node, end, held=True)
+            h.held = end
         if end == len(buf):
             h.partial.clear()
         else:
@@ -1064,6 +1106,8 @@ class WalOperations(pyfuse3.Operations):
             return {
                 "pid": lambda: str(os.getpid()),
                 "cold_reads": lambda: str(self.cold_reads),
+                "pushed_bytes": lambda: str(self.pages.pushed_bytes),
+                "push_skipped_bytes": lambda: str(self.pages.skipped_bytes),
                 **({"metrics": self._metrics_text} if self.metrics_text is not None else {}),
                 "data_dir": lambda: self.data_dir,
                 **{k: _constant(v) for k, v in self.info.items()},
@@ -1142,8 +1186,9 @@ class WalOperations(pyfuse3.Operations):
         with wal_errors_as_errno(f"setxattr {key}"):
             await trio.to_thread.run_sync(change)
         if key == "low_watermark":
-            # Before the reply: the next reader must not get trimmed bytes from the cache.
-            await trio.to_thread.run_sync(self._drop_pages, inode)
+            # Before the reply: the next read of the trimmed head must not hit cached pages.
+            await self._bytes_changed((t, p))
+
         self._dirty_inodes.add(inode)
         self._wakeup.set()
 

@@ -1,0 +1,203 @@
+"""The kernel's page cache of topic files: bytes just appended are put there before anyone
+reads them, and whatever could make cached pages wrong drops them.
+
+Why: the mount's writers bypass the page cache (direct_io, walfs.fuse_ops.open), so
+without this the first `cat` (or grep, or Spark job) after an ingest reads every byte
+through the daemon, request by request; only a second read is served by the kernel.
+
+How (checked on kernel 6.x, libfuse 3.14, pyfuse3 3.5; see docs/mount.md "Caching"):
+- pyfuse3.notify_store copies bytes into the kernel's cache for an inode. The kernel
+  marks a page valid only when the store covers it from its start (to its end, or to the
+  end of the file), so every store here starts on a page boundary and re-sends the head
+  of the last, partial page.
+- A store is sent from a worker thread, never from the event loop: the kernel locks each
+  page it fills, and a reader's read-ahead may hold that lock while it waits for a READ
+  that only the event loop can answer (a store on the loop deadlocked the mount).
+- Bytes written through the mount are handed over when the writer's next request on that
+  file arrives (walfs.fuse_ops: WRITE, FLUSH, FSYNC, RELEASE), not when its WRITE is
+  answered: the kernel drops the cached pages of a direct_io write's range around that
+  WRITE, and a store made meanwhile was seen lost. Stores are batched over PUSH_COALESCE.
+- The kernel keeps the pages only while what it learns about the file does not change
+  under them: libfuse turns on FUSE_AUTO_INVAL_DATA (pyfuse3 cannot turn it off), which
+  drops every cached page of a file whose mtime changed; any new size learned from
+  GETATTR/LOOKUP drops them too. So the mount reports mtimes in steps of MTIME_STEP_NS
+  (`mtime_ns`) for growth, and the sizes the kernel learns from stores and from its own
+  writes are the sizes the daemon reports (whole records).
+- Bytes that change meaning (a trim makes the head ENODATA; a deleted topic's name may
+  come back as a new topic on the same inode) are dropped with a full invalidation
+  (`drop`), run in a worker thread: it may wait for page locks held by READs that this
+  very loop has to answer.
+
+Bounded: one round sends at most `cap` bytes of a stream (the most recent; older ones are
+read through the daemon as before), only bytes the engine holds in memory (a store never
+waits for a disk), in CHUNK-sized stores with other requests served between them. A
+request handler only records that its stream grew: nothing here delays an append.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import time
+from dataclasses import dataclass
+
+import pyfuse3
+import trio
+
+from walfs.engine_api import LogEngine
+from walfs.errors import OffsetOutOfRangeError
+
+log = logging.getLogger("walfs.page_push")
+
+PAGE = 4096
+# The most recent bytes of one stream sent per round.
+DEFAULT_CAP = 64 << 20
+# One notify_store call; other requests run between two.
+CHUNK = 1 << 20
+# Growth is batched over this long before it is sent.
+PUSH_COALESCE = 0.01
+# Growth moves a topic's mtime in whole steps of this: each mtime the kernel has not seen
+# drops the file's cached pages (FUSE_AUTO_INVAL_DATA), so per-append mtimes would undo
+# every push. A minute is what `ls -l` shows; trims and new topics get exact times.
+MTIME_STEP_NS = 60 * 10**9
+
+
+def mtime_ns(now_ns: int | None = None) -> int:
+    """The mtime a topic shows after growing at `now_ns` (default: now)."""
+    t = time.time_ns() if now_ns is None else now_ns
+    return t - t % MTIME_STEP_NS
+
+
+@dataclass
+class _Pending:
+    topic: str
+    partition: int
+    grown: int  # bytes at the stream's end not sent yet
+    held: int  # of which the most recent ones, not to be sent yet (a WRITE in flight)
+
+
+class PagePusher:
+    """Sends the recent bytes of streams into the kernel's cache for their inodes.
+
+    `grew(ino, topic, partition, nbytes, held=...)` (any trio task, a request handler
+    too): the stream shown by inode `ino` grew by `nbytes` at its end; `held`: keep them
+    until `release(ino, nbytes)`. No positions: a round takes the stream's end once and
+    sends the bytes before it that grew and are not held (with several writers of one
+    stream this is approximate: a byte sent early or late only costs a READ, never a
+    wrong byte, since bytes are read from the engine at their true positions). `run()`
+    is the task that sends them. `drop(ino)` forgets pending work, stops a store under way and empties the
+    kernel's cache of the inode. Counters for metrics and tests: `pushed_bytes`,
+    `skipped_bytes` (cut by the cap, not in memory, or refused by the kernel)."""
+
+    def __init__(self, wal: LogEngine, *, cap: int = DEFAULT_CAP, coalesce: float = PUSH_COALESCE) -> None:
+        if cap < PAGE:
+            raise ValueError(f"cap must be at least {PAGE} bytes")
+        self.wal = wal
+        self.cap = cap
+        self.coalesce = coalesce
+        self.enabled = True
+        self._pending: dict[int, _Pending] = {}
+        self._dropped: set[int] = set()  # drop() during a round: stop sending
+        self._wakeup = trio.Event()
+        self._buf = bytearray(CHUNK)
+        self.pushed_bytes = 0
+        self.skipped_bytes = 0
+
+    def grew(self, ino: int, topic: str, partition: int, nbytes: int, *, held: bool = False) -> None:
+        if not self.enabled or nbytes <= 0:
+            return
+        pending = self._pending.get(ino)
+        if pending is None:
+            pending = self._pending[ino] = _Pending(topic, partition, 0, 0)
+        pending.grown += nbytes
+        if held:
+            pending.held += nbytes
+        else:
+            self._wakeup.set()
+
+    def release(self, ino: int, nbytes: int) -> None:
+        """Held bytes may go now."""
+        pending = self._pending.get(ino)
+        if pending is not None and nbytes > 0:
+            pending.held = max(0, pending.held - nbytes)
+            self._wakeup.set()
+
+    async def drop(self, ino: int) -> None:
+        """Empties the kernel's cache of `ino` (a trim or a delete changed its bytes)."""
+        self._pending.pop(ino, None)
+        self._dropped.add(ino)
+        try:
+            await trio.to_thread.run_sync(pyfuse3.invalidate_inode, ino)
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:  # ENOENT: the kernel holds nothing of it
+                log.warning("invalidate_inode(%d): %s", ino, exc)
+
+    async def run(self) -> None:
+        while self.enabled:
+            await self._wakeup.wait()
+            await trio.sleep(self.coalesce)
+            self._wakeup = trio.Event()
+            # Rounds follow each other while a chunk or more is ready: a writer faster
+            # than one round must not leave the rounds behind (the cap would cut); less
+            # waits for the next batch (small writes: one store per PUSH_COALESCE).
+            least = 1
+            while ready := [i for i, p in self._pending.items() if p.grown - p.held >= least]:
+                least = CHUNK
+                for ino in ready:
+                    pending = self._pending.pop(ino)
+                    self._dropped.discard(ino)
+                    try:
+                        await self._push(ino, pending)
+                    except Exception:
+                        log.exception("pushing pages of %r failed", pending.topic)
+
+    async def _push(self, ino: int, pending: _Pending) -> None:
+        topic, partition = pending.topic, pending.partition
+        info = self.wal.info(topic, partition)
+        size = info.byte_size
+        if pending.held:
+            # Still held: they stay pending (with what grows meanwhile).
+            rest = self._pending.setdefault(ino, _Pending(topic, partition, 0, 0))
+            rest.grown += pending.held
+            rest.held += pending.held
+        end = size - pending.held
+        wanted = max(0, size - pending.grown)
+        start = max(wanted, end - self.cap)  # the most recent bytes, at most `cap`
+        start -= start % PAGE  # a page is only valid when stored from its start
+        low = info.low_byte
+        if start < low:  # trimmed bytes are never cached (a READ answers ENODATA)
+            start = low + (-low % PAGE)
+        self.skipped_bytes += max(0, start - wanted)
+        pos = start
+        while pos < end:
+            if ino in self._dropped:
+                return
+            want = min(CHUNK, end - pos)
+            if not self.wal.resident(topic, partition, pos, want):
+                self.skipped_bytes += end - pos
+                return
+            with memoryview(self._buf) as view:
+                try:
+                    n = self.wal.read_bytes(topic, partition, pos, view[:want])
+                except OffsetOutOfRangeError:
+                    return  # trimmed meanwhile: drop() follows
+                if n <= 0:
+                    return
+                try:
+                    # In a worker thread: the kernel locks each page it fills, and a page
+                    # may be locked by a reader waiting for a READ that this loop answers.
+                    await trio.to_thread.run_sync(_store, ino, pos, view[:n])
+                except OSError as exc:
+                    if exc.errno == errno.ENOSYS:
+                        log.warning("the kernel cannot take pages (notify_store): pushing off")
+                        self.enabled = False
+                    elif exc.errno != errno.ENOENT:  # ENOENT: the kernel forgot the inode
+                        log.warning("notify_store(%d, %d, %d): %s", ino, pos, n, exc)
+                    self.skipped_bytes += end - pos
+                    return
+            self.pushed_bytes += n
+            pos += n
+
+
+def _store(ino: int, pos: int, data: memoryview) -> None:
+    pyfuse3.notify_store(ino, pos, data)  # type: ignore[arg-type]  # any buffer will do
