@@ -182,6 +182,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records-100", type=int, default=200_000)
     ap.add_argument("--records-1k", type=int, default=100_000)
+    ap.add_argument("--out", help="also write the JSON here")
     args = ap.parse_args()
     result: dict[str, Any] = {
         "machine": {
@@ -218,6 +219,9 @@ def main() -> int:
             proc.wait(timeout=60)
     json.dump(result, sys.stdout, indent=2)
     print()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=2)
     return 0
 
 
