@@ -143,3 +143,15 @@ def test_a_stream_larger_than_a_chunk_is_appended_once(
         assert wal.committed_offset(GROUP_PREFIX + QUERY, "out") == 0
     w.commit([task_message(rows)], 0)
     assert [v[0] for v in contents(data)[("out", 0)]] == ["0", "1", "2", "3", "4"]
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["local", "daemon"])
+def test_a_batch_larger_than_the_daemons_message_limit_is_written_whole(tmp_path: Path, remote: bool) -> None:
+    """3 MiB of rows for one stream: through a daemon, whose Produce batches Kafka's default
+    message.max.bytes (1 MiB) bounds, they go in chunks that fit (one chunk was refused
+    with MESSAGE_TOO_LARGE); every row lands once, in order, and a replay adds none."""
+    rows = [("big", 0, f"{i:06d}" + "y" * 1000) for i in range(3000)]
+    with writer(tmp_path, remote) as (w, data):
+        w.commit([task_message(rows)], 0)
+        w.commit([task_message(rows)], 0)
+    assert [v[:6] for v in contents(data)[("big", 0)]] == [f"{i:06d}" for i in range(3000)]

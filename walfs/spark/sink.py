@@ -9,7 +9,8 @@ rows read with format("walfs") can be written back as they are.
 How a write becomes visible: tasks append nothing. Each task hands its rows to the
 driver in its commit message (an Arrow IPC stream), and the driver's commit appends
 them, stream by stream, each stream's rows as one atomic, durable append (in chunks of
-at most CHUNK_BYTES). A task or job that fails leaves nothing; Spark's abort has
+at most CHUNK_BYTES, or what the target takes: a daemon's Produce batches stay under
+Kafka's default message.max.bytes). A task or job that fails leaves nothing; Spark's abort has
 nothing to undo. Only a driver that dies in the middle of its commit leaves some
 streams with their rows and others without (each stream all or nothing).
 
@@ -195,17 +196,28 @@ def rows_of(t: pa.Table) -> list[Row]:
     return list(zip(keys, values, hl, strict=True))
 
 
-def chunks(rows: list[Row]) -> list[list[Row]]:
-    """Consecutive runs of at most CHUNK_BYTES of values (at least one row each)."""
+ROW_OVERHEAD = 32  # a record's framing in a Kafka batch, at most (varints, attributes)
+
+
+def row_bytes(r: Row) -> int:
+    key, value, headers = r
+    return len(value) + len(key or b"") + sum(len(k) + len(v or b"") for k, v in headers) + ROW_OVERHEAD
+
+
+def chunks(rows: list[Row], limit: int | None = None) -> list[list[Row]]:
+    """Consecutive runs of at most `limit` (default CHUNK_BYTES) bytes of rows, framing
+    included (at least one row each)."""
+    limit = min(CHUNK_BYTES, limit or CHUNK_BYTES)
     out: list[list[Row]] = []
     cur: list[Row] = []
     size = 0
     for r in rows:
-        if cur and size + len(r[1]) > CHUNK_BYTES:
+        n = row_bytes(r)
+        if cur and size + n > limit:
             out.append(cur)
             cur, size = [], 0
         cur.append(r)
-        size += len(r[1])
+        size += n
     if cur:
         out.append(cur)
     return out
@@ -214,7 +226,7 @@ def chunks(rows: list[Row]) -> list[list[Row]]:
 def write_all(target: SinkTarget, table: pa.Table) -> None:
     """Batch writes: each stream's rows appended in order, one atomic append per chunk."""
     for topic, partition, t in streams_of(target, table):
-        for c in chunks(rows_of(t)):
+        for c in chunks(rows_of(t), target.max_chunk_bytes):
             target.append(topic, partition, c)
 
 
@@ -233,7 +245,7 @@ def write_once(target: SinkTarget, table: pa.Table, query_id: str, batch_id: int
             for k, v in headers:
                 if k == MARKER and v is not None and v.startswith(prefix.encode()):
                     found[int(v.decode().rsplit(":", 2)[1])] = offset
-        for i, c in enumerate(chunks(rows_of(t))):
+        for i, c in enumerate(chunks(rows_of(t), target.max_chunk_bytes)):
             if i in found:
                 continue
             key, value, headers = c[0]

@@ -27,7 +27,15 @@ Row = tuple[bytes | None, bytes, Sequence[Header]]
 SCAN_RECORDS = 4096
 
 
+# A Produce batch must fit the daemon's message.max.bytes (Kafka's default, 1,048,588, is
+# the listener's): the sink's chunks for a daemon stay under it, per-record overhead included.
+REMOTE_CHUNK_BYTES = 900 << 10
+
+
 class SinkTarget(Protocol):
+    # The largest chunk (one atomic append) the target takes; None: the sink's own.
+    max_chunk_bytes: int | None
+
     def ensure(self, topic: str, partitions: int) -> None: ...
     def append(self, topic: str, partition: int, rows: Sequence[Row]) -> int: ...
     def end(self, topic: str, partition: int) -> int: ...
@@ -63,6 +71,8 @@ def open_target(opts: SinkOptions) -> SinkTarget:
 
 
 class LocalTarget:
+    max_chunk_bytes: int | None = None
+
     def __init__(self, wal: LogEngine) -> None:
         self.wal = wal
 
@@ -100,6 +110,8 @@ class LocalTarget:
 
 
 class RemoteTarget:
+    max_chunk_bytes: int | None = REMOTE_CHUNK_BYTES
+
     def __init__(self, remote: RemoteWal) -> None:
         self.remote = remote
         self._counts: dict[str, int] | None = None
