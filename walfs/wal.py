@@ -48,8 +48,9 @@ class Wal:
         self.read_only = self.engine.read_only
         self.fsync = self.engine.fsync
         self.stats = self.engine.stats
-        self._appenders: dict[tuple[str, int], Appender] = {}
-        self._append_p0: dict[str, Callable[[bytes], int]] = {}  # topic -> its handle's append
+        # Stream handles' append, by topic for partition 0 (a str's hash is cached, a
+        # tuple's is not: at ~2 us a call, it shows), else by (topic, partition).
+        self._appends: dict[str | tuple[str, int], Callable[[bytes], int]] = {}
 
     # -- lifetime -------------------------------------------------------------------
     def __enter__(self) -> "Wal":
@@ -96,8 +97,7 @@ class Wal:
         """Deletes a topic (every partition, or one): durable when this returns. Its records
         go, its committed offsets and settings go, and the name can be used again from
         offset 0, as Kafka does. Returns the partitions deleted."""
-        self._appenders.clear()
-        self._append_p0.clear()
+        self._appends.clear()
         return self.engine.delete(topic, partition)
 
     # -- appending ------------------------------------------------------------------
@@ -112,16 +112,10 @@ class Wal:
         timestamp_ms: int | None = None,
     ) -> int:
         if key is None and not headers and timestamp_ms is None:
-            # The stream handle's append, looked up by topic alone for partition 0 (a
-            # str's hash is cached, a tuple's is not): at ~2 us a call, it shows.
-            append = self._append_p0.get(topic) if partition == 0 else None
+            slot = topic if partition == 0 else (topic, partition)
+            append = self._appends.get(slot)
             if append is None:
-                a = self._appenders.get((topic, partition))
-                if a is None:
-                    a = self._appenders[(topic, partition)] = self.engine.appender(topic, partition)
-                append = a.append
-                if partition == 0:
-                    self._append_p0[topic] = append
+                append = self._appends[slot] = self.engine.appender(topic, partition).append
             return append(data)
         return self.append_records(topic, [(key, data, headers, timestamp_ms)], partition)
 
@@ -298,8 +292,7 @@ class Wal:
         view = copy.copy(self)
         view.engine = self.engine.for_org(org_id)
         view.org_id = org_id
-        view._appenders = {}
-        view._append_p0 = {}  # handles are per org: never the owner's
+        view._appends = {}  # handles are per org: never the owner's
         return view
 
     def committed_offsets(self, group: str) -> dict[tuple[str, int], int]:
