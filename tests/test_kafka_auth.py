@@ -216,22 +216,8 @@ def test_config_file_holds_no_password_and_is_private(tmp_path: Path) -> None:
     cfg.write_text(
         json.dumps({"security_protocol": "SASL_PLAINTEXT", "users": {"eve": {"org_id": 1, "password": "x"}}})
     )
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "walfs.cli.serve",
-            str(tmp_path / "d"),
-            "--kafka-listen",
-            "127.0.0.1:0",
-            "--auth-config",
-            str(cfg),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-        check=False,
+    r = walfs_cli(
+        "serve", str(tmp_path / "d"), "--kafka-listen", "127.0.0.1:0", "--auth-config", str(cfg), check=False
     )
     assert r.returncode == 2 and "plaintext passwords are not accepted" in r.stderr
 
