@@ -495,6 +495,8 @@ def read_raw(
 ) -> tuple[int, memoryview, list[int]]:
     """One read into this thread's buffers (grown as needed): (n, buf, the descriptors as
     five 64-bit words each: gid, offset, timestamp_ms, meta_len | value_len << 32, buf_pos)."""
+    if not isinstance(offset, int) or offset < 0:
+        raise OffsetOutOfRangeError(f"offset {offset!r} is negative or not an int")
     max_records = max(1, min(max_records, 1 << 20))
     t = _bufs
     if len(t.recs) < max_records * REC_SIZE:
@@ -521,8 +523,6 @@ def read_records(
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> list[Record]:
     """read() as Record objects (keys, headers and producer times decoded)."""
-    if not isinstance(offset, int) or offset < 0:
-        raise OffsetOutOfRangeError(f"offset {offset!r} is negative or not an int")
     n, mv, w = read_raw(engine, topic, partition, offset, max_records, max_bytes)
     out = []
     for k in range(0, 5 * n, 5):
@@ -553,8 +553,6 @@ def read_values(
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> list[bytes]:
     """read() as values only (the fast path of walfs.Wal.read)."""
-    if not isinstance(offset, int) or offset < 0:
-        raise OffsetOutOfRangeError(f"offset {offset!r} is negative or not an int")
     n, mv, w = read_raw(engine, topic, partition, offset, max_records, max_bytes)
     out = []
     for k in range(3, 5 * n, 5):
