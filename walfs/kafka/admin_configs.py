@@ -230,27 +230,24 @@ def _replacing_changes(configs: Any) -> dict[str, Any]:
 
 
 async def handle_alter_configs(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
-    mod = response_module(33, version)
-    out = []
-    for res in req.resources:
-        code, message = await _alter(broker, conn, res, _replacing_changes, req.validate_only)
-        out.append(
-            build(
-                mod.AlterConfigsResourceResponse,
-                error_code=code,
-                error_message=message,
-                resource_type=res.resource_type,
-                resource_name=res.resource_name,
-            )
-        )
-    return build(mod.AlterConfigsResponse, responses=tuple(out))
+    return await _alter_all(broker, conn, 33, version, req, _replacing_changes, "AlterConfigsResponse")
 
 
 async def handle_incremental_alter_configs(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
-    mod = response_module(44, version)
+    return await _alter_all(
+        broker, conn, 44, version, req, _incremental_changes, "IncrementalAlterConfigsResponse"
+    )
+
+
+async def _alter_all(
+    broker: Broker, conn: Connection, api_key: int, version: int, req: Any, changes: Any, response: str
+) -> Any:
+    """AlterConfigs and IncrementalAlterConfigs differ only in how a resource's entries
+    become changes (replace every setting, or set/delete the named ones)."""
+    mod = response_module(api_key, version)
     out = []
     for res in req.resources:
-        code, message = await _alter(broker, conn, res, _incremental_changes, req.validate_only)
+        code, message = await _alter(broker, conn, res, changes, req.validate_only)
         out.append(
             build(
                 mod.AlterConfigsResourceResponse,
@@ -260,7 +257,7 @@ async def handle_incremental_alter_configs(broker: Broker, conn: Connection, ver
                 resource_name=res.resource_name,
             )
         )
-    return build(mod.IncrementalAlterConfigsResponse, responses=tuple(out))
+    return build(getattr(mod, response), responses=tuple(out))
 
 
 HANDLERS = {
