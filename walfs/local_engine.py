@@ -349,7 +349,7 @@ class LocalEngine:
         if limit == -1:
             limit = self.settings.policy(s.org_id, s.name, self.retention_default).bytes
             cap = 0 if limit is None else retention.file_budget(limit, self.segment_size)[1]
-            self.core.set_file_cap(s.stream_no, cap)
+            self.core.set_file_cap(s.stream_no, min(cap, MAX_U32))
             self._size_limits[s.stream_no] = limit
         return limit
 
@@ -606,6 +606,12 @@ class LocalEngine:
                     )
         target = min(target, high)
         return target if target > low else None
+
+    def disk_use(self, topic: str, partition: int = 0) -> int:
+        """The bytes of the segment files the stream is charged for (csrc/budget.c: whole
+        files holding its kept runs, or only its runs): what retention_bytes bounds."""
+        s = self._stream(topic, partition, False)
+        return 0 if s is None else self.core.stream_files(s.stream_no)[0] * self.segment_size
 
     def reclaim(self) -> int:
         """Deletes segment files that hold only trimmed data; returns how many."""
