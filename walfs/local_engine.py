@@ -117,9 +117,10 @@ class LocalEngine:
         self._grown: dict[int, int] = {}  # stream_no -> bytes appended since the last look
         # A size-limited stream's files are counted after every this many appended bytes.
         self._growth_step = max(self.segment_size // 16, 4096)
-        self._passes = 0  # background passes done (ok or failed), under _pass_done
+        # [background passes done (ok or failed), the last one's error], under _pass_done;
+        # a list so that for_org views share it with the owner
+        self._passes: list[Any] = [0, None]
         self._pass_done = threading.Condition()
-        self._pass_error: BaseException | None = None  # of the last background pass
         self._worker: threading.Thread | None = None
         if not read_only:
             for s in self._index.org_streams_all():
@@ -193,8 +194,8 @@ class LocalEngine:
 
     def _pass_finished(self, error: BaseException | None) -> None:
         with self._pass_done:
-            self._passes += 1
-            self._pass_error = error
+            self._passes[0] += 1
+            self._passes[1] = error
             self._pass_done.notify_all()
 
     def _with_room(self, s: Stream, attempt: Callable[[], Any]) -> Any:
@@ -216,17 +217,23 @@ class LocalEngine:
                 self.stats.backpressure_waits += 1
             if now >= deadline or self._stop.is_set() or self._worker is None:
                 limit = self._size_limits.get(s.stream_no)
-                why = f": the last pass failed: {self._pass_error}" if self._pass_error else ""
+                last_error = self._passes[1]
+                why = f": the last pass failed: {last_error}" if last_error else ""
                 raise WalIOError(
                     errno.ENOSPC,
                     f"append to {s.name!r}[{s.partition}]: the stream is at its size limit "
                     f"({limit} bytes) plus one segment ({self.segment_size} bytes) and "
                     f"retention made no room within {self.backpressure_s} s{why}",
                 )
-            with self._pass_done:
-                seen = self._passes
-                self._wake.set()
-                self._pass_done.wait_for(lambda seen=seen: self._passes > seen, deadline - now)  # type: ignore[misc]
+            self._wait_for_pass(deadline - now)
+
+    def _wait_for_pass(self, timeout: float) -> None:
+        """Wakes the background pass and waits for the next one to end (or the timeout)."""
+        passes = self._passes
+        with self._pass_done:
+            seen = passes[0]
+            self._wake.set()
+            self._pass_done.wait_for(lambda: passes[0] > seen, timeout)
 
     # -- streams --------------------------------------------------------------------
     def _stream(self, topic: str, partition: int, create: bool) -> Stream | None:
