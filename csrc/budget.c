@@ -10,7 +10,10 @@
  *
  * A stream with a file cap may not be charged for more files than the cap: an append that
  * needs a new run in a file the stream is not yet charged for (a new segment, or room in
- * one it has no run in) then fails with -EDQUOT before anything is written. */
+ * one it has no run in) then fails with -EDQUOT before anything is written. The count is
+ * of published runs: the runs an append in progress has planned are not in it, so one
+ * append is never refused for its own size (a batch larger than a segment may take the
+ * stream past the cap by what it needs; retention trims it back at the next pass). */
 #include "internal.h"
 
 static uint32_t seg_heads(const segment_t *seg)
