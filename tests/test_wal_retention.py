@@ -268,3 +268,18 @@ def test_a_failing_reclaim_fails_appends_with_enospc_instead_of_growing(open_wal
     for k in range(acked + 1, acked + 5000, 100):
         w.append_batch("t", [rec("t", k + j) for j in range(100)])
     assert seg_disk(wal_dir)[0] <= limit + SEG
+
+
+def test_a_batch_larger_than_the_room_left_is_not_refused_for_its_own_size(open_wal):
+    """One append that needs more segment files than its stream's cap leaves is written
+    (the cap counts the files held before it), and the next pass trims it back."""
+    w = open_wal(retention_bytes=SEG, reclaim_interval_s=3600, backpressure_s=0.5)  # keep 1, cap 2
+    w.append_batch("t", [rec("t", k) for k in range(500)])
+    big = [rec("t", k) for k in range(500, 3500)]  # ~3 MB: three files at once
+    assert w.append_batch("t", big) == 500
+    assert w.high_watermark("t") == 3500
+    w.apply_retention()
+    w.reclaim()
+    assert w.disk_use("t") == SEG
+    low = w.low_watermark("t")
+    assert w.read("t", low, max_records=5000) == [rec("t", k) for k in range(low, 3500)]
