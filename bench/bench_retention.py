@@ -1,129 +1,137 @@
 """Retention over a long run, compressed: a day of appends with a size limit. Prints JSON.
 
-    .venv/bin/python bench/bench_retention.py [--minutes M] [--limit B] [--segment B] [--block B]
-        [--dir DIR] [--out FILE]
+    .venv/bin/python bench/bench_retention.py [--minutes M] [--limit B] [--segment B]
+        [--block B] [--sample S] [--dir DIR] [--out FILE]
 
 Two WALs in the same run, alternating in slices, same records (1 KiB, batches of 100,
-fsync=interval): one with retention_bytes (background retention and reclamation every
-`--every` s), one without (the baseline). Reported:
-- disk use over time of the retained WAL (bytes of segment files) and its kept bytes
-  (byte view from the low watermark to the end), sampled every --sample s;
-- the bound that holds (docs/operations.md, "How much disk a size limit uses"): segment
-  files never hold more than the kept bytes in file terms rounded up to whole segments,
-  plus the segment being filled: disk <= SEG * (ceil(kept * file_per_view / SEG) + 1),
-  where file_per_view (file bytes a view byte takes: record header, index slot, run and
-  segment headers) is measured here on a scratch WAL with the same sizes and records.
-  After a retention pass kept <= limit, so disk <= bound_after_pass; between passes kept
-  runs ahead of the limit by what was appended since the last pass (kept_overshoot), and
-  disk with it;
-- append throughput of each, and the ratio retained / baseline (the cost of retention
-  running beside the appends).
+fsync=interval): one with retention_bytes (the background pass and reclamation as the
+daemons run them: woken when the stream is in more segment files than the limit keeps,
+with appends that would take it past the limit + one segment waiting for a pass), one
+without (the baseline; the bench trims it outside its timed slices so that its own disk
+use stays bounded). A sampler thread, running through both slices alike, looks every
+--sample s at the retained WAL's data directory:
+- `seg`: the apparent size of its segment files (what retention_bytes bounds);
+- `du`: the blocks the files take (st_blocks): the segment files' (with the file system's
+  own extent blocks) and the other files' (catalog, cursors, settings) apart;
+- `statvfs`: the file system's used bytes, minus what was used at the start (the whole
+  file system: other processes' writes show up in it too);
+- `kept`: the retained stream's byte view from its low watermark (what the limit keeps,
+  in the bytes a reader sees).
+Reported: the maxima against the limit and against the bound of docs/operations.md
+("How much disk a size limit uses": limit + one segment), how many samples broke it,
+the appends that waited for retention, and the append rate of each WAL with the ratio
+retained / baseline (the cost of retention running beside the appends).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import shutil
 import statistics
 import tempfile
+import threading
 import time
 
 import walfs
+from walfs.retention import file_budget
 
 
-def seg_bytes(d: str) -> int:
-    total = 0
+def dir_use(d: str) -> tuple[int, int, int]:
+    """(apparent bytes of segment files, their st_blocks bytes, st_blocks bytes of the
+    other files) in d."""
+    seg = seg_du = other_du = 0
     for e in os.scandir(d):
+        try:
+            st = e.stat()
+        except FileNotFoundError:  # reclaimed while we looked
+            continue
         if e.name.startswith("seg-"):
-            try:
-                total += e.stat().st_size
-            except FileNotFoundError:  # reclaimed while we looked
-                pass
-    return total
+            seg += st.st_size
+            seg_du += st.st_blocks * 512
+        else:
+            other_du += st.st_blocks * 512
+    return seg, seg_du, other_du
 
 
-def kept_bytes(w: walfs.Wal) -> int:
-    info = w.stream_info("log")
-    return info.byte_size - info.low_byte
+def fs_used(d: str) -> int:
+    st = os.statvfs(d)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
-def run_slice(w: walfs.Wal, seconds: float, batch: list[bytes], sample=None, every: float = 0.25) -> int:
+def run_slice(w: walfs.Wal, seconds: float, batch: list[bytes]) -> int:
     n = 0
-    now = time.monotonic()
-    end, next_sample = now + seconds, now + every
-    while now < end:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
         w.append_batch("log", batch)
         n += len(batch)
-        now = time.monotonic()
-        if sample is not None and now >= next_sample:
-            sample()
-            next_sample = now + every
     return n
 
 
 def spread(xs: list[float]) -> dict[str, float]:
     xs = sorted(xs)
-    return {"p50": xs[len(xs) // 2], "p90": xs[int(len(xs) * 0.9)], "max": xs[-1]}
-
-
-def file_per_view(d: str, batch: list[bytes], segment: int, block: int) -> float:
-    """Segment-file bytes per byte-view byte for these records and sizes: appends to a
-    scratch WAL until a third segment file appears, when the first two are full."""
-    with walfs.Wal(d, segment_size=segment, block_size=block, reclaim_interval_s=3600) as w:
-        while len([f for f in os.listdir(d) if f.startswith("seg-")]) < 3:
-            w.append_batch("log", batch)
-            view = w.stream_info("log").byte_size
-    return 2 * segment / view
+    return {"p50": xs[len(xs) // 2], "p99": xs[int(len(xs) * 0.99)], "max": xs[-1]}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--minutes", type=float, default=2.0)
+    ap.add_argument("--minutes", type=float, default=1.0)
     ap.add_argument("--slice", type=float, default=2.0, help="seconds per alternation")
-    ap.add_argument("--limit", type=int, default=64 << 20, help="retention_bytes")
-    ap.add_argument("--every", type=float, default=1.0, help="retention + reclaim period (s)")
-    ap.add_argument("--segment", type=int, default=16 << 20, help="segment_size (bytes)")
-    ap.add_argument("--block", type=int, default=1 << 20, help="block_size (bytes)")
-    ap.add_argument("--sample", type=float, default=0.25, help="seconds between disk samples")
+    ap.add_argument("--limit", type=int, default=16 << 20, help="retention_bytes")
+    ap.add_argument("--segment", type=int, default=4 << 20, help="segment_size (bytes)")
+    ap.add_argument("--block", type=int, default=256 << 10, help="block_size (bytes)")
+    ap.add_argument("--sample", type=float, default=0.01, help="seconds between disk samples")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     base = tempfile.mkdtemp(prefix="walfs-ret-", dir=a.dir)
     batch = [os.urandom(512).hex().encode() for _ in range(100)]  # 1 KiB each
     kept_dir, plain_dir = os.path.join(base, "kept"), os.path.join(base, "plain")
-    SEGMENT, BLOCK = a.segment, a.block
-    ratio = file_per_view(os.path.join(base, "scratch"), batch, SEGMENT, BLOCK)
-    shutil.rmtree(os.path.join(base, "scratch"))
+    seg_size, limit = a.segment, a.limit
+    keep_files, cap_files = file_budget(limit, seg_size)
+    bound = cap_files * seg_size  # limit + one segment (file_budget)
 
-    def bound(kept: int) -> int:
-        return SEGMENT * (math.ceil(kept * ratio / SEGMENT) + 1)
-
-    kept = walfs.Wal(
-        kept_dir, segment_size=SEGMENT, block_size=BLOCK, retention_bytes=a.limit, reclaim_interval_s=a.every
-    )
-    plain = walfs.Wal(plain_dir, segment_size=SEGMENT, block_size=BLOCK, reclaim_interval_s=a.every)
+    kept = walfs.Wal(kept_dir, segment_size=seg_size, block_size=a.block, retention_bytes=limit)
+    plain = walfs.Wal(plain_dir, segment_size=seg_size, block_size=a.block)
     rates: dict[str, list[float]] = {"retention": [], "baseline": []}
-    disk: list[tuple[float, int, int]] = []  # (s, segment-file bytes, kept bytes)
+    # (s, seg, seg du, other du, statvfs delta, kept view, low watermark)
+    samples: list[tuple[float, int, int, int, int, int, int]] = []
+    fs0 = fs_used(base)
+    stop = threading.Event()
     t0 = time.monotonic()
 
-    def sample() -> None:
-        kept_now = kept_bytes(kept)  # first: a pass in between only lowers disk use
-        disk.append((round(time.monotonic() - t0, 2), seg_bytes(kept_dir), kept_now))
+    def sampler() -> None:
+        while not stop.wait(a.sample):
+            info = kept.stream_info("log")
+            seg, seg_du, other_du = dir_use(kept_dir)
+            samples.append(
+                (
+                    round(time.monotonic() - t0, 3),
+                    seg,
+                    seg_du,
+                    other_du,
+                    fs_used(base) - fs0,
+                    info.byte_size - info.low_byte,
+                    info.low_watermark,
+                )
+            )
 
+    th = threading.Thread(target=sampler, daemon=True)
+    th.start()
     try:
         while time.monotonic() - t0 < a.minutes * 60:
             for name, w in (("retention", kept), ("baseline", plain)):
-                n = run_slice(w, a.slice, batch, sample if name == "retention" else None, a.sample)
-                rates[name].append(n / a.slice)
+                rates[name].append(run_slice(w, a.slice, batch) / a.slice)
                 if name == "baseline":
                     # The baseline keeps everything: bound the bench's own disk use by
                     # trimming and reclaiming it too, outside the timed slice.
                     w.trim("log", w.high_watermark("log"))
                     w.reclaim()
+        stop.set()
+        th.join()
+        steady = [s for s in samples if s[6] > 0]  # after the first trim
         out = {
             "bench": "retention",
             "machine": {
@@ -132,23 +140,29 @@ def main() -> None:
                 "python": platform.python_version(),
             },
             "minutes": a.minutes,
-            "limit_bytes": a.limit,
-            "segment_bytes": SEGMENT,
-            "block_bytes": BLOCK,
+            "limit_bytes": limit,
+            "segment_bytes": seg_size,
+            "block_bytes": a.block,
             "record_bytes": len(batch[0]),
-            "file_per_view": round(ratio, 4),
+            "files_kept_after_pass": keep_files,
+            "files_cap": cap_files,
+            "bound_bytes": bound,
             "records_appended": int(sum(rates["retention"]) * a.slice),
-            "samples": len(disk),
-            "disk_max_bytes": max(b for _, b, _ in disk),
-            "bound_after_pass_bytes": bound(a.limit),
-            "disk_over_limit_in_segments": spread([(b - a.limit) / SEGMENT for _, b, _ in disk]),
-            "kept_max_bytes": max(k for _, _, k in disk),
-            "kept_overshoot_bytes": spread([k - a.limit for _, _, k in disk]),
-            # Expected 0 but for samples taken inside a pass, between its trim and its
-            # reclamation (the kept bytes already lower, the files not yet deleted).
-            "samples_over_kept_bound": sum(b > bound(k) for _, b, k in disk),
-            "samples_over_bound_after_pass": sum(b > bound(a.limit) for _, b, _ in disk),
-            "disk_samples": disk,
+            "samples": len(samples),
+            "sample_interval_s": a.sample,
+            "seg_max_bytes": max(s[1] for s in samples),
+            "seg_max_over_limit_in_segments": (max(s[1] for s in samples) - limit) / seg_size,
+            "seg_over_limit_in_segments": spread([(s[1] - limit) / seg_size for s in samples]),
+            "samples_seg_over_bound": sum(s[1] > bound for s in samples),
+            "seg_du_max_bytes": max(s[2] for s in samples),
+            "samples_seg_du_over_bound": sum(s[2] > bound for s in samples),
+            "other_du_max_bytes": max(s[3] for s in samples),
+            "du_max_bytes": max(s[2] + s[3] for s in samples),
+            "du_max_over_limit_in_segments": (max(s[2] + s[3] for s in samples) - limit) / seg_size,
+            "statvfs_delta_max_bytes": max(s[4] for s in samples),
+            "kept_view_bytes": spread([float(s[5]) for s in steady]) | {"min": min(s[5] for s in steady)},
+            "backpressure_waits": kept.stats.backpressure_waits,
+            "reclaimed_segments": kept.stats.reclaimed_segments,
             "append_rate_retention": {
                 "median": statistics.median(rates["retention"]),
                 "min": min(rates["retention"]),
@@ -162,6 +176,7 @@ def main() -> None:
             "ratio_median": statistics.median(rates["retention"]) / statistics.median(rates["baseline"]),
         }
     finally:
+        stop.set()
         kept.close()
         plain.close()
         shutil.rmtree(base, ignore_errors=True)

@@ -30,6 +30,8 @@ int alloc_run(walfs_t *wal, uint32_t stream_no, uint32_t n_blocks, block_t **out
         at = find_run(wal->segs[i], n_blocks);
         if (at >= 0) seg = wal->segs[i];
     }
+    int brc = budget_check(wal, stream_no, at < 0 ? NULL : seg);
+    if (brc) return brc;
     if (at < 0) {
         int rc = seg_create(wal, &seg);
         if (rc) return rc;

@@ -60,6 +60,10 @@ struct segment {
     uint32_t n_blocks;
     uint8_t *block_state;   /* BS_* per block; under wal->lock */
     atomic_int dirty;
+    /* budget.c's scratch tally of one stream's runs here; under wal->lock */
+    uint64_t tally_mark;
+    uint32_t tally_runs;
+    int tally_kept, tally_charged;
     /* test mode only; under saves_lock */
     pthread_mutex_t saves_lock;
     page_save_t *saves;
@@ -102,6 +106,7 @@ typedef struct stream {
     int deleted;            /* a DELETE entry: no appends, no name; its runs go like trimmed ones */
     uint64_t check_floor;   /* recovery: the FLOOR its runs must reach (catalog v2; recovery.c) */
     int64_t last_ts;
+    uint32_t file_cap;      /* budget.c: at most this many charged segment files (0: no cap); under wal->lock */
 } stream_t;
 
 typedef struct pending_seal {
@@ -166,7 +171,8 @@ struct walfs {
     int syncer_stop;        /* under sync_lock */
     pthread_cond_t syncer_cond;
 
-    fault_t faults[4];
+    fault_t faults[5];
+    uint64_t tally_mark;     /* budget.c: the last scratch tally's mark; under wal->lock */
     walfs_recovery_report_t report;
     char damage[1024];       /* the first damage recovery found, for walfs_open's error */
 };
@@ -235,6 +241,9 @@ int fmt_rec_check(const uint8_t *in, uint32_t seed, const rec_hdr_t *r);
 int fmt_rec_check_x4(const uint8_t *const *in, uint32_t seed, const rec_hdr_t *r);
 void fmt_slot(uint8_t *out, uint32_t pos, uint32_t gid_delta, uint32_t view_delta);
 void fmt_slot_parse(const uint8_t *in, slot_t *s);
+
+/* budget.c: 0, or -EDQUOT if a new run of the stream in seg (NULL: a new segment) passes its file cap; under wal->lock */
+int budget_check(walfs_t *wal, uint32_t stream_no, const segment_t *seg);
 
 /* io.c: every write to a segment goes through here (faults, power-loss tracking) */
 int64_t now_ms(void);

@@ -197,6 +197,7 @@ int walfs_reclaim(walfs_t *wal)
      * the entries and the unlinks leaves files that the next writer open deletes. */
     size_t n_going = 0;
     for (size_t si = 0; si < nseg; si++) n_going += !t[si].keep;
+    if (!rc && n_going) rc = fault_hit(wal, WALFS_FAULT_RECLAIM);
     if (!rc && n_going && wal->cat_version >= 2) {
         uint8_t *ebuf = malloc(n_going * 16);
         size_t elen = 0;

@@ -12,6 +12,8 @@
  *   -EUCLEAN  the directory is damaged in a way recovery will not guess about
  *   -EIO      an I/O error; after a failed fsync every append returns -EIO until reopen
  *   -ENOSPC   no space for a new segment; the WAL stays usable
+ *   -EDQUOT   the stream is at its file cap (walfs_stream_set_file_cap): nothing was
+ *             appended; retention must trim and reclaim first
  *   -EMSGSIZE a record does not fit in a segment
  *   -ERANGE   an offset or byte position outside the stream's retained range
  *   -EROFS    a write on a read-only WAL
@@ -173,6 +175,16 @@ int walfs_stream_delete(walfs_t *wal, uint32_t stream_no);
 /* Deletes reclaimable segment files; returns how many. */
 int walfs_reclaim(walfs_t *wal);
 
+/* What a stream costs on disk (csrc/budget.c): the number of segment files it is charged
+ * for (whole files), and in first_offsets (up to max of them, oldest first) the first
+ * offset of the stream's runs in each. */
+int walfs_stream_files(walfs_t *wal, uint32_t stream_no, uint64_t *first_offsets, uint32_t max);
+/* Caps the files a stream is charged for (0: no cap): an append that needs a run in one
+ * more file fails with -EDQUOT and appends nothing. */
+int walfs_stream_set_file_cap(walfs_t *wal, uint32_t stream_no, uint32_t cap);
+/* The size of every segment file: the WAL's geometry as it was created. */
+uint64_t walfs_segment_size(walfs_t *wal);
+
 /* Full check of every stored record (fsck). Returns the number of bad records found;
  * details go to the callback if given. */
 typedef void (*walfs_fsck_cb)(void *ctx, uint32_t stream_no, uint64_t offset, const char *what);
@@ -228,7 +240,9 @@ int64_t walfs_salvage_segment(const uint8_t *seg, uint64_t len, uint64_t uuid, u
 int walfs_salvage_start_at(walfs_t *wal, uint32_t stream_no, uint64_t next_offset, uint64_t next_byte);
 
 /* Test mode only. */
-enum walfs_fault_op { WALFS_FAULT_WRITE = 1, WALFS_FAULT_SYNC = 2, WALFS_FAULT_ALLOC = 3 };
+/* RECLAIM fails walfs_reclaim where it would write its SEGMENT_GONE entries (nothing is
+ * deleted, as when that catalog write fails). */
+enum walfs_fault_op { WALFS_FAULT_WRITE = 1, WALFS_FAULT_SYNC = 2, WALFS_FAULT_ALLOC = 3, WALFS_FAULT_RECLAIM = 4 };
 /* After `after` more successful ops of that kind, fail the next `count` (-1: all) with -err. */
 int walfs_debug_fail(walfs_t *wal, int op, int err, int64_t after, int64_t count);
 /* Simulates power loss: every 4 KiB page written since its file's last successful sync

@@ -21,7 +21,9 @@ pytest_plugins = ["spark_fixtures"]
 
 # Small segments and blocks, so that the pass below deletes whole segment files.
 SMALL = {"segment_size": 132 << 10, "block_size": 16 << 10}  # 8 blocks a segment
-LIMIT = 100_000  # retention_bytes: about 100 of the records below
+# retention_bytes under one segment: a pass keeps the records in the file being filled
+# (walfs.retention.file_budget), about 120 of the records below.
+LIMIT = 100_000
 
 
 def record(i: int) -> bytes:
@@ -43,7 +45,7 @@ def append_and_apply_retention(data: Path, start: int, end: int) -> int:
         wal.sync()  # full runs get their seals once durable: then reclamation may take them
         grown = segment_files(data)
         wal.apply_retention()
-        assert wal.reclaim() > 0
+        wal.reclaim()  # (the background pass, woken by the growth, may have done it first)
         low = wal.low_watermark("s")
     assert not (before | grown) <= segment_files(data)  # files holding the old records are gone
     return low

@@ -355,6 +355,38 @@ class Engine:
         finally:
             self._exit()
 
+    def stream_files(self, stream_no: int, max_files: int = 0) -> tuple[int, list[int]]:
+        """The segment files a stream is charged for (csrc/budget.c): their number and, for
+        up to max_files of them (oldest first), the first offset of its runs in each."""
+        h = self._enter()
+        try:
+            while True:
+                out = ffi.new("uint64_t[]", max(max_files, 1))
+                n = self._check(lib.walfs_stream_files(h, stream_no, out, max_files), "stream files")
+                if n <= max_files or max_files == 0:
+                    return n, [int(out[i]) for i in range(min(n, max_files))]
+                max_files = n  # grew since the first call: ask again with room for all
+        finally:
+            self._exit()
+
+    @property
+    def segment_size(self) -> int:
+        """Bytes per segment file (the geometry the WAL was created with)."""
+        h = self._enter()
+        try:
+            return int(lib.walfs_segment_size(h))
+        finally:
+            self._exit()
+
+    def set_file_cap(self, stream_no: int, cap: int) -> None:
+        """At most `cap` charged files for the stream (0: no cap); past it an append fails
+        with EDQUOT (nothing appended)."""
+        h = self._enter()
+        try:
+            self._check(lib.walfs_stream_set_file_cap(h, stream_no, cap), "file cap")
+        finally:
+            self._exit()
+
     # -- reading ------------------------------------------------------------------
     def _buffers(self, buflen: int, max_records: int) -> tuple[bytearray, Any]:
         """This thread's read buffers, grown as needed: no allocation per read."""
@@ -512,7 +544,12 @@ class Engine:
         return problems
 
     def inject_fault(self, op: str, err: int, after: int = 0, count: int = -1) -> None:
-        ops = {"write": lib.WALFS_FAULT_WRITE, "sync": lib.WALFS_FAULT_SYNC, "alloc": lib.WALFS_FAULT_ALLOC}
+        ops = {
+            "write": lib.WALFS_FAULT_WRITE,
+            "sync": lib.WALFS_FAULT_SYNC,
+            "alloc": lib.WALFS_FAULT_ALLOC,
+            "reclaim": lib.WALFS_FAULT_RECLAIM,
+        }
         h = self._enter()
         try:
             self._check(lib.walfs_debug_fail(h, ops[op], err, after, count), "inject fault")

@@ -5,6 +5,7 @@ watermarks), the topic index (names -> streams), the cursor store (the one commi
 the per-topic settings, and a background duty: retention, then segment reclamation."""
 
 import copy
+import errno
 import logging
 import os
 import threading
@@ -17,7 +18,13 @@ from walfs._core import ffi
 from walfs.consumer import CursorStore
 from walfs.engine import Engine
 from walfs.engine_api import REC_SIZE, Appender, Change, StreamInfo, Watchers
-from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError, WalClosedError, WalCorruptError
+from walfs.errors import (
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+    WalClosedError,
+    WalCorruptError,
+    WalIOError,
+)
 from walfs.metrics import TALLY_FOLD, WalStats
 from walfs.names import check_partition, stream_key, topic_bytes, topic_hash
 from walfs.retention import Policy, TopicSettings
@@ -53,6 +60,7 @@ class LocalEngine:
         retention_bytes: int | None = None,
         retention_groups: Sequence[str] = (),
         min_free_bytes: int = 0,
+        backpressure_s: float = 5.0,
         test_mode: bool = False,
         io_uring: bool = True,
     ) -> None:
@@ -77,6 +85,10 @@ class LocalEngine:
         self.stats.open_seconds = time.monotonic() - opened
         _inject_env_faults(self.core)
         self.fsync = fsync
+        self.segment_size = self.core.segment_size
+        # How long an append past its stream's size limit + one segment waits for a
+        # retention pass to make room before it fails with ENOSPC (backpressure).
+        self.backpressure_s = backpressure_s
         legacy = self.core.recovery_report()["catalog_version"] < 2  # no cursor manifest yet
         self.cursors = CursorStore(self.path, read_only, legacy=legacy)
         # The WAL's default retention (None: keep everything) and per-topic overrides.
@@ -98,13 +110,21 @@ class LocalEngine:
             if not info.deleted:
                 self._index.add(Stream(no, info.org_id, info.partition, info.topic_hash, info.name))
         self._stop = threading.Event()
-        # Wakes the background thread early: a stream with a size limit grew by an eighth
-        # of it since the last pass (so disk use stays near the limit at any append rate).
+        # Wakes the background thread early: a stream with a size limit is charged for more
+        # segment files than a pass keeps (retention.file_budget), or an append waits.
         self._wake = threading.Event()
         self._size_limits: dict[int, int | None] = {}  # stream_no -> retention bytes (a cache)
-        self._grown: dict[int, int] = {}  # stream_no -> bytes appended since the last wake
+        self._grown: dict[int, int] = {}  # stream_no -> bytes appended since the last look
+        # A size-limited stream's files are counted after every this many appended bytes.
+        self._growth_step = max(self.segment_size // 16, 4096)
+        # [background passes done (ok or failed), the last one's error], under _pass_done;
+        # a list so that for_org views share it with the owner
+        self._passes: list[Any] = [0, None]
+        self._pass_done = threading.Condition()
         self._worker: threading.Thread | None = None
         if not read_only:
+            for s in self._index.org_streams_all():
+                self._limit_of(s)  # sets the stream's file cap before any append
             drop_legacy_snapshot(self.path)
             self._clamp_cursors()
             self._worker = threading.Thread(
@@ -152,19 +172,68 @@ class LocalEngine:
 
     def _background(self, reclaim_every: float) -> None:
         """Retention, then reclamation, every reclaim_every seconds, or at once when a
-        size-limited stream has grown by an eighth of its limit."""
+        size-limited stream is charged for more files than a pass keeps or an append waits
+        for room (retention.file_budget)."""
         while True:
             self._wake.wait(reclaim_every)
             self._wake.clear()
             if self._stop.is_set():
+                self._pass_finished(None)
                 return
+            error: BaseException | None = None
             try:
                 self.apply_retention()
                 self.stats.reclaimed_segments += self.core.reclaim()
             except WalClosedError:
+                self._pass_finished(None)
                 return
-            except Exception:  # a background failure must not kill the worker silently
+            except Exception as e:  # a background failure must not kill the worker silently
                 log.exception("walfs background work failed")
+                error = e
+            self._pass_finished(error)
+
+    def _pass_finished(self, error: BaseException | None) -> None:
+        with self._pass_done:
+            self._passes[0] += 1
+            self._passes[1] = error
+            self._pass_done.notify_all()
+
+    def _with_room(self, s: Stream, attempt: Callable[[], Any]) -> Any:
+        """Runs an append; while the core refuses it because its stream is at its file cap
+        (EDQUOT: nothing was appended; retention.file_budget), wakes the background pass and
+        waits for it to trim and reclaim, then tries again, for up to backpressure_s. Past
+        that the append fails with WalIOError(ENOSPC) naming the last pass's error:
+        appends wait for retention rather than take the disk past the bound."""
+        deadline = None
+        while True:
+            try:
+                return attempt()
+            except WalIOError as e:
+                if e.errno != errno.EDQUOT:
+                    raise
+            now = time.monotonic()
+            if deadline is None:
+                deadline = now + self.backpressure_s
+                self.stats.backpressure_waits += 1
+            if now >= deadline or self._stop.is_set() or self._worker is None:
+                limit = self._size_limits.get(s.stream_no)
+                last_error = self._passes[1]
+                why = f": the last pass failed: {last_error}" if last_error else ""
+                raise WalIOError(
+                    errno.ENOSPC,
+                    f"append to {s.name!r}[{s.partition}]: the stream is at its size limit "
+                    f"({limit} bytes) plus one segment ({self.segment_size} bytes) and "
+                    f"retention made no room within {self.backpressure_s} s{why}",
+                )
+            self._wait_for_pass(deadline - now)
+
+    def _wait_for_pass(self, timeout: float) -> None:
+        """Wakes the background pass and waits for the next one to end (or the timeout)."""
+        passes = self._passes
+        with self._pass_done:
+            seen = passes[0]
+            self._wake.set()
+            self._pass_done.wait_for(lambda: passes[0] > seen, timeout)
 
     # -- streams --------------------------------------------------------------------
     def _stream(self, topic: str, partition: int, create: bool) -> Stream | None:
@@ -182,6 +251,7 @@ class LocalEngine:
                 no = self.core.stream_open(self.org_id, partition, thash, raw, True)
                 assert no is not None
                 s = Stream(no, self.org_id, partition, thash, topic)
+                self._limit_of(s)  # its file cap, before its first append
                 self._index.add(s)
                 created = True
             else:
@@ -250,7 +320,10 @@ class LocalEngine:
             raise ValueError("the lengths do not add up to the data")
         s = self._stream(topic, partition, True)
         assert s is not None
-        _gid, offset, ticket = self.core.append(s.stream_no, data, meta_lens, value_lens)
+        core = self.core
+        _gid, offset, ticket = self._with_room(
+            s, lambda: core.append(s.stream_no, data, meta_lens, value_lens)
+        )
         self._appended(s, ticket, n, len(data))
         return offset
 
@@ -259,7 +332,8 @@ class LocalEngine:
             raise ValueError("append_lines needs at least one byte")
         s = self._stream(topic, partition, True)
         assert s is not None
-        _gid, offset, ticket, n = self.core.append_lines(s.stream_no, data)
+        core = self.core
+        _gid, offset, ticket, n = self._with_room(s, lambda: core.append_lines(s.stream_no, data))
         self._appended(s, ticket, n, len(data))
         return offset, n
 
@@ -276,17 +350,27 @@ class LocalEngine:
             with self.stats.durable_waits.time("append"):
                 self.core.wait_durable(ticket)
 
-    def _note_growth(self, s: Stream, nbytes: int) -> None:
+    def _limit_of(self, s: Stream) -> int | None:
+        """The stream's size limit (cached), with its file cap set in the core."""
         limit = self._size_limits.get(s.stream_no, -1)
         if limit == -1:
-            limit = self._size_limits[s.stream_no] = self.settings.policy(
-                s.org_id, s.name, self.retention_default
-            ).bytes
+            limit = self.settings.policy(s.org_id, s.name, self.retention_default).bytes
+            cap = 0 if limit is None else retention.file_budget(limit, self.segment_size)[1]
+            self.core.set_file_cap(s.stream_no, min(cap, MAX_U32))
+            self._size_limits[s.stream_no] = limit
+        return limit
+
+    def _note_growth(self, s: Stream, nbytes: int) -> None:
+        """Wakes the background pass as soon as a size-limited stream is charged for more
+        segment files than a pass keeps (counted every _growth_step appended bytes)."""
+        limit = self._limit_of(s)
         if limit is not None:
             grown = self._grown.get(s.stream_no, 0) + nbytes
-            if grown > max(limit // 8, 1 << 20):
+            if grown >= self._growth_step:
                 grown = 0
-                self._wake.set()
+                files = self.core.stream_files(s.stream_no)[0]
+                if files > retention.file_budget(limit, self.segment_size)[0]:
+                    self._wake.set()
             self._grown[s.stream_no] = grown
 
     def sync(self) -> None:
@@ -465,6 +549,11 @@ class LocalEngine:
         topic_bytes(topic)
         self.settings.set(self.org_id, topic, **values)
         self._size_limits.clear()
+        for p in self._index.partitions(self.org_id, topic):
+            s = self._index.get(self.org_id, topic, p)
+            if s is not None:
+                self._limit_of(s)  # the new file cap, before the next append
+        self._wake.set()  # a lower limit is enforced now, not at the next timer
 
     def apply_retention(self, now_ms: int | None = None) -> dict[tuple[int, str, int], int]:
         """Trims every stream (of every org) to what its policy keeps; returns the new low
@@ -491,7 +580,7 @@ class LocalEngine:
         return out
 
     def _retention_target(self, s: Stream, policy: Policy, now: int) -> int | None:
-        low, high, _durable, next_byte, _db = self.core.marks(s.stream_no)
+        low, high = self.core.marks(s.stream_no)[:2]
         if high == low:
             return None
         target = low
@@ -499,11 +588,12 @@ class LocalEngine:
             target = max(target, self.core.offset_for_time(s.stream_no, now - policy.ms))
         cap = low  # what the size limit alone demands
         if policy.bytes is not None:
-            keep_from = next_byte - policy.bytes
-            if keep_from > self.core.byte_position(s.stream_no, low):
-                cap = self.core.offset_at_byte(s.stream_no, keep_from)
-                if cap < high and self.core.byte_position(s.stream_no, cap) < keep_from:
-                    cap += 1
+            # Whole segment files (retention.file_budget): the stream keeps its newest `keep`
+            # files, from the first record of the oldest of them.
+            keep = retention.file_budget(policy.bytes, self.segment_size)[0]
+            files, firsts = self.core.stream_files(s.stream_no, 64)
+            if files > keep:
+                cap = max(low, firsts[files - keep])
             target = max(target, cap)
         if policy.groups and target > low:
             key = stream_key(s.org_id, s.topic_hash, s.partition)
@@ -523,6 +613,12 @@ class LocalEngine:
                     )
         target = min(target, high)
         return target if target > low else None
+
+    def disk_use(self, topic: str, partition: int = 0) -> int:
+        """The bytes of the segment files the stream is charged for (csrc/budget.c: whole
+        files holding its kept runs, or only its runs): what retention_bytes bounds."""
+        s = self._stream(topic, partition, False)
+        return 0 if s is None else self.core.stream_files(s.stream_no)[0] * self.segment_size
 
     def reclaim(self) -> int:
         """Deletes segment files that hold only trimmed data; returns how many."""
@@ -580,11 +676,16 @@ class LocalAppender:
             n = len(value)
             if n >= MAX_U32:
                 raise RecordTooLargeError("a record is larger than 4 GiB")
-            if wait:
-                with stats.durable_waits.time("append"):
-                    offset = append_one(no, value, True)
-            else:
-                offset = append_one(no, value, False)
+            try:
+                if wait:
+                    with stats.durable_waits.time("append"):
+                        offset = append_one(no, value, True)
+                else:
+                    offset = append_one(no, value, False)
+            except WalIOError as e:  # EDQUOT: at its size limit + one segment (backpressure)
+                if e.errno != errno.EDQUOT:
+                    raise
+                offset = eng._with_room(s, lambda: append_one(no, value, wait))
             tally.append(n)
             if len(tally) >= TALLY_FOLD:
                 stats.fold()
@@ -598,7 +699,7 @@ class LocalAppender:
 
 
 def _inject_env_faults(core: Engine) -> None:
-    """TEST ONLY: WALFS_TEST_FAULT="op:errno:after" (op write|sync|alloc) makes the core
+    """TEST ONLY: WALFS_TEST_FAULT="op:errno:after" (op write|sync|alloc|reclaim) makes the core
     fail that operation after `after` successes, for the daemon tests (the mount and
     `walfs serve` open their engine themselves). Never set it in production; it is logged
     loudly when set."""

@@ -80,6 +80,7 @@ class WalStats:
         self._tallies: dict[tuple[str, int], list[int]] = {}
         self._records_appended = 0
         self.reclaimed_segments = 0
+        self.backpressure_waits = 0  # appends that waited for retention (size limit + one segment)
         self.open_seconds = 0.0
         self.durable_waits = Latency()
 
@@ -183,6 +184,9 @@ class Metrics:
                                 value=sum(e.stat().st_size for e in segs))
         yield CounterMetricFamily("walfs_reclaimed_segments", "segment files deleted by reclamation",
                                   value=stats.reclaimed_segments)
+        yield CounterMetricFamily("walfs_backpressure_waits",
+                                  "appends that waited for retention at their size limit plus one segment",
+                                  value=stats.backpressure_waits)
         yield GaugeMetricFamily("walfs_recovery_seconds", "time the last open took", value=stats.open_seconds)
         yield GaugeMetricFamily("walfs_recovery_cut_records", "torn records cut at the last open",
                                 value=report["cut_records"])

@@ -2,8 +2,8 @@
 
 A policy has three optional parts (Kafka's names in brackets):
 - `ms` [retention.ms]: records appended more than this many ms ago go;
-- `bytes` [retention.bytes]: a stream keeps at most this many bytes of its byte view
-  (values plus their newlines), counted from its end;
+- `bytes` [retention.bytes]: the disk a stream's segment files may take, counted in whole
+  segment files (file_budget below; docs/operations.md "How much disk a size limit uses");
 - `groups`: never delete what these consumer groups have not committed (HoraeDB's safe
   offset), except that `bytes` is a hard cap that still wins (logged when it does).
 None means "no limit". `Wal.apply_retention` turns policies into trims (offsets are
@@ -116,6 +116,22 @@ def now_ms() -> int:
         if text:
             return int(text)
     return int(time.time() * 1000)
+
+
+def file_budget(limit: int, segment_size: int) -> tuple[int, int]:
+    """The one rule that turns a size limit into segment files (whole files: the unit the
+    core allocates, at full size, and the unit reclamation deletes; csrc/budget.c says
+    which files a stream is charged for): (keep, cap).
+
+    - keep: a retention pass trims a stream charged for more files than this to the first
+      record of its oldest kept file: floor(limit / segment), at least 1 (the file being
+      filled is never reclaimed, so a stream always has one).
+    - cap: keep + 1. Appends may take the stream to this many files, so its disk is at
+      most limit + one segment at any moment (max(limit, segment) + one segment for a
+      limit under one segment). An append that needs one more file waits for a pass
+      (backpressure)."""
+    keep = max(1, limit // segment_size)
+    return keep, keep + 1
 
 
 def parse_limit(text: str) -> int | None:

@@ -332,6 +332,11 @@ class Wal:
         """Deletes segment files that hold only trimmed data; returns how many."""
         return self._local().reclaim()
 
+    def disk_use(self, topic: str, partition: int = 0) -> int:
+        """The bytes of segment files the stream is charged for: what retention_bytes bounds
+        (whole files; docs/operations.md "How much disk a size limit uses")."""
+        return int(self._local().disk_use(topic, partition))
+
     def _local(self) -> Any:
         """The local engine, for the calls that only it has (retention passes, reclaim)."""
         return self.engine

@@ -90,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--retention-bytes",
         default=None,
-        help="default retention by size per partition, e.g. 10G (-1: none, the default)",
+        help="default retention by size per partition, e.g. 10G: the disk its segment files take, "
+        "in whole files (docs/operations.md; -1: none, the default)",
     )
     p.add_argument(
         "--min-free",

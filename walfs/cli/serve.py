@@ -61,7 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="request bytes all connections may hold at once; others wait (default 256M)",
     )
     p.add_argument("--retention-ms", default=None, help="default retention by age in ms (-1: none)")
-    p.add_argument("--retention-bytes", default=None, help="default retention per partition, e.g. 10G")
+    p.add_argument(
+        "--retention-bytes",
+        default=None,
+        help="default retention per partition, e.g. 10G: the disk its segment files take, in whole files",
+    )
     p.add_argument("--min-free", default=None, help="free space kept in reserve, e.g. 1G (default 0)")
     p.add_argument(
         "--metrics-listen",

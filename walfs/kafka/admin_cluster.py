@@ -2,9 +2,11 @@
 describeCluster / describeLogDirs).
 
 walfs is one broker (node 0) with one log directory: the WAL's data directory. A
-partition's size is the bytes it keeps, counted as retention.bytes counts them (its
-records' values plus their newlines, from the low watermark to the end: the file view's
-size less what was trimmed); the segment files hold them with some per-record overhead.
+partition's size is the bytes it keeps in the byte view (its records' values plus their
+newlines, from the low watermark to the end: the file view's size less what was
+trimmed); the segment files hold them with some per-record overhead. retention.bytes
+counts those whole segment files instead (docs/operations.md, "How much disk a size
+limit uses").
 """
 
 from __future__ import annotations
