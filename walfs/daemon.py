@@ -224,7 +224,7 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
         info={"fsync": config.fsync, "org_id": str(config.org_id)},
     )
     metrics = Metrics(wal)
-    metrics.time_fuse_ops(ops, FUSE_OPS)
+    ops.request_latency = metrics.fuse
     ops.metrics_text = metrics.text
     if config.metrics_listen:
         host, port = metrics.serve(config.metrics_listen)
@@ -271,13 +271,6 @@ async def watch_wal_failure(wal: Any, stop: Callable[[], None], every_s: float =
         await trio.sleep(every_s)
     log.error("the WAL failed (an fsync error): stopping so that the service restarts")
     stop()
-
-
-# The FUSE handlers timed for metrics (walfs_fuse_request_seconds{op=...}).
-FUSE_OPS = (
-    "lookup", "getattr", "setattr", "open", "create", "read", "write", "flush", "release", "fsync",
-    "opendir", "readdir", "releasedir", "mkdir", "getxattr", "setxattr", "listxattr", "statfs",
-)
 
 
 async def _serve(

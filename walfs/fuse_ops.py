@@ -31,13 +31,15 @@ from walfs.engine_api import LogEngine, is_local
 from walfs.errors import RecordTooLargeError
 from walfs.fuse import consumer_files, xattrs
 from walfs.fuse.attributes import Attributes
-from walfs.fuse.errnos import guard_handlers, logged_fuse_error, topic_name_error, wal_errors_as_errno
+from walfs.fuse.errnos import logged_fuse_error, topic_name_error, wal_errors_as_errno
 from walfs.fuse.handles import Handle, Handles
 from walfs.fuse.invalidation import Invalidator, Watcher
 from walfs.fuse.nodes import DIR_KINDS, Node, parse_partition_dir
 from walfs.fuse.permissions import may_write_dir
+from walfs.fuse.requests import wrap_handlers
 from walfs.fuse.tree import Tree
 from walfs.line_assembly import DEFAULT_MAX_LINE_BYTES, LineAssembler
+from walfs.metrics import Latency
 from walfs.names import MAX_NAME_BYTES
 from walfs.page_push import PagePusher
 
@@ -108,8 +110,11 @@ class WalOperations(pyfuse3.Operations):
 
         self._read_buf = bytearray(1 << 20)  # READ replies are built here (see read)
         self.cold_reads = 0  # READs sent to a thread because their data was not in memory
-        # The daemon's metrics in Prometheus's text format (root xattr user.walfs.metrics).
+        self.read_bytes = 0  # bytes READs returned (not served by the kernel's page cache)
+        # The daemon's metrics in Prometheus's text format (root xattr user.walfs.metrics),
+        # and the histogram every request is timed into (walfs.fuse.requests).
         self.metrics_text: Callable[[], bytes] | None = None
+        self.request_latency: Latency | None = None
 
         self.tree.refresh_streams()
         # Set once the kernel's INIT has been answered (settings such as the read-ahead
@@ -425,6 +430,7 @@ class WalOperations(pyfuse3.Operations):
                 data = await trio.to_thread.run_sync(self._read_cold, topic, part, pos, size)
         except Exception as exc:
             raise logged_fuse_error(f"read {node.topic!r}", exc) from exc
+        self.read_bytes += len(data)
         if node.kind == "cfile" and off <= h.frontier:
             h.frontier = max(h.frontier, off + len(data))
         return data
@@ -518,6 +524,7 @@ class WalOperations(pyfuse3.Operations):
         return {
             "pid": lambda: str(os.getpid()),
             "cold_reads": lambda: str(self.cold_reads),
+            "read_bytes": lambda: str(self.read_bytes),
             "pushed_bytes": lambda: str(self.pages.pushed_bytes),
             "push_skipped_bytes": lambda: str(self.pages.skipped_bytes),
             **({"metrics": lambda: metrics().decode()} if metrics is not None else {}),
@@ -558,7 +565,8 @@ def _constant(value: str) -> Callable[[], str]:
     return lambda: value
 
 
-guard_handlers(
+# Every request handler: guarded and timed (walfs.fuse.requests).
+wrap_handlers(
     WalOperations,
     (
         "lookup", "getattr", "setattr", "mkdir", "unlink", "rmdir", "rename", "link", "symlink",

@@ -1,14 +1,11 @@
-"""Which errno a walfs error becomes at the file system boundary, and the guard that keeps
-any other exception from ending the mount."""
+"""Which errno a walfs error becomes at the file system boundary."""
 
 from __future__ import annotations
 
 import errno
-import functools
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import pyfuse3
 
@@ -67,26 +64,3 @@ def wal_errors_as_errno(what: str) -> Iterator[None]:
         raise
     except Exception as exc:
         raise logged_fuse_error(what, exc) from exc
-
-
-def guard_handlers(cls: type, names: Iterable[str]) -> None:
-    """Wraps each request handler of `cls`. pyfuse3 answers FUSEError with its errno, but
-    any other exception escapes its worker task, ends pyfuse3.main() and takes the whole
-    mount down with the request unanswered. A bug or an unexpected WAL error must cost one
-    request (EIO, logged with its traceback), never the mount."""
-    for name in names:
-        setattr(cls, name, _guard(getattr(cls, name)))
-
-
-def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    async def guarded(self: Any, *args: Any) -> Any:
-        try:
-            return await fn(self, *args)
-        except pyfuse3.FUSEError:
-            raise
-        except Exception as exc:
-            log.exception("%s%r failed", fn.__name__, args[:2])
-            raise fuse_error_for(exc) from exc
-
-    return guarded
