@@ -160,10 +160,11 @@ class WalOperations(pyfuse3.Operations):
             own.active = False
 
     def _release_held(self, h: Handle) -> None:
-        """The writer of h sent another request: what its previous WRITE appended may be
-        cached now (walfs.fuse.invalidation.Watcher.release)."""
+        """The writer of h sent another request: the kernel is done with its previous
+        WRITE (it drops the cached pages of a direct_io WRITE's range around it), so the
+        bytes that WRITE appended may be cached now (walfs.page_push)."""
         if h.held:
-            self.watcher.release(h.node, h.held)
+            self.pages.release(h.ino, h.held)
             h.held = 0
 
     async def _commit_partial(self, h: Handle) -> None:
@@ -180,7 +181,7 @@ class WalOperations(pyfuse3.Operations):
         except BaseException:
             h.lines.pending_failed()
             raise
-        self.watcher.push(h.node, len(record))
+        self.pages.grew(h.ino, h.node.topic, h.node.partition, len(record))
         h.lines.committed()
 
     async def commit_all_partials(self) -> None:
@@ -352,7 +353,8 @@ class WalOperations(pyfuse3.Operations):
         # libfuse turns on atomic O_TRUNC, so `echo x > t` arrives here as O_TRUNC.
         if flags & os.O_TRUNC or (writable and not flags & os.O_APPEND):
             raise pyfuse3.FUSEError(errno.EPERM)
-        h = Handle(node, lines=LineAssembler(self.max_line_bytes) if writable else None, append=writable)
+        lines = LineAssembler(self.max_line_bytes) if writable else None
+        h = Handle(node, ino=inode, lines=lines, append=writable)
         # Writers bypass the page cache: the kernel would cache their bytes at the offset
         # it believes is the end, which is wrong when others append or a line is partial.
         # Readers keep the cache: bytes before the size never change, and a new size
@@ -394,7 +396,7 @@ class WalOperations(pyfuse3.Operations):
         # A new topic may be filled by `>` or cp (no O_APPEND, maybe O_TRUNC): their
         # writes are accepted as long as they run sequentially from 0.
         lines = LineAssembler(self.max_line_bytes) if writable else None
-        h = Handle(node, lines=lines, append=bool(flags & os.O_APPEND))
+        h = Handle(node, ino=self.tree.ino(node), lines=lines, append=bool(flags & os.O_APPEND))
         # The empty stream is made durable now, so that `touch t` leaves a topic behind.
         stream = (topic, partition)
         self.tree.creating.add(stream)
@@ -459,8 +461,8 @@ class WalOperations(pyfuse3.Operations):
             # The complete lines go in as one batch (split in C, append_lines): no other
             # writer's line can land between them, and a crash keeps all or none.
             await self._append(h.node, batch)
-            self.watcher.push(h.node, len(batch), held=True)
             h.held = len(batch)
+            self.pages.grew(h.ino, h.node.topic, h.node.partition, h.held, held=True)
             lines.appended(buf)
         h.next_pos += len(buf)
         return len(buf)

@@ -17,6 +17,8 @@ class Handle:
     """State of one open file (one FUSE fh)."""
 
     node: Node
+    # The inode the file was opened by (writers: whose page cache gets their bytes).
+    ino: int = 0
     # Writers: the partial line held until its newline, flush (close) or fsync.
     lines: LineAssembler | None = None
     # Opened with O_APPEND: the kernel's write offset is ignored (it is stale when others
@@ -35,7 +37,7 @@ class Handle:
     frontier: int = 0
     committed_frontier: int = 0  # the frontier at the last commit (flush repeats)
     # Bytes this handle's last WRITE appended: they go to the kernel's page cache at the
-    # handle's next request (see walfs.fuse.invalidation.Watcher.release).
+    # handle's next request (walfs.page_push.PagePusher.release).
     held: int = 0
 
     @property

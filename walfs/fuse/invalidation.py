@@ -115,20 +115,12 @@ class Watcher:
             self.tree.add_stream(stream)
         self.invalidator.sizes(self.tree.stream_inos(stream))
 
-    def push(self, node: Node, nbytes: int, held: bool = False) -> None:
+    def push(self, node: Node, nbytes: int) -> None:
         """The stream of a topic node grew by nbytes: they go to the kernel's page cache
-        of its file (walfs.page_push); `held`: once `release` says so."""
+        of its file (walfs.page_push)."""
         ino = self.tree.known_ino(node)
         if ino is not None:
-            self.pages.grew(ino, node.topic, node.partition, nbytes, held=held)
-
-    def release(self, node: Node, nbytes: int) -> None:
-        """A writer sent another request: the kernel is done with its previous WRITE (it
-        drops the cached pages of a direct_io WRITE's range around it), so the bytes that
-        WRITE appended may now be cached."""
-        ino = self.tree.known_ino(node)
-        if ino is not None:
-            self.pages.release(ino, nbytes)
+            self.pages.grew(ino, node.topic, node.partition, nbytes)
 
     async def bytes_changed(self, stream: Stream) -> None:
         """Bytes the kernel may have cached changed meaning (a trim made the head ENODATA,
