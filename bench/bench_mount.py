@@ -1,7 +1,7 @@
 """Mount benchmark: the walfs mount side by side with a plain file in the same directory.
 
     python bench/bench_mount.py [--dir DIR] [--size-mib 1024] [--small-mib 64] [--out F.json]
-                                [--only append,append4k,cat,echo,tail]
+                                [--only append,append4k,cat,echo,tail] [--cpu N]
 
 Every figure is measured in the same run, on the same disk, with the same tools, each
 test alternating its targets for --rounds rounds (medians and per-round ratios reported):
@@ -87,9 +87,14 @@ def timed(cmd: list[str] | str, **kw: Any) -> float:
     return time.perf_counter() - t0
 
 
+# `taskset -c N` when --cpu pins the writers and every server to one CPU.
+PIN: list[str] = []
+
+
 def dd_append(src: Path, dst: Path, bs: str) -> float:
     return timed(
-        ["dd", f"if={src}", f"of={dst}", f"bs={bs}", "oflag=append", "conv=notrunc,fsync", "status=none"]
+        [*PIN, "dd", f"if={src}", f"of={dst}", f"bs={bs}", "oflag=append", "conv=notrunc,fsync"]
+        + ["status=none"]
     )
 
 
@@ -229,6 +234,13 @@ def main(argv: list[str]) -> int:
     p.add_argument("--fsync", default="interval", choices=("always", "interval", "never"))
     p.add_argument("--out", default=None)
     p.add_argument(
+        "--cpu",
+        type=int,
+        default=None,
+        help="pin dd, the walfs daemon, the C passthrough and the floor server to this CPU "
+        "(the same placement for every target: small appends move 2-5x with placement)",
+    )
+    p.add_argument(
         "--only",
         default="append,cat,echo,tail",
         help="comma-separated tests to run: append (1 MiB and 4 KiB), append4k (4 KiB only), "
@@ -272,6 +284,12 @@ def main(argv: list[str]) -> int:
         servers.append((start_passthrough(pt_back, pt, shm), pt))
         mib, smib = args.size_mib, args.small_mib
         daemon = int(os.getxattr(mnt, "user.walfs.pid"))
+        if args.cpu is not None:
+            PIN[:] = ["taskset", "-c", str(args.cpu)]
+            for pid in (daemon, *(server.pid for server, _ in servers)):
+                pin = ["taskset", "-a", "-cp", str(args.cpu), str(pid)]
+                subprocess.run(pin, check=True, stdout=subprocess.DEVNULL)
+            results["cpu_pinned"] = args.cpu
         # Appends: a new topic / file per round, the targets back to back.
         appends = (("append_1MiB", big, "1M", mib), ("append_4KiB", small, "4k", smib))
         for label, src, bs, size in appends:
@@ -372,9 +390,14 @@ def echo_test(args: argparse.Namespace, mnt: Path, plain: Path, floor: Path) -> 
     n = args.echo_count
     echo_loop(mnt / "echo", 10)  # the topic exists and its name is cached
     before = fuse_requests(mnt)
+    daemon = int(os.getxattr(mnt, "user.walfs.pid"))
     echo: dict[str, list[float]] = {"mount": [], "floor": [], "plain": []}
+    cpu: list[float] = []
     for _ in range(args.rounds):
+        cpu0 = cpu_seconds(daemon)
         echo["mount"].append(round(n / echo_loop(mnt / "echo", n)))
+        time.sleep(0.1)  # the page push and invalidations after the last echo
+        cpu.append(round((cpu_seconds(daemon) - cpu0) / n * 1e6, 1))
         echo["floor"].append(round(n / echo_loop(floor / "f", n)))
         echo["plain"].append(round(n / echo_loop(plain / "echo", n)))
     after = fuse_requests(mnt)
@@ -386,6 +409,8 @@ def echo_test(args: argparse.Namespace, mnt: Path, plain: Path, floor: Path) -> 
         "ratio_mount_vs_floor": round(
             statistics.median(a / b for a, b in zip(echo["mount"], echo["floor"], strict=True)), 2
         ),
+        # the daemon's CPU (all its threads) per echo: steadier than rates on a busy machine
+        "daemon_cpu_us_per_echo": cpu,
         # metrics reads themselves are getxattr requests: not the echo's
         "fuse_requests_per_echo": {op: v for op, v in per_echo.items() if v and op != "getxattr"},
     }
