@@ -19,7 +19,8 @@ How (checked on kernel 6.x, libfuse 3.14, pyfuse3 3.5; see docs/mount.md "Cachin
 - Bytes written through the mount are handed over when the writer's next request on that
   file arrives (walfs.fuse_ops: WRITE, FLUSH, FSYNC, RELEASE), not when its WRITE is
   answered: the kernel drops the cached pages of a direct_io write's range around that
-  WRITE, and a store made meanwhile was seen lost. Stores are batched over PUSH_COALESCE.
+  WRITE, and a store made meanwhile was seen lost. Stores are batched over PUSH_COALESCE,
+  and over SMALL_COALESCE while every stream grew by less than SMALL_BYTES (small writes).
 - The kernel keeps the pages only while what it learns about the file does not change
   under them: libfuse turns on FUSE_AUTO_INVAL_DATA (pyfuse3 cannot turn it off), which
   drops every cached page of a file whose mtime changed; any new size learned from
@@ -57,8 +58,11 @@ PAGE = 4096
 DEFAULT_CAP = 64 << 20
 # One notify_store call; other requests run between two.
 CHUNK = 1 << 20
-# Growth is batched over this long before it is sent.
+# Growth is batched over this long before it is sent,
 PUSH_COALESCE = 0.01
+# and over this much longer while every stream grew by less than SMALL_BYTES.
+SMALL_COALESCE = 0.1
+SMALL_BYTES = 64 << 10
 # Growth moves a topic's mtime in whole steps of this: each mtime the kernel has not seen
 # drops the file's cached pages (FUSE_AUTO_INVAL_DATA), so per-append mtimes would undo
 # every push. A minute is what `ls -l` shows; trims and new topics get exact times.
@@ -139,10 +143,15 @@ class PagePusher:
         while self.enabled:
             await self._wakeup.wait()
             await trio.sleep(self.coalesce)
+            if not any(p.grown - p.held >= SMALL_BYTES for p in self._pending.values()):
+                # Only small growth (an `echo >> t` loop): wait longer for more. Each
+                # round costs a thread hop and re-sends the stream's last page, which
+                # per 10 ms was a sixth of the daemon's CPU in an echo loop.
+                await trio.sleep(SMALL_COALESCE)
             self._wakeup = trio.Event()
             # Rounds follow each other while a chunk or more is ready: a writer faster
             # than one round must not leave the rounds behind (the cap would cut); less
-            # waits for the next batch (small writes: one store per PUSH_COALESCE).
+            # waits for the next batch (small writes: one store per round).
             least = 1
             while ready := [i for i, p in self._pending.items() if p.grown - p.held >= least]:
                 least = CHUNK
