@@ -1,7 +1,7 @@
 """The FUSE face of a walfs engine (walfs.engine_api.LogEngine): a pyfuse3 Operations
 class that only translates requests into calls on the engine and on the mount's parts
 (walfs/fuse/: the tree of names and inodes, attributes, open files, consumer files,
-xattrs, cache invalidation and the watcher, permissions, errnos).
+xattrs, cache invalidation and the watcher, permissions, errnos, the request wrapper).
 
 A topic file's bytes are its records' values, each followed by b"\\n" (the engine's byte
 view). Each newline-terminated line written is one record (walfs.line_assembly); a
