@@ -1,6 +1,7 @@
 """Mount benchmark: the walfs mount side by side with a plain file in the same directory.
 
     python bench/bench_mount.py [--dir DIR] [--size-mib 1024] [--small-mib 64] [--out F.json]
+                                [--only append,append4k,cat,echo,tail] [--cpu N]
 
 Every figure is measured in the same run, on the same disk, with the same tools, each
 test alternating its targets for --rounds rounds (medians and per-round ratios reported):
@@ -15,7 +16,8 @@ test alternating its targets for --rounds rounds (medians and per-round ratios r
   dropped, root only), through the daemon (the topic's kernel pages dropped, the data in
   memory) and warm (from the kernel's page cache);
 - `cat` just written: dd bs=1M into a new topic / plain file, then at once `cat` of it
-  (the first read after an ingest);
+  (the first read after an ingest), with the READs the daemon answered during that cat
+  and the bytes they served (user.walfs.read_bytes);
 - a bash loop of `echo line >> file` (one open, write, close per record): appends/s, on
   the mount, on bench/fuse_floor.py and on a plain file, and the FUSE requests per echo
   the daemon counted (its metrics);
@@ -85,9 +87,14 @@ def timed(cmd: list[str] | str, **kw: Any) -> float:
     return time.perf_counter() - t0
 
 
+# `taskset -c N` when --cpu pins the writers and every server to one CPU.
+PIN: list[str] = []
+
+
 def dd_append(src: Path, dst: Path, bs: str) -> float:
     return timed(
-        ["dd", f"if={src}", f"of={dst}", f"bs={bs}", "oflag=append", "conv=notrunc,fsync", "status=none"]
+        [*PIN, "dd", f"if={src}", f"of={dst}", f"bs={bs}", "oflag=append", "conv=notrunc,fsync"]
+        + ["status=none"]
     )
 
 
@@ -148,6 +155,14 @@ def fuse_requests(mnt: Path) -> dict[str, int]:
             op = line.split('"')[1]
             out[op] = int(float(line.rsplit(" ", 1)[1]))
     return out
+
+
+def served_bytes(mnt: Path) -> int | None:
+    """Bytes the daemon's READ handler has returned (None for a daemon that does not say)."""
+    try:
+        return int(os.getxattr(mnt, "user.walfs.read_bytes"))
+    except OSError:
+        return None
 
 
 def mbps(mib: int, seconds: float) -> float:
@@ -219,11 +234,28 @@ def main(argv: list[str]) -> int:
     p.add_argument("--fsync", default="interval", choices=("always", "interval", "never"))
     p.add_argument("--out", default=None)
     p.add_argument(
+        "--cpu",
+        type=int,
+        default=None,
+        help="pin dd, the walfs daemon, the C passthrough and the floor server to this CPU "
+        "(the same placement for every target: small appends move 2-5x with placement)",
+    )
+    p.add_argument(
+        "--only",
+        default="append,cat,echo,tail",
+        help="comma-separated tests to run: append (1 MiB and 4 KiB), append4k (4 KiB only), "
+        "cat (needs append), echo, tail",
+    )
+    p.add_argument(
         "--walfs-src",
-        default=str(REPO),
-        help="the walfs checkout the mount runs from (before/after runs: an export of main)",
+        # bench/ab_trees.py picks the tree through PYTHONPATH: follow it.
+        default=os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] or str(REPO),
+        help="the walfs checkout the mount runs from (default: PYTHONPATH's first entry, else this checkout)",
     )
     args = p.parse_args(argv)
+    only = set(args.only.split(","))
+    if "cat" in only and "append" not in only:
+        raise SystemExit("--only cat needs append (cat reads what the 1 MiB test wrote)")
 
     base = Path(args.dir or tempfile.mkdtemp(prefix="walfs-bench-", dir="/var/tmp"))
     base.mkdir(parents=True, exist_ok=True)
@@ -252,8 +284,17 @@ def main(argv: list[str]) -> int:
         servers.append((start_passthrough(pt_back, pt, shm), pt))
         mib, smib = args.size_mib, args.small_mib
         daemon = int(os.getxattr(mnt, "user.walfs.pid"))
+        if args.cpu is not None:
+            PIN[:] = ["taskset", "-c", str(args.cpu)]
+            for pid in (daemon, *(server.pid for server, _ in servers)):
+                pin = ["taskset", "-a", "-cp", str(args.cpu), str(pid)]
+                subprocess.run(pin, check=True, stdout=subprocess.DEVNULL)
+            results["cpu_pinned"] = args.cpu
         # Appends: a new topic / file per round, the targets back to back.
-        for label, src, bs, size in (("append_1MiB", big, "1M", mib), ("append_4KiB", small, "4k", smib)):
+        appends = (("append_1MiB", big, "1M", mib), ("append_4KiB", small, "4k", smib))
+        for label, src, bs, size in appends:
+            if "append" not in only and not (label == "append_4KiB" and "append4k" in only):
+                continue
             runs: dict[str, list[float]] = {"mount": [], "passthrough": [], "floor": [], "plain": []}
             cpu: list[float] = []
             for r in range(args.rounds):
@@ -266,69 +307,15 @@ def main(argv: list[str]) -> int:
                 runs["floor"].append(mbps(size, dd_append(src, floor / "f", bs)))
                 runs["plain"].append(mbps(size, dd_append(src, plain / name, bs)))
             results[label] = {"mib": size, **summary(runs, "plain"), "daemon_cpu_ms_per_MiB": cpu}
-        topic, plain_file = mnt / "append_1MiB_0", plain / "append_1MiB_0"
-        assert os.stat(topic).st_size == os.stat(plain_file).st_size
-        assert subprocess.run(["cmp", str(topic), str(plain_file)], check=False).returncode == 0
-
-        # cat, three ways: cold (every cache dropped: the first read of old data), through
-        # the daemon (the topic's kernel pages dropped, its segments and the plain file in
-        # memory), and warm (the second cat, from the kernel's page cache).
-        cold: dict[str, list[float]] = {"mount": [], "plain": []}
-        through_daemon: dict[str, list[float]] = {"mount": [], "passthrough": [], "floor": [], "plain": []}
-        warm: dict[str, list[float]] = {"mount": [], "plain": []}
-        can_drop = True
-        for _ in range(args.rounds):
-            for name, path in (("mount", topic), ("plain", plain_file)):
-                can_drop = drop_page_cache() and can_drop
-                cold[name].append(mbps(mib, timed(["cat", str(path)])))
-            through = (("mount", topic), ("passthrough", pt / "append_1MiB_0"), ("floor", floor / "f"))
-            for name, path in (*through, ("plain", plain_file)):
-                timed(["cat", str(path)])  # in memory
-                if name != "plain":
-                    drop_page_cache(path)
-                size_mib = os.stat(path).st_size / 2**20  # the floor's file holds every test's bytes
-                through_daemon[name].append(round(size_mib * 1.048576 / timed(["cat", str(path)]), 1))
-            for name, path in (("mount", topic), ("plain", plain_file)):
-                timed(["cat", str(path)])
-                warm[name].append(mbps(mib, timed(["cat", str(path)])))
-        # The first read after an ingest: a new topic / file, written and read at once.
-        fresh: dict[str, list[float]] = {"mount": [], "plain": []}
-        for r in range(args.rounds):
-            for name, where in (("mount", mnt), ("plain", plain)):
-                path = where / f"fresh_{r}"
-                dd_append(big, path, "1M")
-                fresh[name].append(mbps(mib, timed(["cat", str(path)])))
-        results["cat"] = {
-            "mib": mib,
-            "cold": summary(cold, "plain") if can_drop else "not measured: needs root for drop_caches",
-            "through_daemon": summary(through_daemon, "plain"),
-            "warm": summary(warm, "plain"),
-            "just_written": summary(fresh, "plain"),
-        }
-        n = args.echo_count
-        echo_loop(mnt / "echo", 10)  # the topic exists and its name is cached
-        before = fuse_requests(mnt)
-        echo: dict[str, list[float]] = {"mount": [], "floor": [], "plain": []}
-        for _ in range(args.rounds):
-            echo["mount"].append(round(n / echo_loop(mnt / "echo", n)))
-            echo["floor"].append(round(n / echo_loop(floor / "f", n)))
-            echo["plain"].append(round(n / echo_loop(plain / "echo", n)))
-        after = fuse_requests(mnt)
-        per_echo = {op: round((after.get(op, 0) - before.get(op, 0)) / (n * args.rounds), 2) for op in after}
-        results["echo_per_open"] = {
-            "records": n,
-            **{f"{k}_per_s": round(statistics.median(v)) for k, v in echo.items()},
-            "rounds": echo,
-            "ratio_mount_vs_floor": round(
-                statistics.median(a / b for a, b in zip(echo["mount"], echo["floor"], strict=True)), 2
-            ),
-            # metrics reads themselves are getxattr requests: not the echo's
-            "fuse_requests_per_echo": {op: v for op, v in per_echo.items() if v and op != "getxattr"},
-        }
-        results["tail_f_latency"] = {
-            "default_1s_poll": tail_latency(mnt / "tailed", 10, None),
-            "poll_0.1s": tail_latency(mnt / "tailed", 30, "0.1"),
-        }
+        if "cat" in only:
+            results["cat"] = cat_tests(args, big, mnt, plain, pt, floor, mib)
+        if "echo" in only:
+            results["echo_per_open"] = echo_test(args, mnt, plain, floor)
+        if "tail" in only:
+            results["tail_f_latency"] = {
+                "default_1s_poll": tail_latency(mnt / "tailed", 10, None),
+                "poll_0.1s": tail_latency(mnt / "tailed", 30, "0.1"),
+            }
     finally:
         for server, where in servers:
             subprocess.run(["fusermount3", "-u", str(where)], check=False)
@@ -344,6 +331,89 @@ def main(argv: list[str]) -> int:
     if args.out:
         Path(args.out).write_text(text + "\n")
     return 0
+
+
+def cat_tests(
+    args: argparse.Namespace, big: Path, mnt: Path, plain: Path, pt: Path, floor: Path, mib: int
+) -> dict[str, Any]:
+    topic, plain_file = mnt / "append_1MiB_0", plain / "append_1MiB_0"
+    assert os.stat(topic).st_size == os.stat(plain_file).st_size
+    assert subprocess.run(["cmp", str(topic), str(plain_file)], check=False).returncode == 0
+
+    # cat, three ways: cold (every cache dropped: the first read of old data), through
+    # the daemon (the topic's kernel pages dropped, its segments and the plain file in
+    # memory), and warm (the second cat, from the kernel's page cache).
+    cold: dict[str, list[float]] = {"mount": [], "plain": []}
+    through_daemon: dict[str, list[float]] = {"mount": [], "passthrough": [], "floor": [], "plain": []}
+    warm: dict[str, list[float]] = {"mount": [], "plain": []}
+    can_drop = True
+    for _ in range(args.rounds):
+        for name, path in (("mount", topic), ("plain", plain_file)):
+            can_drop = drop_page_cache() and can_drop
+            cold[name].append(mbps(mib, timed(["cat", str(path)])))
+        through = (("mount", topic), ("passthrough", pt / "append_1MiB_0"), ("floor", floor / "f"))
+        for name, path in (*through, ("plain", plain_file)):
+            timed(["cat", str(path)])  # in memory
+            if name != "plain":
+                drop_page_cache(path)
+            size_mib = os.stat(path).st_size / 2**20  # the floor's file holds every test's bytes
+            through_daemon[name].append(round(size_mib * 1.048576 / timed(["cat", str(path)]), 1))
+        for name, path in (("mount", topic), ("plain", plain_file)):
+            timed(["cat", str(path)])
+            warm[name].append(mbps(mib, timed(["cat", str(path)])))
+    # The first read after an ingest: a new topic / file, written and read at once.
+    # The daemon's READs during that cat, and the bytes they served (a mount whose pushed
+    # pages were all kept and used serves none).
+    fresh: dict[str, list[float]] = {"mount": [], "plain": []}
+    served: dict[str, list[float | None]] = {"reads": [], "MiB": []}
+    for r in range(args.rounds):
+        for name, where in (("mount", mnt), ("plain", plain)):
+            path = where / f"fresh_{r}"
+            dd_append(big, path, "1M")
+            if name == "mount":
+                reads0, bytes0 = fuse_requests(mnt).get("read", 0), served_bytes(mnt)
+            fresh[name].append(mbps(mib, timed(["cat", str(path)])))
+            if name == "mount":
+                served["reads"].append(fuse_requests(mnt).get("read", 0) - reads0)
+                bytes1 = served_bytes(mnt)
+                served["MiB"].append(None if bytes1 is None else round((bytes1 - bytes0) / 2**20, 1))
+    return {
+        "mib": mib,
+        "cold": summary(cold, "plain") if can_drop else "not measured: needs root for drop_caches",
+        "through_daemon": summary(through_daemon, "plain"),
+        "warm": summary(warm, "plain"),
+        "just_written": {**summary(fresh, "plain"), "served_by_daemon": served},
+    }
+
+
+def echo_test(args: argparse.Namespace, mnt: Path, plain: Path, floor: Path) -> dict[str, Any]:
+    n = args.echo_count
+    echo_loop(mnt / "echo", 10)  # the topic exists and its name is cached
+    before = fuse_requests(mnt)
+    daemon = int(os.getxattr(mnt, "user.walfs.pid"))
+    echo: dict[str, list[float]] = {"mount": [], "floor": [], "plain": []}
+    cpu: list[float] = []
+    for _ in range(args.rounds):
+        cpu0 = cpu_seconds(daemon)
+        echo["mount"].append(round(n / echo_loop(mnt / "echo", n)))
+        time.sleep(0.1)  # the page push and invalidations after the last echo
+        cpu.append(round((cpu_seconds(daemon) - cpu0) / n * 1e6, 1))
+        echo["floor"].append(round(n / echo_loop(floor / "f", n)))
+        echo["plain"].append(round(n / echo_loop(plain / "echo", n)))
+    after = fuse_requests(mnt)
+    per_echo = {op: round((after.get(op, 0) - before.get(op, 0)) / (n * args.rounds), 2) for op in after}
+    return {
+        "records": n,
+        **{f"{k}_per_s": round(statistics.median(v)) for k, v in echo.items()},
+        "rounds": echo,
+        "ratio_mount_vs_floor": round(
+            statistics.median(a / b for a, b in zip(echo["mount"], echo["floor"], strict=True)), 2
+        ),
+        # the daemon's CPU (all its threads) per echo: steadier than rates on a busy machine
+        "daemon_cpu_us_per_echo": cpu,
+        # metrics reads themselves are getxattr requests: not the echo's
+        "fuse_requests_per_echo": {op: v for op, v in per_echo.items() if v and op != "getxattr"},
+    }
 
 
 if __name__ == "__main__":

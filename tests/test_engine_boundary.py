@@ -18,17 +18,18 @@ FACE_FILES = sorted(
         WALFS / "fuse_ops.py",
         WALFS / "daemon.py",
         WALFS / "page_push.py",
+        *(WALFS / "fuse").glob("*.py"),
         *(WALFS / "kafka").glob("*.py"),
         *(WALFS / "spark").glob("*.py"),
         *(WALFS / "cli").glob("*.py"),
         *(REPO / "pyspark_walfs").glob("*.py"),
     ]
 )
-FACE_PACKAGES = ("walfs.kafka", "walfs.spark", "walfs.cli", "pyspark_walfs")
+FACE_PACKAGES = ("walfs.fuse", "walfs.kafka", "walfs.spark", "walfs.cli", "pyspark_walfs")
 FACE_MODULES = ("walfs.fuse_ops", "walfs.daemon", "walfs.page_push")
 # What every engine shares: the interface, errors, names, the record meta format, the
 # per-topic settings rules, the metrics registry, the Kafka wire codecs of the C library
-# (engine-neutral: they work on the interface's read() layout).
+# (engine-neutral: they work on the interface's read() layout), line assembly.
 SHARED = (
     "walfs.engine_api",
     "walfs.errors",
@@ -37,6 +38,7 @@ SHARED = (
     "walfs.retention",
     "walfs.metrics",
     "walfs.kafka_codec",
+    "walfs.line_assembly",
 )
 # Names a face may take from the package itself (`from walfs import X`): the errors.
 PACKAGE_NAMES = {"errors", "engine_api", "names", "records", "Record"}

@@ -92,3 +92,17 @@ def test_serve_metrics_count_kafka_requests(tmp_path: Path) -> None:
         assert value(text, "walfs_fsync_rounds_total") >= 1  # acks=all waited for durability
     finally:
         srv.stop()
+
+
+def test_every_fuse_request_is_timed_and_refusals_count_as_errors(mount: Mount) -> None:
+    """Every handler goes through one wrapper (walfs/fuse/requests.py) that guards and
+    times it: also the calls an append-only tree refuses (rename, rmdir, link), which the
+    old per-op list did not time, and their refusals count as errors."""
+    mount.sh("echo a >> t")
+    for script in ("mv t u", "rmdir partition=0", "ln t t2"):
+        assert mount.sh(script, check=False).returncode != 0
+    text = mount.out("getfattr --only-values -n user.walfs.metrics .")
+    for op in ("rename", "rmdir", "link"):
+        assert value(text, "walfs_fuse_request_seconds_count", op=op) >= 1
+        assert value(text, "walfs_fuse_request_errors_total", op=op) >= 1
+    assert value(text, "walfs_fuse_request_errors_total", op="write") == 0

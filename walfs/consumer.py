@@ -46,7 +46,7 @@ from collections.abc import Iterator
 
 import blake3
 
-from walfs.engine_api import MAX_METADATA_BYTES, LogEngine, durable_end, read_records
+from walfs.engine_api import MAX_METADATA_BYTES, LogEngine, durable_end, group_start, read_records
 from walfs.errors import ReadOnlyError, WalCorruptError
 from walfs.names import topic_bytes
 from walfs.records import Record
@@ -405,9 +405,8 @@ class Consumer:
         self.mode = mode
         self.persist_every = persist_every
         self._reads = 0
-        committed = engine.committed(group, topic, partition)
-        self.committed = committed
-        self.position = max(committed or 0, engine.info(topic, partition).low_watermark)
+        self.committed = engine.committed(group, topic, partition)
+        self.position = group_start(engine, group, topic, partition)
 
     def read_next(self, max_records: int = 1000, max_bytes: int = 16 << 20) -> list[Record]:
         """The next records, durable ones only (records published beyond the durable mark

@@ -81,7 +81,7 @@ class MountConfig:
     # The kernel's read-ahead for this mount (KiB; 0 leaves the kernel's 128 KiB). Larger
     # read-ahead means fewer, larger READ requests: each costs a Python round trip.
     read_ahead_kb: int = 1024
-    # The longest line a write may make (walfs.fuse_ops.DEFAULT_MAX_LINE_BYTES): a writer
+    # The longest line a write may make (walfs.line_assembly.DEFAULT_MAX_LINE_BYTES): a writer
     # that never sends a newline gets EFBIG there instead of growing the daemon's memory.
     max_line_bytes: int = 16 << 20
     # Owner and mode of every file and directory of the tree (other FUSE file systems'
@@ -224,7 +224,7 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
         info={"fsync": config.fsync, "org_id": str(config.org_id)},
     )
     metrics = Metrics(wal)
-    metrics.time_fuse_ops(ops, FUSE_OPS)
+    ops.request_latency = metrics.fuse
     ops.metrics_text = metrics.text
     if config.metrics_listen:
         host, port = metrics.serve(config.metrics_listen)
@@ -273,21 +273,14 @@ async def watch_wal_failure(wal: Any, stop: Callable[[], None], every_s: float =
     stop()
 
 
-# The FUSE handlers timed for metrics (walfs_fuse_request_seconds{op=...}).
-FUSE_OPS = (
-    "lookup", "getattr", "setattr", "open", "create", "read", "write", "flush", "release", "fsync",
-    "opendir", "readdir", "releasedir", "mkdir", "getxattr", "setxattr", "listxattr", "statfs",
-)
-
-
 async def _serve(
     ops: WalOperations, config: MountConfig, on_ready: Callable[[], None] | None, metrics: Metrics
 ) -> None:
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(ops.invalidation_task, name="walfs-invalidate")
-        nursery.start_soon(ops.watch_task, name="walfs-watch")
+        nursery.start_soon(ops.invalidator.run, name="walfs-invalidate")
+        nursery.start_soon(ops.watcher.run, name="walfs-watch")
         nursery.start_soon(ops.pages.run, name="walfs-page-push")
-        ops.wal.watch(ops.poke_watcher)
+        ops.wal.watch(ops.watcher.poke)
         nursery.start_soon(_signals, name="walfs-signals")
         nursery.start_soon(watch_wal_failure, ops.wal, pyfuse3.terminate, name="walfs-failure")
         nursery.start_soon(_after_init, ops, config, name="walfs-after-init")

@@ -446,6 +446,14 @@ def committed_offsets(engine: LogEngine, group: str) -> dict[tuple[str, int], in
     return out
 
 
+def group_start(engine: LogEngine, group: str, topic: str, partition: int = 0) -> int:
+    """Where a group's next record is: its committed offset, or the low watermark when
+    that is further (trimmed records are gone for everyone); 0 for a new group. The one
+    rule for every face (the Python Consumer, the mount's consumer files)."""
+    committed = engine.committed(group, topic, partition)
+    return max(committed or 0, engine.info(topic, partition).low_watermark)
+
+
 def wait_for(
     engine: LogEngine, topic: str, partition: int, offset: int, timeout: float | None = None
 ) -> bool:

@@ -3,9 +3,10 @@ default) on the mount daemon and `walfs serve`, and the same text as the mount r
 `user.walfs.metrics` xattr for people without Prometheus.
 
 Hot paths pay almost nothing: the Wal keeps plain integer counters (appends and bytes per
-stream, reclaimed files) and a `Latency` histogram of durability waits; FUSE requests and
-Kafka requests are timed into `Latency` histograms here. Everything else (consumer lag,
-disk free, segment files, fsync rounds, recovery figures) is computed when scraped.
+stream, reclaimed files) and a `Latency` histogram of durability waits; FUSE requests
+(walfs.fuse.requests) and Kafka requests are timed into `Latency` histograms kept here.
+Everything else (consumer lag, disk free, segment files, fsync rounds, recovery figures)
+is computed when scraped.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import bisect
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from walfs.errors import WalError
@@ -220,14 +221,6 @@ class Metrics:
             self._server.server_close()
             self._server = None
 
-    # -- instrumentation ----------------------------------------------------------------
-    def time_fuse_ops(self, ops: Any, names: Iterable[str]) -> None:
-        """Wraps the FUSE handlers of `ops` (instance attributes shadow the class's)."""
-        for name in names:
-            fn = getattr(ops, name, None)
-            if fn is not None:
-                setattr(ops, name, _timed_async(self.fuse, name, fn))
-
 
 class _Collector:
     def __init__(self, metrics: Metrics) -> None:
@@ -235,21 +228,6 @@ class _Collector:
 
     def collect(self) -> Iterator[Any]:
         return self.metrics.families()
-
-
-def _timed_async(hist: Latency, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    async def timed(*args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
-        failed = True
-        try:
-            out = await fn(*args, **kwargs)
-            failed = False
-            return out
-        finally:
-            hist.observe(label, time.perf_counter() - t0, failed)
-
-    timed.__name__ = getattr(fn, "__name__", label)
-    return timed
 
 
 def _histogram(family: Any, name: str, doc: str, label: str, hist: Latency) -> Any:

@@ -12,11 +12,15 @@ How (checked on kernel 6.x, libfuse 3.14, pyfuse3 3.5; see docs/mount.md "Cachin
   of the last, partial page.
 - A store is sent from a worker thread, never from the event loop: the kernel locks each
   page it fills, and a reader's read-ahead may hold that lock while it waits for a READ
-  that only the event loop can answer (a store on the loop deadlocked the mount).
+  that only the event loop can answer (a store on the loop deadlocked the mount). The
+  copy out of the engine runs in that thread too: on the loop it held up every request
+  (~0.3-0.5 ms per MiB with the engine's checksums), and the push fell behind a fast
+  writer.
 - Bytes written through the mount are handed over when the writer's next request on that
   file arrives (walfs.fuse_ops: WRITE, FLUSH, FSYNC, RELEASE), not when its WRITE is
   answered: the kernel drops the cached pages of a direct_io write's range around that
-  WRITE, and a store made meanwhile was seen lost. Stores are batched over PUSH_COALESCE.
+  WRITE, and a store made meanwhile was seen lost. Stores are batched over PUSH_COALESCE,
+  and over SMALL_COALESCE while every stream grew by less than SMALL_BYTES (small writes).
 - The kernel keeps the pages only while what it learns about the file does not change
   under them: libfuse turns on FUSE_AUTO_INVAL_DATA (pyfuse3 cannot turn it off), which
   drops every cached page of a file whose mtime changed; any new size learned from
@@ -54,8 +58,11 @@ PAGE = 4096
 DEFAULT_CAP = 64 << 20
 # One notify_store call; other requests run between two.
 CHUNK = 1 << 20
-# Growth is batched over this long before it is sent.
+# Growth is batched over this long before it is sent,
 PUSH_COALESCE = 0.01
+# and over this much longer while every stream grew by less than SMALL_BYTES.
+SMALL_COALESCE = 0.1
+SMALL_BYTES = 64 << 10
 # Growth moves a topic's mtime in whole steps of this: each mtime the kernel has not seen
 # drops the file's cached pages (FUSE_AUTO_INVAL_DATA), so per-append mtimes would undo
 # every push. A minute is what `ls -l` shows; trims and new topics get exact times.
@@ -136,10 +143,15 @@ class PagePusher:
         while self.enabled:
             await self._wakeup.wait()
             await trio.sleep(self.coalesce)
+            if not any(p.grown - p.held >= SMALL_BYTES for p in self._pending.values()):
+                # Only small growth (an `echo >> t` loop): wait longer for more. Each
+                # round costs a thread hop and re-sends the stream's last page, which
+                # per 10 ms was a sixth of the daemon's CPU in an echo loop.
+                await trio.sleep(SMALL_COALESCE)
             self._wakeup = trio.Event()
             # Rounds follow each other while a chunk or more is ready: a writer faster
             # than one round must not leave the rounds behind (the cap would cut); less
-            # waits for the next batch (small writes: one store per PUSH_COALESCE).
+            # waits for the next batch (small writes: one store per round).
             least = 1
             while ready := [i for i, p in self._pending.items() if p.grown - p.held >= least]:
                 least = CHUNK
@@ -150,6 +162,20 @@ class PagePusher:
                         await self._push(ino, pending)
                     except Exception:
                         log.exception("pushing pages of %r failed", pending.topic)
+
+    def _copy_and_store(
+        self, ino: int, topic: str, partition: int, pos: int, want: int
+    ) -> tuple[int, OSError | None]:
+        """(bytes stored, the kernel's refusal or None). One round at a time uses _buf."""
+        with memoryview(self._buf) as view:
+            n = self.wal.read_bytes(topic, partition, pos, view[:want])
+            if n <= 0:
+                return n, None
+            try:
+                pyfuse3.notify_store(ino, pos, view[:n])  # type: ignore[arg-type]  # any buffer
+            except OSError as exc:
+                return n, exc
+        return n, None
 
     async def _push(self, ino: int, pending: _Pending) -> None:
         topic, partition = pending.topic, pending.partition
@@ -176,28 +202,23 @@ class PagePusher:
             if not self.wal.resident(topic, partition, pos, want):
                 self.skipped_bytes += end - pos
                 return
-            with memoryview(self._buf) as view:
-                try:
-                    n = self.wal.read_bytes(topic, partition, pos, view[:want])
-                except OffsetOutOfRangeError:
-                    return  # trimmed meanwhile: drop() follows
-                if n <= 0:
-                    return
-                try:
-                    # In a worker thread: the kernel locks each page it fills, and a page
-                    # may be locked by a reader waiting for a READ that this loop answers.
-                    await trio.to_thread.run_sync(_store, ino, pos, view[:n])
-                except OSError as exc:
-                    if exc.errno == errno.ENOSYS:
-                        log.warning("the kernel cannot take pages (notify_store): pushing off")
-                        self.enabled = False
-                    elif exc.errno != errno.ENOENT:  # ENOENT: the kernel forgot the inode
-                        log.warning("notify_store(%d, %d, %d): %s", ino, pos, n, exc)
-                    self.skipped_bytes += end - pos
-                    return
+            try:
+                # In a worker thread, copy and store alike: the kernel locks each page it
+                # fills, and a page may be locked by a reader waiting for a READ that this
+                # loop answers; and the copy (with the engine's checksums) would hold up
+                # every request the loop has to answer meanwhile.
+                n, err = await trio.to_thread.run_sync(self._copy_and_store, ino, topic, partition, pos, want)
+            except OffsetOutOfRangeError:
+                return  # trimmed meanwhile: drop() follows
+            if err is not None:
+                if err.errno == errno.ENOSYS:
+                    log.warning("the kernel cannot take pages (notify_store): pushing off")
+                    self.enabled = False
+                elif err.errno != errno.ENOENT:  # ENOENT: the kernel forgot the inode
+                    log.warning("notify_store(%d, %d, %d): %s", ino, pos, n, err)
+                self.skipped_bytes += end - pos
+                return
+            if n <= 0:
+                return
             self.pushed_bytes += n
             pos += n
-
-
-def _store(ino: int, pos: int, data: memoryview) -> None:
-    pyfuse3.notify_store(ino, pos, data)  # type: ignore[arg-type]  # any buffer will do

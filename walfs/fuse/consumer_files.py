@@ -1,0 +1,41 @@
+"""Consumer files (MOUNT/.consumers/<group>/<topic>): a topic's byte view from the
+group's next record on. Reading one moves the group's cursor at close, by the records
+read contiguously from the view's start (whole records only), and never backwards."""
+
+from __future__ import annotations
+
+from walfs.engine_api import LogEngine, group_start
+from walfs.fuse.nodes import Node
+
+
+def committed(wal: LogEngine, node: Node) -> int:
+    """The offset where the group's view of the node's stream starts."""
+    return group_start(wal, node.group, node.topic, node.partition)
+
+
+def committed_byte(wal: LogEngine, node: Node) -> int:
+    """Byte position in the topic's view where the group's next record starts."""
+    offset = committed(wal, node)
+    info = wal.info(node.topic, node.partition)
+    if offset >= info.high_watermark:
+        return int(info.byte_size)
+    return int(wal.locate(node.topic, node.partition, offset=offset))
+
+
+def view_start(wal: LogEngine, node: Node) -> tuple[int, int]:
+    """(offset, byte) where a consumer file opened now starts."""
+    offset = committed(wal, node)
+    return offset, int(wal.locate(node.topic, node.partition, offset=offset))
+
+
+def commit_read(wal: LogEngine, node: Node, base_offset: int, base_byte: int, frontier: int) -> int:
+    """Commits the whole records in the first `frontier` bytes of a view that started at
+    (base_offset, base_byte); returns how many (0: nothing to commit). Blocking (a
+    durable write): call it from a worker thread."""
+    end = int(wal.locate(node.topic, node.partition, byte=base_byte + frontier))
+    n = end - base_offset
+    if n > 0:
+        # Two handles of one group: never move the committed offset backwards
+        # (advance_only checks and writes in one step under the cursor store's lock).
+        wal.commit(node.group, node.topic, node.partition, base_offset + n, advance_only=True)
+    return n

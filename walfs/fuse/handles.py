@@ -1,0 +1,78 @@
+"""Open files (FUSE file handles): what a writer holds and how far a reader got."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyfuse3
+
+from walfs.fuse.nodes import Node
+from walfs.line_assembly import LineAssembler
+
+
+@dataclass
+class Handle:
+    """State of one open file (one FUSE fh)."""
+
+    node: Node
+    # The inode the file was opened by (writers: whose page cache gets their bytes).
+    ino: int = 0
+    # Writers: the partial line held until its newline, flush (close) or fsync.
+    lines: LineAssembler | None = None
+    # Opened with O_APPEND: the kernel's write offset is ignored (it is stale when others
+    # append), the data goes to the stream's tail.
+    append: bool = False
+    # A handle that created the topic without O_APPEND (`>`, cp) may write sequentially
+    # from 0; next_pos is where its next write must start.
+    next_pos: int = 0
+    # Consumer files: whether the opener may move the group's cursor (write permission on
+    # the group's directory); others read the same bytes and commit nothing.
+    may_commit: bool = True
+    # Consumer files: where this handle's view starts and how far it has been read
+    # contiguously from its start (only that much is committed at close).
+    base_offset: int = 0
+    base_byte: int = 0
+    frontier: int = 0
+    committed_frontier: int = 0  # the frontier at the last commit (flush repeats)
+    # Bytes this handle's last WRITE appended: they go to the kernel's page cache at the
+    # handle's next request (walfs.page_push.PagePusher.release).
+    held: int = 0
+
+    @property
+    def writable(self) -> bool:
+        return self.lines is not None
+
+    def reads_uncommitted(self) -> bool:
+        """A consumer file read further than its last commit, by one who may commit."""
+        return self.node.kind == "cfile" and self.may_commit and self.frontier > self.committed_frontier
+
+
+class Handles:
+    """fh -> Handle (numbers are never reused during a mount)."""
+
+    def __init__(self) -> None:
+        self._handles: dict[int, Handle] = {}
+        self._next_fh = 1
+
+    def add(self, h: Handle) -> int:
+        fh = self._next_fh
+        self._next_fh += 1
+        self._handles[fh] = h
+        return fh
+
+    def __getitem__(self, fh: int) -> Handle:
+        try:
+            return self._handles[fh]
+        except KeyError:
+            raise pyfuse3.FUSEError(errno.EBADF) from None
+
+    def get(self, fh: int) -> Handle | None:
+        return self._handles.get(fh)
+
+    def pop(self, fh: int) -> None:
+        self._handles.pop(fh, None)
+
+    def __iter__(self) -> Iterator[Handle]:
+        return iter(list(self._handles.values()))

@@ -1,0 +1,181 @@
+"""What the kernel must forget, told from tasks outside the request handlers (cache
+notifications sent from a handler of a related request deadlock), and the watcher that
+finds growth, trims, deletes and topics that did not come through this mount's handlers.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import pyfuse3
+import trio
+
+from walfs.engine_api import Change, LogEngine
+from walfs.fuse.nodes import Node, Stream
+from walfs.page_push import PagePusher
+from walfs.page_push import mtime_ns as page_mtime_ns
+
+if TYPE_CHECKING:
+    from walfs.fuse.tree import Tree
+
+log = logging.getLogger("walfs.fuse")
+
+# How often the watcher looks for growth and topics that did not come through this mount.
+WATCH_INTERVAL = 1.0
+# Invalidations are batched over this long: one per append would cost a kernel round trip
+# per write, and tail -f polls once a second anyway.
+INVALIDATE_COALESCE = 0.02
+
+class Invalidator:
+    """Sizes (attributes) and names the kernel must look up again: recorded by anyone on
+    the event loop, sent by `run()`."""
+
+    def __init__(self) -> None:
+        self._dirty_inodes: set[int] = set()
+        self._dirty_entries: set[tuple[int, bytes]] = set()
+        self._wakeup = trio.Event()  # sizes changed (batched)
+        self._entries_wakeup = trio.Event()  # names appeared (at once)
+
+    def sizes(self, inodes: Iterable[int]) -> None:
+        self._dirty_inodes.update(inodes)
+        self._wakeup.set()
+
+    def names(self, entries: Iterable[tuple[int, bytes]], keep: tuple[int, bytes] | None = None) -> None:
+        """Entries to drop; `keep`: one not to drop after all (the entry a CREATE made)."""
+        self._dirty_entries.update(entries)
+        if keep is not None:
+            self._dirty_entries.discard(keep)
+        self._entries_wakeup.set()
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._invalidate_sizes)
+            nursery.start_soon(self._invalidate_names)
+
+    async def _invalidate_sizes(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup = trio.Event()
+            inodes, self._dirty_inodes = self._dirty_inodes, set()
+            for ino in inodes:
+                try:
+                    pyfuse3.invalidate_inode(ino, attr_only=True)
+                except OSError as exc:
+                    # ENOENT: the kernel has forgotten the inode; nothing to do.
+                    if exc.errno != errno.ENOENT:
+                        log.warning("invalidate_inode(%d): %s", ino, exc)
+            await trio.sleep(INVALIDATE_COALESCE)
+
+    async def _invalidate_names(self) -> None:
+        # Not batched: a name created under one path (partition=0/t) must stop being a
+        # cached negative entry under its other path (t) before the next command runs.
+        # invalidate_entry_async queues to pyfuse3's own thread, which waits out any
+        # request that holds the directory.
+        while True:
+            await self._entries_wakeup.wait()
+            self._entries_wakeup = trio.Event()
+            entries, self._dirty_entries = self._dirty_entries, set()
+            for parent, name in entries:
+                pyfuse3.invalidate_entry_async(parent, name, ignore_enoent=True)
+
+
+class Watcher:
+    """Growth of streams, from this mount's handlers (`grew`) or from anywhere else (the
+    engine's watch callback `poke`, and a round every WATCH_INTERVAL): new mtimes and
+    sizes for the kernel, and the new bytes for its page cache (walfs.page_push)."""
+
+    def __init__(self, wal: LogEngine, tree: Tree, invalidator: Invalidator, pages: PagePusher) -> None:
+        self.wal = wal
+        self.tree = tree
+        self.invalidator = invalidator
+        self.pages = pages
+        self._seen_size: dict[Stream, int] = {}
+        self._poked: set[Stream] = set()  # streams grown outside the handlers
+        self._rewritten: set[Stream] = set()  # trimmed or deleted (by anyone)
+        self._watch_poke = trio.Event()
+        self._trio_token: trio.lowlevel.TrioToken | None = None
+        # .active while a handler appends: the engine's callback leaves that one alone
+        # (the handler reports it itself, and a poke would cost a trio wakeup per write).
+        self.own_append = threading.local()
+
+    def stream_changed(self, topic: str, partition: int, *, seen: bool = True) -> None:
+        """Records growth of a stream. `seen`: the growth came through this mount, so the
+        watcher must not count it again (a second mtime change would make the kernel drop
+        the file's cached pages for nothing)."""
+        stream = (topic, partition)
+        self.tree.mtime_ns[stream] = page_mtime_ns()  # steps: a new mtime drops cached pages
+        if seen:
+            self._seen_size.pop(stream, None)  # the watcher re-reads it quietly
+        if stream not in self.tree.streams:
+            self.tree.add_stream(stream)
+        self.invalidator.sizes(self.tree.stream_inos(stream))
+
+    def push(self, node: Node, nbytes: int) -> None:
+        """The stream of a topic node grew by nbytes: they go to the kernel's page cache
+        of its file (walfs.page_push)."""
+        ino = self.tree.known_ino(node)
+        if ino is not None:
+            self.pages.grew(ino, node.topic, node.partition, nbytes)
+
+    async def bytes_changed(self, stream: Stream) -> None:
+        """Bytes the kernel may have cached changed meaning (a trim made the head ENODATA,
+        a delete ended the file): exact mtime, and the kernel's pages of every file that
+        shows the stream (its topic file and consumer files) go."""
+        self.tree.mtime_ns[stream] = time.time_ns()
+        for ino in self.tree.stream_inos(stream):
+            await self.pages.drop(ino)
+
+    def poke(self, change: Change) -> None:
+        """Any thread (the engine's watch callback): a stream grew, was trimmed, deleted or
+        made (by the Kafka listener, say). The watcher looks at it now instead of at its
+        next round."""
+        if change.kind == "close" or getattr(self.own_append, "active", False):
+            return
+        stream = (change.topic, change.partition)
+        first = not self._poked and not self._rewritten
+        if change.kind in ("trim", "delete"):
+            self._rewritten.add(stream)
+        if change.kind != "delete":
+            self._poked.add(stream)
+
+        if first and self._trio_token is not None:
+            self._trio_token.run_sync_soon(self._watch_poke.set)
+
+    async def run(self, interval: float = WATCH_INTERVAL) -> None:
+        """Finds growth and topics that did not come through this mount's handlers."""
+        self._trio_token = trio.lowlevel.current_trio_token()
+        while True:
+            with trio.move_on_after(interval) as timer:
+                await self._watch_poke.wait()
+            self._watch_poke = trio.Event()
+            poked, self._poked = self._poked, set()
+            rewritten, self._rewritten = self._rewritten, set()
+            for stream in rewritten:
+                await self.bytes_changed(stream)
+            if not timer.cancelled_caught:
+                # Poked: only the streams that grew outside the handlers (the mount's own
+                # appends do not poke; the handlers report them).
+                for stream in poked:
+                    if stream not in self.tree.streams:
+                        self.tree.add_stream(stream)
+                    self._look_at(stream)
+                continue
+            try:
+                self.tree.refresh_streams()
+                for stream in list(self.tree.streams):
+                    self._look_at(stream)
+            except Exception:
+                log.exception("watcher round failed")
+
+    def _look_at(self, stream: Stream) -> None:
+        size = self.wal.info(*stream).byte_size
+        if self._seen_size.get(stream) != size:
+            if stream in self._seen_size:
+                self.stream_changed(*stream, seen=False)
+                self.push(Node("topic", stream[1], stream[0]), size - self._seen_size[stream])
+            self._seen_size[stream] = size

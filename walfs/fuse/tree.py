@@ -1,0 +1,224 @@
+"""What the tree shows: nodes, their inode numbers, names and listings.
+
+    MOUNT/<topic>                                  partition 0 of <topic>
+    MOUNT/partition=<n>/<topic>                    partition n (partition=0 is partition 0 again)
+    MOUNT/.consumers/<group>/<topic>               <topic> after <group>'s committed offset
+    MOUNT/.consumers/<group>/partition=<n>/<topic>
+
+The streams and groups here are a cache of the engine's lists: names only ever get
+added (a delete, when allowed, takes one out), and a name the kernel may hold as a
+negative entry is invalidated when its stream appears (walfs.fuse.invalidation).
+"""
+
+from __future__ import annotations
+
+import errno
+
+import pyfuse3
+
+from walfs.engine_api import LogEngine
+from walfs.fuse.errnos import topic_name_error
+from walfs.fuse.invalidation import Invalidator
+from walfs.fuse.nodes import CONSUMERS, ROOT, Node, Stream, parent_of, parse_partition_dir
+from walfs.names import CONSUMERS_DIR, MAX_NAME_BYTES, PARTITION_PREFIX
+from walfs.page_push import mtime_ns as page_mtime_ns
+
+
+class Tree:
+    """Nodes and inode numbers (stable for the mount's life: the tree only grows, and a
+    stable number is what lets both names of a partition-0 topic share one inode), the
+    streams and groups the mount knows, and each stream's mtime."""
+
+    def __init__(self, wal: LogEngine, invalidator: Invalidator) -> None:
+        self.wal = wal
+        self.invalidator = invalidator
+        self._inodes: dict[Node, int] = {ROOT: pyfuse3.ROOT_INODE}
+        self._nodes: dict[int, Node] = {pyfuse3.ROOT_INODE: ROOT}
+        self._next_ino = pyfuse3.ROOT_INODE + 1
+        # Streams (topic, partition) known to exist (a cache of the engine's list).
+        self.streams: set[Stream] = set()
+        self.made_partitions: set[int] = set()  # mkdir partition=<n> without streams yet
+        self.groups: set[str] = set()
+        self._inos_of_stream: dict[Stream, tuple[int, ...]] = {}  # see stream_inos
+        self.mtime_ns: dict[Stream, int] = {}
+        self.creating: set[Stream] = set()  # CREATE handlers under way
+
+    # ----------------------------------------------------------------- inodes
+
+    def ino(self, node: Node) -> int:
+        ino = self._inodes.get(node)
+        if ino is None:
+            ino = self._next_ino
+            self._next_ino += 1
+            self._inodes[node] = ino
+            self._nodes[ino] = node
+            self._inos_of_stream.clear()
+        return ino
+
+    def known_ino(self, node: Node) -> int | None:
+        """The node's inode if the kernel may know it (one was handed out), else None."""
+        return self._inodes.get(node)
+
+    def node(self, ino: int) -> Node:
+        try:
+            return self._nodes[ino]
+        except KeyError:
+            raise pyfuse3.FUSEError(errno.ENOENT) from None
+
+    def stream_inos(self, stream: Stream) -> tuple[int, ...]:
+        """The inodes the kernel knows that show this stream: its topic file and its
+        consumer files. Cached (every write asks), dropped when an inode or group is new."""
+        inos = self._inos_of_stream.get(stream)
+        if inos is None:
+            topic, partition = stream
+            nodes = [Node("topic", partition, topic)]
+            nodes += [Node("cfile", partition, topic, group) for group in self.groups]
+            inos = tuple(ino for ino in map(self._inodes.get, nodes) if ino is not None)
+            self._inos_of_stream[stream] = inos
+        return inos
+
+    # ----------------------------------------------------------------- streams and groups
+
+    def refresh_streams(self) -> list[Stream]:
+        """Re-reads the engine's stream list (one pass); returns the streams new to the mount."""
+        new = [st for st in self.wal.streams() if st not in self.streams]
+        for st in new:
+            self.add_stream(st)
+        groups = self.wal.groups()
+        if not self.groups.issuperset(groups):
+            self.groups.update(groups)
+            self._inos_of_stream.clear()
+        return new
+
+    def add_stream(self, stream: Stream, made_in: int = 0) -> None:
+        """A stream new to the mount. `made_in`: the directory inode whose CREATE made it
+        (the kernel holds a fresh entry there: dropping it would drop the inode and its
+        cached pages with it)."""
+        if not made_in and stream in self.creating:
+            return  # the watcher saw a CREATE of this mount: the handler adds it itself
+        self.streams.add(stream)
+        self.mtime_ns.setdefault(stream, page_mtime_ns())
+        topic, partition = stream
+        # The kernel may hold negative entries for this name under every alias.
+        name = topic.encode()
+        parents = [Node("pdir", partition)]
+        if partition == 0:
+            parents.append(ROOT)
+        for group in self.groups:
+            parents.append(Node("gpdir", partition, group=group))
+            if partition == 0:
+                parents.append(Node("group", group=group))
+        inos = [ino for ino in map(self._inodes.get, parents) if ino is not None and ino != made_in]
+        entries = [(ino, name) for ino in inos]
+        # The watcher may have seen the creation first (the engine's watch call).
+        self.invalidator.names(entries, keep=(made_in, name))
+        self.invalidator.names([(pyfuse3.ROOT_INODE, f"{PARTITION_PREFIX}{partition}".encode())])
+
+    def drop_stream(self, stream: Stream) -> None:
+        """A stream deleted through this mount: its name goes from every directory."""
+        topic, partition = stream
+        self.streams.discard(stream)
+        self._inos_of_stream.pop(stream, None)
+        parents = [Node("pdir", partition)] + ([ROOT] if partition == 0 else [])
+        name = topic.encode()
+        self.invalidator.names([(ino, name) for ino in map(self._inodes.get, parents) if ino is not None])
+
+    def stream_exists(self, topic: str, partition: int) -> bool:
+        if (topic, partition) in self.streams:
+            return True
+        # Streams that did not come through this mount (e.g. an in-process Kafka
+        # listener) are found here before the watcher's next round.
+        if (topic, partition) in self.wal.streams(topic):
+            self.add_stream((topic, partition))
+            return True
+        return False
+
+    def is_topic(self, text: str, partition: int) -> bool:
+        if topic_name_error(text.encode()):
+            return False
+        return self.stream_exists(text, partition)
+
+    def partitions(self) -> set[int]:
+        # partition=0 always exists: it is the root's own topics under their other name.
+        return {0} | {p for _, p in self.streams} | self.made_partitions
+
+    def topics_in(self, partition: int) -> list[str]:
+        return sorted(t for t, p in self.streams if p == partition)
+
+    def known_groups(self) -> set[str]:
+        """Groups stored in the data directory (made, or deleted by Kafka's DeleteGroups,
+        by another face since the last look)."""
+        groups = set(self.wal.groups())
+        if groups != self.groups:
+            self.groups.intersection_update(groups)
+            self.groups.update(groups)
+            self._inos_of_stream.clear()
+        return groups
+
+    def add_group(self, group: str) -> None:
+        self.groups.add(group)
+        self._inos_of_stream.clear()
+
+    # ----------------------------------------------------------------- names
+
+    def child(self, parent: Node, name: bytes) -> Node | None:
+        """The node `name` stands for in `parent`, or None (a negative entry)."""
+        if name == b".":
+            return parent
+        if name == b"..":
+            return parent_of(parent)
+        if len(name) > MAX_NAME_BYTES:
+            raise pyfuse3.FUSEError(errno.ENAMETOOLONG)
+        try:
+            text = name.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        kind = parent.kind
+        if kind == "root":
+            if text == CONSUMERS_DIR:
+                return CONSUMERS
+            n = parse_partition_dir(text)
+            if n is not None:
+                return Node("pdir", n) if n in self.partitions() else None
+            return Node("topic", 0, text) if self.is_topic(text, 0) else None
+        if kind == "pdir":
+            p = parent.partition
+            return Node("topic", p, text) if self.is_topic(text, p) else None
+        if kind == "consumers":
+            # Groups are made with mkdir (or by a commit through the API or Kafka): a
+            # lookup creates nothing, so a stray name costs nothing and stores nothing.
+            if text not in self.groups and text not in self.known_groups():
+                return None
+            return Node("group", group=text)
+        if kind == "group":
+            n = parse_partition_dir(text)
+            if n is not None:
+                return Node("gpdir", n, group=parent.group) if n in self.partitions() else None
+            if self.is_topic(text, 0):
+                return Node("cfile", 0, text, parent.group)
+            return None
+        if kind == "gpdir":
+            p = parent.partition
+            return Node("cfile", p, text, parent.group) if self.is_topic(text, p) else None
+        raise pyfuse3.FUSEError(errno.ENOTDIR)
+
+    def listing(self, node: Node) -> list[tuple[bytes, Node]]:
+        out: list[tuple[bytes, Node]] = []
+        parts = sorted(self.partitions())
+        if node.kind == "root":
+            out.append((CONSUMERS_DIR.encode(), CONSUMERS))
+            out += [(f"{PARTITION_PREFIX}{p}".encode(), Node("pdir", p)) for p in parts]
+            out += [(t.encode(), Node("topic", 0, t)) for t in self.topics_in(0)]
+        elif node.kind == "pdir":
+            p = node.partition
+            out += [(t.encode(), Node("topic", p, t)) for t in self.topics_in(p)]
+        elif node.kind == "consumers":
+            out += [(g.encode(), Node("group", group=g)) for g in sorted(self.known_groups())]
+        elif node.kind == "group":
+            g = node.group
+            out += [(f"{PARTITION_PREFIX}{p}".encode(), Node("gpdir", p, group=g)) for p in parts]
+            out += [(t.encode(), Node("cfile", 0, t, g)) for t in self.topics_in(0)]
+        elif node.kind == "gpdir":
+            p, g = node.partition, node.group
+            out += [(t.encode(), Node("cfile", p, t, g)) for t in self.topics_in(p)]
+        return out

@@ -1,0 +1,91 @@
+"""The user.walfs.* extended attributes: a topic's figures (watermarks, sizes, its
+retention, a consumer file's committed offset) and the ones a writer may set
+(low_watermark trims, retention_ms/retention_bytes). The root's figures belong to the
+daemon (walfs.fuse_ops)."""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Callable
+
+import pyfuse3
+
+from walfs.engine_api import LogEngine
+from walfs.fuse.consumer_files import committed
+from walfs.fuse.nodes import Node
+from walfs.retention import parse_limit, show_limit
+
+log = logging.getLogger("walfs.fuse")
+
+XATTR_PREFIX = "user.walfs."
+SETTABLE = ("low_watermark", "retention_ms", "retention_bytes")
+
+Getters = dict[str, Callable[[], str]]
+
+
+def key_of(name: bytes) -> str:
+    """The walfs key of an xattr name; ENOATTR for names outside user.walfs."""
+    text = name.decode("utf-8", "replace")
+    if not text.startswith(XATTR_PREFIX):
+        raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+    return text[len(XATTR_PREFIX) :]
+
+
+def stream_xattrs(wal: LogEngine, node: Node) -> Getters:
+    """The getters of a topic or consumer file (none for directories)."""
+    if node.kind not in ("topic", "cfile"):
+        return {}
+    t, p = node.topic, node.partition
+
+    def info(name: str) -> Callable[[], str]:
+        def get() -> str:
+            return str(getattr(wal.info(t, p), name))
+
+        return get
+
+    out: Getters = {
+        "org_id": info("org_id"),
+        "topic": lambda: t,
+        "topic_hash": info("topic_hash"),
+        "partition": lambda: str(p),
+        "low_watermark": info("low_watermark"),
+        "high_watermark": info("high_watermark"),
+        "durable_watermark": info("durable_watermark"),
+        "retention_ms": lambda: show_limit(wal.retention(t).ms),
+        "retention_bytes": lambda: show_limit(wal.retention(t).bytes),
+        "byte_size": info("byte_size"),
+    }
+    if node.kind == "cfile":
+        out["group"] = lambda: node.group
+        out["committed_offset"] = lambda: str(committed(wal, node))
+    return out
+
+
+def change_for(wal: LogEngine, node: Node, name: bytes, value: bytes) -> tuple[str, Callable[[], None]]:
+    """(key, the blocking engine call that sets it). ENOTSUP for anything not settable (not
+    EPERM, so that `cp -a` and friends skip xattrs); EINVAL for a bad value."""
+    key = name.decode("utf-8", "replace").removeprefix(XATTR_PREFIX)
+    if node.kind != "topic" or key not in SETTABLE:
+        raise pyfuse3.FUSEError(errno.ENOTSUP)
+    t, p = node.topic, node.partition
+    try:
+        text = value.decode("ascii").strip()
+        if key == "low_watermark":
+            if not text.isdigit():
+                raise ValueError(text)
+            offset = int(text)
+            if offset > wal.info(t, p).high_watermark:
+                raise ValueError(f"{offset} is past the end")
+
+            def change() -> None:
+                wal.trim(t, p, offset)
+        else:
+            setting: int | str | None = "default" if text == "default" else parse_limit(text)
+
+            def change() -> None:
+                wal.set_retention(t, **{key: setting})
+    except (UnicodeDecodeError, ValueError) as exc:
+        log.info("setxattr %s on %r refused: %s", key, t, exc)
+        raise pyfuse3.FUSEError(errno.EINVAL) from None
+    return key, change
