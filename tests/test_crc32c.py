@@ -9,7 +9,6 @@ import os
 
 import pytest
 from crc32c import crc32c
-
 from walfs._core import lib
 
 SPLIT_FROM = 32 * 1024  # csrc/crc32c.c CRC_SPLIT_FROM

@@ -38,9 +38,10 @@ def decode_kafka_records(body: bytes, count: int, base_ts: int) -> tuple[bytes, 
         return bytes(out), metas, values
 
 
-def encode_kafka_batch(buf: Any, recs: Any, n: int) -> bytes:
+def encode_kafka_batch(buf: Any, recs: Any, n: int) -> bytes | bytearray:
     """n records as Engine.read_into left them, as one Kafka record batch (v2) (C:
-    walfs_kafka_batch). Raises ValueError for a meta section that does not parse."""
+    walfs_kafka_batch), in a buffer of its own (not copied into bytes: a fetch answer
+    sends it as it is). Raises ValueError for a meta section that does not parse."""
     if n == 0:
         return b""
     cbuf = ffi.from_buffer(buf)
@@ -51,5 +52,5 @@ def encode_kafka_batch(buf: Any, recs: Any, n: int) -> bytes:
     if rc == -errno.ENOBUFS:
         out = bytearray(int(needed[0]))
         if lib.walfs_kafka_batch(cbuf, crecs, n, ffi.from_buffer(out), len(out), needed) == len(out):
-            return bytes(out)
+            return out
     raise ValueError("a record's meta section does not parse")

@@ -4,6 +4,7 @@ int32 length followed by that many bytes."""
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import trio
 
@@ -106,6 +107,44 @@ class FrameReader:
 
 def frame(payload: bytes) -> bytes:
     return _SIZE.pack(len(payload)) + payload
+
+
+# Answers from this size on are written as their size and their pieces, not joined first.
+SEPARATE_SIZE_FROM = 64 * 1024
+_IOV_MAX = 1024  # Linux's limit on the pieces of one sendmsg
+
+
+async def send_frame(stream: trio.abc.SendStream, payload: bytes | list[Any]) -> None:
+    """Writes one size-prefixed frame: payload is bytes or the pieces of one answer
+    (messages.encode_response). A small answer goes out joined in one send; a large one
+    is not copied: on a plain TCP stream its size and pieces go out with sendmsg (one
+    system call for the whole answer when the socket buffer takes it), on others (TLS)
+    piece by piece."""
+    pieces = [payload] if isinstance(payload, bytes | bytearray | memoryview) else payload
+    size = sum(len(p) for p in pieces)
+    if size < SEPARATE_SIZE_FROM:
+        await stream.send_all(_SIZE.pack(size) + b"".join(pieces))
+        return
+    head = _SIZE.pack(size)
+    if not isinstance(stream, trio.SocketStream):
+        await stream.send_all(head)
+        for p in pieces:
+            await stream.send_all(p)
+        return
+    views = [memoryview(head)] + [memoryview(p).cast("B") for p in pieces if len(p)]
+    sock = stream.socket
+    try:
+        while views:
+            sent = await sock.sendmsg(views[:_IOV_MAX])
+            while sent:
+                first = len(views[0])
+                if sent < first:
+                    views[0] = views[0][sent:]
+                    break
+                sent -= first
+                del views[0]
+    except OSError as e:  # as trio's own send_all reports a dead peer
+        raise trio.BrokenResourceError(e) from e
 
 
 def read_preamble(payload: bytes) -> tuple[int, int, int]:

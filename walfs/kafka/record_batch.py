@@ -319,7 +319,9 @@ def encode_batch(records: Sequence[Any]) -> bytes:
 _fetch_buffers = threading.local()
 
 
-def read_batch(wal: Any, topic: str, offset: int, partition: int, max_records: int, max_bytes: int) -> bytes:
+def read_batch(
+    wal: Any, topic: str, offset: int, partition: int, max_records: int, max_bytes: int
+) -> bytes | bytearray:
     """Records from ``offset`` on (at least one when any exists, then up to max_records and
     about max_bytes of bodies) as one v2 batch, encoded in C from zero-copy reads: the
     fetch path. ``encode_batch`` is the same encoding from ``Record`` objects."""
