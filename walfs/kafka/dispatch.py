@@ -64,7 +64,7 @@ def _unsupported_api_versions(correlation_id: int) -> Encoded:
     return encode_response(correlation_id, resp)
 
 
-async def dispatch(broker: Broker, conn: Connection, payload: bytes) -> Encoded | Later | None:
+async def dispatch(broker: Broker, conn: Connection, payload: bytes | memoryview) -> Encoded | Later | None:
     """The unframed response to one request (bytes, or its pieces: encode_response), None
     when none is due (acks=0), or a Later whose ``finish()`` returns the unframed response
     (walfs/kafka/pipeline.py).

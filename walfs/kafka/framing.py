@@ -21,6 +21,8 @@ DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024
 DEFAULT_MAX_INFLIGHT_BYTES = 256 * 1024 * 1024
 # Connections beyond this are closed as soon as they are accepted (with a log line).
 DEFAULT_MAX_CONNECTIONS = 256
+# A frame with at least this much still to come is received straight into its own buffer.
+RECEIVE_INTO_FROM = 64 * 1024
 
 
 class ByteBudget:
@@ -79,8 +81,9 @@ class FrameReader:
             self._buf += chunk
         return True
 
-    async def next_frame(self) -> bytes | None:
-        """The next frame's payload, or None when the peer closed between frames."""
+    async def next_frame(self) -> bytes | memoryview | None:
+        """The next frame's payload, or None when the peer closed between frames. A large
+        frame on a plain TCP stream comes as a read-only view of a buffer of its own."""
         if not await self._fill(4):
             if self._buf:
                 raise TruncatedFrame(f"connection closed after {len(self._buf)} bytes of a size")
@@ -91,11 +94,33 @@ class FrameReader:
         if self._budget is not None:
             await self._budget.acquire(size)
             self.held = size
+        if size - (len(self._buf) - 4) >= RECEIVE_INTO_FROM and isinstance(self._stream, trio.SocketStream):
+            return await self._receive_into(size)
         if not await self._fill(4 + size):
             raise TruncatedFrame(f"connection closed after {len(self._buf) - 4} of {size} bytes of a frame")
         payload = bytes(memoryview(self._buf)[4 : 4 + size])  # one copy, not a slice and a copy
         del self._buf[: 4 + size]
         return payload
+
+    async def _receive_into(self, size: int) -> memoryview:
+        """A large frame (a produce request) received straight into a buffer of its own,
+        not through the read buffer and a copy out of it: a read-only view of it."""
+        payload = bytearray(size)
+        have = len(self._buf) - 4
+        payload[:have] = memoryview(self._buf)[4:]
+        self._buf.clear()
+        view = memoryview(payload)
+        assert isinstance(self._stream, trio.SocketStream)
+        sock = self._stream.socket
+        while have < size:
+            try:
+                got = await sock.recv_into(view[have:])
+            except OSError as e:  # as trio's own receive_some reports a dead peer
+                raise trio.BrokenResourceError(e) from e
+            if not got:
+                raise TruncatedFrame(f"connection closed after {have} of {size} bytes of a frame")
+            have += got
+        return view.toreadonly()
 
 
     async def release_frame(self) -> None:
@@ -147,7 +172,7 @@ async def send_frame(stream: trio.abc.SendStream, payload: bytes | list[Any]) ->
         raise trio.BrokenResourceError(e) from e
 
 
-def read_preamble(payload: bytes) -> tuple[int, int, int]:
+def read_preamble(payload: bytes | memoryview) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id): the part of every request header that
     is the same in all header versions, readable even for APIs we do not know."""
     if len(payload) < _PREAMBLE.size:

@@ -51,7 +51,7 @@ def build(cls: type, **values: Any) -> Any:
     return cls(**kwargs)
 
 
-def decode_request(api_key: int, version: int, payload: bytes) -> tuple[Any, Any]:
+def decode_request(api_key: int, version: int, payload: bytes | memoryview) -> tuple[Any, Any]:
     """(header, body) of a request whose key and version kio knows."""
     cls = load_request_schema(api_key, version)
     header_cls = cls.__header_schema__
