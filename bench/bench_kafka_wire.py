@@ -54,7 +54,10 @@ def request(api_key: int, version: int, correlation_id: int, body: Any) -> bytes
     entity_writer(header_cls)(
         buf,
         header_cls(
-            request_api_key=api_key, request_api_version=version, correlation_id=correlation_id, client_id="wire"
+            request_api_key=api_key,
+            request_api_version=version,
+            correlation_id=correlation_id,
+            client_id="wire",
         ),
     )
     entity_writer(type(body))(buf, body)
@@ -203,7 +206,8 @@ def run_size(size: int, mib: int, acks: int, fsync: str) -> dict[str, Any]:
                     records = part.records or b""
                     if not records:
                         continue
-                    base, last_delta = struct.unpack_from(">q", records, 0)[0], struct.unpack_from(">i", records, 23)[0]
+                    base = struct.unpack_from(">q", records, 0)[0]
+                    last_delta = struct.unpack_from(">i", records, 23)[0]
                     fetched += len(records)
                     offset = base + last_delta + 1
                 fetch_s, fetch_cpu = time.perf_counter() - t0, cpu_seconds(srv.proc.pid) - c0

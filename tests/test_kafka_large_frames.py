@@ -38,7 +38,11 @@ def _produce_frame(topic: str, batch: bytes, correlation_id: int) -> bytes:
         acks=1,
         timeout=datetime.timedelta(seconds=30),
         topic_data=(
-            build(TopicProduceData, name=topic, partition_data=(build(PartitionProduceData, index=0, records=batch),)),
+            build(
+                TopicProduceData,
+                name=topic,
+                partition_data=(build(PartitionProduceData, index=0, records=batch),),
+            ),
         ),
     )
     return encode_request(0, 9, correlation_id, body)
@@ -54,7 +58,9 @@ def _fetch_frame(topic: str, offset: int, correlation_id: int, max_bytes: int) -
             build(
                 FetchTopic,
                 topic=topic,
-                partitions=(build(FetchPartition, partition=0, fetch_offset=offset, partition_max_bytes=max_bytes),),
+                partitions=(
+                    build(FetchPartition, partition=0, fetch_offset=offset, partition_max_bytes=max_bytes),
+                ),
             ),
         ),
         forgotten_topics_data=(),
