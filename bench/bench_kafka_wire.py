@@ -149,6 +149,9 @@ class Server:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
+            # Not the repository: `-m` puts the working directory first on sys.path, and
+            # the walfs under test is the one PYTHONPATH names (bench/ab_trees.py).
+            cwd=os.path.dirname(data_dir),
         )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
