@@ -1,5 +1,7 @@
 /* crc32c.c: CRC32C (Castagnoli). SSE4.2 instructions where the CPU has them, a
- * slicing-by-8 table otherwise. The table is immutable once built (pthread_once). */
+ * slicing-by-8 table otherwise. The tables are immutable once built (pthread_once).
+ * Four independent CRCs run interleaved (crc32c_x4: four records; crc_hw_long: the four
+ * quarters of one long buffer, joined in GF(2)). */
 #include "internal.h"
 
 #include <string.h>
@@ -168,7 +170,8 @@ uint32_t crc32c(uint32_t crc, const void *buf, size_t len)
     const uint8_t *p = buf;
     crc = ~crc;
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("sse4.2")) return ~(len >= CRC_SPLIT_FROM ? crc_hw_long(crc, p, len) : crc_hw(crc, p, len));
+    if (__builtin_cpu_supports("sse4.2"))
+        return ~(len >= CRC_SPLIT_FROM ? crc_hw_long(crc, p, len) : crc_hw(crc, p, len));
 #endif
     return ~crc_sw(crc, p, len);
 }
