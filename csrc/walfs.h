@@ -142,6 +142,8 @@ int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t
  * the records of view bytes [pos, pos+len) are in the page cache (checked with mincore
  * over the first run they lie in), 0 if a read would fault some in from the disk. */
 int walfs_bytes_resident(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint64_t len);
+/* CRC-32C (Castagnoli) of buf, continuing crc (0 to start): the core's own, for tests. */
+uint32_t walfs_crc32c(uint32_t crc, const uint8_t *buf, uint64_t len);
 /* Kafka wire: encodes n records as walfs_read_offset returned them (bodies in buf,
  * descriptors in recs, contiguous offsets) as one uncompressed Kafka record batch (magic
  * v2) into out. Key, headers and producer timestamp come from each record's meta section

@@ -97,7 +97,7 @@ def _records_section(rows: list, codec: int = 0) -> tuple[bytes, int, int]:
     wire = [WireRecord(k, v, h, ts) for k, v, h, ts in rows]
     batch = encode_records_for_test(wire, codec=codec)
     ((_pid, _epoch, _seq, base_ts, count, body),) = list(_batches(batch))
-    return body, count, base_ts
+    return bytes(body), count, base_ts  # _batches gives a view of the batch
 
 
 @settings(max_examples=200, deadline=None)

@@ -9,38 +9,43 @@ from typing import Any
 from walfs._core import ffi, lib
 
 
-def decode_kafka_records(body: bytes, count: int, base_ts: int) -> tuple[bytes, array.array, array.array]:
-    """A produce batch's records section as walfs bodies (C: walfs_kafka_records):
-    (bodies back to back, meta lengths, value lengths). ValueError when it does not parse."""
+def decode_kafka_records(body: Any, count: int, base_ts: int) -> tuple[bytearray, array.array, array.array]:
+    """A produce batch's records section (any buffer) as walfs bodies (C:
+    walfs_kafka_records): (bodies back to back, in the buffer C wrote them into, meta
+    lengths, value lengths). ValueError when it does not parse."""
     metas = array.array("I", bytes(4 * count))
     values = array.array("I", bytes(4 * count))
     needed = ffi.new("uint64_t *")
     size = len(body) + 32 * count + 64
-    while True:
-        out = bytearray(size)
-        rc = lib.walfs_kafka_records(
-            body,
-            len(body),
-            count,
-            base_ts,
-            ffi.from_buffer(out),
-            size,
-            ffi.from_buffer("uint32_t[]", metas),
-            ffi.from_buffer("uint32_t[]", values),
-            needed,
-        )
-        if rc == -errno.ENOBUFS:
+    # Released on the way out (not left to the garbage collector: a cffi buffer over a
+    # memoryview that an exception's traceback keeps alive crashed the collector).
+    with ffi.from_buffer(body) as cbody:
+        while True:
+            out = bytearray(size)
+            rc = lib.walfs_kafka_records(
+                cbody,
+                len(cbody),
+                count,
+                base_ts,
+                ffi.from_buffer(out),
+                size,
+                ffi.from_buffer("uint32_t[]", metas),
+                ffi.from_buffer("uint32_t[]", values),
+                needed,
+            )
+            if rc != -errno.ENOBUFS:
+                break
             size = int(needed[0])
-            continue
-        if rc < 0:
-            raise ValueError("the batch's records do not parse")
-        del out[rc:]
-        return bytes(out), metas, values
+    if rc < 0:
+        raise ValueError("the batch's records do not parse")
+    del out[rc:]
+    return out, metas, values
 
 
-def encode_kafka_batch(buf: Any, recs: Any, n: int) -> bytes:
+def encode_kafka_batch(buf: Any, recs: Any, n: int) -> bytes | bytearray:
     """n records as Engine.read_into left them, as one Kafka record batch (v2) (C:
-    walfs_kafka_batch). Raises ValueError for a meta section that does not parse."""
+    walfs_kafka_batch), in a buffer of its own (not copied into bytes: a fetch answer
+    sends it as it is). Raises ValueError for a meta section that does not parse."""
     if n == 0:
         return b""
     cbuf = ffi.from_buffer(buf)
@@ -51,5 +56,5 @@ def encode_kafka_batch(buf: Any, recs: Any, n: int) -> bytes:
     if rc == -errno.ENOBUFS:
         out = bytearray(int(needed[0]))
         if lib.walfs_kafka_batch(cbuf, crecs, n, ffi.from_buffer(out), len(out), needed) == len(out):
-            return bytes(out)
+            return out
     raise ValueError("a record's meta section does not parse")

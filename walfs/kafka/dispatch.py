@@ -25,7 +25,7 @@ from walfs.kafka import (
 from walfs.kafka.api import Api, Later
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.framing import read_preamble
-from walfs.kafka.messages import ErrorCode, build, decode_request, encode_response, response_module
+from walfs.kafka.messages import Encoded, ErrorCode, build, decode_request, encode_response, response_module
 
 log = logging.getLogger("walfs.kafka")
 
@@ -52,7 +52,7 @@ class CloseConnection(Exception):
     """The request cannot be answered on this connection; log it and hang up."""
 
 
-def _unsupported_api_versions(correlation_id: int) -> bytes:
+def _unsupported_api_versions(correlation_id: int) -> Encoded:
     # A client that asked for an ApiVersions version we lack gets a v0 answer with
     # UNSUPPORTED_VERSION and our table, so it can retry with one we have (KIP-511).
     mod = response_module(API_VERSIONS_KEY, 0)
@@ -64,9 +64,10 @@ def _unsupported_api_versions(correlation_id: int) -> bytes:
     return encode_response(correlation_id, resp)
 
 
-async def dispatch(broker: Broker, conn: Connection, payload: bytes) -> bytes | Later | None:
-    """The unframed response to one request, None when none is due (acks=0), or a Later
-    whose ``finish()`` returns the unframed response (walfs/kafka/pipeline.py).
+async def dispatch(broker: Broker, conn: Connection, payload: bytes | memoryview) -> Encoded | Later | None:
+    """The unframed response to one request (bytes, or its pieces: encode_response), None
+    when none is due (acks=0), or a Later whose ``finish()`` returns the unframed response
+    (walfs/kafka/pipeline.py).
 
     Raises CloseConnection for requests that have no valid answer."""
     api_key, version, correlation_id = read_preamble(payload)
@@ -89,7 +90,7 @@ async def dispatch(broker: Broker, conn: Connection, payload: bytes) -> bytes | 
     if isinstance(response, Later):
         later = response
 
-        async def finish() -> bytes:
+        async def finish() -> Encoded:
             return encode_response(correlation_id, await later.finish())
 
         return Later(finish)

@@ -40,7 +40,7 @@ def _read_partitions(broker: Broker, req: Any) -> tuple[list[Any], int, list[tup
     at_end: list[tuple[str, int, int]] = []
     topics = []
     for ft in req.topics:
-        parts = []
+        parts: list[tuple[int, ErrorCode, int, int, bytes | bytearray]] = []
         for fp in ft.partitions:
             topic, p, offset = ft.topic, fp.partition, fp.fetch_offset
             if p < 0 or p >= broker.catalog.partition_count(topic):
@@ -54,7 +54,7 @@ def _read_partitions(broker: Broker, req: Any) -> tuple[list[Any], int, list[tup
             if offset < lwm or offset > wal.info(topic, p).high_watermark:
                 parts.append((p, ErrorCode.offset_out_of_range, hwm, lwm, b""))
                 continue
-            data = b""
+            data: bytes | bytearray = b""
             if offset == hwm:
                 at_end.append((topic, p, offset))
             elif total < budget or total == 0:

@@ -4,6 +4,7 @@ int32 length followed by that many bytes."""
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import trio
 
@@ -20,6 +21,8 @@ DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024
 DEFAULT_MAX_INFLIGHT_BYTES = 256 * 1024 * 1024
 # Connections beyond this are closed as soon as they are accepted (with a log line).
 DEFAULT_MAX_CONNECTIONS = 256
+# A frame with at least this much still to come is received straight into its own buffer.
+RECEIVE_INTO_FROM = 64 * 1024
 
 
 class ByteBudget:
@@ -78,8 +81,9 @@ class FrameReader:
             self._buf += chunk
         return True
 
-    async def next_frame(self) -> bytes | None:
-        """The next frame's payload, or None when the peer closed between frames."""
+    async def next_frame(self) -> bytes | memoryview | None:
+        """The next frame's payload, or None when the peer closed between frames. A large
+        frame on a plain TCP stream comes as a read-only view of a buffer of its own."""
         if not await self._fill(4):
             if self._buf:
                 raise TruncatedFrame(f"connection closed after {len(self._buf)} bytes of a size")
@@ -90,11 +94,33 @@ class FrameReader:
         if self._budget is not None:
             await self._budget.acquire(size)
             self.held = size
+        if size - (len(self._buf) - 4) >= RECEIVE_INTO_FROM and isinstance(self._stream, trio.SocketStream):
+            return await self._receive_into(size)
         if not await self._fill(4 + size):
             raise TruncatedFrame(f"connection closed after {len(self._buf) - 4} of {size} bytes of a frame")
         payload = bytes(memoryview(self._buf)[4 : 4 + size])  # one copy, not a slice and a copy
         del self._buf[: 4 + size]
         return payload
+
+    async def _receive_into(self, size: int) -> memoryview:
+        """A large frame (a produce request) received straight into a buffer of its own,
+        not through the read buffer and a copy out of it: a read-only view of it."""
+        payload = bytearray(size)
+        have = len(self._buf) - 4
+        payload[:have] = memoryview(self._buf)[4:]
+        self._buf.clear()
+        view = memoryview(payload)
+        assert isinstance(self._stream, trio.SocketStream)
+        sock = self._stream.socket
+        while have < size:
+            try:
+                got = await sock.recv_into(view[have:])
+            except OSError as e:  # as trio's own receive_some reports a dead peer
+                raise trio.BrokenResourceError(e) from e
+            if not got:
+                raise TruncatedFrame(f"connection closed after {have} of {size} bytes of a frame")
+            have += got
+        return view.toreadonly()
 
 
     async def release_frame(self) -> None:
@@ -108,7 +134,45 @@ def frame(payload: bytes) -> bytes:
     return _SIZE.pack(len(payload)) + payload
 
 
-def read_preamble(payload: bytes) -> tuple[int, int, int]:
+# Answers from this size on are written as their size and their pieces, not joined first.
+SEPARATE_SIZE_FROM = 64 * 1024
+_IOV_MAX = 1024  # Linux's limit on the pieces of one sendmsg
+
+
+async def send_frame(stream: trio.abc.SendStream, payload: bytes | list[Any]) -> None:
+    """Writes one size-prefixed frame: payload is bytes or the pieces of one answer
+    (messages.encode_response). A small answer goes out joined in one send; a large one
+    is not copied: on a plain TCP stream its size and pieces go out with sendmsg (one
+    system call for the whole answer when the socket buffer takes it), on others (TLS)
+    piece by piece."""
+    pieces = [payload] if isinstance(payload, bytes | bytearray | memoryview) else payload
+    size = sum(len(p) for p in pieces)
+    if size < SEPARATE_SIZE_FROM:
+        await stream.send_all(_SIZE.pack(size) + b"".join(pieces))
+        return
+    head = _SIZE.pack(size)
+    if not isinstance(stream, trio.SocketStream):
+        await stream.send_all(head)
+        for p in pieces:
+            await stream.send_all(p)
+        return
+    views = [memoryview(head)] + [memoryview(p).cast("B") for p in pieces if len(p)]
+    sock = stream.socket
+    try:
+        while views:
+            sent = await sock.sendmsg(views[:_IOV_MAX])
+            while sent:
+                first = len(views[0])
+                if sent < first:
+                    views[0] = views[0][sent:]
+                    break
+                sent -= first
+                del views[0]
+    except OSError as e:  # as trio's own send_all reports a dead peer
+        raise trio.BrokenResourceError(e) from e
+
+
+def read_preamble(payload: bytes | memoryview) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id): the part of every request header that
     is the same in all header versions, readable even for APIs we do not know."""
     if len(payload) < _PREAMBLE.size:

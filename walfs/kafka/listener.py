@@ -55,7 +55,7 @@ def parse_listen_address(text: str) -> tuple[str, int]:
     return host, p
 
 
-def api_name(payload: bytes) -> str:
+def api_name(payload: bytes | memoryview) -> str:
     """The request's API for metrics: its name in the dispatch table, else its key."""
     if len(payload) < 2:
         return "short"
@@ -125,7 +125,7 @@ async def _serve_connection(
                     if session is not None and session.raw_tokens and not session.authenticated:
                         # SaslHandshake v0: bare tokens, no Kafka framing (librdkafka).
                         try:
-                            token = await session.step(payload)
+                            token = await session.step(bytes(payload))
                         except AuthenticationFailed as e:
                             why = f"SASL {session.mechanism} authentication failed: {e}"
                             raise CloseConnection(why) from e

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import io
 from functools import cache
 from types import ModuleType
 from typing import Any
@@ -18,7 +17,14 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
-__all__ = ["ErrorCode", "build", "decode_request", "encode_response", "response_module"]
+__all__ = ["Encoded", "ErrorCode", "build", "decode_request", "encode_response", "response_module"]
+
+# An encoded answer: its bytes, or the pieces to send one after another (a fetch's record
+# batches stay where they were encoded instead of being copied into the answer).
+Encoded = bytes | list[bytes | bytearray | memoryview]
+
+# Byte fields from this size on (record batches) are kept by reference, not copied.
+BY_REFERENCE_FROM = 64 * 1024
 
 _ZERO = datetime.timedelta(0)
 
@@ -45,7 +51,7 @@ def build(cls: type, **values: Any) -> Any:
     return cls(**kwargs)
 
 
-def decode_request(api_key: int, version: int, payload: bytes) -> tuple[Any, Any]:
+def decode_request(api_key: int, version: int, payload: bytes | memoryview) -> tuple[Any, Any]:
     """(header, body) of a request whose key and version kio knows."""
     cls = load_request_schema(api_key, version)
     header_cls = cls.__header_schema__
@@ -56,10 +62,38 @@ def decode_request(api_key: int, version: int, payload: bytes) -> tuple[Any, Any
     return header, body
 
 
-def encode_response(correlation_id: int, response: Any) -> bytes:
-    """Header and body of a response, unframed."""
+class _Pieces:
+    """What kio writes a response into: small fields gathered, large ones kept as they are."""
+
+    __slots__ = ("parts", "small")
+
+    def __init__(self) -> None:
+        self.parts: list[bytes | bytearray | memoryview] = []
+        self.small = bytearray()
+
+    def write(self, b: bytes | bytearray | memoryview) -> int:
+        n = len(b)
+        if n >= BY_REFERENCE_FROM:
+            if self.small:
+                self.parts.append(self.small)
+                self.small = bytearray()
+            self.parts.append(b)
+        else:
+            self.small += b
+        return n
+
+
+def encode_response(correlation_id: int, response: Any) -> Encoded:
+    """Header and body of a response, unframed: bytes, or for a response holding large
+    byte fields (a fetch's record batches) the list of pieces that make it, those fields
+    by reference (framing.send_frame writes them with one sendmsg)."""
     header_cls = type(response).__header_schema__
-    buf = io.BytesIO()
-    entity_writer(header_cls)(buf, header_cls(correlation_id=correlation_id))
-    entity_writer(type(response))(buf, response)
-    return buf.getvalue()
+    out = _Pieces()
+    sink: Any = out  # kio's writers only call write()
+    entity_writer(header_cls)(sink, header_cls(correlation_id=correlation_id))
+    entity_writer(type(response))(sink, response)
+    if not out.parts:
+        return bytes(out.small)
+    if out.small:
+        out.parts.append(out.small)
+    return out.parts

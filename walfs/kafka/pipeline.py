@@ -21,13 +21,11 @@ from typing import Any
 import trio
 
 from walfs.kafka.api import Later
-from walfs.kafka.framing import frame
+from walfs.kafka.framing import send_frame
+from walfs.kafka.messages import Encoded
 
 # Answers a connection may owe at once (requests read ahead of their answers).
 PIPELINE_DEPTH = 16
-
-# Answers from this size on are sent as their size, then themselves (two sends, no copy).
-SEPARATE_SIZE_FROM = 64 * 1024
 
 # (api name, seconds, failed) -> None: the listener's request latency metric.
 Observe = Callable[[str, float, bool], None]
@@ -39,7 +37,7 @@ class ResponsePipe:
         self._send, self._recv = trio.open_memory_channel[tuple[Any, str, float, Observe | None]](depth - 1)
 
     async def send(
-        self, response: bytes | Later | None, api: str = "", t0: float = 0.0, observe: Observe | None = None
+        self, response: Encoded | Later | None, api: str = "", t0: float = 0.0, observe: Observe | None = None
     ) -> None:
         """Queues one request's answer behind those before it (None: the request has no
         answer, acks=0). ``observe`` is called when a Later's answer is ready, with the
@@ -60,11 +58,8 @@ class ResponsePipe:
                             observe(api, time.perf_counter() - t0, failed)
                 if response is None:
                     continue
-                if len(response) < SEPARATE_SIZE_FROM:
-                    await self._stream.send_all(frame(response))
-                else:  # a large answer (a fetch) is not copied to put its size in front
-                    await self._stream.send_all(len(response).to_bytes(4, "big"))
-                    await self._stream.send_all(response)
+                # A large answer (a fetch) is not copied to put its size in front.
+                await send_frame(self._stream, response)
 
 
 def _only_error(group: BaseExceptionGroup[Any]) -> BaseException:

@@ -64,9 +64,7 @@ def _append_partition(
         info = wal.info(topic, partition)
         return ErrorCode.none, info.high_watermark, info.low_watermark
     if log_append_time(wal, cfg, topic):  # message.timestamp.type=LogAppendTime
-        stamped = bytearray(produced.data)
-        stamp_timestamps(stamped, produced.meta_lens, produced.value_lens, int(time.time() * 1000))
-        produced.data = bytes(stamped)
+        stamp_timestamps(produced.data, produced.meta_lens, produced.value_lens, int(time.time() * 1000))
     if produced.producer_id < 0 or produced.base_sequence < 0:
         return _append(wal, topic, partition, produced)
     # An idempotent producer: its sequence is checked, and the batch carries its producer
@@ -92,7 +90,7 @@ def _append_partition(
             return ErrorCode.invalid_producer_epoch, -1, -1
         m0 = produced.meta_lens[0]
         meta = with_producer(bytes(produced.data[:m0]), (pid, epoch, first, n))
-        produced.data = meta + produced.data[m0:]
+        produced.data[:m0] = meta  # in place: one move of the records after it, no copy
         produced.meta_lens[0] = len(meta)
         code, base, start = _append(wal, topic, partition, produced)
         if code is ErrorCode.none:

@@ -132,7 +132,7 @@ class ProducedBodies:
     producer_id: int
     producer_epoch: int
     base_sequence: int
-    data: bytes
+    data: bytearray
     meta_lens: array.array
     value_lens: array.array
 
@@ -142,7 +142,7 @@ def decode_for_append(data: bytes) -> ProducedBodies | None:
     (walfs_kafka_records) straight into walfs bodies. None when there are no records.
     Producer fields are the first batch's. ``decode_batches`` is the reference decoder."""
     first: tuple[int, int, int] | None = None
-    parts: list[bytes] = []
+    parts: list[bytearray] = []
     metas = array.array("I")
     values = array.array("I")
     for producer_id, producer_epoch, base_sequence, base_ts, count, body in _batches(data):
@@ -150,7 +150,7 @@ def decode_for_append(data: bytes) -> ProducedBodies | None:
             joined, m, v = decode_kafka_records(body, count, base_ts)
         except ValueError as e:
             # The reference decoder says why (and which records, for per-record errors).
-            _decode_records(body, count, base_ts)
+            _decode_records(bytes(body), count, base_ts)
             raise BatchError(str(e)) from e
         if first is None:
             first = (producer_id, producer_epoch, base_sequence)
@@ -159,18 +159,19 @@ def decode_for_append(data: bytes) -> ProducedBodies | None:
         values.extend(v)
     if first is None or not metas:
         return None
-    return ProducedBodies(*first, b"".join(parts), metas, values)
+    # One batch (what producers send per partition) is appended from the buffer C wrote.
+    return ProducedBodies(*first, parts[0] if len(parts) == 1 else bytearray().join(parts), metas, values)
 
 
 def decode_batches(data: bytes) -> list[ProducedBatch]:
     """Parse a produce request's record set (the reference decoder)."""
     return [
-        ProducedBatch(producer_id, producer_epoch, base_sequence, _decode_records(body, count, base_ts))
-        for producer_id, producer_epoch, base_sequence, base_ts, count, body in _batches(data)
+        ProducedBatch(pid, epoch, base_sequence, _decode_records(bytes(body), count, base_ts))
+        for pid, epoch, base_sequence, base_ts, count, body in _batches(data)
     ]
 
 
-def _batches(data: bytes) -> Iterator[tuple[int, int, int, int, int, bytes]]:
+def _batches(data: bytes) -> Iterator[tuple[int, int, int, int, int, bytes | memoryview]]:
     """(producer id, producer epoch, base sequence, base timestamp, record count, records
     section) per data batch, checked (length, magic, CRC) and decompressed."""
     pos = 0
@@ -198,9 +199,10 @@ def _batches(data: bytes) -> Iterator[tuple[int, int, int, int, int, bytes]]:
             raise BatchError(f"batch length {batch_length} does not fit the record set")
         if magic != 2:
             raise BatchError(f"record batch magic {magic} (only v2 is supported)")
-        if crc32c(memoryview(data)[pos + _CRC_START : end]) != crc:  # no copy of the batch
+        view = memoryview(data)
+        if crc32c(view[pos + _CRC_START : end]) != crc:  # no copy of the batch
             raise BatchError("record batch CRC-32C mismatch")
-        body = data[pos + BATCH_OVERHEAD : end]
+        body: bytes | memoryview = view[pos + BATCH_OVERHEAD : end]  # nor of its records
         pos = end
         # Kafka's batch rules for what clients send (LogValidator.validateBatch).
         if count <= 0:
@@ -213,7 +215,7 @@ def _batches(data: bytes) -> Iterator[tuple[int, int, int, int, int, bytes]]:
             raise InvalidRecords(f"invalid sequence number {base_sequence} of producer {producer_id}")
         codec = attributes & COMPRESSION_MASK
         if codec:
-            body = _decompress(codec, body)
+            body = _decompress(codec, bytes(body))
         if count < 0 or count > len(body):
             raise BatchError(f"record count {count} is impossible")
         yield producer_id, producer_epoch, base_sequence, base_ts, count, body
@@ -319,7 +321,9 @@ def encode_batch(records: Sequence[Any]) -> bytes:
 _fetch_buffers = threading.local()
 
 
-def read_batch(wal: Any, topic: str, offset: int, partition: int, max_records: int, max_bytes: int) -> bytes:
+def read_batch(
+    wal: Any, topic: str, offset: int, partition: int, max_records: int, max_bytes: int
+) -> bytes | bytearray:
     """Records from ``offset`` on (at least one when any exists, then up to max_records and
     about max_bytes of bodies) as one v2 batch, encoded in C from zero-copy reads: the
     fetch path. ``encode_batch`` is the same encoding from ``Record`` objects."""
