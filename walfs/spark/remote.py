@@ -4,7 +4,8 @@ A small blocking client over one TCP connection, built on kio's message classes 
 listener's own codec library) and walfs' own record-batch code: Metadata (topics and
 partition counts), ListOffsets (earliest / latest), Fetch (raw record batches),
 Produce (one batch per partition, acks=all: atomic and durable when answered),
-OffsetCommit / OffsetFetch (the sink's per-query cursors) and CreateTopics.
+OffsetCommit / OffsetFetch (the sink's per-query cursors), CreateTopics and
+DescribeConfigs (the largest batch a Produce may send).
 
 Everything read from the socket is bounds-checked: a frame is at most MAX_FRAME bytes,
 errors the daemon answers become RemoteError with the Kafka error name.
@@ -43,6 +44,10 @@ METADATA = (3, 8)
 OFFSET_COMMIT = (8, 7)
 OFFSET_FETCH = (9, 5)
 CREATE_TOPICS = (19, 4)
+DESCRIBE_CONFIGS = (32, 4)
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
 
 
 class RemoteError(WalError):
@@ -305,3 +310,45 @@ class RemoteWal:
         for t in self._call(CREATE_TOPICS, req).topics:
             if t.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
                 _check(t.error_code, f"create topic {topic!r}")
+
+    def max_message_bytes(self, topics: list[str]) -> dict[str, int]:
+        """The largest record batch a Produce to each topic may send, as the daemon
+        enforces it: the topic's max.message.bytes, which defaults to the daemon's
+        message.max.bytes (the latter under the key "" and for topics it does not know)."""
+        res_cls = _req(DESCRIBE_CONFIGS, "DescribeConfigsResource")
+        req = _req(DESCRIBE_CONFIGS, "DescribeConfigsRequest")(
+            resources=(
+                res_cls(
+                    resource_type=i8(RESOURCE_BROKER),
+                    resource_name="",
+                    configuration_keys=("message.max.bytes",),
+                ),
+                *(
+                    res_cls(
+                        resource_type=i8(RESOURCE_TOPIC),
+                        resource_name=t,
+                        configuration_keys=("max.message.bytes",),
+                    )
+                    for t in topics
+                ),
+            ),
+            include_synonyms=False,
+            include_documentation=False,
+        )
+        out: dict[str, int] = {}
+        for r in self._call(DESCRIBE_CONFIGS, req).results:
+            topic = "" if r.resource_type == RESOURCE_BROKER else str(r.resource_name)
+            if topic and r.error_code == ErrorCode.unknown_topic_or_partition:
+                continue
+            _check(r.error_code, f"configs of {'the daemon' if not topic else repr(topic)}")
+            for c in r.configs:
+                if c.name in ("message.max.bytes", "max.message.bytes") and c.value is not None:
+                    try:
+                        out[topic] = int(c.value)
+                    except ValueError as e:
+                        raise RemoteError(f"the walfs daemon sent {c.name}={c.value!r}") from e
+        if "" not in out:
+            raise RemoteError("the walfs daemon did not say its message.max.bytes (DescribeConfigs)")
+        for t in topics:
+            out.setdefault(t, out[""])
+        return out

@@ -10,53 +10,78 @@ CreateTime (0).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from walfs.errors import OffsetOutOfRangeError
-from walfs.kafka.record_batch import BatchError, decode_for_append
+from walfs.kafka.record_batch import BATCH_OVERHEAD, BatchError, decode_for_append
 from walfs.spark.columnar import REC_DTYPE, _columns_to_batch
 from walfs.spark.remote import FETCH_MAX_BYTES, RemoteError, RemoteWal
-from walfs.spark.sink_target import split_batches
 
 
 def read_remote_range(
     bootstrap: str, topic: str, partition: int, start: int, end: int, max_bytes: int = FETCH_MAX_BYTES
 ) -> Iterator[pa.RecordBatch]:
     """Yields the records start..end-1 of topic[partition] as the daemon serves them."""
-    offset = start
     with RemoteWal(bootstrap) as remote:
-        while offset < end:
-            raw = remote.fetch(topic, partition, offset, max_bytes)
-            got = 0
-            for base, batch in split_batches(raw):
-                try:
-                    bodies = decode_for_append(batch)
-                except BatchError as e:
-                    raise RemoteError(f"{topic!r}[{partition}] at {base} from {bootstrap}: {e}") from e
-                if bodies is None:
-                    continue
-                n = len(bodies.meta_lens)
-                recs = np.zeros(n, REC_DTYPE)
-                recs["offset"] = base + np.arange(n, dtype=np.uint64)
-                recs["meta_len"] = np.frombuffer(bodies.meta_lens, np.uint32)
-                recs["value_len"] = np.frombuffer(bodies.value_lens, np.uint32)
-                sizes = recs["meta_len"].astype(np.uint64) + recs["value_len"]
-                recs["buf_pos"][1:] = np.cumsum(sizes)[:-1]
-                # Only the requested range: a batch may start before `offset` or run past `end`.
-                lo = max(0, offset - base)
-                hi = min(n, end - base)
-                if lo >= hi:
-                    continue
-                rb = _columns_to_batch(topic, partition, recs, pa.py_buffer(bodies.data), gid_known=False)
-                yield rb.slice(lo, hi - lo)
-                got += hi - lo
-                offset = base + hi
-                if offset >= end:
-                    return
-            if got == 0:
-                raise OffsetOutOfRangeError(
-                    f"{topic!r}[{partition}] on {bootstrap} has no record at offset {offset} (end {end})"
-                )
+        yield from read_remote(remote, topic, partition, start, end, max_bytes)
+
+
+def read_remote(
+    remote: RemoteWal, topic: str, partition: int, start: int, end: int, max_bytes: int = FETCH_MAX_BYTES
+) -> Iterator[pa.RecordBatch]:
+    """read_remote_range over an open connection."""
+    offset = start
+    while offset < end:
+        raw = remote.fetch(topic, partition, offset, max_bytes)
+        got = 0
+        for base, batch in split_batches(raw):
+            try:
+                bodies = decode_for_append(batch)
+            except BatchError as e:
+                raise RemoteError(f"{topic!r}[{partition}] at {base} from {remote.bootstrap}: {e}") from e
+            if bodies is None:
+                continue
+            n = len(bodies.meta_lens)
+            recs = np.zeros(n, REC_DTYPE)
+            recs["offset"] = base + np.arange(n, dtype=np.uint64)
+            recs["meta_len"] = np.frombuffer(bodies.meta_lens, np.uint32)
+            recs["value_len"] = np.frombuffer(bodies.value_lens, np.uint32)
+            sizes = recs["meta_len"].astype(np.uint64) + recs["value_len"]
+            recs["buf_pos"][1:] = np.cumsum(sizes)[:-1]
+            # Only the requested range: a batch may start before `offset` or run past `end`.
+            lo = max(0, offset - base)
+            hi = min(n, end - base)
+            if lo >= hi:
+                continue
+            rb = _columns_to_batch(topic, partition, recs, pa.py_buffer(bodies.data), gid_known=False)
+            yield rb.slice(lo, hi - lo)
+            got += hi - lo
+            offset = base + hi
+            if offset >= end:
+                return
+        if got == 0:
+            raise OffsetOutOfRangeError(
+                f"{topic!r}[{partition}] on {remote.bootstrap} has no record at offset {offset} (end {end})"
+            )
+
+
+_BASE_AND_LENGTH = struct.Struct(">qi")
+
+
+def split_batches(raw: bytes) -> Iterator[tuple[int, bytes]]:
+    """(base offset, whole batch) of each record batch in a fetch answer; a batch cut
+    short at the end of the answer (Kafka allows that) is dropped."""
+    pos = 0
+    while len(raw) - pos >= BATCH_OVERHEAD:
+        base, length = _BASE_AND_LENGTH.unpack_from(raw, pos)
+        end = pos + 12 + length
+        if length < BATCH_OVERHEAD - 12:
+            raise RemoteError(f"malformed record batch in a fetch answer (length {length})")
+        if end > len(raw):
+            return
+        yield base, raw[pos:end]
+        pos = end

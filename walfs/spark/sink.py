@@ -52,12 +52,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from walfs.records import Header
 from walfs.spark.options import SinkOptions, WalfsOptionError
 from walfs.spark.schema import HEADER_TYPE
+from walfs.spark.sink_rows import HEADER_OVERHEAD, cuts, encode_chunk, row_costs
 
 if TYPE_CHECKING:
-    from walfs.spark.sink_target import Row, SinkTarget
+    from walfs.spark.sink_target import SinkTarget
 
 MARKER = "walfs.sink"
 CHUNK_BYTES = 32 << 20
@@ -178,6 +178,9 @@ def streams_of(target: SinkTarget, table: pa.Table) -> Iterator[tuple[str, int, 
     ):
         target.ensure(topic, top + 1)
     pairs = table.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
+    if pairs.num_rows == 1:  # one stream (the usual case): its rows are the table
+        yield pairs.column("topic")[0].as_py(), pairs.column("partition")[0].as_py(), table
+        return
     for topic, partition in sorted(
         zip(pairs.column("topic").to_pylist(), pairs.column("partition").to_pylist(), strict=True)
     ):
@@ -185,49 +188,18 @@ def streams_of(target: SinkTarget, table: pa.Table) -> Iterator[tuple[str, int, 
         yield topic, partition, table.filter(mask)
 
 
-def rows_of(t: pa.Table) -> list[Row]:
-    keys = t.column("key").to_pylist()
-    values = t.column("value").to_pylist()
-    headers = t.column("headers")
-    if headers.null_count == len(headers) or pc.sum(pc.list_value_length(headers)).as_py() in (0, None):
-        hl: list[list[Header]] = [[] for _ in range(len(values))]
-    else:
-        hl = [[(h["key"], h["value"]) for h in (hs or ())] for hs in headers.to_pylist()]
-    return list(zip(keys, values, hl, strict=True))
-
-
-ROW_OVERHEAD = 32  # a record's framing in a Kafka batch, at most (varints, attributes)
-
-
-def row_bytes(r: Row) -> int:
-    key, value, headers = r
-    return len(value) + len(key or b"") + sum(len(k) + len(v or b"") for k, v in headers) + ROW_OVERHEAD
-
-
-def chunks(rows: list[Row], limit: int | None = None) -> list[list[Row]]:
-    """Consecutive runs of at most `limit` (default CHUNK_BYTES) bytes of rows, framing
-    included (at least one row each)."""
-    limit = min(CHUNK_BYTES, limit or CHUNK_BYTES)
-    out: list[list[Row]] = []
-    cur: list[Row] = []
-    size = 0
-    for r in rows:
-        n = row_bytes(r)
-        if cur and size + n > limit:
-            out.append(cur)
-            cur, size = [], 0
-        cur.append(r)
-        size += n
-    if cur:
-        out.append(cur)
-    return out
+def chunk_limit(target: SinkTarget, topic: str, reserve: int = 0) -> int:
+    """The most row bytes (sink_rows.row_costs) of one chunk for `topic`: CHUNK_BYTES or
+    the target's own limit, less `reserve` (the marker header, in streaming writes)."""
+    own = target.chunk_bytes(topic)
+    return max(1, min(CHUNK_BYTES, own if own is not None else CHUNK_BYTES) - reserve)
 
 
 def write_all(target: SinkTarget, table: pa.Table) -> None:
     """Batch writes: each stream's rows appended in order, one atomic append per chunk."""
     for topic, partition, t in streams_of(target, table):
-        for c in chunks(rows_of(t), target.max_chunk_bytes):
-            target.append(topic, partition, c)
+        for a, b in cuts(row_costs(t), chunk_limit(target, topic)):
+            target.append(topic, partition, encode_chunk(t.slice(a, b - a)))
 
 
 def write_once(target: SinkTarget, table: pa.Table, query_id: str, batch_id: int) -> None:
@@ -235,6 +207,9 @@ def write_once(target: SinkTarget, table: pa.Table, query_id: str, batch_id: int
     module's doc)."""
     group = GROUP_PREFIX + query_id
     prefix = f"{query_id}:{batch_id}:"
+    # The marker header: its name, value ("<prefix><chunk>:<rows>", two numbers of at
+    # most 20 digits) and framing count against the chunk's limit.
+    reserve = len(MARKER) + len(prefix.encode()) + 41 + HEADER_OVERHEAD
     for topic, partition, t in streams_of(target, table):
         cursor = target.committed(group, topic, partition)
         if cursor is None:
@@ -245,12 +220,11 @@ def write_once(target: SinkTarget, table: pa.Table, query_id: str, batch_id: int
             for k, v in headers:
                 if k == MARKER and v is not None and v.startswith(prefix.encode()):
                     found[int(v.decode().rsplit(":", 2)[1])] = offset
-        for i, c in enumerate(chunks(rows_of(t), target.max_chunk_bytes)):
+        for i, (a, b) in enumerate(cuts(row_costs(t), chunk_limit(target, topic, reserve))):
             if i in found:
                 continue
-            key, value, headers = c[0]
-            marked = [*headers, (MARKER, f"{prefix}{i}:{len(c)}".encode())]
-            found[i] = target.append(topic, partition, [(key, value, marked), *c[1:]])
+            marker = (MARKER, f"{prefix}{i}:{b - a}".encode())
+            found[i] = target.append(topic, partition, encode_chunk(t.slice(a, b - a), marker))
         # The next batch's scan starts at this batch's first record: a replay of this
         # batch (the only one Spark can replay once the next has begun) is found there.
         start = min(found.values())
