@@ -92,7 +92,8 @@ class RemoteWal:
         self.close()
 
     # -- framing --------------------------------------------------------------------
-    def _recv_exact(self, n: int) -> bytes:
+    def _recv_exact(self, n: int) -> memoryview:
+        """n bytes from the socket, read into one buffer (a read-only view of it: no copy)."""
         buf = bytearray(n)
         view = memoryview(buf)
         got = 0
@@ -101,7 +102,7 @@ class RemoteWal:
             if k == 0:
                 raise RemoteError(f"the walfs daemon at {self.bootstrap} closed the connection")
             got += k
-        return bytes(buf)
+        return view.toreadonly()
 
     def _call(self, api: tuple[int, int], body: Any) -> Any:
         with self._lock:
@@ -119,9 +120,10 @@ class RemoteWal:
                 ),
             )
             entity_writer(type(body))(out, body)
-            payload = out.getvalue()
+            payload = out.getbuffer()  # a view: a Produce's batches are not copied again
             try:
-                self._sock.sendall(struct.pack(">i", len(payload)) + payload)
+                self._sock.sendall(struct.pack(">i", len(payload)))
+                self._sock.sendall(payload)
                 (size,) = struct.unpack(">i", self._recv_exact(4))
                 if not 4 <= size <= MAX_FRAME:
                     raise RemoteError(f"the walfs daemon at {self.bootstrap} sent a frame of {size} bytes")

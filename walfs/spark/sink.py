@@ -48,10 +48,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from walfs.spark.columnar import _empty_lists, _repeated_string
 from walfs.spark.options import SinkOptions, WalfsOptionError
 from walfs.spark.schema import HEADER_TYPE
 from walfs.spark.sink_rows import HEADER_OVERHEAD, cuts, encode_chunk, row_costs
@@ -128,7 +130,7 @@ def normalize(b: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatch:
     value = pc.fill_null(_binary(b.column("value"), "value"), b"")
     key = _binary(b.column("key"), "key") if "key" in names else pa.nulls(n, pa.binary())
     if topic_option is not None:
-        topic = pa.array([topic_option] * n, pa.string())
+        topic = _repeated_string(topic_option, n)
     else:
         topic = b.column("topic")
         if not pa.types.is_string(topic.type):
@@ -143,7 +145,7 @@ def normalize(b: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatch:
         if n and pc.min(part).as_py() < 0:
             raise WalfsOptionError("column partition has a negative value")
     else:
-        part = pa.array([0] * n, pa.int32())
+        part = pa.array(np.zeros(n, np.int32))
     if "headers" in names:
         headers = b.column("headers")
         try:
@@ -155,7 +157,7 @@ def normalize(b: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatch:
         if headers.flatten().field("key").null_count:
             raise WalfsOptionError("a header has a null key (Kafka header keys are strings)")
     else:
-        headers = pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), pa.array([], HEADER_TYPE))
+        headers = _empty_lists(n)
     return pa.RecordBatch.from_arrays([topic, part, key, value, headers], schema=STAGED_SCHEMA)
 
 
@@ -177,10 +179,10 @@ def streams_of(target: SinkTarget, table: pa.Table) -> Iterator[tuple[str, int, 
         most.column("topic").to_pylist(), most.column("partition_max").to_pylist(), strict=True
     ):
         target.ensure(topic, top + 1)
-    pairs = table.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
-    if pairs.num_rows == 1:  # one stream (the usual case): its rows are the table
-        yield pairs.column("topic")[0].as_py(), pairs.column("partition")[0].as_py(), table
+    if most.num_rows == 1 and pc.min(table.column("partition")).as_py() == top:
+        yield topic, top, table  # one stream (the usual case): its rows are the table
         return
+    pairs = table.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
     for topic, partition in sorted(
         zip(pairs.column("topic").to_pylist(), pairs.column("partition").to_pylist(), strict=True)
     ):
@@ -198,8 +200,8 @@ def chunk_limit(target: SinkTarget, topic: str, reserve: int = 0) -> int:
 def write_all(target: SinkTarget, table: pa.Table) -> None:
     """Batch writes: each stream's rows appended in order, one atomic append per chunk."""
     for topic, partition, t in streams_of(target, table):
-        for a, b in cuts(row_costs(t), chunk_limit(target, topic)):
-            target.append(topic, partition, encode_chunk(t.slice(a, b - a)))
+        runs = cuts(row_costs(t), chunk_limit(target, topic))
+        target.append(topic, partition, (encode_chunk(t.slice(a, b - a)) for a, b in runs))
 
 
 def write_once(target: SinkTarget, table: pa.Table, query_id: str, batch_id: int) -> None:
@@ -220,11 +222,17 @@ def write_once(target: SinkTarget, table: pa.Table, query_id: str, batch_id: int
             for k, v in headers:
                 if k == MARKER and v is not None and v.startswith(prefix.encode()):
                     found[int(v.decode().rsplit(":", 2)[1])] = offset
-        for i, (a, b) in enumerate(cuts(row_costs(t), chunk_limit(target, topic, reserve))):
-            if i in found:
-                continue
-            marker = (MARKER, f"{prefix}{i}:{b - a}".encode())
-            found[i] = target.append(topic, partition, encode_chunk(t.slice(a, b - a), marker))
+        runs = list(enumerate(cuts(row_costs(t), chunk_limit(target, topic, reserve))))
+        missing = [(i, a, b) for i, (a, b) in runs if i not in found]
+        firsts = target.append(
+            topic,
+            partition,
+            (
+                encode_chunk(t.slice(a, b - a), (MARKER, f"{prefix}{i}:{b - a}".encode()))
+                for i, a, b in missing
+            ),
+        )
+        found.update(zip((i for i, _, _ in missing), firsts, strict=True))
         # The next batch's scan starts at this batch's first record: a replay of this
         # batch (the only one Spark can replay once the next has begun) is found there.
         start = min(found.values())

@@ -82,14 +82,20 @@ def _data(col: pa.Array) -> pa.Buffer:
     return buf.slice(int(off[0]), int(off[-1] - off[0]))
 
 
+def _column_lengths(col: pa.ChunkedArray) -> np.ndarray:
+    """_lengths of a table column, chunk by chunk (no copy of the values)."""
+    parts = [_lengths(c) for c in col.chunks]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
 def row_costs(t: pa.Table) -> np.ndarray:
     """What each row of t takes in a chunk, at most (bytes, int64): its key, value and
     header bytes, and their framing in a Kafka record batch (ROW_OVERHEAD,
     HEADER_OVERHEAD): what chunk limits are counted in."""
     n = t.num_rows
     cost = np.full(n, ROW_OVERHEAD, np.int64)
-    for name in ("value", "key"):
-        cost += _lengths(t.column(name).combine_chunks())
+    cost += _column_lengths(t.column("value"))
+    cost += _column_lengths(t.column("key"))
     headers = t.column("headers").combine_chunks()
     flat = headers.flatten()
     if len(flat):
