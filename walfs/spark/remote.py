@@ -17,18 +17,30 @@ import datetime
 import io
 import socket
 import struct
+import sys
 import threading
 from typing import Any
 
-from kio.index import load_payload_module
-from kio.schema.errors import ErrorCode
-from kio.schema.types import BrokerId, GroupId, TopicName
-from kio.serial import entity_reader, entity_writer
-from kio.static.constants import EntityType
-from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
-
 from walfs.errors import WalError
 from walfs.spark.options import parse_bootstrap
+
+# kio (the listener's message classes) imports hypothesis when it is installed (a test
+# extra), only to register test strategies walfs never uses: over a second in every Spark
+# Python worker that plans, reads or writes through a daemon. It is hidden while kio loads
+# (kio then skips the registration), unless either is loaded already (nothing changes).
+_hide_hypothesis = "hypothesis" not in sys.modules and "kio" not in sys.modules
+if _hide_hypothesis:
+    sys.modules["hypothesis"] = None  # type: ignore[assignment]  # its import fails: ImportError
+try:
+    from kio.index import load_payload_module
+    from kio.schema.errors import ErrorCode
+    from kio.schema.types import BrokerId, GroupId, TopicName
+    from kio.serial import entity_reader, entity_writer
+    from kio.static.constants import EntityType
+    from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+finally:
+    if _hide_hypothesis:
+        del sys.modules["hypothesis"]
 
 # A response is refused past this size (Fetch asks for far less; see FETCH_MAX_BYTES).
 MAX_FRAME = 256 << 20
