@@ -155,3 +155,39 @@ def test_a_batch_larger_than_the_daemons_message_limit_is_written_whole(tmp_path
         w.commit([task_message(rows)], 0)
         w.commit([task_message(rows)], 0)
     assert [v[:6] for v in contents(data)[("big", 0)]] == [f"{i:06d}" for i in range(3000)]
+
+
+def test_a_daemon_with_a_lowered_message_limit_takes_a_large_batch_whole(tmp_path: Path) -> None:
+    """The sink asks the daemon for its limits (DescribeConfigs): the daemon's
+    message.max.bytes, lowered here to 64 KiB, and one topic's max.message.bytes, lower
+    still (20 000). 1.5 MiB of rows per stream go in batches under each limit (a fixed
+    chunk size was refused with MESSAGE_TOO_LARGE); every row lands once, in order, from a
+    batch write and from a streaming batch and its replay."""
+    data = tmp_path / "data"
+    with walfs.Wal(data) as wal:
+        wal.create_partition("narrow", 0)
+        wal.set_retention("narrow", max_message_bytes=20_000)
+    serve = ServeProcess(data, "--kafka-config", "message.max.bytes=65536")
+    try:
+        opts = {"bootstrap": serve.bootstrap, "queryId": QUERY}
+        for topic in ("wide", "narrow"):
+            rows = [(topic, 0, f"{i:06d}" + "z" * 1000) for i in range(1500)]
+            sink.WalfsBatchWriter(parse_sink_options(opts)).commit([task_message(rows)])
+            stream = WalfsStreamWriter(parse_sink_options(opts))
+            stream.commit([task_message(rows)], 7)
+            stream.commit([task_message(rows)], 7)  # the replay appends nothing
+    finally:
+        rc, err = serve.stop()
+        assert rc == 0, err
+    expected = [f"{i:06d}" for i in range(1500)] * 2
+    got = contents(data)
+    assert [v[:6] for v in got[("wide", 0)]] == expected
+    assert [v[:6] for v in got[("narrow", 0)]] == expected
+    with walfs.Wal(data, read_only=True) as wal:
+        # The stream's chunks: each under its topic's limit, so more of them for "narrow".
+        markers = {
+            t: [r.headers[0][1].decode() for r in wal.read_records(t, 1500, 0, 1500) if r.headers]
+            for t in ("wide", "narrow")
+        }
+    assert len(markers["narrow"]) > len(markers["wide"]) >= 1500 * 1040 // 65536
+    assert all(m.startswith(f"{QUERY}:7:") for ms in markers.values() for m in ms)
