@@ -66,6 +66,11 @@ def _lengths(col: pa.Array) -> np.ndarray:
     return np.asarray(pc.fill_null(pc.binary_length(col), 0), np.int64) if len(col) else np.zeros(0, np.int64)
 
 
+def _one(col: pa.ChunkedArray) -> pa.Array:
+    """The column as one array (a copy only when it has several chunks)."""
+    return col.chunks[0] if col.num_chunks == 1 else col.combine_chunks()
+
+
 def _fixed(values: np.ndarray, dtype: str) -> pa.Array:
     """Each element's little-endian bytes as one binary value."""
     raw = np.ascontiguousarray(values, dtype)
@@ -96,7 +101,7 @@ def row_costs(t: pa.Table) -> np.ndarray:
     cost = np.full(n, ROW_OVERHEAD, np.int64)
     cost += _column_lengths(t.column("value"))
     cost += _column_lengths(t.column("key"))
-    headers = t.column("headers").combine_chunks()
+    headers = _one(t.column("headers"))
     flat = headers.flatten()
     if len(flat):
         parents = np.asarray(pc.list_parent_indices(headers), np.int64)
@@ -160,9 +165,7 @@ def _metas(key: pa.Array, headers: pa.Array) -> pa.Array | None:
 def encode_chunk(t: pa.Table, marker: Header | None = None) -> Chunk:
     """The rows of t (one stream's, in order) as one chunk; `marker`, when given, is
     added to the first row's headers."""
-    key = t.column("key").combine_chunks()
-    value = t.column("value").combine_chunks()
-    headers = t.column("headers").combine_chunks()
+    key, value, headers = (_one(t.column(name)) for name in ("key", "value", "headers"))
     metas = _metas(key, headers)
     value_lens = np.diff(_offsets(value))
     if metas is None:
