@@ -10,6 +10,7 @@ cursor not yet moved (the crash between the two)."""
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,7 +22,7 @@ from kafka_harness import ServeProcess
 import walfs
 from walfs.spark import sink
 from walfs.spark.options import WalfsOptionError, parse_sink_options
-from walfs.spark.sink import GROUP_PREFIX, MARKER, WalfsStreamWriter, stage
+from walfs.spark.sink import GROUP_PREFIX, MARKER, StagedRows, WalfsStreamWriter, stage
 
 QUERY = "0b7c5a34-query"
 
@@ -191,3 +192,21 @@ def test_a_daemon_with_a_lowered_message_limit_takes_a_large_batch_whole(tmp_pat
         }
     assert len(markers["narrow"]) > len(markers["wide"]) >= 1500 * 1040 // 65536
     assert all(m.startswith(f"{QUERY}:7:") for ms in markers.values() for m in ms)
+
+
+def test_staged_rows_are_compressed_only_when_they_compress(tmp_path: Path) -> None:
+    """A task's commit message carries its rows lz4-compressed when a sample shrinks
+    (here 20x), as they are when it would not (random bytes); the driver reads both."""
+    rng = random.Random(5)
+    plain = [("out", 0, f"{i:06d}" + "a" * 500) for i in range(200)]
+    noise = [("out", 1, rng.randbytes(250).hex()) for _ in range(200)]
+    small, large = task_message(plain), task_message(noise)
+    assert isinstance(small, StagedRows) and isinstance(large, StagedRows)
+    assert len(small.ipc) < 200 * 506 / 20
+    assert len(large.ipc) > 200 * 500
+    w = WalfsStreamWriter(parse_sink_options({"path": str(tmp_path / "data"), "queryId": QUERY}))
+    w.commit([small, large], 0)
+    assert contents(tmp_path / "data") == {
+        ("out", 0): [v for _, _, v in plain],
+        ("out", 1): [v for _, _, v in noise],
+    }

@@ -78,30 +78,52 @@ STAGED_SCHEMA = pa.schema(
 
 
 # The rows travel task -> JVM -> driver -> the commit's Python worker, each hop a copy:
-# lz4 (Arrow's IPC buffer compression, GB/s) makes them smaller when they compress.
-STAGED_IPC = pa.ipc.IpcWriteOptions(compression="lz4")
+# lz4 (Arrow's IPC buffer compression) makes them smaller when they compress, and costs
+# several times the copies it saves when they do not (hex, media, encrypted data). A
+# task compresses when a sample of its first values shrinks below COMPRESS_BELOW.
+COMPRESS_BELOW = 0.75
+COMPRESS_SAMPLE = 256 << 10
 
 
 @dataclass
 class StagedRows(WriterCommitMessage):
-    """One task's rows (an Arrow IPC stream in STAGED_SCHEMA, lz4-compressed buffers)
-    and how many."""
+    """One task's rows (an Arrow IPC stream in STAGED_SCHEMA, buffers lz4-compressed
+    when they compress well) and how many."""
 
     ipc: bytes
     rows: int
+
+
+def compresses(b: pa.RecordBatch) -> bool:
+    """Whether lz4 shrinks a sample of the (normalized) rows' values enough to pay."""
+    data = b.column("value").buffers()[2]
+    if data is None or data.size < 4096:
+        return False
+    sample = data.slice(0, min(data.size, COMPRESS_SAMPLE))
+    return len(pa.Codec("lz4").compress(sample)) < COMPRESS_BELOW * sample.size
 
 
 def stage(batches: Iterator[pa.RecordBatch], topic_option: str | None) -> StagedRows:
     """Runs in a task: checks and normalizes the rows, appends nothing."""
     sink = pa.BufferOutputStream()
     n = 0
-    with pa.ipc.new_stream(sink, STAGED_SCHEMA, options=STAGED_IPC) as out:
+    out: pa.ipc.RecordBatchStreamWriter | None = None
+    try:
         for b in batches:
             if b.num_rows == 0:
                 continue
-            out.write_batch(normalize(b, topic_option))
+            rows = normalize(b, topic_option)
+            if out is None:
+                compression = "lz4" if compresses(rows) else None
+                out = pa.ipc.new_stream(
+                    sink, STAGED_SCHEMA, options=pa.ipc.IpcWriteOptions(compression=compression)
+                )
+            out.write_batch(rows)
             n += b.num_rows
-    return StagedRows(sink.getvalue().to_pybytes(), n)
+    finally:
+        if out is not None:
+            out.close()
+    return StagedRows(sink.getvalue().to_pybytes() if out is not None else b"", n)
 
 
 def check_schema(names: Sequence[str], topic_option: str | None) -> None:
