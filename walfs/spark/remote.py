@@ -19,6 +19,7 @@ import socket
 import struct
 import sys
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from walfs.errors import WalError
@@ -62,6 +63,16 @@ RESOURCE_TOPIC = 2
 RESOURCE_BROKER = 4
 
 
+@dataclass(frozen=True)
+class FetchAhead:
+    """A Fetch sent, its answer not yet received (RemoteWal.fetch_ahead)."""
+
+    topic: str
+    partition: int
+    offset: int
+    cid: int
+
+
 class RemoteError(WalError):
     """The daemon answered with a Kafka error code, or the connection failed."""
 
@@ -93,6 +104,7 @@ class RemoteWal:
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._correlation = 0
         self._lock = threading.Lock()
+        self._ahead: FetchAhead | None = None
 
     def close(self) -> None:
         self._sock.close()
@@ -118,41 +130,54 @@ class RemoteWal:
 
     def _call(self, api: tuple[int, int], body: Any) -> Any:
         with self._lock:
-            self._correlation += 1
-            cid = self._correlation
-            header_cls = type(body).__header_schema__
-            out = io.BytesIO()
-            entity_writer(header_cls)(
-                out,
-                header_cls(
-                    request_api_key=i16(api[0]),
-                    request_api_version=i16(api[1]),
-                    correlation_id=i32(cid),
-                    client_id="walfs-spark",
-                ),
-            )
-            entity_writer(type(body))(out, body)
-            payload = out.getbuffer()  # a view: a Produce's batches are not copied again
-            try:
-                self._sock.sendall(struct.pack(">i", len(payload)))
-                self._sock.sendall(payload)
-                (size,) = struct.unpack(">i", self._recv_exact(4))
-                if not 4 <= size <= MAX_FRAME:
-                    raise RemoteError(f"the walfs daemon at {self.bootstrap} sent a frame of {size} bytes")
-                frame = self._recv_exact(size)
-            except OSError as e:
-                raise RemoteError(f"the walfs daemon at {self.bootstrap}: {e}") from e
-            resp_cls = getattr(_resp(api), type(body).__name__.replace("Request", "Response"))
-            try:
-                header, used = entity_reader(resp_cls.__header_schema__)(frame, 0)
-                if header.correlation_id != cid:
-                    raise RemoteError(f"answer to request {header.correlation_id}, expected {cid}")
-                resp, _ = entity_reader(resp_cls)(frame, used)
-            except RemoteError:
-                raise
-            except Exception as e:  # kio raises several types for a malformed answer
-                raise RemoteError(f"malformed answer from {self.bootstrap}: {e}") from e
-            return resp
+            if self._ahead is not None:
+                raise RemoteError("a Fetch sent ahead has not been received (RemoteWal.fetch_result)")
+            return self._receive(api, type(body), self._send(api, body))
+
+    def _send(self, api: tuple[int, int], body: Any) -> int:
+        """Sends one request; its correlation id."""
+        self._correlation += 1
+        cid = self._correlation
+        header_cls = type(body).__header_schema__
+        out = io.BytesIO()
+        entity_writer(header_cls)(
+            out,
+            header_cls(
+                request_api_key=i16(api[0]),
+                request_api_version=i16(api[1]),
+                correlation_id=i32(cid),
+                client_id="walfs-spark",
+            ),
+        )
+        entity_writer(type(body))(out, body)
+        payload = out.getbuffer()  # a view: a Produce's batches are not copied again
+        try:
+            self._sock.sendall(struct.pack(">i", len(payload)))
+            self._sock.sendall(payload)
+        except OSError as e:
+            raise RemoteError(f"the walfs daemon at {self.bootstrap}: {e}") from e
+        return cid
+
+    def _receive(self, api: tuple[int, int], body_cls: type, cid: int) -> Any:
+        """The answer to request `cid` (the next frame on the connection), decoded."""
+        try:
+            (size,) = struct.unpack(">i", self._recv_exact(4))
+            if not 4 <= size <= MAX_FRAME:
+                raise RemoteError(f"the walfs daemon at {self.bootstrap} sent a frame of {size} bytes")
+            frame = self._recv_exact(size)
+        except OSError as e:
+            raise RemoteError(f"the walfs daemon at {self.bootstrap}: {e}") from e
+        resp_cls = getattr(_resp(api), body_cls.__name__.replace("Request", "Response"))
+        try:
+            header, used = entity_reader(resp_cls.__header_schema__)(frame, 0)
+            if header.correlation_id != cid:
+                raise RemoteError(f"answer to request {header.correlation_id}, expected {cid}")
+            resp, _ = entity_reader(resp_cls)(frame, used)
+        except RemoteError:
+            raise
+        except Exception as e:  # kio raises several types for a malformed answer
+            raise RemoteError(f"malformed answer from {self.bootstrap}: {e}") from e
+        return resp
 
     # -- requests -------------------------------------------------------------------
     def topics(self, names: list[str] | None = None) -> dict[str, int]:
@@ -207,6 +232,14 @@ class RemoteWal:
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = FETCH_MAX_BYTES) -> bytes:
         """Raw record batches from `offset` on (empty at the end); no long poll."""
+        return self.fetch_result(self.fetch_ahead(topic, partition, offset, max_bytes))
+
+    def fetch_ahead(
+        self, topic: str, partition: int, offset: int, max_bytes: int = FETCH_MAX_BYTES
+    ) -> FetchAhead:
+        """Sends a Fetch without waiting for its answer (fetch_result gets it), so the
+        daemon reads the next records while the caller decodes the last ones. One at a
+        time: no other request goes out until its answer is received."""
         part_cls = _req(FETCH, "FetchPartition")
         topic_cls = _req(FETCH, "FetchTopic")
         req = _req(FETCH, "FetchRequest")(
@@ -234,13 +267,26 @@ class RemoteWal:
             forgotten_topics_data=(),
             rack_id="",
         )
-        resp = self._call(FETCH, req)
-        _check(resp.error_code, f"fetch {topic!r}[{partition}]")
+        with self._lock:
+            if self._ahead is not None:
+                raise RemoteError("a Fetch sent ahead has not been received (RemoteWal.fetch_result)")
+            self._ahead = FetchAhead(topic, partition, offset, self._send(FETCH, req))
+            return self._ahead
+
+    def fetch_result(self, ahead: FetchAhead) -> bytes:
+        """The records of a Fetch sent with fetch_ahead."""
+        with self._lock:
+            if self._ahead is not ahead:
+                raise RemoteError("fetch_result of a Fetch that is not the one outstanding")
+            self._ahead = None
+            resp = self._receive(FETCH, _req(FETCH, "FetchRequest"), ahead.cid)
+        what = f"fetch {ahead.topic!r}[{ahead.partition}]"
+        _check(resp.error_code, what)
         for t in resp.responses:
             for p in t.partitions:
-                _check(p.error_code, f"fetch {topic!r}[{partition}] at {offset}")
+                _check(p.error_code, f"{what} at {ahead.offset}")
                 return bytes(p.records or b"")
-        raise RemoteError(f"fetch {topic!r}[{partition}]: the answer names no partition")
+        raise RemoteError(f"{what}: the answer names no partition")
 
     def produce(self, topic: str, partition: int, batch: bytes) -> int:
         """Appends one record batch (atomically, durably: acks=all); its first offset."""
