@@ -1,6 +1,7 @@
 """Spark sink and remote-read benchmark, one run, JSON on stdout (and --out):
 
-    python bench/bench_spark_sink.py [--records 1000000] [--sizes 100,1024] [--dir DIR] [--out F.json]
+    python bench/bench_spark_sink.py [--records 1000000] [--sizes 100,1024] [--values hex|padded]
+                                     [--dir DIR] [--out F.json]
 
 For each value size, with one local[*] SparkSession and N rows cached in memory first:
 
@@ -10,6 +11,10 @@ For each value size, with one local[*] SparkSession and N rows cached in memory 
 - read: spark.read.format("walfs").count() of the topic written, from the data
   directory (path) vs through the daemon (bootstrap): rows/s each, remote / local.
 
+Values: the row id, then hex digits of SHA-256 hashes (--values hex, the default: rows
+that compress as little as most real data would, since the sink compresses the rows
+its tasks hand the driver) or "x"s (--values padded: what runs before 2026-11-24 used).
+
 Before timing, one small untimed write and read per path warm the JVM and Spark's Python
 workers. Each figure is a single timed run; the machine is in the JSON.
 """
@@ -17,6 +22,7 @@ workers. Each figure is a single timed run; the machine is in the JSON.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -58,23 +64,39 @@ def start_serve(data: Path) -> tuple[subprocess.Popen[str], str]:
     return proc, m.group(1)
 
 
-def one_size(spark: Any, base: Path, size: int, n: int) -> dict[str, Any]:
+def value_column(size: int, kind: str) -> Any:
+    """Row id (12 digits) then padding to `size` bytes: "x"s (padded), or hex digits of
+    SHA-256 hashes (hex: what lz4, which the sink's staged rows use, barely compresses)."""
+    from pyspark.sql import functions as F
+
+    head = F.lpad(F.col("id").cast("string"), 12, "0")
+    if kind == "padded":
+        return F.concat(head, F.lit("x" * max(0, size - 12)))
+    hashes = F.expr(f"concat_ws('', transform(sequence(1, {size // 64 + 1}), i -> sha2(concat(id, i), 256)))")
+    return F.concat(head, F.substring(hashes, 1, max(0, size - 12)))
+
+
+def value_of(i: int, size: int, kind: str) -> bytes:
+    """value_column's value for row i, computed in Python."""
+    if kind == "padded":
+        return (f"{i:012d}" + "x" * max(0, size - 12)).encode()
+    hashes = "".join(hashlib.sha256(f"{i}{j}".encode()).hexdigest() for j in range(1, size // 64 + 2))
+    return (f"{i:012d}" + hashes[: max(0, size - 12)]).encode()
+
+
+def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     import walfs
 
-    pad = "x" * max(0, size - 12)
-    df = spark.range(n).select(
-        F.lit("t").alias("topic"),
-        F.concat(F.lpad(F.col("id").cast("string"), 12, "0"), F.lit(pad)).alias("value"),
-    )
+    df = spark.range(n).select(F.lit("t").alias("topic"), value_column(size, values_kind).alias("value"))
     df = df.cache()
     df.count()
-    run: dict[str, Any] = {"value_bytes": size}
+    run: dict[str, Any] = {"value_bytes": size, "values": values_kind}
     text_dir, local, remote = base / f"text{size}", base / f"local{size}", base / f"remote{size}"
     run["write_text_s"] = timed(lambda: df.select("value").write.text(str(text_dir)))
     run["sink_path_s"] = timed(lambda: df.write.format("walfs").mode("append").save(str(local)))
-    values = [v.encode() for v in (f"{i:012d}{pad}" for i in range(n))]
+    values = [value_of(i, size, values_kind) for i in range(n)]
     with walfs.Wal(base / f"engine{size}") as wal:
         t = time.perf_counter()
         for i in range(0, n, 65536):
@@ -100,6 +122,9 @@ def one_size(spark: Any, base: Path, size: int, n: int) -> dict[str, Any]:
         run["read_path_s"] = timed(lambda: count("path", path=str(local)))
         run["read_bootstrap_s"] = timed(lambda: count("bootstrap", bootstrap=bootstrap))
         assert counts == {"path": n, "bootstrap": n}, counts
+        with walfs.Wal(local, read_only=True) as wal:  # the sink wrote the rows, in order
+            for i in (0, n - 1):
+                assert wal.read_records("t", i, 0, 1)[0].value == value_of(i, size, values_kind)
     finally:
         proc.terminate()
         proc.communicate(timeout=60)
@@ -118,6 +143,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--sizes", default="100,1024")
+    ap.add_argument("--values", choices=("hex", "padded"), default="hex", help="value_column")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -147,7 +173,7 @@ def main() -> None:
         small.write.format("walfs").mode("append").save(str(warm))
         spark.read.format("walfs").load(str(warm)).count()
         for size in [int(x) for x in args.sizes.split(",")]:
-            result["runs"].append(one_size(spark, base, size, args.records))
+            result["runs"].append(one_size(spark, base, size, args.records, args.values))
     finally:
         spark.stop()
         shutil.rmtree(base, ignore_errors=True)

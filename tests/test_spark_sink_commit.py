@@ -10,6 +10,7 @@ cursor not yet moved (the crash between the two)."""
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,7 +22,7 @@ from kafka_harness import ServeProcess
 import walfs
 from walfs.spark import sink
 from walfs.spark.options import WalfsOptionError, parse_sink_options
-from walfs.spark.sink import GROUP_PREFIX, MARKER, WalfsStreamWriter, stage
+from walfs.spark.sink import GROUP_PREFIX, MARKER, StagedRows, WalfsStreamWriter, stage
 
 QUERY = "0b7c5a34-query"
 
@@ -155,3 +156,57 @@ def test_a_batch_larger_than_the_daemons_message_limit_is_written_whole(tmp_path
         w.commit([task_message(rows)], 0)
         w.commit([task_message(rows)], 0)
     assert [v[:6] for v in contents(data)[("big", 0)]] == [f"{i:06d}" for i in range(3000)]
+
+
+def test_a_daemon_with_a_lowered_message_limit_takes_a_large_batch_whole(tmp_path: Path) -> None:
+    """The sink asks the daemon for its limits (DescribeConfigs): the daemon's
+    message.max.bytes, lowered here to 64 KiB, and one topic's max.message.bytes, lower
+    still (20 000). 1.5 MiB of rows per stream go in batches under each limit (a fixed
+    chunk size was refused with MESSAGE_TOO_LARGE); every row lands once, in order, from a
+    batch write and from a streaming batch and its replay."""
+    data = tmp_path / "data"
+    with walfs.Wal(data) as wal:
+        wal.create_partition("narrow", 0)
+        wal.set_retention("narrow", max_message_bytes=20_000)
+    serve = ServeProcess(data, "--kafka-config", "message.max.bytes=65536")
+    try:
+        opts = {"bootstrap": serve.bootstrap, "queryId": QUERY}
+        for topic in ("wide", "narrow"):
+            rows = [(topic, 0, f"{i:06d}" + "z" * 1000) for i in range(1500)]
+            sink.WalfsBatchWriter(parse_sink_options(opts)).commit([task_message(rows)])
+            stream = WalfsStreamWriter(parse_sink_options(opts))
+            stream.commit([task_message(rows)], 7)
+            stream.commit([task_message(rows)], 7)  # the replay appends nothing
+    finally:
+        rc, err = serve.stop()
+        assert rc == 0, err
+    expected = [f"{i:06d}" for i in range(1500)] * 2
+    got = contents(data)
+    assert [v[:6] for v in got[("wide", 0)]] == expected
+    assert [v[:6] for v in got[("narrow", 0)]] == expected
+    with walfs.Wal(data, read_only=True) as wal:
+        # The stream's chunks: each under its topic's limit, so more of them for "narrow".
+        markers = {
+            t: [r.headers[0][1].decode() for r in wal.read_records(t, 1500, 0, 1500) if r.headers]
+            for t in ("wide", "narrow")
+        }
+    assert len(markers["narrow"]) > len(markers["wide"]) >= 1500 * 1040 // 65536
+    assert all(m.startswith(f"{QUERY}:7:") for ms in markers.values() for m in ms)
+
+
+def test_staged_rows_are_compressed_only_when_they_compress(tmp_path: Path) -> None:
+    """A task's commit message carries its rows lz4-compressed when a sample shrinks
+    (here 20x), as they are when it would not (random bytes); the driver reads both."""
+    rng = random.Random(5)
+    plain = [("out", 0, f"{i:06d}" + "a" * 500) for i in range(200)]
+    noise = [("out", 1, rng.randbytes(250).hex()) for _ in range(200)]
+    small, large = task_message(plain), task_message(noise)
+    assert isinstance(small, StagedRows) and isinstance(large, StagedRows)
+    assert len(small.ipc) < 200 * 506 / 20
+    assert len(large.ipc) > 200 * 500
+    w = WalfsStreamWriter(parse_sink_options({"path": str(tmp_path / "data"), "queryId": QUERY}))
+    w.commit([small, large], 0)
+    assert contents(tmp_path / "data") == {
+        ("out", 0): [v for _, _, v in plain],
+        ("out", 1): [v for _, _, v in noise],
+    }

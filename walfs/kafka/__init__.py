@@ -1,5 +1,17 @@
-"""Kafka-wire listener over a walfs engine (walfs.engine_api.LogEngine; docs/kafka.md)."""
+"""Kafka-wire listener over a walfs engine (walfs.engine_api.LogEngine; docs/kafka.md).
 
-from walfs.kafka.listener import parse_listen_address, serve_kafka
+The listener is imported on first use (PEP 562): its message tables take a second or
+more to import, and the codecs in this package (record_batch, which Spark's Python
+workers use for `bootstrap` reads and writes) need none of it."""
+
+from typing import Any
 
 __all__ = ["parse_listen_address", "serve_kafka"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from walfs.kafka import listener
+
+        return getattr(listener, name)
+    raise AttributeError(f"module 'walfs.kafka' has no attribute {name!r}")

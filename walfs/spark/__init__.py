@@ -9,7 +9,8 @@ not. One module per concern: options (option parsing), schema (row layout), colu
 (records to Arrow batches), ranges (offsets and input partitions), wal_cache (read-only
 handles per worker), batch and stream (the readers), remote (a client of a walfs daemon's
 Kafka listener) and remote_read (ranges read through it), sink (the writers and their
-commit protocol) and sink_target (where they append), source (the DataSource).
+commit protocol), sink_rows (rows to stored records in bulk), sink_target (where they
+append: the data directory) and sink_remote (through a daemon), source (the DataSource).
 """
 
 from walfs.spark.source import WalfsDataSource

@@ -100,12 +100,17 @@ def _columns_to_batch(
         # concatenation of the values: the column is a view of it.
         data = buf.slice(0, used)
     else:
+        # The values are the bodies less their meta sections: drop the meta bytes with a
+        # byte mask (an index only per meta byte, a few per record; an index per value
+        # byte would take 8 bytes of memory for each one).
         raw_u8 = np.frombuffer(buf, np.uint8, used)
-        starts = pos + meta_len
-        gather = np.arange(int(value_offsets[-1]), dtype=np.int64) + np.repeat(
-            starts - value_offsets[:-1], value_len
-        )
-        data = pa.py_buffer(raw_u8[gather])
+        meta_offsets = np.zeros(n + 1, np.int64)
+        meta_offsets[1:] = np.cumsum(meta_len)
+        keep = np.ones(used, bool)
+        keep[
+            np.arange(int(meta_offsets[-1]), dtype=np.int64) + np.repeat(pos - meta_offsets[:-1], meta_len)
+        ] = False
+        data = pa.py_buffer(raw_u8[keep])
     values = pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(value_offsets), data])
     ts_ms = r["timestamp_ms"].astype(np.int64)
     ts_type = np.full(n, LOG_APPEND_TIME, np.int32)

@@ -4,7 +4,8 @@ A small blocking client over one TCP connection, built on kio's message classes 
 listener's own codec library) and walfs' own record-batch code: Metadata (topics and
 partition counts), ListOffsets (earliest / latest), Fetch (raw record batches),
 Produce (one batch per partition, acks=all: atomic and durable when answered),
-OffsetCommit / OffsetFetch (the sink's per-query cursors) and CreateTopics.
+OffsetCommit / OffsetFetch (the sink's per-query cursors), CreateTopics and
+DescribeConfigs (the largest batch a Produce may send).
 
 Everything read from the socket is bounds-checked: a frame is at most MAX_FRAME bytes,
 errors the daemon answers become RemoteError with the Kafka error name.
@@ -16,18 +17,31 @@ import datetime
 import io
 import socket
 import struct
+import sys
 import threading
+from dataclasses import dataclass
 from typing import Any
-
-from kio.index import load_payload_module
-from kio.schema.errors import ErrorCode
-from kio.schema.types import BrokerId, GroupId, TopicName
-from kio.serial import entity_reader, entity_writer
-from kio.static.constants import EntityType
-from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from walfs.errors import WalError
 from walfs.spark.options import parse_bootstrap
+
+# kio (the listener's message classes) imports hypothesis when it is installed (a test
+# extra), only to register test strategies walfs never uses: over a second in every Spark
+# Python worker that plans, reads or writes through a daemon. It is hidden while kio loads
+# (kio then skips the registration), unless either is loaded already (nothing changes).
+_hide_hypothesis = "hypothesis" not in sys.modules and "kio" not in sys.modules
+if _hide_hypothesis:
+    sys.modules["hypothesis"] = None  # type: ignore[assignment]  # its import fails: ImportError
+try:
+    from kio.index import load_payload_module
+    from kio.schema.errors import ErrorCode
+    from kio.schema.types import BrokerId, GroupId, TopicName
+    from kio.serial import entity_reader, entity_writer
+    from kio.static.constants import EntityType
+    from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+finally:
+    if _hide_hypothesis:
+        del sys.modules["hypothesis"]
 
 # A response is refused past this size (Fetch asks for far less; see FETCH_MAX_BYTES).
 MAX_FRAME = 256 << 20
@@ -43,6 +57,20 @@ METADATA = (3, 8)
 OFFSET_COMMIT = (8, 7)
 OFFSET_FETCH = (9, 5)
 CREATE_TOPICS = (19, 4)
+DESCRIBE_CONFIGS = (32, 4)
+
+RESOURCE_TOPIC = 2
+RESOURCE_BROKER = 4
+
+
+@dataclass(frozen=True)
+class FetchAhead:
+    """A Fetch sent, its answer not yet received (RemoteWal.fetch_ahead)."""
+
+    topic: str
+    partition: int
+    offset: int
+    cid: int
 
 
 class RemoteError(WalError):
@@ -76,6 +104,7 @@ class RemoteWal:
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._correlation = 0
         self._lock = threading.Lock()
+        self._ahead: FetchAhead | None = None
 
     def close(self) -> None:
         self._sock.close()
@@ -87,7 +116,8 @@ class RemoteWal:
         self.close()
 
     # -- framing --------------------------------------------------------------------
-    def _recv_exact(self, n: int) -> bytes:
+    def _recv_exact(self, n: int) -> memoryview:
+        """n bytes from the socket, read into one buffer (a read-only view of it: no copy)."""
         buf = bytearray(n)
         view = memoryview(buf)
         got = 0
@@ -96,44 +126,58 @@ class RemoteWal:
             if k == 0:
                 raise RemoteError(f"the walfs daemon at {self.bootstrap} closed the connection")
             got += k
-        return bytes(buf)
+        return view.toreadonly()
 
     def _call(self, api: tuple[int, int], body: Any) -> Any:
         with self._lock:
-            self._correlation += 1
-            cid = self._correlation
-            header_cls = type(body).__header_schema__
-            out = io.BytesIO()
-            entity_writer(header_cls)(
-                out,
-                header_cls(
-                    request_api_key=i16(api[0]),
-                    request_api_version=i16(api[1]),
-                    correlation_id=i32(cid),
-                    client_id="walfs-spark",
-                ),
-            )
-            entity_writer(type(body))(out, body)
-            payload = out.getvalue()
-            try:
-                self._sock.sendall(struct.pack(">i", len(payload)) + payload)
-                (size,) = struct.unpack(">i", self._recv_exact(4))
-                if not 4 <= size <= MAX_FRAME:
-                    raise RemoteError(f"the walfs daemon at {self.bootstrap} sent a frame of {size} bytes")
-                frame = self._recv_exact(size)
-            except OSError as e:
-                raise RemoteError(f"the walfs daemon at {self.bootstrap}: {e}") from e
-            resp_cls = getattr(_resp(api), type(body).__name__.replace("Request", "Response"))
-            try:
-                header, used = entity_reader(resp_cls.__header_schema__)(frame, 0)
-                if header.correlation_id != cid:
-                    raise RemoteError(f"answer to request {header.correlation_id}, expected {cid}")
-                resp, _ = entity_reader(resp_cls)(frame, used)
-            except RemoteError:
-                raise
-            except Exception as e:  # kio raises several types for a malformed answer
-                raise RemoteError(f"malformed answer from {self.bootstrap}: {e}") from e
-            return resp
+            if self._ahead is not None:
+                raise RemoteError("a Fetch sent ahead has not been received (RemoteWal.fetch_result)")
+            return self._receive(api, type(body), self._send(api, body))
+
+    def _send(self, api: tuple[int, int], body: Any) -> int:
+        """Sends one request; its correlation id."""
+        self._correlation += 1
+        cid = self._correlation
+        header_cls = type(body).__header_schema__
+        out = io.BytesIO()
+        entity_writer(header_cls)(
+            out,
+            header_cls(
+                request_api_key=i16(api[0]),
+                request_api_version=i16(api[1]),
+                correlation_id=i32(cid),
+                client_id="walfs-spark",
+            ),
+        )
+        entity_writer(type(body))(out, body)
+        payload = out.getbuffer()  # a view: a Produce's batches are not copied again
+        try:
+            self._sock.sendall(struct.pack(">i", len(payload)))
+            self._sock.sendall(payload)
+        except OSError as e:
+            raise RemoteError(f"the walfs daemon at {self.bootstrap}: {e}") from e
+        return cid
+
+    def _receive(self, api: tuple[int, int], body_cls: type, cid: int) -> Any:
+        """The answer to request `cid` (the next frame on the connection), decoded."""
+        try:
+            (size,) = struct.unpack(">i", self._recv_exact(4))
+            if not 4 <= size <= MAX_FRAME:
+                raise RemoteError(f"the walfs daemon at {self.bootstrap} sent a frame of {size} bytes")
+            frame = self._recv_exact(size)
+        except OSError as e:
+            raise RemoteError(f"the walfs daemon at {self.bootstrap}: {e}") from e
+        resp_cls = getattr(_resp(api), body_cls.__name__.replace("Request", "Response"))
+        try:
+            header, used = entity_reader(resp_cls.__header_schema__)(frame, 0)
+            if header.correlation_id != cid:
+                raise RemoteError(f"answer to request {header.correlation_id}, expected {cid}")
+            resp, _ = entity_reader(resp_cls)(frame, used)
+        except RemoteError:
+            raise
+        except Exception as e:  # kio raises several types for a malformed answer
+            raise RemoteError(f"malformed answer from {self.bootstrap}: {e}") from e
+        return resp
 
     # -- requests -------------------------------------------------------------------
     def topics(self, names: list[str] | None = None) -> dict[str, int]:
@@ -188,6 +232,14 @@ class RemoteWal:
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = FETCH_MAX_BYTES) -> bytes:
         """Raw record batches from `offset` on (empty at the end); no long poll."""
+        return self.fetch_result(self.fetch_ahead(topic, partition, offset, max_bytes))
+
+    def fetch_ahead(
+        self, topic: str, partition: int, offset: int, max_bytes: int = FETCH_MAX_BYTES
+    ) -> FetchAhead:
+        """Sends a Fetch without waiting for its answer (fetch_result gets it), so the
+        daemon reads the next records while the caller decodes the last ones. One at a
+        time: no other request goes out until its answer is received."""
         part_cls = _req(FETCH, "FetchPartition")
         topic_cls = _req(FETCH, "FetchTopic")
         req = _req(FETCH, "FetchRequest")(
@@ -215,13 +267,26 @@ class RemoteWal:
             forgotten_topics_data=(),
             rack_id="",
         )
-        resp = self._call(FETCH, req)
-        _check(resp.error_code, f"fetch {topic!r}[{partition}]")
+        with self._lock:
+            if self._ahead is not None:
+                raise RemoteError("a Fetch sent ahead has not been received (RemoteWal.fetch_result)")
+            self._ahead = FetchAhead(topic, partition, offset, self._send(FETCH, req))
+            return self._ahead
+
+    def fetch_result(self, ahead: FetchAhead) -> bytes:
+        """The records of a Fetch sent with fetch_ahead."""
+        with self._lock:
+            if self._ahead is not ahead:
+                raise RemoteError("fetch_result of a Fetch that is not the one outstanding")
+            self._ahead = None
+            resp = self._receive(FETCH, _req(FETCH, "FetchRequest"), ahead.cid)
+        what = f"fetch {ahead.topic!r}[{ahead.partition}]"
+        _check(resp.error_code, what)
         for t in resp.responses:
             for p in t.partitions:
-                _check(p.error_code, f"fetch {topic!r}[{partition}] at {offset}")
+                _check(p.error_code, f"{what} at {ahead.offset}")
                 return bytes(p.records or b"")
-        raise RemoteError(f"fetch {topic!r}[{partition}]: the answer names no partition")
+        raise RemoteError(f"{what}: the answer names no partition")
 
     def produce(self, topic: str, partition: int, batch: bytes) -> int:
         """Appends one record batch (atomically, durably: acks=all); its first offset."""
@@ -305,3 +370,45 @@ class RemoteWal:
         for t in self._call(CREATE_TOPICS, req).topics:
             if t.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
                 _check(t.error_code, f"create topic {topic!r}")
+
+    def max_message_bytes(self, topics: list[str]) -> dict[str, int]:
+        """The largest record batch a Produce to each topic may send, as the daemon
+        enforces it: the topic's max.message.bytes, which defaults to the daemon's
+        message.max.bytes (the latter under the key "" and for topics it does not know)."""
+        res_cls = _req(DESCRIBE_CONFIGS, "DescribeConfigsResource")
+        req = _req(DESCRIBE_CONFIGS, "DescribeConfigsRequest")(
+            resources=(
+                res_cls(
+                    resource_type=i8(RESOURCE_BROKER),
+                    resource_name="",
+                    configuration_keys=("message.max.bytes",),
+                ),
+                *(
+                    res_cls(
+                        resource_type=i8(RESOURCE_TOPIC),
+                        resource_name=t,
+                        configuration_keys=("max.message.bytes",),
+                    )
+                    for t in topics
+                ),
+            ),
+            include_synonyms=False,
+            include_documentation=False,
+        )
+        out: dict[str, int] = {}
+        for r in self._call(DESCRIBE_CONFIGS, req).results:
+            topic = "" if r.resource_type == RESOURCE_BROKER else str(r.resource_name)
+            if topic and r.error_code == ErrorCode.unknown_topic_or_partition:
+                continue
+            _check(r.error_code, f"configs of {'the daemon' if not topic else repr(topic)}")
+            for c in r.configs:
+                if c.name in ("message.max.bytes", "max.message.bytes") and c.value is not None:
+                    try:
+                        out[topic] = int(c.value)
+                    except ValueError as e:
+                        raise RemoteError(f"the walfs daemon sent {c.name}={c.value!r}") from e
+        if "" not in out:
+            raise RemoteError("the walfs daemon did not say its message.max.bytes (DescribeConfigs)")
+        for t in topics:
+            out.setdefault(t, out[""])
+        return out

@@ -10,32 +10,53 @@ CreateTime (0).
 
 from __future__ import annotations
 
+import contextlib
+import struct
 from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from walfs.errors import OffsetOutOfRangeError
-from walfs.kafka.record_batch import BatchError, decode_for_append
+from walfs.kafka.record_batch import BATCH_OVERHEAD, BatchError, decode_for_append
 from walfs.spark.columnar import REC_DTYPE, _columns_to_batch
-from walfs.spark.remote import FETCH_MAX_BYTES, RemoteError, RemoteWal
-from walfs.spark.sink_target import split_batches
+from walfs.spark.remote import FETCH_MAX_BYTES, FetchAhead, RemoteError, RemoteWal
 
 
 def read_remote_range(
     bootstrap: str, topic: str, partition: int, start: int, end: int, max_bytes: int = FETCH_MAX_BYTES
 ) -> Iterator[pa.RecordBatch]:
     """Yields the records start..end-1 of topic[partition] as the daemon serves them."""
-    offset = start
     with RemoteWal(bootstrap) as remote:
+        yield from read_remote(remote, topic, partition, start, end, max_bytes)
+
+
+def read_remote(
+    remote: RemoteWal, topic: str, partition: int, start: int, end: int, max_bytes: int = FETCH_MAX_BYTES
+) -> Iterator[pa.RecordBatch]:
+    """read_remote_range over an open connection. The Fetch for the next records goes out
+    (fetch_ahead) before this answer is decoded, so the daemon reads and sends them
+    meanwhile; its answer is used only if it starts where decoding ended."""
+    offset = start
+    ahead: FetchAhead | None = None
+    try:
         while offset < end:
-            raw = remote.fetch(topic, partition, offset, max_bytes)
+            if ahead is not None and ahead.offset != offset:
+                remote.fetch_result(ahead)  # asked for the wrong place: dropped
+                ahead = None
+            if ahead is None:
+                ahead = remote.fetch_ahead(topic, partition, offset, max_bytes)
+            raw = remote.fetch_result(ahead)
+            ahead = None
+            after = end_of_batches(raw)
+            if after is not None and offset < after < end:
+                ahead = remote.fetch_ahead(topic, partition, after, max_bytes)
             got = 0
             for base, batch in split_batches(raw):
                 try:
                     bodies = decode_for_append(batch)
                 except BatchError as e:
-                    raise RemoteError(f"{topic!r}[{partition}] at {base} from {bootstrap}: {e}") from e
+                    raise RemoteError(f"{topic!r}[{partition}] at {base} from {remote.bootstrap}: {e}") from e
                 if bodies is None:
                     continue
                 n = len(bodies.meta_lens)
@@ -58,5 +79,45 @@ def read_remote_range(
                     return
             if got == 0:
                 raise OffsetOutOfRangeError(
-                    f"{topic!r}[{partition}] on {bootstrap} has no record at offset {offset} (end {end})"
+                    f"{topic!r}[{partition}] on {remote.bootstrap} has no record at offset {offset} "
+                    f"(end {end})"
                 )
+    finally:
+        if ahead is not None:  # the connection stays usable: the answer sent ahead is read
+            with contextlib.suppress(RemoteError):
+                remote.fetch_result(ahead)
+
+
+_BASE_AND_LENGTH = struct.Struct(">qi")
+_LAST_DELTA = struct.Struct(">i")  # at byte 23 of a batch
+
+
+def end_of_batches(raw: bytes) -> int | None:
+    """The offset after the last whole record batch of a fetch answer, from the batch
+    headers alone (base offset + lastOffsetDelta + 1; not yet checked: only where to
+    fetch next); None when it holds none."""
+    after = None
+    pos = 0
+    while len(raw) - pos >= BATCH_OVERHEAD:
+        base, length = _BASE_AND_LENGTH.unpack_from(raw, pos)
+        if length < BATCH_OVERHEAD - 12 or pos + 12 + length > len(raw):
+            break
+        (last_delta,) = _LAST_DELTA.unpack_from(raw, pos + 23)
+        after = base + last_delta + 1
+        pos += 12 + length
+    return after
+
+
+def split_batches(raw: bytes) -> Iterator[tuple[int, bytes]]:
+    """(base offset, whole batch) of each record batch in a fetch answer; a batch cut
+    short at the end of the answer (Kafka allows that) is dropped."""
+    pos = 0
+    while len(raw) - pos >= BATCH_OVERHEAD:
+        base, length = _BASE_AND_LENGTH.unpack_from(raw, pos)
+        end = pos + 12 + length
+        if length < BATCH_OVERHEAD - 12:
+            raise RemoteError(f"malformed record batch in a fetch answer (length {length})")
+        if end > len(raw):
+            return
+        yield base, raw[pos:end]
+        pos = end

@@ -48,16 +48,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from walfs.records import Header
+from walfs.spark.columnar import _empty_lists, _repeated_string
 from walfs.spark.options import SinkOptions, WalfsOptionError
 from walfs.spark.schema import HEADER_TYPE
+from walfs.spark.sink_rows import HEADER_OVERHEAD, cuts, encode_chunk, row_costs
 
 if TYPE_CHECKING:
-    from walfs.spark.sink_target import Row, SinkTarget
+    from walfs.spark.sink_target import SinkTarget
 
 MARKER = "walfs.sink"
 CHUNK_BYTES = 32 << 20
@@ -75,25 +77,53 @@ STAGED_SCHEMA = pa.schema(
 )
 
 
+# The rows travel task -> JVM -> driver -> the commit's Python worker, each hop a copy:
+# lz4 (Arrow's IPC buffer compression) makes them smaller when they compress, and costs
+# several times the copies it saves when they do not (hex, media, encrypted data). A
+# task compresses when a sample of its first values shrinks below COMPRESS_BELOW.
+COMPRESS_BELOW = 0.75
+COMPRESS_SAMPLE = 256 << 10
+
+
 @dataclass
 class StagedRows(WriterCommitMessage):
-    """One task's rows (an Arrow IPC stream in STAGED_SCHEMA) and how many."""
+    """One task's rows (an Arrow IPC stream in STAGED_SCHEMA, buffers lz4-compressed
+    when they compress well) and how many."""
 
     ipc: bytes
     rows: int
+
+
+def compresses(b: pa.RecordBatch) -> bool:
+    """Whether lz4 shrinks a sample of the (normalized) rows' values enough to pay."""
+    data = b.column("value").buffers()[2]
+    if data is None or data.size < 4096:
+        return False
+    sample = data.slice(0, min(data.size, COMPRESS_SAMPLE))
+    return len(pa.Codec("lz4").compress(sample)) < COMPRESS_BELOW * sample.size
 
 
 def stage(batches: Iterator[pa.RecordBatch], topic_option: str | None) -> StagedRows:
     """Runs in a task: checks and normalizes the rows, appends nothing."""
     sink = pa.BufferOutputStream()
     n = 0
-    with pa.ipc.new_stream(sink, STAGED_SCHEMA) as out:
+    out: pa.ipc.RecordBatchStreamWriter | None = None
+    try:
         for b in batches:
             if b.num_rows == 0:
                 continue
-            out.write_batch(normalize(b, topic_option))
+            rows = normalize(b, topic_option)
+            if out is None:
+                compression = "lz4" if compresses(rows) else None
+                out = pa.ipc.new_stream(
+                    sink, STAGED_SCHEMA, options=pa.ipc.IpcWriteOptions(compression=compression)
+                )
+            out.write_batch(rows)
             n += b.num_rows
-    return StagedRows(sink.getvalue().to_pybytes(), n)
+    finally:
+        if out is not None:
+            out.close()
+    return StagedRows(sink.getvalue().to_pybytes() if out is not None else b"", n)
 
 
 def check_schema(names: Sequence[str], topic_option: str | None) -> None:
@@ -128,7 +158,7 @@ def normalize(b: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatch:
     value = pc.fill_null(_binary(b.column("value"), "value"), b"")
     key = _binary(b.column("key"), "key") if "key" in names else pa.nulls(n, pa.binary())
     if topic_option is not None:
-        topic = pa.array([topic_option] * n, pa.string())
+        topic = _repeated_string(topic_option, n)
     else:
         topic = b.column("topic")
         if not pa.types.is_string(topic.type):
@@ -143,7 +173,7 @@ def normalize(b: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatch:
         if n and pc.min(part).as_py() < 0:
             raise WalfsOptionError("column partition has a negative value")
     else:
-        part = pa.array([0] * n, pa.int32())
+        part = pa.array(np.zeros(n, np.int32))
     if "headers" in names:
         headers = b.column("headers")
         try:
@@ -155,7 +185,7 @@ def normalize(b: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatch:
         if headers.flatten().field("key").null_count:
             raise WalfsOptionError("a header has a null key (Kafka header keys are strings)")
     else:
-        headers = pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()), pa.array([], HEADER_TYPE))
+        headers = _empty_lists(n)
     return pa.RecordBatch.from_arrays([topic, part, key, value, headers], schema=STAGED_SCHEMA)
 
 
@@ -177,6 +207,9 @@ def streams_of(target: SinkTarget, table: pa.Table) -> Iterator[tuple[str, int, 
         most.column("topic").to_pylist(), most.column("partition_max").to_pylist(), strict=True
     ):
         target.ensure(topic, top + 1)
+    if most.num_rows == 1 and pc.min(table.column("partition")).as_py() == top:
+        yield topic, top, table  # one stream (the usual case): its rows are the table
+        return
     pairs = table.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
     for topic, partition in sorted(
         zip(pairs.column("topic").to_pylist(), pairs.column("partition").to_pylist(), strict=True)
@@ -185,49 +218,18 @@ def streams_of(target: SinkTarget, table: pa.Table) -> Iterator[tuple[str, int, 
         yield topic, partition, table.filter(mask)
 
 
-def rows_of(t: pa.Table) -> list[Row]:
-    keys = t.column("key").to_pylist()
-    values = t.column("value").to_pylist()
-    headers = t.column("headers")
-    if headers.null_count == len(headers) or pc.sum(pc.list_value_length(headers)).as_py() in (0, None):
-        hl: list[list[Header]] = [[] for _ in range(len(values))]
-    else:
-        hl = [[(h["key"], h["value"]) for h in (hs or ())] for hs in headers.to_pylist()]
-    return list(zip(keys, values, hl, strict=True))
-
-
-ROW_OVERHEAD = 32  # a record's framing in a Kafka batch, at most (varints, attributes)
-
-
-def row_bytes(r: Row) -> int:
-    key, value, headers = r
-    return len(value) + len(key or b"") + sum(len(k) + len(v or b"") for k, v in headers) + ROW_OVERHEAD
-
-
-def chunks(rows: list[Row], limit: int | None = None) -> list[list[Row]]:
-    """Consecutive runs of at most `limit` (default CHUNK_BYTES) bytes of rows, framing
-    included (at least one row each)."""
-    limit = min(CHUNK_BYTES, limit or CHUNK_BYTES)
-    out: list[list[Row]] = []
-    cur: list[Row] = []
-    size = 0
-    for r in rows:
-        n = row_bytes(r)
-        if cur and size + n > limit:
-            out.append(cur)
-            cur, size = [], 0
-        cur.append(r)
-        size += n
-    if cur:
-        out.append(cur)
-    return out
+def chunk_limit(target: SinkTarget, topic: str, reserve: int = 0) -> int:
+    """The most row bytes (sink_rows.row_costs) of one chunk for `topic`: CHUNK_BYTES or
+    the target's own limit, less `reserve` (the marker header, in streaming writes)."""
+    own = target.chunk_bytes(topic)
+    return max(1, min(CHUNK_BYTES, own if own is not None else CHUNK_BYTES) - reserve)
 
 
 def write_all(target: SinkTarget, table: pa.Table) -> None:
     """Batch writes: each stream's rows appended in order, one atomic append per chunk."""
     for topic, partition, t in streams_of(target, table):
-        for c in chunks(rows_of(t), target.max_chunk_bytes):
-            target.append(topic, partition, c)
+        runs = cuts(row_costs(t), chunk_limit(target, topic))
+        target.append(topic, partition, (encode_chunk(t.slice(a, b - a)) for a, b in runs))
 
 
 def write_once(target: SinkTarget, table: pa.Table, query_id: str, batch_id: int) -> None:
@@ -235,6 +237,9 @@ def write_once(target: SinkTarget, table: pa.Table, query_id: str, batch_id: int
     module's doc)."""
     group = GROUP_PREFIX + query_id
     prefix = f"{query_id}:{batch_id}:"
+    # The marker header: its name, value ("<prefix><chunk>:<rows>", two numbers of at
+    # most 20 digits) and framing count against the chunk's limit.
+    reserve = len(MARKER) + len(prefix.encode()) + 41 + HEADER_OVERHEAD
     for topic, partition, t in streams_of(target, table):
         cursor = target.committed(group, topic, partition)
         if cursor is None:
@@ -245,12 +250,17 @@ def write_once(target: SinkTarget, table: pa.Table, query_id: str, batch_id: int
             for k, v in headers:
                 if k == MARKER and v is not None and v.startswith(prefix.encode()):
                     found[int(v.decode().rsplit(":", 2)[1])] = offset
-        for i, c in enumerate(chunks(rows_of(t), target.max_chunk_bytes)):
-            if i in found:
-                continue
-            key, value, headers = c[0]
-            marked = [*headers, (MARKER, f"{prefix}{i}:{len(c)}".encode())]
-            found[i] = target.append(topic, partition, [(key, value, marked), *c[1:]])
+        runs = list(enumerate(cuts(row_costs(t), chunk_limit(target, topic, reserve))))
+        missing = [(i, a, b) for i, (a, b) in runs if i not in found]
+        firsts = target.append(
+            topic,
+            partition,
+            (
+                encode_chunk(t.slice(a, b - a), (MARKER, f"{prefix}{i}:{b - a}".encode()))
+                for i, a, b in missing
+            ),
+        )
+        found.update(zip((i for i, _, _ in missing), firsts, strict=True))
         # The next batch's scan starts at this batch's first record: a replay of this
         # batch (the only one Spark can replay once the next has begun) is found there.
         start = min(found.values())
