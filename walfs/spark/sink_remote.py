@@ -31,7 +31,7 @@ from walfs.spark.sink_target import headed
 PRODUCE_BYTES = 32 << 20
 
 
-def kafka_batch(chunk: Chunk, timestamp_ms: int) -> bytes:
+def kafka_batch(chunk: Chunk, timestamp_ms: int) -> bytes | bytearray:
     """The chunk as one Kafka record batch (v2, the C encoder the listener's fetches
     use), every record with CreateTime `timestamp_ms`."""
     n = len(chunk)
@@ -85,7 +85,7 @@ class RemoteTarget:
         go together in Produce requests of up to PRODUCE_BYTES, which the daemon appends
         as one atomic, durable append (one fsync for all of them)."""
         firsts: list[int] = []
-        batches: list[bytes] = []
+        batches: list[bytes | bytearray] = []
         counts: list[int] = []
 
         def send() -> None:
