@@ -83,7 +83,7 @@ def produce_frame(topic: str, batch: bytes, acks: int, correlation_id: int) -> b
     return request(0, PRODUCE_V, correlation_id, req)
 
 
-def fetch_frame(topic: str, offset: int, correlation_id: int) -> bytes:
+def fetch_frame(topic: str, offset: int, correlation_id: int, max_bytes: int = 1 << 20) -> bytes:
     m = load_payload_module(1, FETCH_V, EntityType.request)
     part = build(
         m.FetchPartition,
@@ -92,7 +92,7 @@ def fetch_frame(topic: str, offset: int, correlation_id: int) -> bytes:
         fetch_offset=offset,
         last_fetched_epoch=-1,
         log_start_offset=-1,
-        partition_max_bytes=1 << 20,
+        partition_max_bytes=max_bytes,
     )
     req = build(
         m.FetchRequest,

@@ -17,8 +17,6 @@ one run.
 from __future__ import annotations
 
 import argparse
-import datetime
-import io
 import json
 import os
 import statistics
@@ -30,77 +28,26 @@ from typing import Any
 
 import trio
 from crc32c import crc32c
-from kio.index import load_payload_module
-from kio.serial import entity_writer
-from kio.static.constants import EntityType
 
 import walfs
 from walfs.kafka.api import Later
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.dispatch import SUPPORTED, dispatch
 from walfs.kafka.framing import frame
-from walfs.kafka.messages import build, decode_request
+from walfs.kafka.messages import decode_request
 from walfs.kafka.record_batch import WireRecord, decode_for_append, encode_records_for_test, read_batch
 from walfs.kafka_codec import decode_kafka_records
 
-PRODUCE_V, FETCH_V = 9, 12
-
-
-def request_frame(api_key: int, version: int, body: Any) -> bytes:
-    header_cls = type(body).__header_schema__
-    buf = io.BytesIO()
-    entity_writer(header_cls)(
-        buf,
-        header_cls(request_api_key=api_key, request_api_version=version, correlation_id=7, client_id="prof"),
-    )
-    entity_writer(type(body))(buf, body)
-    return buf.getvalue()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_kafka_wire import FETCH_V, PRODUCE_V, fetch_frame, produce_frame  # noqa: E402
 
 
 def produce_request(topic: str, batch: bytes) -> bytes:
-    m = load_payload_module(0, PRODUCE_V, EntityType.request)
-    req = build(
-        m.ProduceRequest,
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=30),
-        topic_data=(
-            build(
-                m.TopicProduceData,
-                name=topic,
-                partition_data=(build(m.PartitionProduceData, index=0, records=batch),),
-            ),
-        ),
-    )
-    return request_frame(0, PRODUCE_V, req)
+    return produce_frame(topic, batch, -1, 7)[4:]  # a request without its size
 
 
 def fetch_request(topic: str, offset: int, max_bytes: int) -> bytes:
-    m = load_payload_module(1, FETCH_V, EntityType.request)
-    part = build(
-        m.FetchPartition,
-        partition=0,
-        current_leader_epoch=-1,
-        fetch_offset=offset,
-        last_fetched_epoch=-1,
-        log_start_offset=-1,
-        partition_max_bytes=max_bytes,
-    )
-    req = build(
-        m.FetchRequest,
-        cluster_id=None,
-        replica_id=-1,
-        max_wait=datetime.timedelta(milliseconds=500),
-        min_bytes=1,
-        max_bytes=50 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=(build(m.FetchTopic, topic=topic, partitions=(part,)),),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
-    return request_frame(1, FETCH_V, req)
+    return fetch_frame(topic, offset, 7, max_bytes)[4:]
 
 
 def timed(fn: Callable[[], Any], repeat: int) -> float:
