@@ -6,25 +6,14 @@ acknowledged stays at its offsets."""
 from __future__ import annotations
 
 import errno
-import os
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaError, Producer
 from kafka_harness import listener
+from segment_files import segment_bytes
 
 SEG = 1 << 20
-
-
-def segment_bytes(data: Path) -> int:
-    total = 0
-    for e in os.scandir(data):
-        if e.name.startswith("seg-"):
-            try:
-                total += e.stat().st_size
-            except FileNotFoundError:
-                pass
-    return total
 
 
 def test_produce_past_the_limit_gets_kafka_storage_error_when_retention_cannot_make_room(

@@ -11,6 +11,7 @@ import time
 
 import pytest
 from conftest_mount import Mount, wait_until
+from segment_files import segment_bytes
 from test_mount_permissions import as_nobody, mount_for_others, shared_base  # noqa: F401 (a fixture)
 
 pytest_plugins = ["conftest_mount"]
@@ -18,19 +19,6 @@ pytest_plugins = ["conftest_mount"]
 
 def xattr(m: Mount, name: str, path: str = "t") -> str:
     return m.out(f"getfattr --only-values -n user.walfs.{name} {path}")
-
-
-def segment_bytes(data: object) -> int:
-    """The apparent size of the data directory's segment files (those deleted meanwhile
-    skipped)."""
-    total = 0
-    for e in os.scandir(str(data)):
-        if e.name.startswith("seg-"):
-            try:
-                total += e.stat().st_size
-            except FileNotFoundError:
-                pass
-    return total
 
 
 def test_setfattr_trims_and_sets_retention_that_survives_a_remount(make_mount) -> None:
