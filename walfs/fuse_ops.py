@@ -39,7 +39,7 @@ from walfs.fuse.permissions import may_write_dir
 from walfs.fuse.requests import wrap_handlers
 from walfs.fuse.tree import Tree
 from walfs.line_assembly import DEFAULT_MAX_LINE_BYTES, LineAssembler
-from walfs.metrics import Latency
+from walfs.metrics import LoopLatency
 from walfs.names import MAX_NAME_BYTES
 from walfs.page_push import PagePusher
 
@@ -112,9 +112,10 @@ class WalOperations(pyfuse3.Operations):
         self.cold_reads = 0  # READs sent to a thread because their data was not in memory
         self.read_bytes = 0  # bytes READs returned (not served by the kernel's page cache)
         # The daemon's metrics in Prometheus's text format (root xattr user.walfs.metrics),
-        # and the histogram every request is timed into (walfs.fuse.requests).
+        # and the histogram every request is timed into (walfs.fuse.requests), which the
+        # daemon's metrics expose.
         self.metrics_text: Callable[[], bytes] | None = None
-        self.request_latency: Latency | None = None
+        self.request_latency = LoopLatency()
 
         self.tree.refresh_streams()
         # Set once the kernel's INIT has been answered (settings such as the read-ahead
