@@ -472,8 +472,11 @@ class WalOperations(pyfuse3.Operations):
         # FLUSH is what close() waits for; RELEASE comes later, asynchronously. Commit
         # here so that the next open (by the same shell script, say) sees the result.
         h = self.handles[fh]
-        if h.writable:
-            await self._commit_partial(h)
+        if h.lines is not None:
+            # An `echo >> t` sends two FLUSHes and a RELEASE after its one WRITE: most
+            # find no partial line and nothing held, and return here.
+            if h.held or h.lines.partial:
+                await self._commit_partial(h)
         elif h.reads_uncommitted():
             await self._commit_consumer(h)
 
@@ -491,8 +494,9 @@ class WalOperations(pyfuse3.Operations):
         if h is None:
             return
         try:
-            if h.writable:
-                await self._commit_partial(h)
+            if h.lines is not None:
+                if h.held or h.lines.partial:
+                    await self._commit_partial(h)
             elif h.reads_uncommitted():
                 await self._commit_consumer(h)
         finally:

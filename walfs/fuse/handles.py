@@ -12,7 +12,7 @@ from walfs.fuse.nodes import Node
 from walfs.line_assembly import LineAssembler
 
 
-@dataclass
+@dataclass(slots=True)
 class Handle:
     """State of one open file (one FUSE fh)."""
 
