@@ -58,6 +58,13 @@ log = logging.getLogger("walfs.fuse")
 # line can pass it.
 MIN_MAX_LINE_BYTES = 1 << 20
 
+# The request handlers (each guarded and timed by walfs.fuse.requests).
+REQUESTS = (
+    "lookup", "getattr", "setattr", "mkdir", "unlink", "rmdir", "rename", "link", "symlink",
+    "mknod", "opendir", "readdir", "releasedir", "open", "create", "read", "write", "flush",
+    "fsync", "release", "statfs", "getxattr", "listxattr", "setxattr", "removexattr",
+)  # fmt: skip
+
 
 class WalOperations(pyfuse3.Operations):
     """Translates FUSE requests into engine calls.
@@ -115,7 +122,7 @@ class WalOperations(pyfuse3.Operations):
         # and the histogram every request is timed into (walfs.fuse.requests), which the
         # daemon's metrics expose.
         self.metrics_text: Callable[[], bytes] | None = None
-        self.request_latency = LoopLatency()
+        self.request_latency = LoopLatency(REQUESTS)
 
         self.tree.refresh_streams()
         # Set once the kernel's INIT has been answered (settings such as the read-ahead
@@ -140,14 +147,23 @@ class WalOperations(pyfuse3.Operations):
 
     async def _append(self, node: Node, lines: bytes | bytearray | memoryview) -> None:
         """Appends newline-terminated lines (each one record) as one batch."""
-        # A plain try rather than wal_errors_as_errno: this runs for every write request.
+        if not self.blocking_appends:
+            self._append_inline(node, lines)
+            return
+        # Plain trys rather than wal_errors_as_errno: these run for every write request.
         try:
-            if self.blocking_appends:
-                await trio.to_thread.run_sync(self._append_lines, node, lines)
-            else:
-                self._append_lines(node, lines)
+            await trio.to_thread.run_sync(self._append_lines, node, lines)
         except Exception as exc:
-            raise logged_fuse_error(f"append to {node.topic!r}/{node.partition}", exc) from exc
+            raise _append_error(node, exc) from exc
+        self.watcher.stream_changed(node.topic, node.partition)
+
+    def _append_inline(self, node: Node, lines: bytes | bytearray | memoryview) -> None:
+        """_append when appends do not wait for the disk, without its coroutine frame
+        (WRITE calls this directly)."""
+        try:
+            self._append_lines(node, lines)
+        except Exception as exc:
+            raise _append_error(node, exc) from exc
         self.watcher.stream_changed(node.topic, node.partition)
 
     def _append_lines(self, node: Node, lines: bytes | bytearray | memoryview) -> None:
@@ -461,7 +477,10 @@ class WalOperations(pyfuse3.Operations):
         if batch is not None:
             # The complete lines go in as one batch (split in C, append_lines): no other
             # writer's line can land between them, and a crash keeps all or none.
-            await self._append(h.node, batch)
+            if self.blocking_appends:
+                await self._append(h.node, batch)
+            else:
+                self._append_inline(h.node, batch)
             h.held = len(batch)
             self.pages.grew(h.ino, h.node.topic, h.node.partition, h.held, held=True)
             lines.appended(buf)
@@ -568,16 +587,13 @@ class WalOperations(pyfuse3.Operations):
         raise pyfuse3.FUSEError(errno.ENOTSUP)
 
 
+def _append_error(node: Node, exc: Exception) -> pyfuse3.FUSEError:
+    return logged_fuse_error(f"append to {node.topic!r}/{node.partition}", exc)
+
+
 def _constant(value: str) -> Callable[[], str]:
     return lambda: value
 
 
 # Every request handler: guarded and timed (walfs.fuse.requests).
-wrap_handlers(
-    WalOperations,
-    (
-        "lookup", "getattr", "setattr", "mkdir", "unlink", "rmdir", "rename", "link", "symlink",
-        "mknod", "opendir", "readdir", "releasedir", "open", "create", "read", "write", "flush",
-        "fsync", "release", "statfs", "getxattr", "listxattr", "setxattr", "removexattr",
-    ),
-)  # fmt: skip
+wrap_handlers(WalOperations, REQUESTS)

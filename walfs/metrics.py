@@ -16,7 +16,7 @@ import bisect
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from walfs.errors import WalError
@@ -58,25 +58,31 @@ class LoopLatency(Latency):
     """A Latency that one thread writes (an event loop: the mount's FUSE requests) and any
     thread reads (a scrape): `observe` takes no lock.
 
-    Each label has one list, `slot(label)`: the bucket counts, then the error count
-    (ERRORS) and the sum of seconds (SUM). The writer changes its items in place, and a
-    reader copies the list; each item's store is atomic under the GIL, so a snapshot
-    taken during a request may miss that request in some items, never count it twice.
-    The mount's request wrapper (walfs.fuse.requests) updates a slot inline: a method
-    call with a lock per request was a measurable share of a small request's time."""
+    Each label has one list, `slots[label]` (made up front for `labels`, by `slot()`
+    for others): the bucket counts, then the error count (ERRORS) and the sum of
+    seconds (SUM). The writer changes its items in place, and a reader copies the list;
+    each item's store is atomic under the GIL, so a snapshot taken during a request may
+    miss that request in some items, never count it twice. Labels never observed are
+    left out of snapshots. The mount's request wrapper (walfs.fuse.requests) updates a
+    slot inline: a method call with a lock per request was a measurable share of a
+    small request's time."""
 
     ERRORS = len(BUCKETS) + 1
     SUM = len(BUCKETS) + 2
 
-    def __init__(self) -> None:
+    def __init__(self, labels: Iterable[str] = ()) -> None:
         super().__init__()
-        self._slots: dict[str, list[Any]] = {}
+        self.slots: dict[str, list[Any]] = {label: self._new_slot() for label in labels}
+
+    @staticmethod
+    def _new_slot() -> list[Any]:
+        return [0] * (len(BUCKETS) + 2) + [0.0]
 
     def slot(self, label: str) -> list[Any]:
-        s = self._slots.get(label)
+        s = self.slots.get(label)
         if s is None:
             with self._lock:  # slots are made by the writer, listed by readers
-                s = self._slots.setdefault(label, [0] * (len(BUCKETS) + 2) + [0.0])
+                s = self.slots.setdefault(label, self._new_slot())
         return s
 
     def observe(self, label: str, seconds: float, error: bool = False) -> None:
@@ -88,11 +94,13 @@ class LoopLatency(Latency):
 
     def snapshot(self) -> list[tuple[str, list[int], float, int]]:
         with self._lock:
-            slots = list(self._slots.items())
+            slots = list(self.slots.items())
         out = []
         for label, s in slots:
             copy = list(s)
-            out.append((label, copy[: len(BUCKETS) + 1], copy[self.SUM], copy[self.ERRORS]))
+            counts = copy[: len(BUCKETS) + 1]
+            if any(counts):
+                out.append((label, counts, copy[self.SUM], copy[self.ERRORS]))
         return out
 
 

@@ -31,7 +31,7 @@ log = logging.getLogger("walfs.fuse")
 
 def wrap_handlers(cls: type, names: Iterable[str]) -> None:
     """Guards and times each named request handler of `cls` (whose instances have a
-    `request_latency`, a walfs.metrics.LoopLatency)."""
+    `request_latency`, a walfs.metrics.LoopLatency with a slot for each name)."""
     for name in names:
         setattr(cls, name, _wrap(name, getattr(cls, name)))
 
@@ -55,7 +55,7 @@ def _wrap(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             log.exception("%s%r failed", op, args[:2])
             raise fuse_error_for(exc) from exc
         seconds = clock() - t0
-        slot = self.request_latency.slot(op)
+        slot = self.request_latency.slots[op]
         slot[where(bounds, seconds)] += 1
         slot[total] += seconds
         return out
