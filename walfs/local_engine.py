@@ -343,7 +343,7 @@ class LocalEngine:
     def _appended(self, s: Stream, ticket: int, n: int, nbytes: int) -> None:
         self.stats.appended(s.name, s.partition, n, nbytes)
         self._note_growth(s, nbytes)
-        if self._watchers:
+        if self._watchers.active:  # an attribute: __bool__ would cost each append a frame
             self._notify(Change("append", s.name, s.partition, s.org_id))
         if self.fsync == "always":
             # Appenders of the same stream share the next fsync (group commit).
