@@ -133,8 +133,10 @@ def test_each_echo_is_counted_request_by_request(mount: Mount) -> None:
 
     def counts() -> dict[str, float]:
         text = mount.out("getfattr --only-values -n user.walfs.metrics .")
-        return {op: value(text, "walfs_fuse_request_seconds_count", op=op)
-                for op in ("open", "write", "flush", "release")}
+        return {
+            op: value(text, "walfs_fuse_request_seconds_count", op=op)
+            for op in ("open", "write", "flush", "release")
+        }
 
     mount.sh("echo a >> t; echo b >> t")  # the first makes t (CREATE), the second opens it
     deadline = time.monotonic() + 30  # RELEASE follows close() asynchronously
