@@ -8,7 +8,9 @@ loop, on a fresh engine (fsync interval).
 - echo: the five requests of one `echo line >> t` (OPEN, WRITE of one line, FLUSH, FLUSH,
   RELEASE), CPU microseconds per echo;
 - append4k: WRITEs of 4 KiB pieces of ~100-byte lines to one open file (what `dd bs=4k
-  oflag=append` sends), CPU microseconds per WRITE.
+  oflag=append` sends), CPU microseconds per WRITE;
+- and for each, the Python function calls it makes (cProfile), which do not vary between
+  runs.
 
 Best of --repeat runs of --count each (the machine's noise only ever adds). A FUSE round
 trip costs far more (bench_mount.py's fuse_floor), but what the daemon adds to it is this,
@@ -21,8 +23,10 @@ and unlike the mount's rates it can be compared across trees on a busy machine:
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
+import pstats
 import shutil
 import sys
 import tempfile
@@ -49,7 +53,13 @@ def main(argv: list[str]) -> int:
     wal = open_engine(os.path.join(base, "data"), fsync="interval", segment_size=64 << 20)
     try:
         ops = WalOperations(wal, os.path.join(base, "data"))
-        wal.watch(ops.watcher.poke)  # as the daemon does: each append notifies the watcher
+        # As the daemon does: each append notifies the watcher, every request is timed (a
+        # tree from before walfs.metrics.LoopLatency times only once the daemon sets it).
+        wal.watch(ops.watcher.poke)
+        if getattr(ops, "request_latency", None) is None:
+            from walfs.metrics import Metrics
+
+            ops.request_latency = Metrics(wal).fuse
         results: dict[str, Any] = trio.run(_measure, ops, args.count, args.repeat)
     finally:
         wal.close()
@@ -89,14 +99,21 @@ async def _measure(ops: Any, count: int, repeat: int) -> dict[str, Any]:
         await ops.release(fh)
 
     out: dict[str, Any] = {"count": count, "repeat": repeat}
-    for name, run in (("echo_cpu_us", echoes), ("append4k_write_cpu_us", writes)):
+    for name, run in (("echo", echoes), ("append4k_write", writes)):
         runs = []
         for _ in range(repeat):
             c0 = time.process_time()
             await run()
             runs.append(round((time.process_time() - c0) / count * 1e6, 2))
-        out[name] = min(runs)
-        out[name + "_runs"] = runs
+        out[name + "_cpu_us"] = min(runs)
+        out[name + "_cpu_us_runs"] = runs
+        # Python function calls per echo / WRITE (cProfile's count): the same in every run,
+        # so it shows a change where the CPU figures drown in a busy machine's noise.
+        profile = cProfile.Profile()
+        profile.enable()
+        await run()
+        profile.disable()
+        out[name + "_python_calls"] = round(pstats.Stats(profile).total_calls / count, 1)  # type: ignore[attr-defined]
     return out
 
 
