@@ -203,7 +203,7 @@ class WalOperations(pyfuse3.Operations):
 
     async def commit_all_partials(self) -> None:
         """At shutdown: partial lines whose write() returned must not be lost."""
-        for h in self.handles:
+        for h in self.handles.open_handles():
             if h.lines is not None and h.lines.partial:
                 try:
                     await self._commit_partial(h)
@@ -354,7 +354,7 @@ class WalOperations(pyfuse3.Operations):
                     return
 
     async def releasedir(self, fh: int) -> None:
-        self.handles.pop(fh)
+        self.handles.pop(fh, None)
 
     # ----------------------------------------------------------------- FUSE: files
 
@@ -468,7 +468,8 @@ class WalOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EPERM)  # writing at an offset
         if lines.refused:
             raise pyfuse3.FUSEError(errno.EFBIG)
-        self._release_held(h)
+        if h.held:
+            self._release_held(h)
         try:
             batch = lines.complete_lines(buf)
         except RecordTooLargeError as exc:
@@ -519,7 +520,7 @@ class WalOperations(pyfuse3.Operations):
             elif h.reads_uncommitted():
                 await self._commit_consumer(h)
         finally:
-            self.handles.pop(fh)
+            self.handles.pop(fh, None)
 
     # ----------------------------------------------------------------- FUSE: the rest
 
