@@ -14,6 +14,8 @@ from confluent_kafka import Producer
 from conftest_mount import Mount
 from kafka_harness import SMALL_WAL_ARGS, ServeProcess
 
+from walfs.metrics import BUCKETS, Latency, LoopLatency
+
 pytest_plugins = ["conftest_mount"]
 
 
@@ -106,3 +108,48 @@ def test_every_fuse_request_is_timed_and_refusals_count_as_errors(mount: Mount) 
         assert value(text, "walfs_fuse_request_seconds_count", op=op) >= 1
         assert value(text, "walfs_fuse_request_errors_total", op=op) >= 1
     assert value(text, "walfs_fuse_request_errors_total", op="write") == 0
+
+
+def test_loop_latency_counts_what_latency_counts() -> None:
+    """The mount's lock-free histogram (LoopLatency) and the locked one (Latency) give
+    the same snapshot for the same requests, errors included."""
+    locked, loop = Latency(), LoopLatency()
+    for i, seconds in enumerate((3e-5, 5e-5, 7e-4, 0.003, 0.3, 4.0, 99.0, 1e-4, 2e-6)):
+        for hist in (locked, loop):
+            hist.observe("write" if i % 3 else "open", seconds, error=i == 4)
+    assert sorted(loop.snapshot()) == sorted(locked.snapshot())
+    # The request wrapper's inline update of a slot shows in the next snapshot.
+    slot = loop.slot("write")
+    slot[0] += 1
+    slot[LoopLatency.SUM] += 1e-5
+    counts = dict((k, c) for k, c, _s, _e in loop.snapshot())["write"]
+    assert counts[0] == dict((k, c) for k, c, _s, _e in locked.snapshot())["write"][0] + 1
+    assert len(counts) == len(BUCKETS) + 1
+
+
+def test_each_echo_is_counted_request_by_request(mount: Mount) -> None:
+    """Each `echo line >> t` is open, write, two flushes and a release (walfs/fuse/requests.py
+    counts each inline): n echoes move each op's count by exactly that many."""
+
+    def counts() -> dict[str, float]:
+        text = mount.out("getfattr --only-values -n user.walfs.metrics .")
+        return {
+            op: value(text, "walfs_fuse_request_seconds_count", op=op)
+            for op in ("open", "write", "flush", "release")
+        }
+
+    mount.sh("echo a >> t; echo b >> t")  # the first makes t (CREATE), the second opens it
+    deadline = time.monotonic() + 30  # RELEASE follows close() asynchronously
+    before = counts()
+    while before["release"] < before["open"] + 1 and time.monotonic() < deadline:  # create's too
+        time.sleep(0.05)
+        before = counts()
+    n = 25
+    mount.sh(f"for i in $(seq {n}); do echo line$i >> t; done")
+    want = {"open": n, "write": n, "flush": 2 * n, "release": n}
+    after = counts()
+    while after["release"] - before["release"] < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+        after = counts()
+    assert {op: after[op] - before[op] for op in want} == want
+    assert mount.out("wc -l < t").strip() == str(n + 2)

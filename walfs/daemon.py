@@ -223,8 +223,7 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
         allow_delete=config.allow_delete,
         info={"fsync": config.fsync, "org_id": str(config.org_id)},
     )
-    metrics = Metrics(wal)
-    ops.request_latency = metrics.fuse
+    metrics = Metrics(wal, fuse=ops.request_latency)
     ops.metrics_text = metrics.text
     if config.metrics_listen:
         host, port = metrics.serve(config.metrics_listen)

@@ -39,7 +39,7 @@ from walfs.fuse.permissions import may_write_dir
 from walfs.fuse.requests import wrap_handlers
 from walfs.fuse.tree import Tree
 from walfs.line_assembly import DEFAULT_MAX_LINE_BYTES, LineAssembler
-from walfs.metrics import Latency
+from walfs.metrics import LoopLatency
 from walfs.names import MAX_NAME_BYTES
 from walfs.page_push import PagePusher
 
@@ -57,6 +57,13 @@ log = logging.getLogger("walfs.fuse")
 # then gets EFBIG. The floor is FUSE's largest WRITE (1 MiB): then only a held partial
 # line can pass it.
 MIN_MAX_LINE_BYTES = 1 << 20
+
+# The request handlers (each guarded and timed by walfs.fuse.requests).
+REQUESTS = (
+    "lookup", "getattr", "setattr", "mkdir", "unlink", "rmdir", "rename", "link", "symlink",
+    "mknod", "opendir", "readdir", "releasedir", "open", "create", "read", "write", "flush",
+    "fsync", "release", "statfs", "getxattr", "listxattr", "setxattr", "removexattr",
+)  # fmt: skip
 
 
 class WalOperations(pyfuse3.Operations):
@@ -112,9 +119,10 @@ class WalOperations(pyfuse3.Operations):
         self.cold_reads = 0  # READs sent to a thread because their data was not in memory
         self.read_bytes = 0  # bytes READs returned (not served by the kernel's page cache)
         # The daemon's metrics in Prometheus's text format (root xattr user.walfs.metrics),
-        # and the histogram every request is timed into (walfs.fuse.requests).
+        # and the histogram every request is timed into (walfs.fuse.requests), which the
+        # daemon's metrics expose.
         self.metrics_text: Callable[[], bytes] | None = None
-        self.request_latency: Latency | None = None
+        self.request_latency = LoopLatency(REQUESTS)
 
         self.tree.refresh_streams()
         # Set once the kernel's INIT has been answered (settings such as the read-ahead
@@ -139,14 +147,23 @@ class WalOperations(pyfuse3.Operations):
 
     async def _append(self, node: Node, lines: bytes | bytearray | memoryview) -> None:
         """Appends newline-terminated lines (each one record) as one batch."""
-        # A plain try rather than wal_errors_as_errno: this runs for every write request.
+        if not self.blocking_appends:
+            self._append_inline(node, lines)
+            return
+        # Plain trys rather than wal_errors_as_errno: these run for every write request.
         try:
-            if self.blocking_appends:
-                await trio.to_thread.run_sync(self._append_lines, node, lines)
-            else:
-                self._append_lines(node, lines)
+            await trio.to_thread.run_sync(self._append_lines, node, lines)
         except Exception as exc:
-            raise logged_fuse_error(f"append to {node.topic!r}/{node.partition}", exc) from exc
+            raise _append_error(node, exc) from exc
+        self.watcher.stream_changed(node.topic, node.partition)
+
+    def _append_inline(self, node: Node, lines: bytes | bytearray | memoryview) -> None:
+        """_append when appends do not wait for the disk, without its coroutine frame
+        (WRITE calls this directly)."""
+        try:
+            self._append_lines(node, lines)
+        except Exception as exc:
+            raise _append_error(node, exc) from exc
         self.watcher.stream_changed(node.topic, node.partition)
 
     def _append_lines(self, node: Node, lines: bytes | bytearray | memoryview) -> None:
@@ -186,7 +203,7 @@ class WalOperations(pyfuse3.Operations):
 
     async def commit_all_partials(self) -> None:
         """At shutdown: partial lines whose write() returned must not be lost."""
-        for h in self.handles:
+        for h in self.handles.open_handles():
             if h.lines is not None and h.lines.partial:
                 try:
                     await self._commit_partial(h)
@@ -337,7 +354,7 @@ class WalOperations(pyfuse3.Operations):
                     return
 
     async def releasedir(self, fh: int) -> None:
-        self.handles.pop(fh)
+        self.handles.pop(fh, None)
 
     # ----------------------------------------------------------------- FUSE: files
 
@@ -451,7 +468,8 @@ class WalOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EPERM)  # writing at an offset
         if lines.refused:
             raise pyfuse3.FUSEError(errno.EFBIG)
-        self._release_held(h)
+        if h.held:
+            self._release_held(h)
         try:
             batch = lines.complete_lines(buf)
         except RecordTooLargeError as exc:
@@ -460,7 +478,10 @@ class WalOperations(pyfuse3.Operations):
         if batch is not None:
             # The complete lines go in as one batch (split in C, append_lines): no other
             # writer's line can land between them, and a crash keeps all or none.
-            await self._append(h.node, batch)
+            if self.blocking_appends:
+                await self._append(h.node, batch)
+            else:
+                self._append_inline(h.node, batch)
             h.held = len(batch)
             self.pages.grew(h.ino, h.node.topic, h.node.partition, h.held, held=True)
             lines.appended(buf)
@@ -471,8 +492,11 @@ class WalOperations(pyfuse3.Operations):
         # FLUSH is what close() waits for; RELEASE comes later, asynchronously. Commit
         # here so that the next open (by the same shell script, say) sees the result.
         h = self.handles[fh]
-        if h.writable:
-            await self._commit_partial(h)
+        if h.lines is not None:
+            # An `echo >> t` sends two FLUSHes and a RELEASE after its one WRITE: most
+            # find no partial line and nothing held, and return here.
+            if h.held or h.lines.partial:
+                await self._commit_partial(h)
         elif h.reads_uncommitted():
             await self._commit_consumer(h)
 
@@ -490,12 +514,13 @@ class WalOperations(pyfuse3.Operations):
         if h is None:
             return
         try:
-            if h.writable:
-                await self._commit_partial(h)
+            if h.lines is not None:
+                if h.held or h.lines.partial:
+                    await self._commit_partial(h)
             elif h.reads_uncommitted():
                 await self._commit_consumer(h)
         finally:
-            self.handles.pop(fh)
+            self.handles.pop(fh, None)
 
     # ----------------------------------------------------------------- FUSE: the rest
 
@@ -563,16 +588,13 @@ class WalOperations(pyfuse3.Operations):
         raise pyfuse3.FUSEError(errno.ENOTSUP)
 
 
+def _append_error(node: Node, exc: Exception) -> pyfuse3.FUSEError:
+    return logged_fuse_error(f"append to {node.topic!r}/{node.partition}", exc)
+
+
 def _constant(value: str) -> Callable[[], str]:
     return lambda: value
 
 
 # Every request handler: guarded and timed (walfs.fuse.requests).
-wrap_handlers(
-    WalOperations,
-    (
-        "lookup", "getattr", "setattr", "mkdir", "unlink", "rmdir", "rename", "link", "symlink",
-        "mknod", "opendir", "readdir", "releasedir", "open", "create", "read", "write", "flush",
-        "fsync", "release", "statfs", "getxattr", "listxattr", "setxattr", "removexattr",
-    ),
-)  # fmt: skip
+wrap_handlers(WalOperations, REQUESTS)

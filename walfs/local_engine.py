@@ -333,7 +333,12 @@ class LocalEngine:
         s = self._stream(topic, partition, True)
         assert s is not None
         core = self.core
-        _gid, offset, ticket, n = self._with_room(s, lambda: core.append_lines(s.stream_no, data))
+        try:  # _with_room only once refused: this is every mount WRITE's path
+            _gid, offset, ticket, n = core.append_lines(s.stream_no, data)
+        except WalIOError as e:  # EDQUOT: at its size limit + one segment (backpressure)
+            if e.errno != errno.EDQUOT:
+                raise
+            _gid, offset, ticket, n = self._with_room(s, lambda: core.append_lines(s.stream_no, data))
         self._appended(s, ticket, n, len(data))
         return offset, n
 
@@ -342,8 +347,9 @@ class LocalEngine:
 
     def _appended(self, s: Stream, ticket: int, n: int, nbytes: int) -> None:
         self.stats.appended(s.name, s.partition, n, nbytes)
-        self._note_growth(s, nbytes)
-        if self._watchers:
+        if self._size_limits.get(s.stream_no, -1) is not None:  # None: no size limit (the usual case)
+            self._note_growth(s, nbytes)
+        if self._watchers.active:  # an attribute: __bool__ would cost each append a frame
             self._notify(Change("append", s.name, s.partition, s.org_id))
         if self.fsync == "always":
             # Appenders of the same stream share the next fsync (group commit).

@@ -42,8 +42,13 @@ class Invalidator:
         self._entries_wakeup = trio.Event()  # names appeared (at once)
 
     def sizes(self, inodes: Iterable[int]) -> None:
-        self._dirty_inodes.update(inodes)
-        self._wakeup.set()
+        # Dirty inodes always have their wakeup set (run() swaps both at once): only the
+        # first of a batch sets it (every WRITE calls this).
+        dirty = self._dirty_inodes
+        first = not dirty
+        dirty.update(inodes)
+        if first:
+            self._wakeup.set()
 
     def names(self, entries: Iterable[tuple[int, bytes]], keep: tuple[int, bytes] | None = None) -> None:
         """Entries to drop; `keep`: one not to drop after all (the entry a CREATE made)."""
