@@ -1,9 +1,11 @@
 """Produce (and InitProducerId, which idempotent producers call first).
 
 All batches for one partition in a request become one ``wal.append_bodies`` call,
-so they survive a crash together or not at all. acks=-1 answers only once the
-records are durable: the WAL syncs each append itself under fsync="always",
-otherwise the answer is a ``Later`` that calls ``wal.sync()`` first."""
+so they survive a crash together or not at all. acks=-1 answers under the engine's
+fsync policy (Broker.acks_all_syncs): under fsync="always" the WAL syncs each append
+itself, under "interval" the answer is a ``Later`` that waits for ``wal.sync()`` first,
+under "never" it is answered once the records are in the log (page cache), as Kafka's
+single broker does."""
 
 from __future__ import annotations
 
@@ -127,7 +129,7 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
             appended |= code is ErrorCode.none
             parts.append((pd.index, code, base, start))
         results.append((td.name, parts))
-    if req.acks == -1 and appended and not broker.appends_are_durable:
+    if req.acks == -1 and appended and broker.acks_all_syncs:
         # The answer waits for the sync, the connection does not: it reads and appends the
         # next requests meanwhile, which then share this sync round or the next
         # (pipeline.py, group_sync.py).
