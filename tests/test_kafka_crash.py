@@ -11,10 +11,9 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from kafka_harness import ServeProcess
-
-import pytest
 
 import walfs
 
