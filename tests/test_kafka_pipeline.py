@@ -4,9 +4,10 @@ answers still go out in request order, after the sync, and the read-ahead is bou
 The answers that wait at once share one sync round (walfs/kafka/group_sync.py).
 
 The WAL's sync is held on a gate (the real sync runs once the gate opens), so what the
-listener does meanwhile is seen without any timing. acks=all waits for a sync under
-fsync="interval" (here with an interval of an hour, so only the listener syncs); under
-"never" it is answered once appended, under "always" the append itself is synced
+listener does meanwhile is seen without any timing. acks=all waits for the listener's
+sync under fsync="interval" (here with an interval of an hour, so only the listener
+syncs) and under "always" (its appends do not wait for their own fsync, so the next
+requests are appended while it runs); under "never" it is answered once appended
 (Broker.acks_all_syncs, docs/kafka.md "Durability")."""
 
 from __future__ import annotations
@@ -69,13 +70,17 @@ class GatedWal(walfs.Wal):
         self.engine.sync = gated_sync  # type: ignore[method-assign]
 
 
-# fsync="interval" whose interval syncer never comes during a test.
-INTERVAL_WAL = {"fsync": "interval", "fsync_interval_ms": 3_600_000, **SMALL_WAL}
+# The policies under which acks=all waits for the listener's sync: "interval" with an
+# interval syncer that never comes during a test, and "always".
+SYNCING_WALS = {
+    "interval": {"fsync": "interval", "fsync_interval_ms": 3_600_000, **SMALL_WAL},
+    "always": {"fsync": "always", **SMALL_WAL},
+}
 
 
-@pytest.fixture
-def gated(tmp_path: Path) -> Iterator[tuple[GatedWal, Listener]]:
-    wal = GatedWal(str(tmp_path / "data"), **INTERVAL_WAL)
+@pytest.fixture(params=sorted(SYNCING_WALS))
+def gated(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[GatedWal, Listener]]:
+    wal = GatedWal(str(tmp_path / "data"), **SYNCING_WALS[request.param])
     try:
         with Listener(wal) as lst:
             yield wal, lst
@@ -228,8 +233,9 @@ def test_waiting_answers_share_one_sync_round(gated: tuple[GatedWal, Listener]) 
     assert wal.durable_watermark("t") == 13
 
 
-def test_failed_sync_fails_every_waiting_answer(tmp_path: Path) -> None:
-    wal = walfs.Wal(str(tmp_path / "data"), **INTERVAL_WAL)
+@pytest.mark.parametrize("policy", sorted(SYNCING_WALS))
+def test_failed_sync_fails_every_waiting_answer(tmp_path: Path, policy: str) -> None:
+    wal = walfs.Wal(str(tmp_path / "data"), **SYNCING_WALS[policy])
     with Listener(wal) as lst, raw_connect(lst.port) as s:
         s.sendall(produce("t", 2, 1))
         assert produce_answer(recv_frame(s)) == (1, 0, 0)
@@ -282,12 +288,13 @@ def test_acks_all_under_fsync_never_is_answered_once_appended(tmp_path: Path) ->
         wal.close()
 
 
-def test_acks_all_under_fsync_always_needs_no_extra_sync(tmp_path: Path) -> None:
-    # The WAL synced each append before it returned: the answer needs no wal.sync().
+def test_acks_1_under_fsync_always_is_durable_without_the_listeners_sync(tmp_path: Path) -> None:
+    # acks=1 takes the plain append, which under "always" returns once durable: the
+    # answer needs no wal.sync(), and the records are durable when it comes.
     wal = GatedWal(str(tmp_path / "data"), fsync="always", **SMALL_WAL)
     try:
         with Listener(wal) as lst, raw_connect(lst.port) as s:
-            s.sendall(produce("t", 4, 1))
+            s.sendall(produce("t", 4, 1, acks=1))
             assert produce_answer(recv_frame(s)) == (1, 0, 0)
             assert wal.calls == 0
             assert wal.durable_watermark("t") == 4
