@@ -1,6 +1,7 @@
 """walfs serve against Apache Kafka, on Kafka's own benchmark, in one run.
 
     .venv/bin/python bench/bench_vs_kafka.py --quick            # smoke run, ~3 min
+    .venv/bin/python bench/bench_vs_kafka.py --standard --producers 1   # issue 20's sizes, one round
     .venv/bin/python bench/bench_vs_kafka.py --rounds 3         # the full matrix
     make bench-kafka                                            # the same (ARGS=--quick)
 
@@ -13,6 +14,7 @@ round), for 100 B, 1 KiB and 16 KiB records, with one and with four producer pro
 
 Durability is matched in pairs:
   default: Kafka's default (a single broker acks without fsync)  vs  walfs --fsync never
+           (acks=all answered once in the log, no fsync either: docs/kafka.md)
   flush1:  Kafka topics with flush.messages=1 (what log.flush.interval.messages=1 sets
            for every topic: an fsync per append)                  vs  walfs --fsync always
   interval: walfs's default (fsync every 100 ms, acks=all waits for it), shown against
@@ -51,6 +53,9 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 SIZES = {"100B": 100, "1KiB": 1024, "16KiB": 16384}
 FULL_RECORDS = {"100B": 1_000_000, "1KiB": 300_000, "16KiB": 30_000}
 QUICK_RECORDS = {"100B": 200_000, "1KiB": 60_000, "16KiB": 6_000}
+# Issue 20's own run (1 M x 100 B, 300 k x 1 KiB) in one round: long enough for Kafka's JIT
+# to warm inside the round, which --quick's short runs leave in every figure.
+STANDARD_RECORDS = {"100B": 1_000_000, "1KiB": 300_000, "16KiB": 20_000}
 # pair -> (Kafka topic config or None when the pair has no Kafka side, walfs fsync mode)
 PAIRS: dict[str, tuple[dict[str, str] | None, str]] = {
     "default": ({}, "never"),
@@ -358,8 +363,14 @@ def table(summary: list[dict[str, Any]]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="a smoke run: fewer records, one round")
-    ap.add_argument("--rounds", type=int, default=None, help="rounds (default 3, --quick 1)")
+    preset = ap.add_mutually_exclusive_group()
+    preset.add_argument("--quick", action="store_true", help="a smoke run: fewer records, one round")
+    preset.add_argument(
+        "--standard",
+        action="store_true",
+        help="issue 20's record counts (1 M x 100 B, 300 k x 1 KiB, 20 k x 16 KiB), one round",
+    )
+    ap.add_argument("--rounds", type=int, default=None, help="rounds (default 3, --quick/--standard 1)")
     ap.add_argument("--sizes", default=",".join(SIZES), help="comma-separated subset of 100B,1KiB,16KiB")
     ap.add_argument("--producers", default="1,4", help="comma-separated producer counts")
     ap.add_argument(
@@ -374,11 +385,9 @@ def main() -> int:
     )
     ap.add_argument("--out", default=None, help="JSON file (default bench/results/vs_kafka-TIME.json)")
     args = ap.parse_args()
-    rounds = args.rounds or (1 if args.quick else 3)
-    counts = {
-        k: max(1000, int(v * args.records))
-        for k, v in (QUICK_RECORDS if args.quick else FULL_RECORDS).items()
-    }
+    rounds = args.rounds or (1 if args.quick or args.standard else 3)
+    base_counts = QUICK_RECORDS if args.quick else STANDARD_RECORDS if args.standard else FULL_RECORDS
+    counts = {k: max(1000, int(v * args.records)) for k, v in base_counts.items()}
     sizes = [s for s in args.sizes.split(",") if s]
     producer_counts = [int(p) for p in args.producers.split(",") if p]
     pairs = [p for p in args.pairs.split(",") if p]
@@ -407,6 +416,7 @@ def main() -> int:
         },
         "settings": {
             "quick": args.quick,
+            "standard": args.standard,
             "rounds": rounds,
             "records": counts,
             "producer_props": PRODUCER_PROPS,

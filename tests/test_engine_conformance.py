@@ -546,6 +546,21 @@ def test_durable_watermark_under_each_fsync_policy(make: Maker, policy: str) -> 
     assert durable_end(e, "d", 0, 25) == 26 == e.info("d").durable_watermark
 
 
+@pytest.mark.parametrize("policy", ["never", "interval", "always"])
+def test_append_unsynced_is_published_at_once_and_durable_after_sync(make: Maker, policy: str) -> None:
+    # The Kafka listener's acks=all: appended without the policy's own wait, then one
+    # sync covers it (and every append before it).
+    e = make(fsync=policy, fsync_interval_ms=3_600_000)
+    assert e.append_unsynced("u", 0, *plain([b"a", b"b"])) == 0
+    assert e.append_unsynced("u", 0, *plain([b"c"])) == 2
+    assert e.info("u").high_watermark == 3
+    assert read_all(e, "u") == [b"a", b"b", b"c"]
+    e.sync()
+    assert e.info("u").durable_watermark == 3
+    with pytest.raises(ValueError):  # the lengths do not add up to the data
+        e.append_unsynced("u", 0, b"xy", array.array("I", [0]), array.array("I", [1]))
+
+
 _KILLED_WRITER = """
 import sys
 from walfs.engine_api import open_engine

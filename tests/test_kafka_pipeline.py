@@ -4,7 +4,11 @@ answers still go out in request order, after the sync, and the read-ahead is bou
 The answers that wait at once share one sync round (walfs/kafka/group_sync.py).
 
 The WAL's sync is held on a gate (the real sync runs once the gate opens), so what the
-listener does meanwhile is seen without any timing."""
+listener does meanwhile is seen without any timing. acks=all waits for the listener's
+sync under fsync="interval" (here with an interval of an hour, so only the listener
+syncs) and under "always" (its appends do not wait for their own fsync, so the next
+requests are appended while it runs); under "never" it is answered once appended
+(Broker.acks_all_syncs, docs/kafka.md "Durability")."""
 
 from __future__ import annotations
 
@@ -13,11 +17,13 @@ import errno
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from kafka_harness import (
     SMALL_WAL,
     Listener,
@@ -64,9 +70,17 @@ class GatedWal(walfs.Wal):
         self.engine.sync = gated_sync  # type: ignore[method-assign]
 
 
-@pytest.fixture
-def gated(tmp_path: Path) -> Iterator[tuple[GatedWal, Listener]]:
-    wal = GatedWal(str(tmp_path / "data"), fsync="never", **SMALL_WAL)
+# The policies under which acks=all waits for the listener's sync: "interval" with an
+# interval syncer that never comes during a test, and "always".
+SYNCING_WALS = {
+    "interval": {"fsync": "interval", "fsync_interval_ms": 3_600_000, **SMALL_WAL},
+    "always": {"fsync": "always", **SMALL_WAL},
+}
+
+
+@pytest.fixture(params=sorted(SYNCING_WALS))
+def gated(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[GatedWal, Listener]]:
+    wal = GatedWal(str(tmp_path / "data"), **SYNCING_WALS[request.param])
     try:
         with Listener(wal) as lst:
             yield wal, lst
@@ -219,8 +233,9 @@ def test_waiting_answers_share_one_sync_round(gated: tuple[GatedWal, Listener]) 
     assert wal.durable_watermark("t") == 13
 
 
-def test_failed_sync_fails_every_waiting_answer(tmp_path: Path) -> None:
-    wal = walfs.Wal(str(tmp_path / "data"), fsync="never", **SMALL_WAL)
+@pytest.mark.parametrize("policy", sorted(SYNCING_WALS))
+def test_failed_sync_fails_every_waiting_answer(tmp_path: Path, policy: str) -> None:
+    wal = walfs.Wal(str(tmp_path / "data"), **SYNCING_WALS[policy])
     with Listener(wal) as lst, raw_connect(lst.port) as s:
         s.sendall(produce("t", 2, 1))
         assert produce_answer(recv_frame(s)) == (1, 0, 0)
@@ -231,4 +246,58 @@ def test_failed_sync_fails_every_waiting_answer(tmp_path: Path) -> None:
     assert answers == [(2, 56, -1), (3, 56, -1)]
     assert wal.failed
     with pytest.raises(WalIOError):  # closing a failed WAL reports it too
+        wal.close()
+
+
+def consume_all(bootstrap: str, topic: str, n: int) -> list[bytes]:
+    """The first n values of partition 0, fetched by a real Kafka consumer."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "pipeline", "enable.auto.commit": False})
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(got) < n and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m.value() or b"")
+        return got
+    finally:
+        c.close()
+
+
+def test_acks_all_under_fsync_never_is_answered_once_appended(tmp_path: Path) -> None:
+    # Kafka's single broker answers acks=all without an fsync; so does fsync="never": the
+    # sync stays held at the gate, the answer comes anyway, and the records are in the log
+    # (page cache) but not yet durable.
+    wal = GatedWal(str(tmp_path / "data"), fsync="never", **SMALL_WAL)
+    try:
+        with Listener(wal) as lst, raw_connect(lst.port) as s:
+            s.sendall(produce("t", 5, 1) + produce("t", 3, 2))
+            answers = [produce_answer(recv_frame(s)) for _ in range(2)]
+            assert answers == [(1, 0, 0), (2, 0, 5)]
+            assert wal.calls == 0
+            assert wal.high_watermark("t") == 8
+            assert wal.durable_watermark("t") == 0
+            # A consumer is still handed durable records only: its fetch syncs first.
+            wal.gate.set()
+            assert consume_all(lst.bootstrap, "t", 8)[-1] == b"r2-2"
+            assert wal.calls >= 1
+            assert wal.durable_watermark("t") == 8
+    finally:
+        wal.gate.set()
+        wal.close()
+
+
+def test_acks_1_under_fsync_always_is_durable_without_the_listeners_sync(tmp_path: Path) -> None:
+    # acks=1 takes the plain append, which under "always" returns once durable: the
+    # answer needs no wal.sync(), and the records are durable when it comes.
+    wal = GatedWal(str(tmp_path / "data"), fsync="always", **SMALL_WAL)
+    try:
+        with Listener(wal) as lst, raw_connect(lst.port) as s:
+            s.sendall(produce("t", 4, 1, acks=1))
+            assert produce_answer(recv_frame(s)) == (1, 0, 0)
+            assert wal.calls == 0
+            assert wal.durable_watermark("t") == 4
+    finally:
+        wal.gate.set()
         wal.close()

@@ -105,6 +105,7 @@ class _Shared:
     failed: BaseException | None = None
     meta_pos: int = 0  # the next meta topic offset the replay applies
 
+
 _KEY = struct.Struct("<QI")
 NO_GID = 2**64 - 1
 _MASK64 = 2**64 - 1
@@ -866,6 +867,10 @@ class KafkaEngine:
         return done
 
     # -- appending --------------------------------------------------------------------------
+    def append_unsynced(self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any) -> int:
+        # Kafka's acks=all is the only wait there is (docs/cluster.md): the same as append.
+        return self.append(topic, partition, data, meta_lens, value_lens)
+
     def append(self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any) -> int:
         self._check_open(True)
         n = len(meta_lens)

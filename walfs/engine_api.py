@@ -169,6 +169,15 @@ class LogEngine(Protocol):
         ReadOnlyError, WalFailedError, WalIOError (ENOSPC: nothing was appended)."""
         ...
 
+    def append_unsynced(self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any) -> int:
+        """As append, but it never waits for durability, whatever the fsync policy: the
+        records are published when it returns and durable once a sync() called after it
+        returns (or the policy's own sync). For a caller that reports durability itself
+        after such a sync, and reads its next request meanwhile: the Kafka listener's
+        acks=all under fsync="always", whose pipelined answers then share one fsync
+        (walfs/kafka/produce.py). Same errors as append."""
+        ...
+
     def append_lines(self, topic: str, partition: int, data: Any) -> tuple[int, int]:
         """Appends each line of `data` (split on b"\\n" by the engine; a final newline ends
         the last line) as one batch of plain records: the file face's write. Returns

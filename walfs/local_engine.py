@@ -313,6 +313,14 @@ class LocalEngine:
 
     # -- appending ------------------------------------------------------------------
     def append(self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any) -> int:
+        return self._append_batch(topic, partition, data, meta_lens, value_lens, True)
+
+    def append_unsynced(self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any) -> int:
+        return self._append_batch(topic, partition, data, meta_lens, value_lens, False)
+
+    def _append_batch(
+        self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any, wait: bool
+    ) -> int:
         n = len(meta_lens)
         if n == 0 or len(value_lens) != n:
             raise ValueError("append needs one meta and one value length per record, at least one record")
@@ -324,7 +332,7 @@ class LocalEngine:
         _gid, offset, ticket = self._with_room(
             s, lambda: core.append(s.stream_no, data, meta_lens, value_lens)
         )
-        self._appended(s, ticket, n, len(data))
+        self._appended(s, ticket, n, len(data), wait)
         return offset
 
     def append_lines(self, topic: str, partition: int, data: Any) -> tuple[int, int]:
@@ -345,13 +353,13 @@ class LocalEngine:
     def appender(self, topic: str, partition: int = 0) -> Appender:
         return LocalAppender(self, topic, partition)
 
-    def _appended(self, s: Stream, ticket: int, n: int, nbytes: int) -> None:
+    def _appended(self, s: Stream, ticket: int, n: int, nbytes: int, wait: bool = True) -> None:
         self.stats.appended(s.name, s.partition, n, nbytes)
         if self._size_limits.get(s.stream_no, -1) is not None:  # None: no size limit (the usual case)
             self._note_growth(s, nbytes)
         if self._watchers.active:  # an attribute: __bool__ would cost each append a frame
             self._notify(Change("append", s.name, s.partition, s.org_id))
-        if self.fsync == "always":
+        if wait and self.fsync == "always":
             # Appenders of the same stream share the next fsync (group commit).
             with self.stats.durable_waits.time("append"):
                 self.core.wait_durable(ticket)

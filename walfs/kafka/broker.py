@@ -76,7 +76,13 @@ class Broker:
         return await trio.to_thread.run_sync(fn, *args, limiter=self.io_limiter)
 
     @property
-    def appends_are_durable(self) -> bool:
-        """True when the WAL syncs every append itself (fsync="always"), so acks=-1
-        needs no extra sync."""
-        return getattr(self.wal, "fsync", None) == "always"
+    def acks_all_syncs(self) -> bool:
+        """Whether an acks=-1 answer waits for a ``wal.sync()``: under the engine's fsync
+        policy, the one durability policy (docs/durability.md). "never": no, acks=-1 is
+        answered once the records are in the log (the page cache, which survives SIGKILL
+        of the process but not a power cut), as Kafka's single broker answers acks=all
+        without an fsync. "interval", "always" (and any other engine): yes; the records
+        are appended without the engine's own wait (``append_unsynced``), so under
+        "always" too the connection reads its next requests while the sync runs, and the
+        answers waiting at once share it (walfs/kafka/produce.py)."""
+        return getattr(self.wal, "fsync", None) != "never"

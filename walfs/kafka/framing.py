@@ -122,7 +122,6 @@ class FrameReader:
             have += got
         return view.toreadonly()
 
-
     async def release_frame(self) -> None:
         """Gives the last frame's bytes back to the shared budget (after its answer)."""
         if self._budget is not None and self.held:

@@ -1,9 +1,13 @@
 """Produce (and InitProducerId, which idempotent producers call first).
 
 All batches for one partition in a request become one ``wal.append_bodies`` call,
-so they survive a crash together or not at all. acks=-1 answers only once the
-records are durable: the WAL syncs each append itself under fsync="always",
-otherwise the answer is a ``Later`` that calls ``wal.sync()`` first."""
+so they survive a crash together or not at all. acks=-1 answers under the engine's
+fsync policy (Broker.acks_all_syncs): under "interval" and "always" the records are
+appended without the engine's own wait (``append_unsynced``) and the answer is a
+``Later`` that waits for ``wal.sync()`` first, shared with every answer waiting then;
+under "never" it is answered once the records are in the log (page cache), as Kafka's
+single broker does. acks=1 and acks=0 use the plain append (under "always" it returns
+once durable)."""
 
 from __future__ import annotations
 
@@ -29,9 +33,10 @@ from walfs.records import stamp_timestamps, with_producer
 
 
 def _append_partition(
-    broker: Broker, topic: str, partition: int, data: bytes | None
+    broker: Broker, topic: str, partition: int, data: bytes | None, unsynced: bool
 ) -> tuple[ErrorCode, int, int]:
-    """(error, base offset, log start offset); runs in a worker thread."""
+    """(error, base offset, log start offset); runs in a worker thread. ``unsynced``: the
+    caller syncs before it answers (acks=-1), so the append does not wait for durability."""
     wal = broker.wal
     count = broker.catalog.partition_count(topic)
     # A first produce to partition 0 creates the topic, as an append through the
@@ -66,7 +71,7 @@ def _append_partition(
     if log_append_time(wal, cfg, topic):  # message.timestamp.type=LogAppendTime
         stamp_timestamps(produced.data, produced.meta_lens, produced.value_lens, int(time.time() * 1000))
     if produced.producer_id < 0 or produced.base_sequence < 0:
-        return _append(wal, topic, partition, produced)
+        return _append(wal, topic, partition, produced, unsynced)
     # An idempotent producer: its sequence is checked, and the batch carries its producer
     # section into the log, so the check survives a restart (walfs/kafka/producer_ids.py).
     ids = broker.producer_ids
@@ -92,15 +97,18 @@ def _append_partition(
         meta = with_producer(bytes(produced.data[:m0]), (pid, epoch, first, n))
         produced.data[:m0] = meta  # in place: one move of the records after it, no copy
         produced.meta_lens[0] = len(meta)
-        code, base, start = _append(wal, topic, partition, produced)
+        code, base, start = _append(wal, topic, partition, produced, unsynced)
         if code is ErrorCode.none:
             ids.remember(pid, epoch, topic, partition, first, n, base)
         return code, base, start
 
 
-def _append(wal: Any, topic: str, partition: int, produced: ProducedBodies) -> tuple[ErrorCode, int, int]:
+def _append(
+    wal: Any, topic: str, partition: int, produced: ProducedBodies, unsynced: bool
+) -> tuple[ErrorCode, int, int]:
+    append = wal.append_unsynced if unsynced else wal.append
     try:
-        base = wal.append(topic, partition, produced.data, produced.meta_lens, produced.value_lens)
+        base = append(topic, partition, produced.data, produced.meta_lens, produced.value_lens)
     except Exception as e:
         return error_code_for(e, f"produce to {topic}/{partition}"), -1, -1
     return ErrorCode.none, base, wal.info(topic, partition).low_watermark
@@ -110,6 +118,8 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
     results: list[tuple[str, list[tuple[int, ErrorCode, int, int]]]] = []
     invalid: dict[tuple[str, int], InvalidRecords] = {}
     appended = False
+    # acks=-1 syncs below, after all partitions are appended (and meanwhile reads on).
+    unsynced = req.acks == -1 and broker.acks_all_syncs
     for td in req.topic_data:
         parts = []
         for pd in td.partition_data:
@@ -119,7 +129,7 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
                 continue
             try:
                 code, base, start = await broker.blocking(
-                    _append_partition, broker, td.name, pd.index, pd.records
+                    _append_partition, broker, td.name, pd.index, pd.records, unsynced
                 )
             except InvalidRecords as e:
                 code, base, start = ErrorCode.invalid_record, -1, -1
@@ -127,7 +137,7 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
             appended |= code is ErrorCode.none
             parts.append((pd.index, code, base, start))
         results.append((td.name, parts))
-    if req.acks == -1 and appended and not broker.appends_are_durable:
+    if unsynced and appended:
         # The answer waits for the sync, the connection does not: it reads and appends the
         # next requests meanwhile, which then share this sync round or the next
         # (pipeline.py, group_sync.py).
