@@ -8,6 +8,10 @@ For each value size, with one local[*] SparkSession and N rows cached in memory 
 - write: df.write.text(plain directory) vs df.write.format("walfs") to a data directory
   (path) and through `walfs serve` (bootstrap), vs the engine's Wal.append_batch of the
   same values from Python (no Spark): rows/s each, and sink / write.text.
+- floor: df.write.format("walfs-bench-noop"), a Python data source (NoopDataSource,
+  defined here) whose tasks take Spark's Arrow batches and drop them and whose commit
+  does nothing: what any PySpark Python sink pays (the JVM feeding Arrow to Python
+  workers), the ceiling of a sink written with PySpark's data source API.
 - read: spark.read.format("walfs").count() of the topic written, from the data
   directory (path) vs through the daemon (bootstrap): rows/s each, remote / local.
 
@@ -31,8 +35,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceWriter, WriterCommitMessage
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
@@ -84,6 +92,34 @@ def value_of(i: int, size: int, kind: str) -> bytes:
     return (f"{i:012d}" + hashes[: max(0, size - 12)]).encode()
 
 
+class NoopCommit(WriterCommitMessage):
+    pass
+
+
+class NoopWriter(DataSourceArrowWriter):
+    """Takes every Arrow batch Spark hands the task, keeps nothing."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        for _ in iterator:
+            pass
+        return NoopCommit()
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass
+
+
+class NoopDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "walfs-bench-noop"
+
+    def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
+        return NoopWriter()
+
+
 def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
@@ -95,6 +131,7 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str) -> dic
     run: dict[str, Any] = {"value_bytes": size, "values": values_kind}
     text_dir, local, remote = base / f"text{size}", base / f"local{size}", base / f"remote{size}"
     run["write_text_s"] = timed(lambda: df.select("value").write.text(str(text_dir)))
+    run["noop_floor_s"] = timed(lambda: df.write.format("walfs-bench-noop").mode("append").save())
     run["sink_path_s"] = timed(lambda: df.write.format("walfs").mode("append").save(str(local)))
     values = [value_of(i, size, values_kind) for i in range(n)]
     with walfs.Wal(base / f"engine{size}") as wal:
@@ -133,6 +170,9 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str) -> dic
         run[k.removesuffix("_s") + "_rows_per_s"] = round(n / run[k])
     run["sink_vs_write_text"] = round(run["write_text_s"] / run["sink_path_s"], 3)
     run["sink_bootstrap_vs_write_text"] = round(run["write_text_s"] / run["sink_bootstrap_s"], 3)
+    run["noop_floor_vs_write_text"] = round(run["write_text_s"] / run["noop_floor_s"], 3)
+    run["sink_path_vs_noop_floor"] = round(run["noop_floor_s"] / run["sink_path_s"], 3)
+    run["sink_bootstrap_vs_noop_floor"] = round(run["noop_floor_s"] / run["sink_bootstrap_s"], 3)
     run["remote_vs_local_read"] = round(run["read_path_s"] / run["read_bootstrap_s"], 3)
     for d in (text_dir, local, remote, base / f"engine{size}"):
         shutil.rmtree(d, ignore_errors=True)
@@ -165,12 +205,14 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(WalfsDataSource)
+    spark.dataSource.register(NoopDataSource)
     result: dict[str, Any] = {"machine": machine(base), "records": args.records, "runs": []}
     try:
         warm = base / "warm"
         small = spark.range(1000).select(F.lit("w").alias("topic"), F.col("id").cast("string").alias("value"))
         small.select("value").write.text(str(base / "warm-text"))
         small.write.format("walfs").mode("append").save(str(warm))
+        small.write.format("walfs-bench-noop").mode("append").save()
         spark.read.format("walfs").load(str(warm)).count()
         for size in [int(x) for x in args.sizes.split(",")]:
             result["runs"].append(one_size(spark, base, size, args.records, args.values))

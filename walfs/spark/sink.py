@@ -232,35 +232,45 @@ def write_all(target: SinkTarget, table: pa.Table) -> None:
         target.append(topic, partition, (encode_chunk(t.slice(a, b - a)) for a, b in runs))
 
 
+def append_marked(
+    target: SinkTarget, topic: str, partition: int, t: pa.Table, prefix: str, scan_from: int | None
+) -> dict[int, int]:
+    """Appends t's rows (one stream's, in order) in chunks, one atomic append each, the
+    first record of chunk i carrying the header MARKER = "<prefix><i>:<rows>". With
+    `scan_from`, the records from there to the stream's end are searched for this
+    prefix's markers first and the chunks found are not appended again. Returns chunk
+    number -> offset of its first record, for every chunk."""
+    # The marker header: its name, value ("<prefix><chunk>:<rows>", two numbers of at
+    # most 20 digits) and framing count against the chunk's limit.
+    reserve = len(MARKER) + len(prefix.encode()) + 41 + HEADER_OVERHEAD
+    found: dict[int, int] = {}
+    if scan_from is not None:
+        for offset, headers in target.scan(topic, partition, scan_from, target.end(topic, partition)):
+            for k, v in headers:
+                if k == MARKER and v is not None and v.startswith(prefix.encode()):
+                    found[int(v.decode().rsplit(":", 2)[1])] = offset
+    runs = list(enumerate(cuts(row_costs(t), chunk_limit(target, topic, reserve))))
+    missing = [(i, a, b) for i, (a, b) in runs if i not in found]
+    firsts = target.append(
+        topic,
+        partition,
+        (encode_chunk(t.slice(a, b - a), (MARKER, f"{prefix}{i}:{b - a}".encode())) for i, a, b in missing),
+    )
+    found.update(zip((i for i, _, _ in missing), firsts, strict=True))
+    return found
+
+
 def write_once(target: SinkTarget, table: pa.Table, query_id: str, batch_id: int) -> None:
     """Streaming writes: micro-batch `batch_id` of query `query_id`, exactly once (see the
     module's doc)."""
     group = GROUP_PREFIX + query_id
     prefix = f"{query_id}:{batch_id}:"
-    # The marker header: its name, value ("<prefix><chunk>:<rows>", two numbers of at
-    # most 20 digits) and framing count against the chunk's limit.
-    reserve = len(MARKER) + len(prefix.encode()) + 41 + HEADER_OVERHEAD
     for topic, partition, t in streams_of(target, table):
         cursor = target.committed(group, topic, partition)
         if cursor is None:
             cursor = target.end(topic, partition)
             target.commit(group, topic, partition, cursor)
-        found: dict[int, int] = {}  # chunk number -> offset of its first record
-        for offset, headers in target.scan(topic, partition, cursor, target.end(topic, partition)):
-            for k, v in headers:
-                if k == MARKER and v is not None and v.startswith(prefix.encode()):
-                    found[int(v.decode().rsplit(":", 2)[1])] = offset
-        runs = list(enumerate(cuts(row_costs(t), chunk_limit(target, topic, reserve))))
-        missing = [(i, a, b) for i, (a, b) in runs if i not in found]
-        firsts = target.append(
-            topic,
-            partition,
-            (
-                encode_chunk(t.slice(a, b - a), (MARKER, f"{prefix}{i}:{b - a}".encode()))
-                for i, a, b in missing
-            ),
-        )
-        found.update(zip((i for i, _, _ in missing), firsts, strict=True))
+        found = append_marked(target, topic, partition, t, prefix, cursor)
         # The next batch's scan starts at this batch's first record: a replay of this
         # batch (the only one Spark can replay once the next has begun) is found there.
         start = min(found.values())

@@ -109,6 +109,11 @@ class RemoteTarget:
     def end(self, topic: str, partition: int) -> int:
         return self.remote.list_offsets([(topic, partition)], LATEST)[(topic, partition)]
 
+    def ends(self, topic: str | None) -> dict[tuple[str, int], int]:
+        counts = self.remote.topics()
+        pairs = [(t, p) for t, n in sorted(counts.items()) if topic in (None, t) for p in range(n)]
+        return self.remote.list_offsets(pairs, LATEST) if pairs else {}
+
     def committed(self, group: str, topic: str, partition: int) -> int | None:
         return self.remote.committed(group, topic, partition)
 
