@@ -6,13 +6,29 @@ string, value: binary>>, optional), `topic` (string; the option "topic" override
 and `partition` (int, optional: 0 when absent or null). Other columns are ignored, so
 rows read with format("walfs") can be written back as they are.
 
-How a write becomes visible: tasks append nothing. Each task hands its rows to the
-driver in its commit message (an Arrow IPC stream), and the driver's commit appends
-them, stream by stream, each stream's rows as one atomic, durable append (in chunks of
-at most CHUNK_BYTES, or what the target takes: a daemon's Produce batches stay under
-Kafka's default message.max.bytes). A task or job that fails leaves nothing; Spark's abort has
-nothing to undo. Only a driver that dies in the middle of its commit leaves some
-streams with their rows and others without (each stream all or nothing).
+Batch writes (df.write): each task appends its own rows. On the driver, before any task
+runs, the writer notes where every stream ends (and, with a path, checks that no daemon
+owns the directory); each task then opens the target (a path: the data directory, its
+lock waited for while the job's other tasks hold it in turn; bootstrap: a connection to
+the daemon), appends each stream's rows in order, in chunks of at most CHUNK_BYTES (or
+what the target takes: a daemon's Produce batches stay under message.max.bytes), each
+chunk one atomic, durable append, and sends the driver only (stream, first offset,
+rows) per stream. The first record of each chunk carries the header
+``walfs.sink = "<job id>:<partition id>:<chunk>:<count>"`` (the job id is a fresh uuid
+per write). A retried task (attempt number > 0: an earlier attempt failed, possibly
+after appending) first scans each of its streams from where it ended when the job began
+for its partition's markers and appends only the chunks not found, so a task's rows
+are appended once however often Spark retries it. In a stream, each task's rows keep
+their order; tasks' rows follow each other in the order the tasks append (with a path a
+task's rows stay together, holding the lock; through a daemon, together per Produce
+request of up to 32 MiB).
+
+What a failed job leaves: the rows of every task that appended before the job failed
+(each task's rows whole, unless the task itself died in the middle of its append: then
+whole chunks, a prefix of its rows), each exactly once. Spark's abort cannot take them
+back: a WAL's appends are final. Speculative execution (spark.speculation, off by
+default) runs two attempts of a task at once: with a path they take the lock in turn
+and the second finds the first's chunks; through a daemon both may append.
 
 Streaming writes are exactly-once. A micro-batch's commit runs, per stream:
 
@@ -31,10 +47,11 @@ recorded as committed), so a scan from where the previous batch began always rea
 the replayed batch's records; it reads one batch of the query's own rows plus what other
 writers appended meanwhile.
 
-So a replayed batch (same query, same batch id) appends nothing twice, and since tasks
-never append, rows of a failed batch are never visible. The query id is Spark's (stable
-across restarts from one checkpoint: `<checkpointLocation>/metadata`), or the option
-"queryId". The one marker header per chunk is visible to readers (Kafka clients, the
+So a replayed batch (same query, same batch id) appends nothing twice, and since a
+streaming write's tasks never append (they hand the driver their rows in their commit
+messages, an Arrow IPC stream, and the driver's commit appends them), rows of a failed
+batch are never visible. The query id is Spark's (stable across restarts from one
+checkpoint: `<checkpointLocation>/metadata`), or the option "queryId". The one marker header per chunk is visible to readers (Kafka clients, the
 `headers` column); values and keys are untouched, so the mount's files show exactly the
 rows.
 """
@@ -43,6 +60,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -51,6 +69,7 @@ from urllib.parse import urlparse
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from walfs.spark.columnar import _empty_lists, _repeated_string
@@ -60,6 +79,11 @@ from walfs.spark.sink_rows import HEADER_OVERHEAD, cuts, encode_chunk, row_costs
 
 if TYPE_CHECKING:
     from walfs.spark.sink_target import SinkTarget
+
+# How long a batch write's task waits for the data directory's lock: the job's other
+# tasks hold it in turn, each for one open, append, fsync and close (a few ms plus the
+# append); the writer found no daemon holding it before any task ran.
+TASK_LOCK_WAIT_S = 600.0
 
 MARKER = "walfs.sink"
 CHUNK_BYTES = 32 << 20
@@ -278,12 +302,13 @@ def write_once(target: SinkTarget, table: pa.Table, query_id: str, batch_id: int
             target.commit(group, topic, partition, start)
 
 
-def open_target(opts: SinkOptions) -> SinkTarget:
-    # Imported here, on the driver's commit only: the Kafka client (kio) is slow to
-    # import, and tasks (Python workers Spark gives 10 s to start) never need it.
+def open_target(opts: SinkOptions, lock_wait_s: float | None = None) -> SinkTarget:
+    # Imported here: the Kafka client (kio) is slow to import, and only writes through
+    # a daemon need it (walfs.spark.sink_target imports it for those only).
+    from walfs.spark.sink_target import LOCK_WAIT_S
     from walfs.spark.sink_target import open_target as open_it
 
-    return open_it(opts)
+    return open_it(opts, LOCK_WAIT_S if lock_wait_s is None else lock_wait_s)
 
 
 def query_id_of(opts: SinkOptions) -> str:
@@ -309,25 +334,78 @@ def query_id_of(opts: SinkOptions) -> str:
     )
 
 
+@dataclass
+class TaskAppended(WriterCommitMessage):
+    """What one batch-write task appended: (topic, partition, offset of its first record,
+    rows) per stream."""
+
+    streams: list[tuple[str, int, int, int]]
+
+
+def normalized(batches: Iterator[pa.RecordBatch], topic_option: str | None) -> pa.Table:
+    """A task's rows, checked and normalized (STAGED_SCHEMA)."""
+    rows = [normalize(b, topic_option) for b in batches if b.num_rows]
+    return pa.Table.from_batches(rows, STAGED_SCHEMA)
+
+
+def task_identity() -> tuple[int, int]:
+    """(partition id, attempt number) of the Spark task this runs in."""
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise RuntimeError("a walfs batch write's rows are appended by Spark tasks (no TaskContext here)")
+    return ctx.partitionId(), ctx.attemptNumber()
+
+
+def append_task(
+    target: SinkTarget, table: pa.Table, prefix: str, starts: dict[tuple[str, int], int] | None
+) -> list[tuple[str, int, int, int]]:
+    """Batch writes, in a task: each stream's rows appended in order (see the module's
+    doc). `starts` (a retried attempt's): where each stream ended when the job began;
+    the records from there are searched for an earlier attempt's chunks."""
+    out = []
+    for topic, partition, t in streams_of(target, table):
+        scan_from = None if starts is None else starts.get((topic, partition), 0)
+        found = append_marked(target, topic, partition, t, prefix, scan_from)
+        out.append((topic, partition, min(found.values()), t.num_rows))
+    return out
+
+
 class WalfsBatchWriter(DataSourceArrowWriter):
+    """Made on the driver (WalfsDataSource.writer) before any task runs, then sent to
+    every task."""
+
     def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return stage(iterator, self.opts.topic)
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        table = staged_table(messages)
-        if table.num_rows == 0:
-            return
-        target = open_target(self.opts)
+        self.job_id = uuid.uuid4().hex
+        # Where every stream ends now (before any task appends), for retried attempts'
+        # scans; opening the target also refuses a data directory a daemon owns before
+        # any task waits for its lock.
+        target = open_target(opts)
         try:
-            write_all(target, table)
+            self.starts = target.ends(opts.topic)
         finally:
             target.close()
 
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        table = normalized(iterator, self.opts.topic)
+        if table.num_rows == 0:
+            return TaskAppended([])
+        part, attempt = task_identity()
+        target = open_target(self.opts, TASK_LOCK_WAIT_S)
+        try:
+            done = append_task(target, table, f"{self.job_id}:{part}:", self.starts if attempt else None)
+        finally:
+            target.close()
+        fault = self.opts.fail_after_append
+        if fault is not None and fault[0] == part and attempt < fault[1]:
+            raise RuntimeError(f"walfs.test.failAfterAppend: partition {part}, attempt {attempt}")
+        return TaskAppended(done)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass  # every task appended its own rows, durably
+
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        pass  # tasks appended nothing
+        pass  # what tasks appended stays (a WAL takes nothing back): see the module's doc
 
 
 class WalfsStreamWriter(DataSourceStreamArrowWriter):

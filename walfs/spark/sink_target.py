@@ -56,10 +56,6 @@ class SinkTarget(Protocol):
 # How long a commit waits for the data directory's lock: a driver that was killed may
 # leave a Spark Python worker finishing its commit for a moment; a daemon keeps it.
 LOCK_WAIT_S = 20.0
-# How long a batch write's task waits for it: the job's other tasks hold it in turn, each
-# for one open, append, fsync and close (the driver checked, before any task ran, that
-# no daemon owns the directory).
-TASK_LOCK_WAIT_S = 600.0
 
 
 def open_target(opts: SinkOptions, lock_wait_s: float = LOCK_WAIT_S) -> SinkTarget:
