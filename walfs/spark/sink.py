@@ -387,10 +387,14 @@ class WalfsBatchWriter(DataSourceArrowWriter):
             target.close()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        part, attempt = task_identity()
+        return self.write_task(part, attempt, iterator)
+
+    def write_task(self, part: int, attempt: int, iterator: Iterator[pa.RecordBatch]) -> TaskAppended:
+        """What `write` does in attempt `attempt` of the task of Spark partition `part`."""
         table = normalized(iterator, self.opts.topic)
         if table.num_rows == 0:
             return TaskAppended([])
-        part, attempt = task_identity()
         target = open_target(self.opts, TASK_LOCK_WAIT_S)
         try:
             done = append_task(target, table, f"{self.job_id}:{part}:", self.starts if attempt else None)
