@@ -51,9 +51,11 @@ So a replayed batch (same query, same batch id) appends nothing twice, and since
 streaming write's tasks never append (they hand the driver their rows in their commit
 messages, an Arrow IPC stream, and the driver's commit appends them), rows of a failed
 batch are never visible. The query id is Spark's (stable across restarts from one
-checkpoint: `<checkpointLocation>/metadata`), or the option "queryId". The one marker header per chunk is visible to readers (Kafka clients, the
-`headers` column); values and keys are untouched, so the mount's files show exactly the
-rows.
+checkpoint: `<checkpointLocation>/metadata`), or the option "queryId".
+
+The one marker header per chunk (batch and streaming writes) is visible to readers
+(Kafka clients, the `headers` column); values and keys are untouched, so the mount's
+files show exactly the rows.
 """
 
 from __future__ import annotations
@@ -61,8 +63,9 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
@@ -75,7 +78,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from walfs.spark.columnar import _empty_lists, _repeated_string
 from walfs.spark.options import SinkOptions, WalfsOptionError
 from walfs.spark.schema import HEADER_TYPE
-from walfs.spark.sink_rows import HEADER_OVERHEAD, cuts, encode_chunk, row_costs
+from walfs.spark.sink_rows import HEADER_OVERHEAD, Chunk, cuts, encode_chunk, row_costs
 
 if TYPE_CHECKING:
     from walfs.spark.sink_target import SinkTarget
@@ -222,8 +225,7 @@ def staged_table(messages: Sequence[WriterCommitMessage | None]) -> pa.Table:
 
 
 def streams_of(target: SinkTarget, table: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
-    """(topic, partition, its rows in their order) for every stream the rows name, once
-    the target has every partition they name."""
+    """split_streams(table), once the target has every partition the rows name."""
     if table.num_rows == 0:
         return
     most = table.group_by("topic").aggregate([("partition", "max")])
@@ -231,8 +233,18 @@ def streams_of(target: SinkTarget, table: pa.Table) -> Iterator[tuple[str, int, 
         most.column("topic").to_pylist(), most.column("partition_max").to_pylist(), strict=True
     ):
         target.ensure(topic, top + 1)
-    if most.num_rows == 1 and pc.min(table.column("partition")).as_py() == top:
-        yield topic, top, table  # one stream (the usual case): its rows are the table
+    yield from split_streams(table)
+
+
+def split_streams(table: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
+    """(topic, partition, its rows in their order) for every stream the rows name."""
+    if table.num_rows == 0:
+        return
+    topics = pc.unique(table.column("topic"))
+    parts = pc.min_max(table.column("partition"))
+    if len(topics) == 1 and parts["min"] == parts["max"]:
+        # one stream (the usual case): its rows are the table
+        yield topics[0].as_py(), parts["min"].as_py(), table
         return
     pairs = table.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
     for topic, partition in sorted(
@@ -242,45 +254,51 @@ def streams_of(target: SinkTarget, table: pa.Table) -> Iterator[tuple[str, int, 
         yield topic, partition, table.filter(mask)
 
 
-def chunk_limit(target: SinkTarget, topic: str, reserve: int = 0) -> int:
-    """The most row bytes (sink_rows.row_costs) of one chunk for `topic`: CHUNK_BYTES or
-    the target's own limit, less `reserve` (the marker header, in streaming writes)."""
-    own = target.chunk_bytes(topic)
+def chunk_limit(own: int | None, reserve: int = 0) -> int:
+    """The most row bytes (sink_rows.row_costs) of one chunk: CHUNK_BYTES or the target's
+    own limit (SinkTarget.chunk_bytes), less `reserve` (the marker header)."""
     return max(1, min(CHUNK_BYTES, own if own is not None else CHUNK_BYTES) - reserve)
 
 
-def write_all(target: SinkTarget, table: pa.Table) -> None:
-    """Batch writes: each stream's rows appended in order, one atomic append per chunk."""
-    for topic, partition, t in streams_of(target, table):
-        runs = cuts(row_costs(t), chunk_limit(target, topic))
-        target.append(topic, partition, (encode_chunk(t.slice(a, b - a)) for a, b in runs))
+# A chunk to append: its number and how to encode it (encoded only when appended).
+Planned = tuple[int, Callable[[], Chunk]]
 
 
-def append_marked(
-    target: SinkTarget, topic: str, partition: int, t: pa.Table, prefix: str, scan_from: int | None
-) -> dict[int, int]:
-    """Appends t's rows (one stream's, in order) in chunks, one atomic append each, the
-    first record of chunk i carrying the header MARKER = "<prefix><i>:<rows>". With
-    `scan_from`, the records from there to the stream's end are searched for this
-    prefix's markers first and the chunks found are not appended again. Returns chunk
-    number -> offset of its first record, for every chunk."""
+def marked_chunks(t: pa.Table, own_limit: int | None, prefix: str) -> list[Planned]:
+    """t's rows (one stream's, in order) cut into chunks under the target's limit
+    `own_limit`, the first record of chunk i carrying the header MARKER =
+    "<prefix><i>:<rows>"."""
     # The marker header: its name, value ("<prefix><chunk>:<rows>", two numbers of at
     # most 20 digits) and framing count against the chunk's limit.
     reserve = len(MARKER) + len(prefix.encode()) + 41 + HEADER_OVERHEAD
+    runs = cuts(row_costs(t), chunk_limit(own_limit, reserve))
+    return [
+        (i, partial(encode_chunk, t.slice(a, b - a), (MARKER, f"{prefix}{i}:{b - a}".encode())))
+        for i, (a, b) in enumerate(runs)
+    ]
+
+
+def encoded(chunks: list[Planned]) -> list[Planned]:
+    """The chunks encoded now (to append later, without encoding then)."""
+    return [(i, partial(lambda c: c, make())) for i, make in chunks]
+
+
+def append_marked(
+    target: SinkTarget, topic: str, partition: int, chunks: list[Planned], prefix: str, scan_from: int | None
+) -> dict[int, int]:
+    """Appends the chunks (marked_chunks(..., prefix)) to one stream, one atomic append
+    each. With `scan_from`, the records from there to the stream's end are searched for
+    this prefix's markers first and the chunks found are not appended again. Returns
+    chunk number -> offset of its first record, for every chunk."""
     found: dict[int, int] = {}
     if scan_from is not None:
         for offset, headers in target.scan(topic, partition, scan_from, target.end(topic, partition)):
             for k, v in headers:
                 if k == MARKER and v is not None and v.startswith(prefix.encode()):
                     found[int(v.decode().rsplit(":", 2)[1])] = offset
-    runs = list(enumerate(cuts(row_costs(t), chunk_limit(target, topic, reserve))))
-    missing = [(i, a, b) for i, (a, b) in runs if i not in found]
-    firsts = target.append(
-        topic,
-        partition,
-        (encode_chunk(t.slice(a, b - a), (MARKER, f"{prefix}{i}:{b - a}".encode())) for i, a, b in missing),
-    )
-    found.update(zip((i for i, _, _ in missing), firsts, strict=True))
+    missing = [(i, make) for i, make in chunks if i not in found]
+    firsts = target.append(topic, partition, (make() for _, make in missing))
+    found.update(zip((i for i, _ in missing), firsts, strict=True))
     return found
 
 
@@ -294,7 +312,8 @@ def write_once(target: SinkTarget, table: pa.Table, query_id: str, batch_id: int
         if cursor is None:
             cursor = target.end(topic, partition)
             target.commit(group, topic, partition, cursor)
-        found = append_marked(target, topic, partition, t, prefix, cursor)
+        chunks = marked_chunks(t, target.chunk_bytes(topic), prefix)
+        found = append_marked(target, topic, partition, chunks, prefix, cursor)
         # The next batch's scan starts at this batch's first record: a replay of this
         # batch (the only one Spark can replay once the next has begun) is found there.
         start = min(found.values())
@@ -357,15 +376,18 @@ def task_identity() -> tuple[int, int]:
 
 
 def append_task(
-    target: SinkTarget, table: pa.Table, prefix: str, starts: dict[tuple[str, int], int] | None
+    target: SinkTarget,
+    streams: list[tuple[str, int, pa.Table, list[Planned]]],
+    prefix: str,
+    starts: dict[tuple[str, int], int] | None,
 ) -> list[tuple[str, int, int, int]]:
-    """Batch writes, in a task: each stream's rows appended in order (see the module's
+    """Batch writes, in a task: each stream's chunks appended in order (see the module's
     doc). `starts` (a retried attempt's): where each stream ended when the job began;
     the records from there are searched for an earlier attempt's chunks."""
     out = []
-    for topic, partition, t in streams_of(target, table):
+    for topic, partition, t, chunks in streams:
         scan_from = None if starts is None else starts.get((topic, partition), 0)
-        found = append_marked(target, topic, partition, t, prefix, scan_from)
+        found = append_marked(target, topic, partition, chunks, prefix, scan_from)
         out.append((topic, partition, min(found.values()), t.num_rows))
     return out
 
@@ -395,11 +417,32 @@ class WalfsBatchWriter(DataSourceArrowWriter):
         table = normalized(iterator, self.opts.topic)
         if table.num_rows == 0:
             return TaskAppended([])
-        target = open_target(self.opts, TASK_LOCK_WAIT_S)
-        try:
-            done = append_task(target, table, f"{self.job_id}:{part}:", self.starts if attempt else None)
-        finally:
-            target.close()
+        prefix = f"{self.job_id}:{part}:"
+        starts = self.starts if attempt else None
+        if self.opts.bootstrap:
+            target = open_target(self.opts)
+            try:
+                streams = [
+                    (topic, p, t, marked_chunks(t, target.chunk_bytes(topic), prefix))
+                    for topic, p, t in streams_of(target, table)
+                ]
+                done = append_task(target, streams, prefix, starts)
+            finally:
+                target.close()
+        else:
+            from walfs.spark.sink_target import LOCAL_CHUNK_BYTES
+
+            # The data directory is locked by the one process that has it open: encode
+            # first, then hold the lock only to append (the other tasks wait for it).
+            streams = [
+                (topic, p, t, encoded(marked_chunks(t, LOCAL_CHUNK_BYTES, prefix)))
+                for topic, p, t in split_streams(table)
+            ]
+            target = open_target(self.opts, TASK_LOCK_WAIT_S)
+            try:
+                done = append_task(target, streams, prefix, starts)
+            finally:
+                target.close()
         fault = self.opts.fail_after_append
         if fault is not None and fault[0] == part and attempt < fault[1]:
             raise RuntimeError(f"walfs.test.failAfterAppend: partition {part}, attempt {attempt}")

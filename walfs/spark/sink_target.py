@@ -96,6 +96,10 @@ def headed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Sequence[He
             yield off, [(h["key"], h["value"]) for h in hs]
 
 
+# What one append to a data directory takes: no limit of its own (sink.CHUNK_BYTES).
+LOCAL_CHUNK_BYTES: int | None = None
+
+
 class LocalTarget:
     def __init__(self, wal: LogEngine) -> None:
         self.wal = wal
@@ -104,7 +108,7 @@ class LocalTarget:
         pass  # an append creates the stream
 
     def chunk_bytes(self, topic: str) -> int | None:
-        return None
+        return LOCAL_CHUNK_BYTES
 
     def append(self, topic: str, partition: int, chunks: Iterable[Chunk]) -> list[int]:
         firsts = [self.wal.append(topic, partition, c.data, c.meta_lens, c.value_lens) for c in chunks]
