@@ -89,7 +89,7 @@ class RemoteTarget:
         counts: list[int] = []
 
         def send() -> None:
-            base = self.remote.produce(topic, partition, b"".join(batches))
+            base = self.remote.produce(topic, partition, batches)
             for n in counts:
                 firsts.append(base)
                 base += n
