@@ -1,7 +1,7 @@
 """Spark sink and remote-read benchmark, one run, JSON on stdout (and --out):
 
     python bench/bench_spark_sink.py [--records 1000000] [--sizes 100,1024] [--values hex|padded]
-                                     [--dir DIR] [--out F.json]
+                                     [--rounds 3] [--dir DIR] [--out F.json]
 
 For each value size, with one local[*] SparkSession and N rows cached in memory first:
 
@@ -11,17 +11,19 @@ For each value size, with one local[*] SparkSession and N rows cached in memory 
 - floor: df.write.format("walfs-bench-noop"), a Python data source (NoopDataSource,
   defined here) whose tasks take Spark's Arrow batches and drop them and whose commit
   does nothing: what any PySpark Python sink pays (the JVM feeding Arrow to Python
-  workers), the ceiling of a sink written with PySpark's data source API. Timed twice
-  (before the sink and after it), the faster run counts.
+  workers), the ceiling of a sink written with PySpark's data source API.
 - read: spark.read.format("walfs").count() of the topic written, from the data
   directory (path) vs through the daemon (bootstrap): rows/s each, remote / local.
 
+The four writes run --rounds times in turn (write.text, floor, sink path, sink
+bootstrap, again...); the fastest run of each counts (all runs are in the JSON).
+
 Values: the row id, then hex digits of SHA-256 hashes (--values hex, the default: rows
-that compress as little as most real data would, since the sink compresses the rows
-its tasks hand the driver) or "x"s (--values padded: what runs before 2026-11-24 used).
+that compress as little as most real data would, since the streaming sink compresses
+the rows its tasks hand the driver) or "x"s (--values padded: what runs before 2026-11-24 used).
 
 Before timing, one small untimed write and read per path warm the JVM and Spark's Python
-workers. Each figure is a single timed run; the machine is in the JSON.
+workers. Reads are one timed run each; the machine is in the JSON.
 """
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ class NoopDataSource(DataSource):
         return NoopWriter()
 
 
-def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str) -> dict[str, Any]:
+def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str, rounds: int) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     import walfs
@@ -130,11 +132,36 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str) -> dic
     df = df.cache()
     df.count()
     run: dict[str, Any] = {"value_bytes": size, "values": values_kind}
-    text_dir, local, remote = base / f"text{size}", base / f"local{size}", base / f"remote{size}"
-    run["write_text_s"] = timed(lambda: df.select("value").write.text(str(text_dir)))
-    noop = lambda: timed(lambda: df.write.format("walfs-bench-noop").mode("append").save())  # noqa: E731
-    floors = [noop()]
-    run["sink_path_s"] = timed(lambda: df.write.format("walfs").mode("append").save(str(local)))
+    local, remote = base / f"local{size}", base / f"remote{size}"
+    writes: dict[str, list[float]] = {
+        k: [] for k in ("write_text", "noop_floor", "sink_path", "sink_bootstrap")
+    }
+    proc, bootstrap = start_serve(remote)
+    try:
+        # Each write `rounds` times, in turn; the fastest run of each counts (a write right
+        # after another kind of write was often the slowest of its runs).
+        for r in range(rounds):
+            text_r = base / f"text{size}-{r}"
+            writes["write_text"].append(timed(lambda d=text_r: df.select("value").write.text(str(d))))
+            shutil.rmtree(text_r, ignore_errors=True)
+            writes["noop_floor"].append(
+                timed(lambda: df.write.format("walfs-bench-noop").mode("append").save())
+            )
+            local_r = local if r == 0 else base / f"local{size}-{r}"  # round 0's is read below
+            writes["sink_path"].append(
+                timed(lambda d=local_r: df.write.format("walfs").mode("append").save(str(d)))
+            )
+            if r:
+                shutil.rmtree(local_r, ignore_errors=True)
+            writes["sink_bootstrap"].append(
+                timed(lambda: df.write.format("walfs").mode("append").option("bootstrap", bootstrap).save())
+            )
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+    for k, ts in writes.items():
+        run[k + "_s"] = min(ts)
+        run[k + "_runs_s"] = [round(t, 3) for t in ts]
     values = [value_of(i, size, values_kind) for i in range(n)]
     with walfs.Wal(base / f"engine{size}") as wal:
         t = time.perf_counter()
@@ -143,18 +170,6 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str) -> dic
         wal.sync()
         run["append_batch_s"] = time.perf_counter() - t
     del values
-    proc, bootstrap = start_serve(remote)
-    try:
-        run["sink_bootstrap_s"] = timed(
-            lambda: df.write.format("walfs").mode("append").option("bootstrap", bootstrap).save()
-        )
-    finally:
-        proc.terminate()
-        proc.communicate(timeout=60)
-    # The floor's best of two runs, one before the sink's and one after: a single run
-    # right after write.text was the slowest of the Python writes in every trial run.
-    floors.append(noop())
-    run["noop_floor_s"] = min(floors)
     proc, bootstrap = start_serve(local)
     try:
         counts: dict[str, int] = {}
@@ -187,7 +202,7 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str) -> dic
     run["sink_path_vs_noop_floor"] = round(run["noop_floor_s"] / run["sink_path_s"], 3)
     run["sink_bootstrap_vs_noop_floor"] = round(run["noop_floor_s"] / run["sink_bootstrap_s"], 3)
     run["remote_vs_local_read"] = round(run["read_path_s"] / run["read_bootstrap_s"], 3)
-    for d in (text_dir, local, remote, base / f"engine{size}"):
+    for d in (local, remote, base / f"engine{size}"):
         shutil.rmtree(d, ignore_errors=True)
     return run
 
@@ -197,6 +212,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--sizes", default="100,1024")
     ap.add_argument("--values", choices=("hex", "padded"), default="hex", help="value_column")
+    ap.add_argument("--rounds", type=int, default=3, help="runs of each write; the fastest counts")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -228,7 +244,7 @@ def main() -> None:
         small.write.format("walfs-bench-noop").mode("append").save()
         spark.read.format("walfs").load(str(warm)).count()
         for size in [int(x) for x in args.sizes.split(",")]:
-            result["runs"].append(one_size(spark, base, size, args.records, args.values))
+            result["runs"].append(one_size(spark, base, size, args.records, args.values, args.rounds))
     finally:
         spark.stop()
         shutil.rmtree(base, ignore_errors=True)
