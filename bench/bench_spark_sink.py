@@ -16,7 +16,7 @@ For each value size, with one local[*] SparkSession and N rows cached in memory 
   directory (path) vs through the daemon (bootstrap): rows/s each, remote / local.
 
 The four writes run --rounds times in turn (write.text, floor, sink path, sink
-bootstrap, again...); the fastest run of each counts (all runs are in the JSON).
+bootstrap, again...); the fastest run of each counts (every run, in seconds, is in the JSON: *_runs).
 
 Values: the row id, then hex digits of SHA-256 hashes (--values hex, the default: rows
 that compress as little as most real data would, since the streaming sink compresses
@@ -161,7 +161,7 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str, rounds
         proc.communicate(timeout=60)
     for k, ts in writes.items():
         run[k + "_s"] = min(ts)
-        run[k + "_runs_s"] = [round(t, 3) for t in ts]
+        run[k + "_runs"] = [round(t, 3) for t in ts]
     values = [value_of(i, size, values_kind) for i in range(n)]
     with walfs.Wal(base / f"engine{size}") as wal:
         t = time.perf_counter()
