@@ -278,9 +278,13 @@ def marked_chunks(t: pa.Table, own_limit: int | None, prefix: str) -> list[Plann
     ]
 
 
+def _given(chunk: Chunk) -> Chunk:
+    return chunk
+
+
 def encoded(chunks: list[Planned]) -> list[Planned]:
     """The chunks encoded now (to append later, without encoding then)."""
-    return [(i, partial(lambda c: c, make())) for i, make in chunks]
+    return [(i, partial(_given, make())) for i, make in chunks]
 
 
 def append_marked(
