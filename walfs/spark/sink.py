@@ -92,7 +92,8 @@ MARKER = "walfs.sink"
 CHUNK_BYTES = 32 << 20
 GROUP_PREFIX = "spark-sink."
 
-# What the tasks send to the driver: the rows, normalized.
+# The rows, normalized: what a batch write's task appends, and what a streaming write's
+# tasks send to the driver.
 STAGED_SCHEMA = pa.schema(
     [
         pa.field("topic", pa.string()),
@@ -104,7 +105,7 @@ STAGED_SCHEMA = pa.schema(
 )
 
 
-# The rows travel task -> JVM -> driver -> the commit's Python worker, each hop a copy:
+# Streaming writes: the rows travel task -> JVM -> driver -> the commit's Python worker, each hop a copy:
 # lz4 (Arrow's IPC buffer compression) makes them smaller when they compress, and costs
 # several times the copies it saves when they do not (hex, media, encrypted data). A
 # task compresses when a sample of its first values shrinks below COMPRESS_BELOW.
@@ -114,8 +115,8 @@ COMPRESS_SAMPLE = 256 << 10
 
 @dataclass
 class StagedRows(WriterCommitMessage):
-    """One task's rows (an Arrow IPC stream in STAGED_SCHEMA, buffers lz4-compressed
-    when they compress well) and how many."""
+    """One streaming write task's rows (an Arrow IPC stream in STAGED_SCHEMA, buffers
+    lz4-compressed when they compress well) and how many."""
 
     ipc: bytes
     rows: int
@@ -131,7 +132,7 @@ def compresses(b: pa.RecordBatch) -> bool:
 
 
 def stage(batches: Iterator[pa.RecordBatch], topic_option: str | None) -> StagedRows:
-    """Runs in a task: checks and normalizes the rows, appends nothing."""
+    """Runs in a streaming write's task: checks and normalizes the rows, appends nothing."""
     sink = pa.BufferOutputStream()
     n = 0
     out: pa.ipc.RecordBatchStreamWriter | None = None
