@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructField, StructType
 
 import walfs
+from walfs.spark.sink import MARKER
 
 pytest_plugins = ["spark_fixtures"]
 
@@ -42,11 +43,31 @@ def sample_rows() -> list[tuple]:
     return rows
 
 
+def unmarked(headers: list[tuple]) -> list[tuple]:
+    """The headers the rows had: without the sink's marker (walfs.spark.sink: one on the
+    first record of each chunk a task appends)."""
+    return [h for h in headers if h[0] != MARKER]
+
+
 def stored(wal: walfs.Wal) -> dict[tuple[str, int], list[tuple]]:
     out: dict[tuple[str, int], list[tuple]] = {}
     for topic, part in wal.streams():
         out[(topic, part)] = [
-            (r.key, r.value, [tuple(h) for h in r.headers]) for r in wal.read_records(topic, 0, part, 10_000)
+            (r.key, r.value, unmarked([tuple(h) for h in r.headers]))
+            for r in wal.read_records(topic, 0, part, 10_000)
+        ]
+    return out
+
+
+def markers(wal: walfs.Wal) -> dict[tuple[str, int], list[tuple[int, str]]]:
+    """(offset, value) of every sink marker, per stream."""
+    out: dict[tuple[str, int], list[tuple[int, str]]] = {}
+    for topic, part in wal.streams():
+        out[(topic, part)] = [
+            (r.offset, v.decode())
+            for r in wal.read_records(topic, 0, part, 10_000)
+            for k, v in r.headers
+            if k == MARKER
         ]
     return out
 
@@ -66,7 +87,7 @@ def read_back(spark: SparkSession, **options: str) -> dict[tuple[str, int], list
     for r in rows:
         headers = [(h["key"], None if h["value"] is None else bytes(h["value"])) for h in r["headers"]]
         key = None if r["key"] is None else bytes(r["key"])
-        out.setdefault((r["topic"], r["partition"]), []).append((key, bytes(r["value"]), headers))
+        out.setdefault((r["topic"], r["partition"]), []).append((key, bytes(r["value"]), unmarked(headers)))
     return out
 
 
@@ -78,6 +99,13 @@ def test_batch_write_then_read_back(spark: SparkSession, tmp_path: Path) -> None
     df.write.format("walfs").mode("append").option("path", str(data)).save()
     with walfs.Wal(data, read_only=True) as wal:
         assert stored(wal) == expected_streams(rows)
+        # The one task (Spark partition 0) appended each stream's rows as one chunk, the
+        # first record marked "<job id>:<partition>:<chunk>:<rows>".
+        marks = markers(wal)
+        assert {s: [(off, v.split(":", 1)[1]) for off, v in m] for s, m in marks.items()} == {
+            s: [(0, f"0:0:{len(v)}")] for s, v in expected_streams(rows).items()
+        }
+        assert len({v.split(":")[0] for m in marks.values() for _, v in m}) == 1
     assert read_back(spark, path=str(data)) == expected_streams(rows)
     # Written again: appended after the first copy (a WAL never overwrites).
     df.write.format("walfs").mode("append").option("path", str(data)).save()
@@ -122,18 +150,31 @@ def test_bad_rows_are_refused_and_leave_nothing(spark: SparkSession, tmp_path: P
         spark.createDataFrame([("t", b"v")], "topic string, value binary").write.format("walfs").mode(
             "overwrite"
         ).save(str(data))
-    # A task that fails: the job fails and nothing of it is visible (tasks append nothing;
-    # only the driver's commit does, after every task succeeded).
-    boom = F.udf(lambda i: 1 // (i - 7), IntegerType())
-    df = (
-        spark.range(20)
-        .repartition(4)
-        .select(F.lit("t").alias("topic"), F.col("id").cast("string").alias("value"), boom("id").alias("x"))
+    with walfs.Wal(data, read_only=True) as wal:
+        assert wal.streams() == []
+
+
+def test_failed_job_leaves_whole_tasks(spark: SparkSession, tmp_path: Path) -> None:
+    """A task that fails for good fails the job; tasks append their own rows, so what is
+    left is every row of the tasks that appended before the job stopped, whole and once,
+    and none of the failed task's."""
+    data = tmp_path / "data"
+    # Row 17 fails, in the last task (partition 3): local[2] starts it only once one of
+    # tasks 0 and 1 is done, so at least that one's rows are there.
+    boom = F.udf(lambda i: 1 // (i - 17), IntegerType())
+    df = spark.range(0, 20, numPartitions=4).select(
+        F.lit("t").alias("topic"), F.col("id").cast("string").alias("value"), boom("id").alias("x")
     )
     with pytest.raises(PySparkException):
         df.write.format("walfs").mode("append").save(str(data))
     with walfs.Wal(data, read_only=True) as wal:
-        assert wal.streams() == []
+        left = [int(r.value) for r in wal.read_records("t", 0, 0, 10_000)] if wal.streams() else []
+    tasks = {p: list(range(5 * p, 5 * p + 5)) for p in range(4)}  # range(): 5 rows a partition
+    present = sorted({i // 5 for i in left})
+    assert present and 3 not in present, present
+    # Each task's rows together and in order, each once: whole tasks, one after another.
+    assert sorted(left) == sorted(i for p in present for i in tasks[p])
+    assert [left[i : i + 5] for i in range(0, len(left), 5)] == [tasks[v // 5] for v in left[::5]]
 
 
 def test_batch_write_through_the_daemon(spark: SparkSession, tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """The streaming sink's commit protocol, driven the way Spark drives it (tasks stage their
 rows in commit messages, the driver commits or aborts a batch id), on a real WAL and
-through a real walfs daemon: replays append nothing twice, aborted batches nothing.
+through a real walfs daemon: replays append nothing twice, aborted batches nothing. (A
+batch write's tasks append their own rows: tests/test_spark_sink_retry.py.)
 
 Spark itself replays a micro-batch after a driver failure with the same query and batch
 id; these tests produce the two interleavings a SIGKILL can leave deterministically: the
@@ -27,16 +28,20 @@ from walfs.spark.sink import GROUP_PREFIX, MARKER, StagedRows, WalfsStreamWriter
 QUERY = "0b7c5a34-query"
 
 
-def task_message(rows: list[tuple[str, int, str]]) -> object:
-    """What one Spark task hands the driver for these (topic, partition, value) rows."""
-    batch = pa.RecordBatch.from_pydict(
+def rows_batch(rows: list[tuple[str, int, str]]) -> pa.RecordBatch:
+    """These (topic, partition, value) rows as Spark hands them to a task."""
+    return pa.RecordBatch.from_pydict(
         {
             "topic": [t for t, _, _ in rows],
             "partition": pa.array([p for _, p, _ in rows], pa.int32()),
             "value": [v for _, _, v in rows],
         }
     )
-    return stage(iter([batch]), None)
+
+
+def task_message(rows: list[tuple[str, int, str]]) -> object:
+    """What one streaming write's Spark task hands the driver for these rows."""
+    return stage(iter([rows_batch(rows)]), None)
 
 
 @contextmanager
@@ -173,7 +178,9 @@ def test_a_daemon_with_a_lowered_message_limit_takes_a_large_batch_whole(tmp_pat
         opts = {"bootstrap": serve.bootstrap, "queryId": QUERY}
         for topic in ("wide", "narrow"):
             rows = [(topic, 0, f"{i:06d}" + "z" * 1000) for i in range(1500)]
-            sink.WalfsBatchWriter(parse_sink_options(opts)).commit([task_message(rows)])
+            # A batch write's task appends its rows itself (write_task: what write does
+            # in Spark partition 0's first attempt).
+            sink.WalfsBatchWriter(parse_sink_options(opts)).write_task(0, 0, iter([rows_batch(rows)]))
             stream = WalfsStreamWriter(parse_sink_options(opts))
             stream.commit([task_message(rows)], 7)
             stream.commit([task_message(rows)], 7)  # the replay appends nothing

@@ -234,6 +234,21 @@ class SinkOptions:
     topic: str | None  # overrides the rows' topic column, as in Spark's Kafka sink
     query_id: str | None  # streaming: the query's identity for exactly-once (see sink.py)
     checkpoint: str | None
+    # Tests only (option "walfs.test.failAfterAppend" = "PARTITION:ATTEMPTS"): the batch
+    # write task of that Spark partition fails after appending, in its first ATTEMPTS
+    # attempts, as a task killed after its append and before Spark recorded it would.
+    fail_after_append: tuple[int, int] | None = None
+
+
+def _fault_point(options: Mapping[str, str]) -> tuple[int, int] | None:
+    raw = _get(options, "walfs.test.failAfterAppend")
+    if raw is None:
+        return None
+    try:
+        part, attempts = raw.split(":")
+        return int(part), int(attempts)
+    except ValueError as e:
+        raise WalfsOptionError(f"option walfs.test.failAfterAppend: PARTITION:ATTEMPTS, not {raw!r}") from e
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
@@ -250,4 +265,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         topic=topic,
         query_id=_get(options, "queryId"),
         checkpoint=_get(options, "checkpointLocation"),
+        fail_after_append=_fault_point(options),
     )

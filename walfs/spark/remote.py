@@ -19,6 +19,7 @@ import socket
 import struct
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,9 @@ finally:
 
 # A response is refused past this size (Fetch asks for far less; see FETCH_MAX_BYTES).
 MAX_FRAME = 256 << 20
+# The most buffers one sendmsg takes (Linux's IOV_MAX).
+IOV_MAX = 1024
+Bytes = bytes | bytearray | memoryview
 FETCH_MAX_BYTES = 16 << 20
 EARLIEST = -2
 LATEST = -1
@@ -128,14 +132,16 @@ class RemoteWal:
             got += k
         return view.toreadonly()
 
-    def _call(self, api: tuple[int, int], body: Any) -> Any:
+    def _call(self, api: tuple[int, int], body: Any, tail: Sequence[Bytes] = ()) -> Any:
         with self._lock:
             if self._ahead is not None:
                 raise RemoteError("a Fetch sent ahead has not been received (RemoteWal.fetch_result)")
-            return self._receive(api, type(body), self._send(api, body))
+            return self._receive(api, type(body), self._send(api, body, tail))
 
-    def _send(self, api: tuple[int, int], body: Any) -> int:
-        """Sends one request; its correlation id."""
+    def _send(self, api: tuple[int, int], body: Any, tail: Sequence[Bytes] = ()) -> int:
+        """Sends one request; its correlation id. `tail`: the bytes of the request's last
+        field, a bytes field that `body` holds empty (b""), sent as they are after the
+        rest of the request (no copy: a Produce's record batches)."""
         self._correlation += 1
         cid = self._correlation
         header_cls = type(body).__header_schema__
@@ -151,12 +157,28 @@ class RemoteWal:
         )
         entity_writer(type(body))(out, body)
         payload = out.getbuffer()  # a view: a Produce's batches are not copied again
+        parts: list[Bytes] = [payload]
+        if tail:
+            # The empty last field is its i32 length (0): the tail's length instead.
+            assert payload[-4:] == b"\0\0\0\0", "the request's last field is not empty bytes"
+            parts = [payload[:-4], struct.pack(">i", sum(map(len, tail))), *tail]
+        size = sum(map(len, parts))
         try:
-            self._sock.sendall(struct.pack(">i", len(payload)))
-            self._sock.sendall(payload)
+            self._sendall([struct.pack(">i", size), *parts])
         except OSError as e:
             raise RemoteError(f"the walfs daemon at {self.bootstrap}: {e}") from e
         return cid
+
+    def _sendall(self, parts: list[Bytes]) -> None:
+        """Sends the parts one after the other, in as few system calls as they take."""
+        views = [memoryview(p).cast("B") for p in parts if len(p)]
+        while views:
+            sent = self._sock.sendmsg(views[:IOV_MAX])
+            while views and sent >= len(views[0]):
+                sent -= len(views[0])
+                views.pop(0)
+            if sent:
+                views[0] = views[0][sent:]
 
     def _receive(self, api: tuple[int, int], body_cls: type, cid: int) -> Any:
         """The answer to request `cid` (the next frame on the connection), decoded."""
@@ -288,8 +310,9 @@ class RemoteWal:
                 return bytes(p.records or b"")
         raise RemoteError(f"{what}: the answer names no partition")
 
-    def produce(self, topic: str, partition: int, batch: bytes) -> int:
-        """Appends one record batch (atomically, durably: acks=all); its first offset."""
+    def produce(self, topic: str, partition: int, batches: Sequence[Bytes]) -> int:
+        """Appends record batches, sent back to back without being joined (atomically,
+        durably: acks=all); the first one's first offset."""
         part_cls = _req(PRODUCE, "PartitionProduceData")
         topic_cls = _req(PRODUCE, "TopicProduceData")
         req = _req(PRODUCE, "ProduceRequest")(
@@ -298,11 +321,11 @@ class RemoteWal:
             timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
             topic_data=(
                 topic_cls(
-                    name=TopicName(topic), partition_data=(part_cls(index=i32(partition), records=batch),)
+                    name=TopicName(topic), partition_data=(part_cls(index=i32(partition), records=b""),)
                 ),
             ),
         )
-        for t in self._call(PRODUCE, req).responses:
+        for t in self._call(PRODUCE, req, batches).responses:
             for p in t.partition_responses:
                 _check(p.error_code, f"produce to {topic!r}[{partition}]")
                 return int(p.base_offset)

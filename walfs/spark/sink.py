@@ -6,13 +6,29 @@ string, value: binary>>, optional), `topic` (string; the option "topic" override
 and `partition` (int, optional: 0 when absent or null). Other columns are ignored, so
 rows read with format("walfs") can be written back as they are.
 
-How a write becomes visible: tasks append nothing. Each task hands its rows to the
-driver in its commit message (an Arrow IPC stream), and the driver's commit appends
-them, stream by stream, each stream's rows as one atomic, durable append (in chunks of
-at most CHUNK_BYTES, or what the target takes: a daemon's Produce batches stay under
-Kafka's default message.max.bytes). A task or job that fails leaves nothing; Spark's abort has
-nothing to undo. Only a driver that dies in the middle of its commit leaves some
-streams with their rows and others without (each stream all or nothing).
+Batch writes (df.write): each task appends its own rows. On the driver, before any task
+runs, the writer notes where every stream ends (and, with a path, checks that no daemon
+owns the directory); each task then opens the target (a path: the data directory, its
+lock waited for while the job's other tasks hold it in turn; bootstrap: a connection to
+the daemon), appends each stream's rows in order, in chunks of at most CHUNK_BYTES (or
+what the target takes: a daemon's Produce batches stay under message.max.bytes), each
+chunk one atomic, durable append, and sends the driver only (stream, first offset,
+rows) per stream. The first record of each chunk carries the header
+``walfs.sink = "<job id>:<partition id>:<chunk>:<count>"`` (the job id is a fresh uuid
+per write). A retried task (attempt number > 0: an earlier attempt failed, possibly
+after appending) first scans each of its streams from where it ended when the job began
+for its partition's markers and appends only the chunks not found, so a task's rows
+are appended once however often Spark retries it. In a stream, each task's rows keep
+their order; tasks' rows follow each other in the order the tasks append (with a path a
+task's rows stay together, holding the lock; through a daemon, together per Produce
+request of up to 32 MiB).
+
+What a failed job leaves: the rows of every task that appended before the job failed
+(each task's rows whole, unless the task itself died in the middle of its append: then
+whole chunks, a prefix of its rows), each exactly once. Spark's abort cannot take them
+back: a WAL's appends are final. Speculative execution (spark.speculation, off by
+default) runs two attempts of a task at once: with a path they take the lock in turn
+and the second finds the first's chunks; through a daemon both may append.
 
 Streaming writes are exactly-once. A micro-batch's commit runs, per stream:
 
@@ -31,41 +47,53 @@ recorded as committed), so a scan from where the previous batch began always rea
 the replayed batch's records; it reads one batch of the query's own rows plus what other
 writers appended meanwhile.
 
-So a replayed batch (same query, same batch id) appends nothing twice, and since tasks
-never append, rows of a failed batch are never visible. The query id is Spark's (stable
-across restarts from one checkpoint: `<checkpointLocation>/metadata`), or the option
-"queryId". The one marker header per chunk is visible to readers (Kafka clients, the
-`headers` column); values and keys are untouched, so the mount's files show exactly the
-rows.
+So a replayed batch (same query, same batch id) appends nothing twice, and since a
+streaming write's tasks never append (they hand the driver their rows in their commit
+messages, an Arrow IPC stream, and the driver's commit appends them), rows of a failed
+batch are never visible. The query id is Spark's (stable across restarts from one
+checkpoint: `<checkpointLocation>/metadata`), or the option "queryId".
+
+The one marker header per chunk (batch and streaming writes) is visible to readers
+(Kafka clients, the `headers` column); values and keys are untouched, so the mount's
+files show exactly the rows.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from walfs.spark.columnar import _empty_lists, _repeated_string
 from walfs.spark.options import SinkOptions, WalfsOptionError
 from walfs.spark.schema import HEADER_TYPE
-from walfs.spark.sink_rows import HEADER_OVERHEAD, cuts, encode_chunk, row_costs
+from walfs.spark.sink_rows import HEADER_OVERHEAD, Chunk, cuts, encode_chunk, row_costs
 
 if TYPE_CHECKING:
     from walfs.spark.sink_target import SinkTarget
+
+# How long a batch write's task waits for the data directory's lock: the job's other
+# tasks hold it in turn, each for one open, append, fsync and close (a few ms plus the
+# append); the writer found no daemon holding it before any task ran.
+TASK_LOCK_WAIT_S = 600.0
 
 MARKER = "walfs.sink"
 CHUNK_BYTES = 32 << 20
 GROUP_PREFIX = "spark-sink."
 
-# What the tasks send to the driver: the rows, normalized.
+# The rows, normalized: what a batch write's task appends, and what a streaming write's
+# tasks send to the driver.
 STAGED_SCHEMA = pa.schema(
     [
         pa.field("topic", pa.string()),
@@ -77,7 +105,7 @@ STAGED_SCHEMA = pa.schema(
 )
 
 
-# The rows travel task -> JVM -> driver -> the commit's Python worker, each hop a copy:
+# Streaming writes: the rows travel task -> JVM -> driver -> the commit's Python worker, each hop a copy:
 # lz4 (Arrow's IPC buffer compression) makes them smaller when they compress, and costs
 # several times the copies it saves when they do not (hex, media, encrypted data). A
 # task compresses when a sample of its first values shrinks below COMPRESS_BELOW.
@@ -87,8 +115,8 @@ COMPRESS_SAMPLE = 256 << 10
 
 @dataclass
 class StagedRows(WriterCommitMessage):
-    """One task's rows (an Arrow IPC stream in STAGED_SCHEMA, buffers lz4-compressed
-    when they compress well) and how many."""
+    """One streaming write task's rows (an Arrow IPC stream in STAGED_SCHEMA, buffers
+    lz4-compressed when they compress well) and how many."""
 
     ipc: bytes
     rows: int
@@ -104,7 +132,7 @@ def compresses(b: pa.RecordBatch) -> bool:
 
 
 def stage(batches: Iterator[pa.RecordBatch], topic_option: str | None) -> StagedRows:
-    """Runs in a task: checks and normalizes the rows, appends nothing."""
+    """Runs in a streaming write's task: checks and normalizes the rows, appends nothing."""
     sink = pa.BufferOutputStream()
     n = 0
     out: pa.ipc.RecordBatchStreamWriter | None = None
@@ -198,8 +226,7 @@ def staged_table(messages: Sequence[WriterCommitMessage | None]) -> pa.Table:
 
 
 def streams_of(target: SinkTarget, table: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
-    """(topic, partition, its rows in their order) for every stream the rows name, once
-    the target has every partition they name."""
+    """split_streams(table), once the target has every partition the rows name."""
     if table.num_rows == 0:
         return
     most = table.group_by("topic").aggregate([("partition", "max")])
@@ -207,8 +234,18 @@ def streams_of(target: SinkTarget, table: pa.Table) -> Iterator[tuple[str, int, 
         most.column("topic").to_pylist(), most.column("partition_max").to_pylist(), strict=True
     ):
         target.ensure(topic, top + 1)
-    if most.num_rows == 1 and pc.min(table.column("partition")).as_py() == top:
-        yield topic, top, table  # one stream (the usual case): its rows are the table
+    yield from split_streams(table)
+
+
+def split_streams(table: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
+    """(topic, partition, its rows in their order) for every stream the rows name."""
+    if table.num_rows == 0:
+        return
+    topics = pc.unique(table.column("topic"))
+    parts = pc.min_max(table.column("partition"))
+    if len(topics) == 1 and parts["min"] == parts["max"]:
+        # one stream (the usual case): its rows are the table
+        yield topics[0].as_py(), parts["min"].as_py(), table
         return
     pairs = table.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
     for topic, partition in sorted(
@@ -218,18 +255,56 @@ def streams_of(target: SinkTarget, table: pa.Table) -> Iterator[tuple[str, int, 
         yield topic, partition, table.filter(mask)
 
 
-def chunk_limit(target: SinkTarget, topic: str, reserve: int = 0) -> int:
-    """The most row bytes (sink_rows.row_costs) of one chunk for `topic`: CHUNK_BYTES or
-    the target's own limit, less `reserve` (the marker header, in streaming writes)."""
-    own = target.chunk_bytes(topic)
+def chunk_limit(own: int | None, reserve: int = 0) -> int:
+    """The most row bytes (sink_rows.row_costs) of one chunk: CHUNK_BYTES or the target's
+    own limit (SinkTarget.chunk_bytes), less `reserve` (the marker header)."""
     return max(1, min(CHUNK_BYTES, own if own is not None else CHUNK_BYTES) - reserve)
 
 
-def write_all(target: SinkTarget, table: pa.Table) -> None:
-    """Batch writes: each stream's rows appended in order, one atomic append per chunk."""
-    for topic, partition, t in streams_of(target, table):
-        runs = cuts(row_costs(t), chunk_limit(target, topic))
-        target.append(topic, partition, (encode_chunk(t.slice(a, b - a)) for a, b in runs))
+# A chunk to append: its number and how to encode it (encoded only when appended).
+Planned = tuple[int, Callable[[], Chunk]]
+
+
+def marked_chunks(t: pa.Table, own_limit: int | None, prefix: str) -> list[Planned]:
+    """t's rows (one stream's, in order) cut into chunks under the target's limit
+    `own_limit`, the first record of chunk i carrying the header MARKER =
+    "<prefix><i>:<rows>"."""
+    # The marker header: its name, value ("<prefix><chunk>:<rows>", two numbers of at
+    # most 20 digits) and framing count against the chunk's limit.
+    reserve = len(MARKER) + len(prefix.encode()) + 41 + HEADER_OVERHEAD
+    runs = cuts(row_costs(t), chunk_limit(own_limit, reserve))
+    return [
+        (i, partial(encode_chunk, t.slice(a, b - a), (MARKER, f"{prefix}{i}:{b - a}".encode())))
+        for i, (a, b) in enumerate(runs)
+    ]
+
+
+def _given(chunk: Chunk) -> Chunk:
+    return chunk
+
+
+def encoded(chunks: list[Planned]) -> list[Planned]:
+    """The chunks encoded now (to append later, without encoding then)."""
+    return [(i, partial(_given, make())) for i, make in chunks]
+
+
+def append_marked(
+    target: SinkTarget, topic: str, partition: int, chunks: list[Planned], prefix: str, scan_from: int | None
+) -> dict[int, int]:
+    """Appends the chunks (marked_chunks(..., prefix)) to one stream, one atomic append
+    each. With `scan_from`, the records from there to the stream's end are searched for
+    this prefix's markers first and the chunks found are not appended again. Returns
+    chunk number -> offset of its first record, for every chunk."""
+    found: dict[int, int] = {}
+    if scan_from is not None:
+        for offset, headers in target.scan(topic, partition, scan_from, target.end(topic, partition)):
+            for k, v in headers:
+                if k == MARKER and v is not None and v.startswith(prefix.encode()):
+                    found[int(v.decode().rsplit(":", 2)[1])] = offset
+    missing = [(i, make) for i, make in chunks if i not in found]
+    firsts = target.append(topic, partition, (make() for _, make in missing))
+    found.update(zip((i for i, _ in missing), firsts, strict=True))
+    return found
 
 
 def write_once(target: SinkTarget, table: pa.Table, query_id: str, batch_id: int) -> None:
@@ -237,30 +312,13 @@ def write_once(target: SinkTarget, table: pa.Table, query_id: str, batch_id: int
     module's doc)."""
     group = GROUP_PREFIX + query_id
     prefix = f"{query_id}:{batch_id}:"
-    # The marker header: its name, value ("<prefix><chunk>:<rows>", two numbers of at
-    # most 20 digits) and framing count against the chunk's limit.
-    reserve = len(MARKER) + len(prefix.encode()) + 41 + HEADER_OVERHEAD
     for topic, partition, t in streams_of(target, table):
         cursor = target.committed(group, topic, partition)
         if cursor is None:
             cursor = target.end(topic, partition)
             target.commit(group, topic, partition, cursor)
-        found: dict[int, int] = {}  # chunk number -> offset of its first record
-        for offset, headers in target.scan(topic, partition, cursor, target.end(topic, partition)):
-            for k, v in headers:
-                if k == MARKER and v is not None and v.startswith(prefix.encode()):
-                    found[int(v.decode().rsplit(":", 2)[1])] = offset
-        runs = list(enumerate(cuts(row_costs(t), chunk_limit(target, topic, reserve))))
-        missing = [(i, a, b) for i, (a, b) in runs if i not in found]
-        firsts = target.append(
-            topic,
-            partition,
-            (
-                encode_chunk(t.slice(a, b - a), (MARKER, f"{prefix}{i}:{b - a}".encode()))
-                for i, a, b in missing
-            ),
-        )
-        found.update(zip((i for i, _, _ in missing), firsts, strict=True))
+        chunks = marked_chunks(t, target.chunk_bytes(topic), prefix)
+        found = append_marked(target, topic, partition, chunks, prefix, cursor)
         # The next batch's scan starts at this batch's first record: a replay of this
         # batch (the only one Spark can replay once the next has begun) is found there.
         start = min(found.values())
@@ -268,12 +326,13 @@ def write_once(target: SinkTarget, table: pa.Table, query_id: str, batch_id: int
             target.commit(group, topic, partition, start)
 
 
-def open_target(opts: SinkOptions) -> SinkTarget:
-    # Imported here, on the driver's commit only: the Kafka client (kio) is slow to
-    # import, and tasks (Python workers Spark gives 10 s to start) never need it.
+def open_target(opts: SinkOptions, lock_wait_s: float | None = None) -> SinkTarget:
+    # Imported here: the Kafka client (kio) is slow to import, and only writes through
+    # a daemon need it (walfs.spark.sink_target imports it for those only).
+    from walfs.spark.sink_target import LOCK_WAIT_S
     from walfs.spark.sink_target import open_target as open_it
 
-    return open_it(opts)
+    return open_it(opts, LOCK_WAIT_S if lock_wait_s is None else lock_wait_s)
 
 
 def query_id_of(opts: SinkOptions) -> str:
@@ -299,25 +358,106 @@ def query_id_of(opts: SinkOptions) -> str:
     )
 
 
+@dataclass
+class TaskAppended(WriterCommitMessage):
+    """What one batch-write task appended: (topic, partition, offset of its first record,
+    rows) per stream."""
+
+    streams: list[tuple[str, int, int, int]]
+
+
+def normalized(batches: Iterator[pa.RecordBatch], topic_option: str | None) -> pa.Table:
+    """A task's rows, checked and normalized (STAGED_SCHEMA)."""
+    rows = [normalize(b, topic_option) for b in batches if b.num_rows]
+    return pa.Table.from_batches(rows, STAGED_SCHEMA)
+
+
+def task_identity() -> tuple[int, int]:
+    """(partition id, attempt number) of the Spark task this runs in."""
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise RuntimeError("a walfs batch write's rows are appended by Spark tasks (no TaskContext here)")
+    return ctx.partitionId(), ctx.attemptNumber()
+
+
+def append_task(
+    target: SinkTarget,
+    streams: list[tuple[str, int, pa.Table, list[Planned]]],
+    prefix: str,
+    starts: dict[tuple[str, int], int] | None,
+) -> list[tuple[str, int, int, int]]:
+    """Batch writes, in a task: each stream's chunks appended in order (see the module's
+    doc). `starts` (a retried attempt's): where each stream ended when the job began;
+    the records from there are searched for an earlier attempt's chunks."""
+    out = []
+    for topic, partition, t, chunks in streams:
+        scan_from = None if starts is None else starts.get((topic, partition), 0)
+        found = append_marked(target, topic, partition, chunks, prefix, scan_from)
+        out.append((topic, partition, min(found.values()), t.num_rows))
+    return out
+
+
 class WalfsBatchWriter(DataSourceArrowWriter):
+    """Made on the driver (WalfsDataSource.writer) before any task runs, then sent to
+    every task."""
+
     def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
-        return stage(iterator, self.opts.topic)
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        table = staged_table(messages)
-        if table.num_rows == 0:
-            return
-        target = open_target(self.opts)
+        self.job_id = uuid.uuid4().hex
+        # Where every stream ends now (before any task appends), for retried attempts'
+        # scans; opening the target also refuses a data directory a daemon owns before
+        # any task waits for its lock.
+        target = open_target(opts)
         try:
-            write_all(target, table)
+            self.starts = target.ends(opts.topic)
         finally:
             target.close()
 
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        part, attempt = task_identity()
+        return self.write_task(part, attempt, iterator)
+
+    def write_task(self, part: int, attempt: int, iterator: Iterator[pa.RecordBatch]) -> TaskAppended:
+        """What `write` does in attempt `attempt` of the task of Spark partition `part`."""
+        table = normalized(iterator, self.opts.topic)
+        if table.num_rows == 0:
+            return TaskAppended([])
+        prefix = f"{self.job_id}:{part}:"
+        starts = self.starts if attempt else None
+        if self.opts.bootstrap:
+            target = open_target(self.opts)
+            try:
+                streams = [
+                    (topic, p, t, marked_chunks(t, target.chunk_bytes(topic), prefix))
+                    for topic, p, t in streams_of(target, table)
+                ]
+                done = append_task(target, streams, prefix, starts)
+            finally:
+                target.close()
+        else:
+            from walfs.spark.sink_target import LOCAL_CHUNK_BYTES
+
+            # The data directory is locked by the one process that has it open: encode
+            # first, then hold the lock only to append (the other tasks wait for it).
+            streams = [
+                (topic, p, t, encoded(marked_chunks(t, LOCAL_CHUNK_BYTES, prefix)))
+                for topic, p, t in split_streams(table)
+            ]
+            target = open_target(self.opts, TASK_LOCK_WAIT_S)
+            try:
+                done = append_task(target, streams, prefix, starts)
+            finally:
+                target.close()
+        fault = self.opts.fail_after_append
+        if fault is not None and fault[0] == part and attempt < fault[1]:
+            raise RuntimeError(f"walfs.test.failAfterAppend: partition {part}, attempt {attempt}")
+        return TaskAppended(done)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass  # every task appended its own rows, durably
+
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        pass  # tasks appended nothing
+        pass  # what tasks appended stays (a WAL takes nothing back): see the module's doc
 
 
 class WalfsStreamWriter(DataSourceStreamArrowWriter):

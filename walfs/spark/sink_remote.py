@@ -89,7 +89,7 @@ class RemoteTarget:
         counts: list[int] = []
 
         def send() -> None:
-            base = self.remote.produce(topic, partition, b"".join(batches))
+            base = self.remote.produce(topic, partition, batches)
             for n in counts:
                 firsts.append(base)
                 base += n
@@ -108,6 +108,11 @@ class RemoteTarget:
 
     def end(self, topic: str, partition: int) -> int:
         return self.remote.list_offsets([(topic, partition)], LATEST)[(topic, partition)]
+
+    def ends(self, topic: str | None) -> dict[tuple[str, int], int]:
+        counts = self.remote.topics()
+        pairs = [(t, p) for t, n in sorted(counts.items()) if topic in (None, t) for p in range(n)]
+        return self.remote.list_offsets(pairs, LATEST) if pairs else {}
 
     def committed(self, group: str, topic: str, partition: int) -> int | None:
         return self.remote.committed(group, topic, partition)

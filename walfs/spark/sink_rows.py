@@ -162,11 +162,29 @@ def _metas(key: pa.Array, headers: pa.Array) -> pa.Array | None:
     return pc.if_else(pa.array(need), meta, pa.scalar(b"", pa.binary()))
 
 
+def _values_chunk(value: pa.ChunkedArray, marker: Header | None) -> Chunk:
+    """Rows with no key and no headers: the bodies are the values, the data buffers of
+    the value column's chunks joined, with the marker's meta section before the first
+    value when given: one copy (none for one chunk and no marker)."""
+    value_lens = _column_lengths(value)
+    meta_lens = np.zeros(len(value_lens), np.int64)
+    pieces: list[bytes | pa.Buffer] = [_data(c) for c in value.chunks if len(c)]
+    if marker is not None and len(value_lens):
+        meta0 = encode_meta(None, [marker], None)
+        pieces.insert(0, meta0)
+        meta_lens[0] = len(meta0)
+    data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+    return Chunk(data, _u32(meta_lens), _u32(value_lens))
+
+
 def encode_chunk(t: pa.Table, marker: Header | None = None) -> Chunk:
     """The rows of t (one stream's, in order) as one chunk; `marker`, when given, is
     added to the first row's headers."""
-    key, value, headers = (_one(t.column(name)) for name in ("key", "value", "headers"))
+    key, headers = _one(t.column("key")), _one(t.column("headers"))
     metas = _metas(key, headers)
+    if metas is None:
+        return _values_chunk(t.column("value"), marker)
+    value = _one(t.column("value"))
     value_lens = np.diff(_offsets(value))
     if metas is None:
         meta_lens = np.zeros(len(value), np.int64)

@@ -41,6 +41,10 @@ class SinkTarget(Protocol):
         ...
 
     def end(self, topic: str, partition: int) -> int: ...
+    def ends(self, topic: str | None) -> dict[tuple[str, int], int]:
+        """The end of every stream the target has (of `topic` only, when given)."""
+        ...
+
     def committed(self, group: str, topic: str, partition: int) -> int | None: ...
     def commit(self, group: str, topic: str, partition: int, offset: int) -> None: ...
     def scan(
@@ -54,7 +58,7 @@ class SinkTarget(Protocol):
 LOCK_WAIT_S = 20.0
 
 
-def open_target(opts: SinkOptions) -> SinkTarget:
+def open_target(opts: SinkOptions, lock_wait_s: float = LOCK_WAIT_S) -> SinkTarget:
     if opts.bootstrap:
         # Imported here: the Kafka client's message classes (kio) take a second or more
         # to import, which a write to the data directory should not pay.
@@ -62,13 +66,15 @@ def open_target(opts: SinkOptions) -> SinkTarget:
         from walfs.spark.sink_remote import RemoteTarget
 
         return RemoteTarget(RemoteWal(opts.bootstrap))
-    deadline = time.monotonic() + LOCK_WAIT_S
+    deadline = time.monotonic() + lock_wait_s
+    pause = 0.005
     while True:
         try:
             return LocalTarget(open_engine(opts.path, org_id=opts.org_id))
         except WalLockedError as e:
             if time.monotonic() < deadline:
-                time.sleep(0.5)
+                time.sleep(pause)
+                pause = min(0.1, pause * 2)
                 continue
             raise WalfsOptionError(
                 f"{opts.path} is owned by a running walfs daemon (walfs mount / walfs serve): write "
@@ -90,6 +96,10 @@ def headed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Sequence[He
             yield off, [(h["key"], h["value"]) for h in hs]
 
 
+# What one append to a data directory takes: no limit of its own (sink.CHUNK_BYTES).
+LOCAL_CHUNK_BYTES: int | None = None
+
+
 class LocalTarget:
     def __init__(self, wal: LogEngine) -> None:
         self.wal = wal
@@ -98,7 +108,7 @@ class LocalTarget:
         pass  # an append creates the stream
 
     def chunk_bytes(self, topic: str) -> int | None:
-        return None
+        return LOCAL_CHUNK_BYTES
 
     def append(self, topic: str, partition: int, chunks: Iterable[Chunk]) -> list[int]:
         firsts = [self.wal.append(topic, partition, c.data, c.meta_lens, c.value_lens) for c in chunks]
@@ -107,6 +117,9 @@ class LocalTarget:
 
     def end(self, topic: str, partition: int) -> int:
         return self.wal.info(topic, partition).high_watermark
+
+    def ends(self, topic: str | None) -> dict[tuple[str, int], int]:
+        return {(t, p): self.end(t, p) for t, p in self.wal.streams(topic)}
 
     def committed(self, group: str, topic: str, partition: int) -> int | None:
         return self.wal.committed(group, topic, partition)
@@ -117,6 +130,7 @@ class LocalTarget:
     def scan(
         self, topic: str, partition: int, start: int, end: int
     ) -> Iterator[tuple[int, Sequence[Header]]]:
+        start = max(start, self.wal.info(topic, partition).low_watermark)  # retention may trim
         if start < end:
             yield from headed(read_range(self.wal, topic, partition, start, end))
 
