@@ -197,3 +197,33 @@ def test_batch_write_through_the_daemon(spark: SparkSession, tmp_path: Path) -> 
         # written to partition 2 only, also has empty partitions 0 and 1.
         assert {s: v for s, v in stored(wal).items() if v} == expected_streams(rows)
         assert stored(wal)[("refunds", 0)] == stored(wal)[("refunds", 1)] == []
+
+
+def test_tasks_of_one_job_grow_the_new_topic_they_race_to_create(spark: SparkSession, tmp_path: Path) -> None:
+    # Through a daemon each task creates a new topic with the partitions its own rows
+    # name: a task whose rows name only partition 0 (one row, so it gets there first)
+    # creates it with one partition, and the other task's rows name partition 3. The
+    # job's tasks grow the topic they created; a topic that was there before the job
+    # keeps Kafka's rule (it must have the partitions already).
+    first = [("spread", 0, b"k", b"first", None)]
+    second = [("spread", 1 + i % 3, b"k", b"v%05d" % i, None) for i in range(20000)]
+    df = spark.createDataFrame(
+        spark.sparkContext.parallelize([first, second], 2).flatMap(lambda r: r), ROW_SCHEMA
+    )
+    assert df.rdd.getNumPartitions() == 2
+    serve = ServeProcess(tmp_path / "data")
+    try:
+        df.write.format("walfs").mode("append").option("bootstrap", serve.bootstrap).save()
+        got = read_back(spark, bootstrap=serve.bootstrap)
+        assert got[("spread", 0)] == [(b"k", b"first", [])]
+        for p in (1, 2, 3):
+            assert [v for _, v, _ in got[("spread", p)]] == [
+                b"v%05d" % i for i in range(20000) if 1 + i % 3 == p
+            ]
+        # A topic that existed before the job is not grown: partition 4 is refused.
+        more = spark.createDataFrame([("spread", 4, b"k", b"late", None)], ROW_SCHEMA)
+        with pytest.raises(PySparkException, match="rows name partition 4"):
+            more.write.format("walfs").mode("append").option("bootstrap", serve.bootstrap).save()
+    finally:
+        rc, err = serve.stop()
+    assert rc == 0, err

@@ -61,6 +61,7 @@ METADATA = (3, 8)
 OFFSET_COMMIT = (8, 7)
 OFFSET_FETCH = (9, 5)
 CREATE_TOPICS = (19, 4)
+CREATE_PARTITIONS = (37, 3)
 DESCRIBE_CONFIGS = (32, 4)
 
 RESOURCE_TOPIC = 2
@@ -393,6 +394,22 @@ class RemoteWal:
         for t in self._call(CREATE_TOPICS, req).topics:
             if t.error_code not in (ErrorCode.none, ErrorCode.topic_already_exists):
                 _check(t.error_code, f"create topic {topic!r}")
+
+    def add_partitions(self, topic: str, count: int) -> None:
+        """Grows `topic` to `count` partitions (CreatePartitions). A topic that has them
+        already (another writer grew it first) is left as is."""
+        req = _req(CREATE_PARTITIONS, "CreatePartitionsRequest")(
+            topics=(
+                _req(CREATE_PARTITIONS, "CreatePartitionsTopic")(
+                    name=TopicName(topic), count=i32(count), assignments=None
+                ),
+            ),
+            timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+            validate_only=False,
+        )
+        for r in self._call(CREATE_PARTITIONS, req).results:
+            if r.error_code not in (ErrorCode.none, ErrorCode.invalid_partitions):
+                _check(r.error_code, f"add partitions to topic {topic!r}")
 
     def max_message_bytes(self, topics: list[str]) -> dict[str, int]:
         """The largest record batch a Produce to each topic may send, as the daemon

@@ -63,7 +63,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -225,15 +225,19 @@ def staged_table(messages: Sequence[WriterCommitMessage | None]) -> pa.Table:
     return pa.Table.from_batches(batches, STAGED_SCHEMA)
 
 
-def streams_of(target: SinkTarget, table: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
-    """split_streams(table), once the target has every partition the rows name."""
+def streams_of(
+    target: SinkTarget, table: pa.Table, existing: Collection[str] | None = None
+) -> Iterator[tuple[str, int, pa.Table]]:
+    """split_streams(table), once the target has every partition the rows name. With
+    `existing` (the topics there were before the job), the other topics, which the job's
+    own tasks create, are grown to the partitions these rows name."""
     if table.num_rows == 0:
         return
     most = table.group_by("topic").aggregate([("partition", "max")])
     for topic, top in zip(
         most.column("topic").to_pylist(), most.column("partition_max").to_pylist(), strict=True
     ):
-        target.ensure(topic, top + 1)
+        target.ensure(topic, top + 1, grow=existing is not None and topic not in existing)
     yield from split_streams(table)
 
 
@@ -429,7 +433,7 @@ class WalfsBatchWriter(DataSourceArrowWriter):
             try:
                 streams = [
                     (topic, p, t, marked_chunks(t, target.chunk_bytes(topic), prefix))
-                    for topic, p, t in streams_of(target, table)
+                    for topic, p, t in streams_of(target, table, {t for t, _ in self.starts})
                 ]
                 done = append_task(target, streams, prefix, starts)
             finally:

@@ -52,10 +52,12 @@ class RemoteTarget:
         self._limits: dict[str, int] = {}
         self._ensured: set[str] = set()
 
-    def ensure(self, topic: str, partitions: int) -> None:
+    def ensure(self, topic: str, partitions: int, grow: bool = False) -> None:
         """Kafka numbers partitions 0..n-1 and a Produce to a partition the daemon does
-        not have fails: a new topic is created with `partitions` partitions; an existing
-        one must have them already (Kafka's wire cannot add partitions to it here)."""
+        not have fails: a new topic is created with `partitions` partitions. With
+        `grow` (a topic the write's own job created: its tasks race to create it, each
+        with the partitions its rows name), a topic with fewer is grown to them
+        (CreatePartitions); otherwise it must have them already (Kafka's rule)."""
         self._ensured.add(topic)
         if self._counts is None:
             self._counts = self.remote.topics()
@@ -65,8 +67,13 @@ class RemoteTarget:
         if have == 0:
             self.remote.create_topic(topic, partitions)
             self._counts = self.remote.topics()
-            if self._counts.get(topic, 0) >= partitions:
-                return
+            have = self._counts.get(topic, 0)
+        if have < partitions and grow:
+            self.remote.add_partitions(topic, partitions)
+            self._counts = self.remote.topics()
+            have = self._counts.get(topic, 0)
+        if have >= partitions:
+            return
         raise WalfsOptionError(
             f"topic {topic!r} has {have} partition(s) on the walfs daemon; "
             f"rows name partition {partitions - 1}"

@@ -29,7 +29,11 @@ from walfs.spark.sink_rows import Chunk
 
 
 class SinkTarget(Protocol):
-    def ensure(self, topic: str, partitions: int) -> None: ...
+    def ensure(self, topic: str, partitions: int, grow: bool = False) -> None:
+        """Makes `topic` have `partitions` partitions: creates a new topic; with `grow`,
+        also adds partitions to one that has fewer."""
+        ...
+
     def chunk_bytes(self, topic: str) -> int | None:
         """The most row bytes (sink_rows.row_costs) one append to `topic` takes; None:
         no limit of the target's own."""
@@ -104,7 +108,7 @@ class LocalTarget:
     def __init__(self, wal: LogEngine) -> None:
         self.wal = wal
 
-    def ensure(self, topic: str, partitions: int) -> None:
+    def ensure(self, topic: str, partitions: int, grow: bool = False) -> None:
         pass  # an append creates the stream
 
     def chunk_bytes(self, topic: str) -> int | None:
