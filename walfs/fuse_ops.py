@@ -158,8 +158,7 @@ class WalOperations(pyfuse3.Operations):
         self.watcher.stream_changed(node.topic, node.partition)
 
     def _append_inline(self, node: Node, lines: bytes | bytearray | memoryview) -> None:
-        """_append when appends do not wait for the disk, without its coroutine frame
-        (WRITE calls this directly)."""
+        """_append when appends do not wait for the disk."""
         try:
             self._append_lines(node, lines)
         except Exception as exc:
@@ -478,10 +477,7 @@ class WalOperations(pyfuse3.Operations):
         if batch is not None:
             # The complete lines go in as one batch (split in C, append_lines): no other
             # writer's line can land between them, and a crash keeps all or none.
-            if self.blocking_appends:
-                await self._append(h.node, batch)
-            else:
-                self._append_inline(h.node, batch)
+            await self._append(h.node, batch)
             h.held = len(batch)
             self.pages.grew(h.ino, h.node.topic, h.node.partition, h.held, held=True)
             lines.appended(buf)
@@ -489,16 +485,11 @@ class WalOperations(pyfuse3.Operations):
         return len(buf)
 
     async def flush(self, fh: int) -> None:
-        # FLUSH is what close() waits for; RELEASE comes later, asynchronously. Commit
+        # FLUSH is what close() waits for; RELEASE comes later, asynchronously. Settle
         # here so that the next open (by the same shell script, say) sees the result.
         h = self.handles[fh]
-        if h.lines is not None:
-            # An `echo >> t` sends two FLUSHes and a RELEASE after its one WRITE: most
-            # find no partial line and nothing held, and return here.
-            if h.held or h.lines.partial:
-                await self._commit_partial(h)
-        elif h.reads_uncommitted():
-            await self._commit_consumer(h)
+        if h.has_unsettled():
+            await self._settle(h)
 
     async def fsync(self, fh: int, datasync: bool) -> None:
         h = self.handles[fh]
@@ -514,13 +505,18 @@ class WalOperations(pyfuse3.Operations):
         if h is None:
             return
         try:
-            if h.lines is not None:
-                if h.held or h.lines.partial:
-                    await self._commit_partial(h)
-            elif h.reads_uncommitted():
-                await self._commit_consumer(h)
+            if h.has_unsettled():
+                await self._settle(h)
         finally:
             self.handles.pop(fh, None)
+
+    async def _settle(self, h: Handle) -> None:
+        """FLUSH's and RELEASE's work: a writer's partial line becomes a record, a reader's
+        cursor is committed."""
+        if h.lines is not None:
+            await self._commit_partial(h)
+        else:
+            await self._commit_consumer(h)
 
     # ----------------------------------------------------------------- FUSE: the rest
 

@@ -47,6 +47,14 @@ class Handle:
         """A consumer file read further than its last commit, by one who may commit."""
         return self.node.kind == "cfile" and self.may_commit and self.frontier > self.committed_frontier
 
+    def has_unsettled(self) -> bool:
+        """Whether FLUSH or RELEASE has work to do on this handle: a writer's held bytes or
+        partial line, or a reader's uncommitted cursor. An `echo >> t` sends two FLUSHes and
+        a RELEASE after its one WRITE, and most of them find nothing here."""
+        if self.lines is not None:
+            return bool(self.held or self.lines.partial)
+        return self.reads_uncommitted()
+
 
 class Handles(dict[int, Handle]):
     """fh -> Handle (numbers are never reused during a mount). A dict whose missing keys
