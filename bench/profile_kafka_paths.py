@@ -35,7 +35,7 @@ from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.dispatch import SUPPORTED, dispatch
 from walfs.kafka.framing import frame
 from walfs.kafka.messages import decode_request
-from walfs.kafka.record_batch import WireRecord, decode_for_append, encode_records_for_test, read_batch
+from walfs.kafka.record_batch import WireRecord, decode_for_append, encode_records_for_test
 from walfs.kafka_codec import decode_kafka_records
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -116,9 +116,9 @@ def profile(size: int, batch_bytes: int, repeat: int, data_dir: str) -> dict[str
         fetch = fetch_request("prof", 0, 1 << 20)
         stages["fetch.decode_request"] = timed(lambda: decode_request(1, FETCH_V, fetch), repeat)
         stages["fetch.read_and_build"] = timed(
-            lambda: read_batch(wal.engine, "prof", 0, 0, 100_000, 1 << 20), repeat
+            lambda: wal.engine.read_kafka_batch("prof", 0, 0, 100_000, 1 << 20), repeat
         )
-        records = read_batch(wal.engine, "prof", 0, 0, 100_000, 1 << 20)
+        records = wal.engine.read_kafka_batch("prof", 0, 0, 100_000, 1 << 20)
 
         async def one_fetch() -> bytes | None:
             return await dispatch(broker, conn, fetch)
@@ -130,7 +130,7 @@ def profile(size: int, batch_bytes: int, repeat: int, data_dir: str) -> dict[str
         else:  # the batch is sent as it is, by reference (framing.send_frame): no frame copy
             fetched = b"".join(fetched)
         stages["fetch.dispatch_whole"] = timed_dispatch(broker, fetch, repeat)
-        out["fetch_records"] = int.from_bytes(records[57:61], "big")
+        out["fetch_records"] = int.from_bytes(bytes(records[57:61]), "big")
         out["fetch_response_bytes"] = len(fetched)
     out["us_per_request"] = {k: round(v * 1e6, 1) for k, v in stages.items()}
     out["ns_per_record"] = {

@@ -15,7 +15,6 @@ from walfs.engine_api import durable_end, wait_for
 from walfs.kafka.api import Api
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.messages import ErrorCode, build, response_module
-from walfs.kafka.record_batch import read_batch
 from walfs.kafka.wal_errors import error_code_for
 
 # A long poll watches at most this many partitions (those first in the request);
@@ -40,7 +39,7 @@ def _read_partitions(broker: Broker, req: Any) -> tuple[list[Any], int, list[tup
     at_end: list[tuple[str, int, int]] = []
     topics = []
     for ft in req.topics:
-        parts: list[tuple[int, ErrorCode, int, int, bytes | bytearray]] = []
+        parts: list[tuple[int, ErrorCode, int, int, bytes | bytearray | memoryview]] = []
         for fp in ft.partitions:
             topic, p, offset = ft.topic, fp.partition, fp.fetch_offset
             if p < 0 or p >= broker.catalog.partition_count(topic):
@@ -54,7 +53,7 @@ def _read_partitions(broker: Broker, req: Any) -> tuple[list[Any], int, list[tup
             if offset < lwm or offset > wal.info(topic, p).high_watermark:
                 parts.append((p, ErrorCode.offset_out_of_range, hwm, lwm, b""))
                 continue
-            data: bytes | bytearray = b""
+            data: bytes | bytearray | memoryview = b""
             if offset == hwm:
                 at_end.append((topic, p, offset))
             elif total < budget or total == 0:
@@ -62,9 +61,9 @@ def _read_partitions(broker: Broker, req: Any) -> tuple[list[Any], int, list[tup
                 try:
                     # At least one record comes back even above the limit, so a
                     # record larger than max_bytes cannot stall its consumer (KIP-74).
-                    # Read zero-copy and encoded in C (walfs_kafka_batch).
+                    # Encoded in C straight from the log (LogEngine.read_kafka_batch).
                     n = min(MAX_RECORDS_PER_READ, hwm - offset)
-                    data = read_batch(wal, topic, offset, p, n, max(limit, 1))
+                    data = wal.read_kafka_batch(topic, p, offset, n, max(limit, 1))
                 except Exception as e:
                     parts.append((p, error_code_for(e, f"fetch {topic}/{p}@{offset}"), hwm, lwm, b""))
                     continue
