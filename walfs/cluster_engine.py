@@ -74,8 +74,8 @@ from walfs.errors import (
     WalError,
     WalIOError,
 )
-from walfs.metrics import WalStats
 from walfs.kafka_codec import read_as_kafka_batch
+from walfs.metrics import WalStats
 from walfs.names import check_partition, topic_bytes, topic_hash
 from walfs.retention import Policy, policy_of, updated
 from walfs.retention import now_ms as retention_now_ms

@@ -463,7 +463,9 @@ class Engine:
         finally:
             self._exit()
 
-    def read_kafka_batch(self, stream_no: int, offset: int, max_records: int, max_bytes: int) -> bytes | memoryview:
+    def read_kafka_batch(
+        self, stream_no: int, offset: int, max_records: int, max_bytes: int
+    ) -> bytes | memoryview:
         """Records from `offset` on as one Kafka record batch (v2), encoded in C straight
         from the mapped segment (walfs_read_kafka_batch: no read buffer, every record's
         CRC checked first). The batch, at most about max_bytes long (at least one record
@@ -475,7 +477,9 @@ class Engine:
             needed = ffi.new("uint64_t *")
             while True:
                 out = _uncleared("uint8_t[]", outlen)
-                rc = lib.walfs_read_kafka_batch(h, stream_no, offset, max_records, max_bytes, out, outlen, needed)
+                rc = lib.walfs_read_kafka_batch(
+                    h, stream_no, offset, max_records, max_bytes, out, outlen, needed
+                )
                 if rc == -errno.ENOBUFS:
                     outlen = int(needed[0])
                     continue
