@@ -90,7 +90,9 @@ def fetch(sock: socket.socket, offset: int, cid: int) -> tuple[ErrorCode, bytes]
             build(
                 FetchTopic,
                 topic="t",
-                partitions=(build(FetchPartition, partition=0, fetch_offset=offset, partition_max_bytes=1 << 20),),
+                partitions=(
+                    build(FetchPartition, partition=0, fetch_offset=offset, partition_max_bytes=1 << 20),
+                ),
             ),
         ),
         forgotten_topics_data=(),
