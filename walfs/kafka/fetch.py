@@ -59,8 +59,9 @@ def _read_partitions(broker: Broker, req: Any) -> tuple[list[Any], int, list[tup
             # a record a power cut could take back is never handed out. Records published
             # past it at this offset are made durable first (one group-committed sync).
             hwm = durable_end(wal, topic, p, offset)
-            lwm = wal.info(topic, p).low_watermark
-            if offset < lwm or offset > wal.info(topic, p).high_watermark:
+            info = wal.info(topic, p)
+            lwm = info.low_watermark
+            if offset < lwm or offset > info.high_watermark:
                 parts.append((p, ErrorCode.offset_out_of_range, hwm, lwm, b""))
                 continue
             data: bytes | bytearray | memoryview = b""
