@@ -72,6 +72,27 @@ def test_c_batches_equal_the_python_encoding(open_wal):
     assert read_as_kafka_batch(w.engine, "t", 0, high, 10, 1 << 20) == b""
 
 
+def test_the_batch_limit_is_counted_in_kafkas_encoding(open_wal):
+    """Small plain values grow in Kafka's encoding (a length, attributes, two deltas, a
+    null key, a header count per record): the one-pass read stops where the batch would
+    pass max_bytes, as Kafka counts max.partition.fetch.bytes, not where the stored
+    bodies would."""
+    w = open_wal()
+    values = [b"%010d" % i for i in range(1000)]
+    w.append_batch("t", values)
+    for max_bytes in (1, 100, 1000, 5000):
+        got = bytes(w.engine.read_kafka_batch("t", 0, 0, 10_000, max_bytes))
+        (batch,) = decode_batches(got)
+        k = len(batch.records)
+        assert [r.value for r in batch.records] == values[:k]
+        read = w.read_records("t", 0, max_records=10_000, max_bytes=max_bytes)
+        assert got == encode_batch(read[:k])
+        assert k == 1 or len(got) <= max_bytes + 61, max_bytes
+        assert len(encode_batch(read[: k + 1])) > max_bytes + 61, max_bytes  # one more: too big
+        if max_bytes >= 100:  # the stored bodies alone would have allowed more
+            assert k < len(read)
+
+
 def test_a_meta_section_that_does_not_parse_is_refused(open_wal):
     w = open_wal()
     w.append_records("t", [(b"k", b"good", [], None)])
