@@ -8,10 +8,11 @@ and each stage of the listener's path is timed on its own, then the whole `dispa
 
 Produce stages: frame copy (the listener's read buffer into the request), request
 decode (kio), batch CRC, record split (C), append, sync (the acks=all fsync), response
-encode. Fetch stages: request decode, read + batch build (C), response encode, frame.
-Each figure is the median of --repeat calls, in microseconds per request and
-nanoseconds per record; the machine's other load moves them, so compare stages within
-one run.
+encode. Fetch stages: request decode, read + batch build (C), response encode, frame,
+the whole dispatch (wall time, and CPU of all threads: the read runs on the event loop
+or in a worker thread, walfs/kafka/fetch.py). Each figure is the median of --repeat
+calls (the CPU figure a mean), in microseconds per request and nanoseconds per record;
+the machine's other load moves them, so compare stages within one run.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -35,7 +37,7 @@ from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.dispatch import SUPPORTED, dispatch
 from walfs.kafka.framing import frame
 from walfs.kafka.messages import decode_request
-from walfs.kafka.record_batch import WireRecord, decode_for_append, encode_records_for_test, read_batch
+from walfs.kafka.record_batch import WireRecord, decode_for_append, encode_records_for_test
 from walfs.kafka_codec import decode_kafka_records
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -61,8 +63,15 @@ def timed(fn: Callable[[], Any], repeat: int) -> float:
     return statistics.median(times)
 
 
-def timed_dispatch(broker: Broker, payload: bytes, repeat: int) -> float:
-    """Median seconds of one `dispatch` of payload, all calls in one trio run."""
+def process_cpu() -> float:
+    """CPU seconds of this process, every thread (the worker threads' reads included)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def timed_dispatch(broker: Broker, payload: bytes, repeat: int, cpu: list[float] | None = None) -> float:
+    """Median seconds of one `dispatch` of payload, all calls in one trio run; appends the
+    mean CPU seconds per call (all threads) to `cpu` when given."""
     conn = Connection(peer="prof", host="127.0.0.1", port=0)
 
     async def one() -> None:
@@ -73,10 +82,13 @@ def timed_dispatch(broker: Broker, payload: bytes, repeat: int) -> float:
     async def run() -> float:
         await one()
         times = []
+        c0 = process_cpu()
         for _ in range(repeat):
             t0 = time.perf_counter()
             await one()
             times.append(time.perf_counter() - t0)
+        if cpu is not None:
+            cpu.append((process_cpu() - c0) / repeat)
         return statistics.median(times)
 
     return trio.run(run)
@@ -116,9 +128,9 @@ def profile(size: int, batch_bytes: int, repeat: int, data_dir: str) -> dict[str
         fetch = fetch_request("prof", 0, 1 << 20)
         stages["fetch.decode_request"] = timed(lambda: decode_request(1, FETCH_V, fetch), repeat)
         stages["fetch.read_and_build"] = timed(
-            lambda: read_batch(wal.engine, "prof", 0, 0, 100_000, 1 << 20), repeat
+            lambda: wal.engine.read_kafka_batch("prof", 0, 0, 100_000, 1 << 20), repeat
         )
-        records = read_batch(wal.engine, "prof", 0, 0, 100_000, 1 << 20)
+        records = wal.engine.read_kafka_batch("prof", 0, 0, 100_000, 1 << 20)
 
         async def one_fetch() -> bytes | None:
             return await dispatch(broker, conn, fetch)
@@ -129,8 +141,10 @@ def profile(size: int, batch_bytes: int, repeat: int, data_dir: str) -> dict[str
             stages["fetch.frame"] = timed(lambda: frame(fetched), repeat)
         else:  # the batch is sent as it is, by reference (framing.send_frame): no frame copy
             fetched = b"".join(fetched)
-        stages["fetch.dispatch_whole"] = timed_dispatch(broker, fetch, repeat)
-        out["fetch_records"] = int.from_bytes(records[57:61], "big")
+        cpu: list[float] = []
+        stages["fetch.dispatch_whole"] = timed_dispatch(broker, fetch, repeat, cpu)
+        stages["fetch.dispatch_cpu"] = cpu[0]  # mean CPU per fetch, the worker thread's too
+        out["fetch_records"] = int.from_bytes(bytes(records[57:61]), "big")
         out["fetch_response_bytes"] = len(fetched)
     out["us_per_request"] = {k: round(v * 1e6, 1) for k, v in stages.items()}
     out["ns_per_record"] = {

@@ -224,6 +224,153 @@ int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t 
     return (int64_t)total;
 }
 
+/* ---- a fetch straight from the log: read and encode in one pass ----
+ * The records are encoded from the mapped segment into out, each checked against its
+ * walfs CRC first (four at a time, interleaved), so nothing is copied into a read buffer
+ * on the way and nothing unchecked reaches out. Same limits as walfs_read_offset: at
+ * least one record when any exists, then up to max_records and max_bytes of stored
+ * bodies (meta || value), and as many as out holds. */
+
+typedef struct located {
+    const uint8_t *p; /* the record's header in the mapping */
+    rec_hdr_t r;
+    uint64_t offset;
+} located_t;
+
+/* Up to four next records from (*bi, *idx), located (bounds-checked) and CRC-checked;
+ * stops early at max_records, max_bytes (past the first record, counted in *planned) or
+ * the end. Returns how many lead intact; *bad is set when the one after them failed. */
+static int next_checked(walfs_t *wal, const stream_t *s, size_t *bi, uint64_t *idx, uint32_t room,
+                        uint64_t max_bytes, uint64_t *planned, int first, located_t *q, int *bad)
+{
+    int nq = 0;
+    *bad = 0;
+    while (nq < 4 && (uint32_t)nq < room && *bi < s->n_blocks) {
+        const block_t *b = s->blocks[*bi];
+        if (*idx >= b->count) {
+            (*bi)++;
+            *idx = 0;
+            continue;
+        }
+        located_t *l = &q[nq];
+        if (record_locate(b, *idx, &l->p, &l->r)) {
+            *bad = 1;
+            break;
+        }
+        uint64_t body = (uint64_t)l->r.meta_len + l->r.value_len;
+        if (!(first && nq == 0) && *planned + body > max_bytes) break;
+        *planned += body;
+        l->offset = b->first_offset + *idx;
+        (*idx)++;
+        nq++;
+    }
+    int good = nq;
+    if (nq == 4) {
+        const uint8_t *in[4] = {q[0].p, q[1].p, q[2].p, q[3].p};
+        rec_hdr_t r[4] = {q[0].r, q[1].r, q[2].r, q[3].r};
+        good = fmt_rec_check_x4(in, wal->crc_seed, r);
+    } else {
+        for (int k = 0; k < nq; k++)
+            if (fmt_rec_check(q[k].p, wal->crc_seed, &q[k].r)) {
+                good = k;
+                break;
+            }
+    }
+    if (good < nq) *bad = 1;
+    return good;
+}
+
+int64_t walfs_read_kafka_batch(walfs_t *wal, uint32_t stream_no, uint64_t offset, uint32_t max_records,
+                               uint64_t max_bytes, uint8_t *out, uint64_t outlen, uint64_t *needed)
+{
+    stream_t *s = stream_get(wal, stream_no);
+    if (!s) return -ENOENT;
+    pthread_mutex_lock(&s->lock);
+    GUARD_BEGIN(&s->lock, return -EIO);
+    int64_t rc = 0;
+    if (offset < s->low_offset || offset > s->next_offset) {
+        rc = -ERANGE;
+        goto out;
+    }
+    if (offset == s->next_offset || max_records == 0) goto out;
+    size_t bi = find_block_by_offset(s, offset);
+    if (offset < s->blocks[bi]->first_offset) {
+        rc = -ERANGE;
+        goto out;
+    }
+    uint64_t idx = offset - s->blocks[bi]->first_offset, planned = 0, at = BATCH_HEAD;
+    int64_t base_ts = 0, max_ts = 0;
+    uint32_t n = 0;
+    uint64_t first_off = offset, last_off = offset;
+    located_t q[4];
+    int bad = 0, stop = 0;
+    while (!stop && n < max_records) {
+        int good = next_checked(wal, s, &bi, &idx, max_records - n, max_bytes, &planned, n == 0, q, &bad);
+        for (int k = 0; k < good; k++) {
+            const located_t *l = &q[k];
+            const uint8_t *meta = l->p + REC_HDR_SIZE;
+            kmeta_t km;
+            if (parse_meta(meta, l->r.meta_len, l->r.ts, &km) || (km.null_value && l->r.value_len)) {
+                if (n == 0) {
+                    *needed = l->offset;
+                    rc = -EINVAL;
+                    goto out;
+                }
+                stop = 1; /* hand out the ones before it; the next call reports it */
+                break;
+            }
+            if (n == 0) base_ts = max_ts = km.ts;
+            if (km.ts > max_ts) max_ts = km.ts;
+            int64_t ts_delta = km.ts - base_ts, off_delta = (int64_t)(l->offset - first_off);
+            const uint8_t *value = meta + l->r.meta_len;
+            size_t len = put_record(NULL, &km, ts_delta, off_delta, value, l->r.value_len);
+            uint64_t whole = varint_size((int64_t)len) + len;
+            if (at + whole > outlen || at + whole - 12 > INT32_MAX) {
+                if (n == 0) {
+                    *needed = at + whole;
+                    rc = -ENOBUFS;
+                    goto out;
+                }
+                stop = 1;
+                break;
+            }
+            uint8_t *p = put_varint(out + at, (int64_t)len);
+            put_record(p, &km, ts_delta, off_delta, value, l->r.value_len);
+            at += whole;
+            last_off = l->offset;
+            n++;
+        }
+        if (bad && n == 0) { /* the first record is damaged: reported, never served */
+            *needed = offset;
+            rc = -EBADMSG;
+            goto out;
+        }
+        if (bad || good < 4) break; /* a damaged record ends the batch; so do the limits */
+    }
+    if (n == 0) goto out;
+    uint8_t *h = out;
+    h = put_be(h, first_off, 8);
+    h = put_be(h, at - 12, 4);
+    h = put_be(h, UINT32_MAX, 4); /* partitionLeaderEpoch -1 */
+    *h++ = 2;
+    uint8_t *crc_at = h;
+    h += 4;
+    h = put_be(h, 0, 2);
+    h = put_be(h, last_off - first_off, 4);
+    h = put_be(h, (uint64_t)base_ts, 8);
+    h = put_be(h, (uint64_t)max_ts, 8);
+    h = put_be(h, UINT64_MAX, 8); /* producerId -1 */
+    h = put_be(h, UINT16_MAX, 2); /* producerEpoch -1 */
+    h = put_be(h, UINT32_MAX, 4); /* baseSequence -1 */
+    put_be(h, n, 4);
+    put_be(crc_at, crc32c(0, out + CRC_FROM, at - CRC_FROM), 4);
+    rc = (int64_t)at;
+out:
+    GUARD_END();
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
 /* ---- the other way: a produce request's records as walfs records ----
  * Input: the records section of one (decompressed) v2 batch. Output, per record, the
  * body the Python layer would write (meta v1 || value; walfs/records.py): flags carry a

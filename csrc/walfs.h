@@ -152,6 +152,16 @@ uint32_t walfs_crc32c(uint32_t crc, const uint8_t *buf, uint64_t len);
  * a meta section does not parse. Layout at the top of kafka_batch.c. */
 int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t n, uint8_t *out,
                           uint64_t outlen, uint64_t *needed);
+/* Kafka wire, a fetch in one pass: the records from `offset` on (at least one when any
+ * exists, then up to max_records and max_bytes of stored bodies, and as many as out
+ * holds) as one Kafka record batch (the layout walfs_kafka_batch writes), encoded straight
+ * from the mapped segment, each record's CRC checked before its bytes are used. Returns
+ * the batch's length (0 at the end); -ERANGE outside low..next; -ENOBUFS with *needed
+ * when the first record does not fit in out; -EBADMSG with *needed = its offset when the
+ * first record is damaged (a later damaged one ends the batch before it); -EINVAL with
+ * *needed = its offset when the first record's meta section does not parse. */
+int64_t walfs_read_kafka_batch(walfs_t *wal, uint32_t stream_no, uint64_t offset, uint32_t max_records,
+                               uint64_t max_bytes, uint8_t *out, uint64_t outlen, uint64_t *needed);
 /* Kafka wire, the other way: the records section of one (decompressed) v2 batch as walfs
  * records: out receives their bodies (meta || value, as walfs/records.py writes them) back
  * to back, meta_lens/value_lens one entry per record (count of them). base_ts -1 means the

@@ -40,6 +40,7 @@ from walfs.errors import (
     WalError,
     WalLockedError,
 )
+from walfs.kafka.record_batch import decode_batches
 from walfs.records import encode_meta
 
 BOUND_S = 60.0  # every wait in this file is bounded; none is a speed assertion
@@ -246,6 +247,33 @@ def test_a_record_larger_than_the_buffer_says_how_much_it_needs(make: Maker) -> 
         e.read("big", 0, 0, bytearray(100), bytearray(REC_SIZE))
     assert err.value.needed >= 10_000
     assert e.read("big", 0, 0, bytearray(err.value.needed), bytearray(REC_SIZE)) == 1
+
+
+def test_read_kafka_batch_is_what_read_returns_as_one_kafka_batch(make: Maker) -> None:
+    """read_kafka_batch(): the records read() returns as one Kafka v2 batch; at least one
+    record even larger than max_bytes; b"" at the high watermark; OffsetOutOfRangeError
+    past it."""
+    e = make(fsync="never")
+    meta = encode_meta(b"k1", [("h", b"v"), ("n", None)], 1234)
+    e.append("kb", 1, meta + b"value-1" + b"v2", array.array("I", [len(meta), 0]), array.array("I", [7, 2]))
+    e.append("kb", 1, *plain([value_of(s, s) for s in (0, 100, 70_000)]))
+    assert e.read_kafka_batch("kb", 0, 0, 10, 1 << 20) == b""  # a partition never written
+
+    def decoded(batch: Any) -> tuple[int, list[tuple[Any, ...]]]:
+        raw = bytes(batch)
+        (b,) = decode_batches(raw)  # lengths and the CRC-32C checked
+        return int.from_bytes(raw[:8], "big"), [(r.key, r.value, r.headers) for r in b.records]
+
+    first, got = decoded(e.read_kafka_batch("kb", 1, 0, 100, 1 << 20))
+    want = [(r.key, r.value, list(r.headers)) for r in read_records(e, "kb", 1, 0, 100)]
+    assert first == 0 and got == want and len(got) == 5
+    assert got[0] == (b"k1", b"value-1", [("h", b"v"), ("n", None)])
+    assert decoded(e.read_kafka_batch("kb", 1, 1, 2, 1 << 20)) == (1, want[1:3])
+    assert decoded(e.read_kafka_batch("kb", 1, 2, 100, 1)) == (2, want[2:3])
+    assert decoded(e.read_kafka_batch("kb", 1, 4, 100, 10)) == (4, want[4:5])  # 70 000 bytes
+    assert e.read_kafka_batch("kb", 1, 5, 100, 1 << 20) == b""
+    with pytest.raises(OffsetOutOfRangeError):
+        e.read_kafka_batch("kb", 1, 6, 100, 1 << 20)
 
 
 def test_byte_view_matches_the_records_and_locate_maps_both_ways(make: Maker) -> None:

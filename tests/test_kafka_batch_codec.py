@@ -1,6 +1,7 @@
 """The Kafka listener's C codecs against the Python reference code, byte for byte: the
-fetch encoder (walfs_kafka_batch) and the produce decoder (walfs_kafka_records), on
-records with and without keys, headers and timestamps, and on damaged input."""
+fetch encoders (walfs_read_kafka_batch straight from the log, and walfs_kafka_batch
+after a read, the cluster engine's way) and the produce decoder (walfs_kafka_records),
+on records with and without keys, headers and timestamps, and on damaged input."""
 
 import array
 import random
@@ -19,9 +20,8 @@ from walfs.kafka.record_batch import (
     decode_for_append,
     encode_batch,
     encode_records_for_test,
-    read_batch,
 )
-from walfs.kafka_codec import decode_kafka_records
+from walfs.kafka_codec import decode_kafka_records, read_as_kafka_batch
 from walfs.records import encode_meta
 
 
@@ -51,24 +51,60 @@ def test_c_batches_equal_the_python_encoding(open_wal):
         (150, 1000, 50_000),
         (high - 1, 10, 1),
     ]:
-        expected = encode_batch(w.read_records("t", offset, max_records=n, max_bytes=max_bytes))
-        got = read_batch(w.engine, "t", offset, 0, n, max_bytes)
-        assert got == expected, (offset, n, max_bytes)
-        # And what a consumer decodes from it is what was appended.
+        read = w.read_records("t", offset, max_records=n, max_bytes=max_bytes)
+        # After a read (the cluster engine's way): the same records as the read, encoded.
+        assert read_as_kafka_batch(w.engine, "t", 0, offset, n, max_bytes) == encode_batch(read)
+        # Straight from the log: the same encoding of the records it took. It stops at
+        # the read's limits, or earlier where the encoded batch would pass max_bytes
+        # (Kafka's own measure); never below one record.
+        got = bytes(w.engine.read_kafka_batch("t", 0, offset, n, max_bytes))
         (batch,) = decode_batches(got)
-        recs = w.read_records("t", offset, max_records=n, max_bytes=max_bytes)
-        assert [(r.key, r.value, list(r.headers)) for r in recs] == [
+        k = len(batch.records)
+        assert 1 <= k <= len(read), (offset, n, max_bytes)
+        assert got == encode_batch(read[:k]), (offset, n, max_bytes)
+        if k < len(read):
+            assert len(got) <= max_bytes + 61 < len(encode_batch(read[: k + 1]))
+        # And what a consumer decodes from it is what was appended.
+        assert [(r.key, r.value, list(r.headers)) for r in read[:k]] == [
             (b.key, b.value, b.headers) for b in batch.records
         ]
-    assert read_batch(w.engine, "t", high, 0, 10, 1 << 20) == b""
+    assert w.engine.read_kafka_batch("t", 0, high, 10, 1 << 20) == b""
+    assert read_as_kafka_batch(w.engine, "t", 0, high, 10, 1 << 20) == b""
+
+
+def test_the_batch_limit_is_counted_in_kafkas_encoding(open_wal):
+    """Small plain values grow in Kafka's encoding (a length, attributes, two deltas, a
+    null key, a header count per record): the one-pass read stops where the batch would
+    pass max_bytes, as Kafka counts max.partition.fetch.bytes, not where the stored
+    bodies would."""
+    w = open_wal()
+    values = [b"%010d" % i for i in range(1000)]
+    w.append_batch("t", values)
+    for max_bytes in (1, 100, 1000, 5000):
+        got = bytes(w.engine.read_kafka_batch("t", 0, 0, 10_000, max_bytes))
+        (batch,) = decode_batches(got)
+        k = len(batch.records)
+        assert [r.value for r in batch.records] == values[:k]
+        read = w.read_records("t", 0, max_records=10_000, max_bytes=max_bytes)
+        assert got == encode_batch(read[:k])
+        assert k == 1 or len(got) <= max_bytes + 61, max_bytes
+        assert len(encode_batch(read[: k + 1])) > max_bytes + 61, max_bytes  # one more: too big
+        if max_bytes >= 100:  # the stored bodies alone would have allowed more
+            assert k < len(read)
 
 
 def test_a_meta_section_that_does_not_parse_is_refused(open_wal):
     w = open_wal()
+    w.append_records("t", [(b"k", b"good", [], None)])
     bad_meta = b"\x01\x01\xff\xff\x00\x00"  # a key longer than the section
     w.append_bodies("t", bad_meta + b"value", array.array("I", [len(bad_meta)]), array.array("I", [5]))
+    # Straight from the log: the good record before it is served, then the bad one refused.
+    (batch,) = decode_batches(bytes(w.engine.read_kafka_batch("t", 0, 0, 10, 1 << 20)))
+    assert [(r.key, r.value) for r in batch.records] == [(b"k", b"good")]
     with pytest.raises(ValueError, match="meta"):
-        read_batch(w.engine, "t", 0, 0, 10, 1 << 20)
+        w.engine.read_kafka_batch("t", 0, 1, 10, 1 << 20)
+    with pytest.raises(ValueError, match="meta"):
+        read_as_kafka_batch(w.engine, "t", 0, 0, 10, 1 << 20)
 
 
 # --- the produce path: walfs_kafka_records against the Python decoder + encode_meta ---

@@ -74,6 +74,7 @@ from walfs.errors import (
     WalError,
     WalIOError,
 )
+from walfs.kafka_codec import read_as_kafka_batch
 from walfs.metrics import WalStats
 from walfs.names import check_partition, topic_bytes, topic_hash
 from walfs.retention import Policy, policy_of, updated
@@ -1007,6 +1008,12 @@ class KafkaEngine:
             n += cnt
             offset += cnt
         return n
+
+    def read_kafka_batch(
+        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+    ) -> bytes | bytearray | memoryview:
+        # No stored layout to encode from in place: read, then encode (in C).
+        return read_as_kafka_batch(self, topic, partition, offset, max_records, max_bytes)
 
     def read_bytes(self, topic: str, partition: int, position: int, buf: Any) -> int:
         self._check_open()

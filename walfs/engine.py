@@ -41,6 +41,13 @@ REC_LAYOUT = [
     ("buf_pos", "<u8"),
 ]
 REC_SIZE = 40
+# A fetch's batch is written whole by C before anyone reads it: no zero-fill first.
+_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
+# Batches below this size are copied into bytes (and their buffer freed at once): the
+# Kafka answer joins them into its frame anyway (walfs/kafka/framing.py).
+SMALL_BATCH = 64 * 1024
+# A fetch's buffer holds at most this much; the first record is always served whole.
+MAX_BATCH_BUFFER = 64 << 20
 assert ffi.sizeof("walfs_rec_t") == REC_SIZE and ffi.offsetof("walfs_rec_t", "buf_pos") == 32
 
 
@@ -453,6 +460,41 @@ class Engine:
             if rc == -errno.EBADMSG:
                 raise from_errno(rc, f"record at offset {int(needed[0])} of stream {stream_no} is corrupt")
             return self._check(rc, "read")
+        finally:
+            self._exit()
+
+    def read_kafka_batch(
+        self, stream_no: int, offset: int, max_records: int, max_bytes: int
+    ) -> bytes | memoryview:
+        """Records from `offset` on as one Kafka record batch (v2), encoded in C straight
+        from the mapped segment (walfs_read_kafka_batch: no read buffer, every record's
+        CRC checked first). The batch, at most about max_bytes long (at least one record
+        when any exists), is returned in a buffer of its own; b"" at the end."""
+        max_records = max(1, min(max_records, 1 << 20))
+        outlen = min(max(max_bytes, 1), MAX_BATCH_BUFFER) + 61
+        h = self._enter()
+        try:
+            needed = ffi.new("uint64_t *")
+            while True:
+                out = _uncleared("uint8_t[]", outlen)
+                rc = lib.walfs_read_kafka_batch(
+                    h, stream_no, offset, max_records, max_bytes, out, outlen, needed
+                )
+                if rc == -errno.ENOBUFS:
+                    outlen = int(needed[0])
+                    continue
+                if rc == -errno.EBADMSG:
+                    raise from_errno(
+                        rc, f"record at offset {int(needed[0])} of stream {stream_no} is corrupt"
+                    )
+                if rc == -errno.EINVAL:
+                    raise ValueError(
+                        f"the meta section of record {int(needed[0])} of stream {stream_no} does not parse"
+                    )
+                n = self._check(rc, "read")
+                if n < SMALL_BATCH:
+                    return ffi.buffer(out, n)[:]
+                return memoryview(ffi.buffer(out, n))  # keeps `out` alive
         finally:
             self._exit()
 

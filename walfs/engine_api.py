@@ -212,6 +212,20 @@ class LogEngine(Protocol):
         (the first record does not fit in buf; .needed), CorruptRecordError."""
         ...
 
+    def read_kafka_batch(
+        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+    ) -> bytes | bytearray | memoryview:
+        """The Kafka face's fetch: published records from `offset` on as one uncompressed
+        Kafka record batch (magic v2, walfs.kafka_codec's layout: key, headers and
+        producer timestamp from each record's meta, the append time otherwise), in a
+        buffer of its own; b"" at the high watermark. At least one record when any
+        exists (even one larger than max_bytes), then up to max_records and about
+        max_bytes. Every record's checksum is verified before its bytes are used; a
+        damaged record after the first ends the batch before it (the next call reports
+        it). Errors: OffsetOutOfRangeError, CorruptRecordError (the first record),
+        ValueError (the first record's meta section does not parse)."""
+        ...
+
     def read_bytes(self, topic: str, partition: int, position: int, buf: Any) -> int:
         """The stream's byte view (each record's value followed by b"\\n"; positions count
         from the stream's first record ever, so a trim does not move them): copies the

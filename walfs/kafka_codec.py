@@ -4,9 +4,12 @@ one fetch batch. Engine-neutral: they hold no engine state, so every face may us
 
 import array
 import errno
+import threading
 from typing import Any
 
 from walfs._core import ffi, lib
+from walfs.engine_api import REC_SIZE
+from walfs.errors import BufferTooSmallError
 
 
 def decode_kafka_records(body: Any, count: int, base_ts: int) -> tuple[bytearray, array.array, array.array]:
@@ -58,3 +61,27 @@ def encode_kafka_batch(buf: Any, recs: Any, n: int) -> bytes | bytearray:
         if lib.walfs_kafka_batch(cbuf, crecs, n, ffi.from_buffer(out), len(out), needed) == len(out):
             return out
     raise ValueError("a record's meta section does not parse")
+
+
+_read_buffers = threading.local()
+
+
+def read_as_kafka_batch(
+    engine: Any, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+) -> bytes | bytearray:
+    """LogEngine.read_kafka_batch for an engine with no stored layout to encode from in
+    place (the cluster engine): its read() into this thread's buffers, then
+    encode_kafka_batch."""
+    tl = _read_buffers
+    size = max(getattr(tl, "size", 0), min(max(max_bytes, 1), 64 << 20) + 4096, 1 << 16)
+    while True:
+        if getattr(tl, "size", 0) < size:
+            tl.buf, tl.size = bytearray(size), size
+        if getattr(tl, "recs_n", 0) < max_records:
+            tl.recs, tl.recs_n = bytearray(REC_SIZE * max_records), max_records
+        try:
+            n = engine.read(topic, partition, offset, tl.buf, tl.recs, max_records, max_bytes)
+        except BufferTooSmallError as e:
+            size = e.needed
+            continue
+        return encode_kafka_batch(tl.buf, tl.recs, n)

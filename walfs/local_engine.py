@@ -424,6 +424,24 @@ class LocalEngine:
                 f"offset {offset} is outside {low}..{high} of {topic!r}[{partition}]"
             ) from None
 
+    def read_kafka_batch(
+        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+    ) -> bytes | bytearray | memoryview:
+        if not isinstance(offset, int) or offset < 0:
+            raise OffsetOutOfRangeError(f"offset {offset!r} is negative or not an int")
+        s = self._stream(topic, partition, False)
+        if s is None:
+            if offset == 0:
+                return b""
+            raise OffsetOutOfRangeError(f"offset {offset} is beyond the end of {topic!r} (empty)")
+        try:
+            return self.core.read_kafka_batch(s.stream_no, offset, max_records, max_bytes)
+        except OffsetOutOfRangeError:
+            low, high = self.core.marks(s.stream_no)[:2]
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside {low}..{high} of {topic!r}[{partition}]"
+            ) from None
+
     def read_bytes(self, topic: str, partition: int, position: int, buf: Any) -> int:
         if position < 0:
             raise OffsetOutOfRangeError("position must not be negative")

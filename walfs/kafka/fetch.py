@@ -3,7 +3,14 @@
 A Fetch that finds nothing new waits up to max_wait_ms for any of its partitions to
 grow, in ``wal.wait_for`` calls on worker threads: the wake-up comes from the engine,
 so records appended by the mount or by another producer end the wait too, and an
-idle consumer costs no CPU. Each partition's records go out as one v2 batch."""
+idle consumer costs no CPU. Each partition's records go out as one v2 batch, encoded in C
+straight from the log (LogEngine.read_kafka_batch).
+
+A fetch whose records are all in the page cache, with no sync due, is read on the event
+loop (as the mount reads, walfs/fuse_ops.py): a MiB takes ~0.15 ms there, and the hop to
+a worker thread and back cost 0.3-0.5 ms of CPU per fetch (docs/benchmarks.md, "The
+fetch path"). The others (records on disk only, a sync to wait for, many partitions) are
+read in a worker thread, so that no connection waits for the disk on another's behalf."""
 
 from __future__ import annotations
 
@@ -15,7 +22,6 @@ from walfs.engine_api import durable_end, wait_for
 from walfs.kafka.api import Api
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.messages import ErrorCode, build, response_module
-from walfs.kafka.record_batch import read_batch
 from walfs.kafka.wal_errors import error_code_for
 
 # A long poll watches at most this many partitions (those first in the request);
@@ -23,6 +29,9 @@ from walfs.kafka.wal_errors import error_code_for
 MAX_WATCHED_PARTITIONS = 16
 # Upper bound on records per partition read; max_bytes is the real limit.
 MAX_RECORDS_PER_READ = 100_000
+# A fetch naming more partitions than this is read in a worker thread: the event loop is
+# not held for the reads of many.
+MAX_INLINE_PARTITIONS = 8
 
 LATEST = -1
 EARLIEST = -2
@@ -40,7 +49,7 @@ def _read_partitions(broker: Broker, req: Any) -> tuple[list[Any], int, list[tup
     at_end: list[tuple[str, int, int]] = []
     topics = []
     for ft in req.topics:
-        parts: list[tuple[int, ErrorCode, int, int, bytes | bytearray]] = []
+        parts: list[tuple[int, ErrorCode, int, int, bytes | bytearray | memoryview]] = []
         for fp in ft.partitions:
             topic, p, offset = ft.topic, fp.partition, fp.fetch_offset
             if p < 0 or p >= broker.catalog.partition_count(topic):
@@ -50,11 +59,12 @@ def _read_partitions(broker: Broker, req: Any) -> tuple[list[Any], int, list[tup
             # a record a power cut could take back is never handed out. Records published
             # past it at this offset are made durable first (one group-committed sync).
             hwm = durable_end(wal, topic, p, offset)
-            lwm = wal.info(topic, p).low_watermark
-            if offset < lwm or offset > wal.info(topic, p).high_watermark:
+            info = wal.info(topic, p)
+            lwm = info.low_watermark
+            if offset < lwm or offset > info.high_watermark:
                 parts.append((p, ErrorCode.offset_out_of_range, hwm, lwm, b""))
                 continue
-            data: bytes | bytearray = b""
+            data: bytes | bytearray | memoryview = b""
             if offset == hwm:
                 at_end.append((topic, p, offset))
             elif total < budget or total == 0:
@@ -62,9 +72,9 @@ def _read_partitions(broker: Broker, req: Any) -> tuple[list[Any], int, list[tup
                 try:
                     # At least one record comes back even above the limit, so a
                     # record larger than max_bytes cannot stall its consumer (KIP-74).
-                    # Read zero-copy and encoded in C (walfs_kafka_batch).
+                    # Encoded in C straight from the log (LogEngine.read_kafka_batch).
                     n = min(MAX_RECORDS_PER_READ, hwm - offset)
-                    data = read_batch(wal, topic, offset, p, n, max(limit, 1))
+                    data = wal.read_kafka_batch(topic, p, offset, n, max(limit, 1))
                 except Exception as e:
                     parts.append((p, error_code_for(e, f"fetch {topic}/{p}@{offset}"), hwm, lwm, b""))
                     continue
@@ -72,6 +82,39 @@ def _read_partitions(broker: Broker, req: Any) -> tuple[list[Any], int, list[tup
             parts.append((p, ErrorCode.none, hwm, lwm, data))
         topics.append((ft.topic, parts))
     return topics, total, at_end
+
+
+def _readable_inline(broker: Broker, req: Any) -> bool:
+    """Whether _read_partitions can run on the event loop without waiting: few partitions,
+    none with a sync due (durable_end would fsync), and every one's records from its fetch
+    offset on (up to its byte limit) in the page cache (LogEngine.resident, a mincore)."""
+    wal = broker.wal
+    budget = getattr(req, "max_bytes", 0x7FFFFFFF)
+    n = 0
+    try:
+        for ft in req.topics:
+            for fp in ft.partitions:
+                n += 1
+                if n > MAX_INLINE_PARTITIONS or fp.partition < 0:
+                    return False
+                info = wal.info(ft.topic, fp.partition)
+                offset = fp.fetch_offset
+                if info.durable_watermark <= offset < info.high_watermark:
+                    return False  # records past the durable mark: a sync first
+                if info.low_watermark <= offset < info.durable_watermark:
+                    pos = wal.locate(ft.topic, fp.partition, offset=offset)
+                    size = max(1, min(fp.partition_max_bytes, budget))
+                    if not wal.resident(ft.topic, fp.partition, pos, size):
+                        return False
+    except Exception:
+        return False  # the worker-thread read reports it
+    return True
+
+
+async def _read(broker: Broker, req: Any) -> tuple[list[Any], int, list[tuple[str, int, int]]]:
+    if _readable_inline(broker, req):
+        return _read_partitions(broker, req)
+    return await broker.blocking(_read_partitions, broker, req)
 
 
 async def _wait_for_any(broker: Broker, watch: list[tuple[str, int, int]], timeout_s: float) -> None:
@@ -94,11 +137,11 @@ async def _wait_for_any(broker: Broker, watch: list[tuple[str, int, int]], timeo
 
 
 async def handle_fetch(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
-    topics, total, at_end = await broker.blocking(_read_partitions, broker, req)
+    topics, total, at_end = await _read(broker, req)
     wait_s = req.max_wait.total_seconds()
     if total == 0 and at_end and wait_s > 0:
         await _wait_for_any(broker, at_end, wait_s)
-        topics, total, at_end = await broker.blocking(_read_partitions, broker, req)
+        topics, total, at_end = await _read(broker, req)
     mod = response_module(1, version)
     return build(
         mod.FetchResponse,

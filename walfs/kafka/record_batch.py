@@ -24,15 +24,12 @@ from __future__ import annotations
 
 import array
 import struct
-import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from crc32c import crc32c
 
-from walfs.engine_api import REC_SIZE
-from walfs.errors import BufferTooSmallError
 from walfs.kafka.compression import (
     MAX_DECOMPRESSED_BYTES,
     CompressionError,
@@ -40,7 +37,7 @@ from walfs.kafka.compression import (
     compress,
     decompress,
 )
-from walfs.kafka_codec import decode_kafka_records, encode_kafka_batch
+from walfs.kafka_codec import decode_kafka_records
 
 _BATCH_HEAD = struct.Struct(">qiibIhiqqqhii")
 BATCH_OVERHEAD = _BATCH_HEAD.size  # 61 bytes before the first record
@@ -316,30 +313,6 @@ def encode_batch(records: Sequence[Any]) -> bytes:
     crc = crc32c(body, crc32c(tail))
     head = struct.pack(">qiibI", base_offset, BATCH_OVERHEAD - 12 + len(body), -1, 2, crc)
     return head + tail + bytes(body)
-
-
-_fetch_buffers = threading.local()
-
-
-def read_batch(
-    wal: Any, topic: str, offset: int, partition: int, max_records: int, max_bytes: int
-) -> bytes | bytearray:
-    """Records from ``offset`` on (at least one when any exists, then up to max_records and
-    about max_bytes of bodies) as one v2 batch, encoded in C from zero-copy reads: the
-    fetch path. ``encode_batch`` is the same encoding from ``Record`` objects."""
-    tl = _fetch_buffers
-    size = max(getattr(tl, "size", 0), min(max(max_bytes, 1), 64 << 20) + 4096, 1 << 16)
-    while True:
-        if getattr(tl, "size", 0) < size:
-            tl.buf, tl.size = bytearray(size), size
-        if getattr(tl, "recs_n", 0) < max_records:
-            tl.recs, tl.recs_n = bytearray(REC_SIZE * max_records), max_records
-        try:
-            n = wal.read(topic, partition, offset, tl.buf, tl.recs, max_records, max_bytes)
-        except BufferTooSmallError as e:
-            size = e.needed
-            continue
-        return encode_kafka_batch(tl.buf, tl.recs, n)
 
 
 def encode_records_for_test(

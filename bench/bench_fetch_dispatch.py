@@ -1,0 +1,100 @@
+"""CPU of one Kafka fetch inside `walfs serve`, without a client or a socket: the Fetch
+request a ConsumerPerformance sends (1 MiB per partition) dispatched as the listener
+dispatches it (decode, read + batch build, worker thread or not, response encode), over
+records in the page cache, and the process's CPU (every thread) divided by the fetches.
+For before/after runs of the fetch path (it imports nothing newer than the listener's
+`dispatch`, so an older tree runs it too):
+
+    .venv/bin/python bench/ab_trees.py --old /work/main --new . --rounds 3 \\
+        --out /tmp/ab-fetch.json -- bench/bench_fetch_dispatch.py
+
+Each size: 8 MiB of records in 1 MiB produce batches, 50 warm-up fetches, then --fetches
+fetches of 1 MiB cycling over the 8 MiB. The machine's other load moves the figures:
+compare trees within one run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from typing import Any
+
+import trio
+
+import walfs
+from walfs.kafka.broker import Broker, Connection
+from walfs.kafka.dispatch import SUPPORTED, dispatch
+from walfs.kafka.record_batch import WireRecord, decode_for_append, encode_records_for_test
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_kafka_wire import fetch_frame  # noqa: E402
+
+MIB = 1 << 20
+
+
+def process_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def one_size(size: int, fetches: int) -> dict[str, Any]:
+    with (
+        tempfile.TemporaryDirectory(prefix="walfs-fetch-") as tmp,
+        walfs.Wal(tmp, fsync="never", segment_size=64 * MIB, block_size=MIB) as wal,
+    ):
+        broker = Broker(wal.engine, api_versions=dict(SUPPORTED))  # as `walfs serve` runs it
+        conn = Connection(peer="bench", host="127.0.0.1", port=0)
+        per_batch = MIB // (size + 10)
+        batch = encode_records_for_test([WireRecord(None, os.urandom(size), [], 1) for _ in range(per_batch)])
+        for _ in range(8):
+            bodies = decode_for_append(batch)
+            assert bodies is not None
+            wal.append_bodies("t", bodies.data, bodies.meta_lens, bodies.value_lens)
+        wal.sync()
+        frames = [fetch_frame("t", k * per_batch, 7, MIB)[4:] for k in range(8)]
+
+        async def run(n: int) -> None:
+            for i in range(n):
+                await dispatch(broker, conn, frames[i % len(frames)])
+
+        trio.run(run, 50)
+        c0, t0 = process_cpu(), time.perf_counter()
+        trio.run(run, fetches)
+        cpu, wall = process_cpu() - c0, time.perf_counter() - t0
+    return {
+        "record_bytes": size,
+        "fetches": fetches,
+        "cpu_us_per_fetch": round(cpu / fetches * 1e6, 1),
+        "wall_us_per_fetch": round(wall / fetches * 1e6, 1),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1024,16384", help="record sizes in bytes")
+    ap.add_argument("--fetches", type=int, default=400)
+    ap.add_argument("--out", help="write the JSON here (else stdout)")
+    args = ap.parse_args()
+    results = [one_size(int(s), args.fetches) for s in args.sizes.split(",")]
+    for r in results:
+        print(
+            f"{r['record_bytes']:6d} B: {r['cpu_us_per_fetch']:8.1f} us CPU, "
+            f"{r['wall_us_per_fetch']:8.1f} us wall per 1 MiB fetch",
+            file=sys.stderr,
+        )
+    doc = {"bench": "fetch_dispatch", "loadavg": os.getloadavg(), "results": results}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=2)
+    else:
+        json.dump(doc, sys.stdout, indent=2)
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
