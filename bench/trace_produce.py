@@ -62,11 +62,26 @@ from walfs.kafka.group_sync import GroupSync  # noqa: E402
 from walfs.kafka.listener import api_name  # noqa: E402
 
 SIZES = {"100B": 100, "1KiB": 1024, "16KiB": 16384}
-PHASES = ("wait", "read", "decode", "hop_in", "check", "append", "hop_out", "handled", "queued", "sync", "send", "total")
+PHASES = (
+    "wait",
+    "read",
+    "decode",
+    "hop_in",
+    "check",
+    "append",
+    "hop_out",
+    "handled",
+    "queued",
+    "sync",
+    "send",
+    "total",
+)
 
 now = time.perf_counter
 current: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("current", default=None)
-pipe_queue: contextvars.ContextVar[deque[dict[str, Any]] | None] = contextvars.ContextVar("pipe_queue", default=None)
+pipe_queue: contextvars.ContextVar[deque[dict[str, Any]] | None] = contextvars.ContextVar(
+    "pipe_queue", default=None
+)
 requests: list[dict[str, Any]] = []
 
 
@@ -292,7 +307,9 @@ async def run(args: argparse.Namespace, cp: str) -> dict[str, Any]:
     out = proc.stdout.decode()
     lines = [ln for ln in out.splitlines() if "records sent" in ln]
     if proc.returncode != 0 or not lines:
-        raise SystemExit(f"ProducerPerformance failed ({proc.returncode}):\n{out[-2000:]}\n{proc.stderr.decode()[-2000:]}")
+        raise SystemExit(
+            f"ProducerPerformance failed ({proc.returncode}):\n{out[-2000:]}\n{proc.stderr.decode()[-2000:]}"
+        )
     rows = [p for p in (phases(r) for r in requests) if p is not None]
     nbytes = sum(r["bytes"] for r in rows)
     return {
