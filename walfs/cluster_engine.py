@@ -867,7 +867,9 @@ class KafkaEngine:
         return done
 
     # -- appending --------------------------------------------------------------------------
-    def append_nowait(self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any) -> int | None:
+    def append_nowait(
+        self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any
+    ) -> int | None:
         # Every append is a round trip to the cluster: never without waiting.
         self._check_open(True)
         n = len(meta_lens)

@@ -178,7 +178,9 @@ class LogEngine(Protocol):
         (walfs/kafka/produce.py). Same errors as append."""
         ...
 
-    def append_nowait(self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any) -> int | None:
+    def append_nowait(
+        self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any
+    ) -> int | None:
         """As append_unsynced, but only if the engine can append without waiting (on the
         disk, the network, retention or another appender): the first offset, or None with
         nothing appended, after which the caller appends the usual way (in a thread). It
