@@ -161,7 +161,7 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
                 parts.append((pd.index, ErrorCode.transactional_id_authorization_failed, -1, -1))
                 continue
             try:
-                done = None
+                done: tuple[ErrorCode, int, int] | None = None
                 if in_place and len(pd.records or b"") <= IN_PLACE_MAX_BYTES:
                     try:
                         done = _append_partition(broker, td.name, pd.index, pd.records, unsynced, True)
