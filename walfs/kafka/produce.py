@@ -167,9 +167,11 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
                         done = _append_partition(broker, td.name, pd.index, pd.records, unsynced, True)
                     except _WouldWait:
                         pass
-                code, base, start = done or await broker.blocking(
-                    _append_partition, broker, td.name, pd.index, pd.records, unsynced
-                )
+                if done is None:
+                    done = await broker.blocking(
+                        _append_partition, broker, td.name, pd.index, pd.records, unsynced
+                    )
+                code, base, start = done
             except InvalidRecords as e:
                 code, base, start = ErrorCode.invalid_record, -1, -1
                 invalid[(td.name, pd.index)] = e
