@@ -340,6 +340,12 @@ def main() -> None:
     ap.add_argument("--out", help="JSON with every request's phases")
     args = ap.parse_args()
     cp = classpath()
+    try:  # as `walfs serve` does (an old tree, for ab_trees.py, may not have it)
+        from walfs.malloc_tuning import keep_freed_buffers
+    except ImportError:
+        pass
+    else:
+        keep_freed_buffers()
     instrument()
     res = trio.run(run, args, cp)
     print(f"{res['size']} x {res['records']} --fsync {res['fsync']}: {res['tool']}", file=sys.stderr)
