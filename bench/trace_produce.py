@@ -27,7 +27,10 @@ Per Produce request, in milliseconds:
 
 Printed as median / p90 / p99 / max per phase, with the requests' size, the server's CPU
 seconds (this process, all threads) per million records and per GiB, and the tool's own
-summary line (rec/s, latency percentiles). JSON with every request's phases with --out.
+summary line (rec/s, latency percentiles). --producers N runs N tools at once (records
+split among them; records/s in all over the longest one's time, as bench_vs_kafka.py).
+The server sets malloc as `walfs serve` does (walfs/malloc_tuning.py). JSON with every
+request's phases with --out.
 The figures are for comparing phases within one run: the machine's other load moves them.
 """
 
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import contextvars
 import json
+import re
 import resource
 import statistics
 import sys
@@ -79,6 +83,7 @@ PHASES = (
     "total",
 )
 
+_RATE = re.compile(r"([\d.]+) records/sec")
 now = time.perf_counter
 current: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar("current", default=None)
 pipe_queue: contextvars.ContextVar[deque[dict[str, Any]] | None] = contextvars.ContextVar(
@@ -293,33 +298,53 @@ async def run(args: argparse.Namespace, cp: str) -> dict[str, Any]:
         try:
             async with trio.open_nursery() as nursery:
                 port = await nursery.start(serve_kafka, wal, "127.0.0.1", 0)
-                cmd = [
-                    "java", "-Xmx512m", "-XX:+UseSerialGC", "-cp", cp,
-                    "org.apache.kafka.tools.ProducerPerformance",
-                    "--topic", "t", "--num-records", str(args.records), "--record-size", str(size),
-                    "--throughput", "-1", "--producer-props", f"bootstrap.servers=127.0.0.1:{port}",
-                    "acks=all", "linger.ms=5", "batch.size=1048576",
-                ]  # fmt: skip
+                shares = [
+                    args.records // args.producers + (i < args.records % args.producers)
+                    for i in range(args.producers)
+                ]
+                procs: list[Any] = [None] * args.producers
+
+                async def producer(i: int) -> None:
+                    cmd = [
+                        "java", "-Xmx512m", "-XX:+UseSerialGC", "-cp", cp,
+                        "org.apache.kafka.tools.ProducerPerformance",
+                        "--topic", "t", "--num-records", str(shares[i]), "--record-size", str(size),
+                        "--throughput", "-1", "--producer-props", f"bootstrap.servers=127.0.0.1:{port}",
+                        "acks=all", "linger.ms=5", "batch.size=1048576",
+                    ]  # fmt: skip
+                    procs[i] = await trio.run_process(
+                        cmd, capture_stdout=True, capture_stderr=True, check=False
+                    )
+
                 c0, t0 = cpu(), now()
                 with trio.fail_after(args.timeout):
-                    proc = await trio.run_process(cmd, capture_stdout=True, capture_stderr=True, check=False)
+                    async with trio.open_nursery() as producers:
+                        for i in range(args.producers):
+                            producers.start_soon(producer, i)
                 c1, t1 = cpu(), now()
                 nursery.cancel_scope.cancel()
         finally:
             wal.close()
-    out = proc.stdout.decode()
-    lines = [ln for ln in out.splitlines() if "records sent" in ln]
-    if proc.returncode != 0 or not lines:
-        raise SystemExit(
-            f"ProducerPerformance failed ({proc.returncode}):\n{out[-2000:]}\n{proc.stderr.decode()[-2000:]}"
-        )
+    tools = []
+    for proc in procs:
+        out = proc.stdout.decode()
+        lines = [ln for ln in out.splitlines() if "records sent" in ln]
+        if proc.returncode != 0 or not lines:
+            err = proc.stderr.decode()[-2000:]
+            raise SystemExit(f"ProducerPerformance failed ({proc.returncode}):\n{out[-2000:]}\n{err}")
+        tools.append(lines[-1])
+    # All records over the longest producer's own time (as bench_vs_kafka.py counts them).
+    seconds = max(n / float(_RATE.search(t).group(1)) for n, t in zip(shares, tools, strict=True))  # type: ignore[union-attr]
     rows = [p for p in (phases(r) for r in requests) if p is not None]
     nbytes = sum(r["bytes"] for r in rows)
     return {
         "size": args.size,
         "records": args.records,
         "fsync": args.fsync,
-        "tool": lines[-1],
+        "producers": args.producers,
+        "tool": tools[0],
+        "tools": tools,
+        "records_per_s": round(args.records / seconds),
         "produce_requests": len(rows),
         "seconds": round(t1 - t0, 2),
         "server_cpu_s": round(c1 - c0, 2),
@@ -336,6 +361,7 @@ def main() -> None:
     ap.add_argument("--size", choices=SIZES, default="1KiB")
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--fsync", choices=("never", "interval", "always"), default="never")
+    ap.add_argument("--producers", type=int, default=1, help="ProducerPerformance processes at once")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--out", help="JSON with every request's phases")
     args = ap.parse_args()
@@ -348,9 +374,15 @@ def main() -> None:
         keep_freed_buffers()
     instrument()
     res = trio.run(run, args, cp)
-    print(f"{res['size']} x {res['records']} --fsync {res['fsync']}: {res['tool']}", file=sys.stderr)
     print(
-        f"  {res['produce_requests']} produce requests, server CPU {res['server_cpu_s']} s "
+        f"{res['size']} x {res['records']} --fsync {res['fsync']}, {res['producers']} producer(s):",
+        file=sys.stderr,
+    )
+    for line in res["tools"]:
+        print(f"  {line}", file=sys.stderr)
+    print(
+        f"  {res['records_per_s']} records/s in all, {res['produce_requests']} produce requests, "
+        f"server CPU {res['server_cpu_s']} s "
         f"({res['server_cpu_s_per_M']} s/M records, {res['server_cpu_s_per_GiB']} s/GiB), "
         f"handling {res['busy_share']:.0%} of the wall time",
         file=sys.stderr,
