@@ -29,7 +29,7 @@ Printed as median / p90 / p99 / max per phase, with the requests' size, the serv
 seconds (this process, all threads) per million records and per GiB, and the tool's own
 summary line (rec/s, latency percentiles). --producers N runs N tools at once (records
 split among them; records/s in all over the longest one's time, as bench_vs_kafka.py).
-The server sets malloc as `walfs serve` does (walfs/malloc_tuning.py). JSON with every
+The server sets malloc as `walfs serve` does (walfs/cli/malloc_tuning.py). JSON with every
 request's phases with --out.
 The figures are for comparing phases within one run: the machine's other load moves them.
 """
@@ -367,7 +367,7 @@ def main() -> None:
     args = ap.parse_args()
     cp = classpath()
     try:  # as `walfs serve` does (an old tree, for ab_trees.py, may not have it)
-        from walfs.malloc_tuning import keep_freed_buffers
+        from walfs.cli.malloc_tuning import keep_freed_buffers
     except ImportError:
         pass
     else:

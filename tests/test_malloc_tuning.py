@@ -1,4 +1,4 @@
-"""walfs/malloc_tuning.py: in a process that took the settings, a produce request's two
+"""walfs/cli/malloc_tuning.py: in a process that took the settings, a produce request's two
 large buffers (the frame, ~1 MiB, and its split records, a little more) are allocated and
 freed request after request without faulting their pages in again; with glibc's defaults
 each cycle faults hundreds of pages (counted by the kernel: ru_minflt)."""
@@ -10,7 +10,7 @@ import sys
 
 CYCLE = """
 import resource, sys
-from walfs.malloc_tuning import keep_freed_buffers
+from walfs.cli.malloc_tuning import keep_freed_buffers
 took = keep_freed_buffers() if sys.argv[1] == "tuned" else None
 def cycles(n):
     f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

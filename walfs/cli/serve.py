@@ -165,7 +165,7 @@ def main(argv: list[str]) -> int:
         stream=sys.stderr,
     )
     from walfs.kafka import parse_listen_address
-    from walfs.malloc_tuning import keep_freed_buffers
+    from walfs.cli.malloc_tuning import keep_freed_buffers
 
     keep_freed_buffers()  # no page faults on each produce request's buffers
 
