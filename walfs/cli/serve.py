@@ -164,8 +164,8 @@ def main(argv: list[str]) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
-    from walfs.kafka import parse_listen_address
     from walfs.cli.malloc_tuning import keep_freed_buffers
+    from walfs.kafka import parse_listen_address
 
     keep_freed_buffers()  # no page faults on each produce request's buffers
 
