@@ -6,8 +6,8 @@ With glibc's defaults, buffers of that size either come from mmap (each one a fr
 mapping, every page faulted in and zeroed by the kernel) or, once its threshold has
 adapted, from the heap, whose top is given back to the kernel (trimmed) as soon as more
 than twice that threshold is free there, so the next request faults the same pages in
-again. Measured in `walfs serve` under Kafka's ProducerPerformance at 1 KiB records: ~380
-page faults per 1 MiB produce request, a quarter of the server's CPU
+again. Measured in the Kafka listener under Kafka's ProducerPerformance at 1 KiB records:
+300-400 page faults per 1 MiB produce request, a quarter of the server's CPU
 (docs/benchmarks.md, "The produce path at 1 KiB and 16 KiB, per request"). Here the mmap
 threshold is fixed at 32 MiB (glibc's own ceiling for its adaptive threshold) and up to
 64 MiB of freed heap is kept for reuse, as a JVM keeps its heap: the process's resident
