@@ -39,8 +39,8 @@ from walfs.kafka.topic_configs import log_append_time, max_message_bytes
 from walfs.kafka.wal_errors import error_code_for
 from walfs.records import stamp_timestamps, with_producer
 
-# A partition's record set up to this size is tried in place (its CRC check, split and copy
-# hold the event loop for about a millisecond per MiB); a larger one goes to a thread.
+# Record bytes of one request tried in place (their CRC check, split and copy hold the event
+# loop for about a millisecond per MiB); the partitions past it go to a worker thread.
 IN_PLACE_MAX_BYTES = 2 << 20
 
 
@@ -153,6 +153,7 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
     # acks=-1 syncs below, after all partitions are appended (and meanwhile reads on).
     unsynced = req.acks == -1 and broker.acks_all_syncs
     in_place = broker.appends_in_place(unsynced)
+    in_place_left = IN_PLACE_MAX_BYTES
     for td in req.topic_data:
         parts = []
         for pd in td.partition_data:
@@ -162,7 +163,9 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
                 continue
             try:
                 done: tuple[ErrorCode, int, int] | None = None
-                if in_place and len(pd.records or b"") <= IN_PLACE_MAX_BYTES:
+                size = len(pd.records or b"")
+                if in_place and size <= in_place_left:
+                    in_place_left -= size
                     try:
                         done = _append_partition(broker, td.name, pd.index, pd.records, unsynced, True)
                     except _WouldWait:
