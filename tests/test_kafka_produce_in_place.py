@@ -7,6 +7,7 @@ append calls are recorded with the thread they ran on; the records are read back
 
 from __future__ import annotations
 
+import array
 import datetime
 import threading
 from collections.abc import Iterator
@@ -129,3 +130,39 @@ def test_a_batch_that_needs_a_new_segment_goes_to_a_thread(recorded: tuple[Recor
     for k in range(1, requests + 1):
         got = wal.read("big", per_request * (k - 1), max_records=per_request)
         assert got == [bytes([k]) * 16384] * per_request
+
+
+def test_a_request_holds_the_event_loop_for_at_most_its_in_place_share(
+    recorded: tuple[RecordedWal, Listener],
+) -> None:
+    # Three partitions of 768 KiB in one request: two fit in IN_PLACE_MAX_BYTES (2 MiB),
+    # the third is appended in a worker thread.
+    wal, lst = recorded
+    for p in range(3):
+        wal.engine.append("m", p, b"first", array.array("I", [0]), array.array("I", [5]))
+    wal.calls.clear()
+    parts = tuple(
+        build(
+            PartitionProduceData,
+            index=p,
+            records=encode_records_for_test([WireRecord(None, bytes([p]) * 16384) for _ in range(48)]),
+        )
+        for p in range(3)
+    )
+    body = build(
+        ProduceRequest,
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(build(TopicProduceData, name="m", partition_data=parts),),
+    )
+    with raw_connect(lst.port) as s:
+        s.sendall(encode_request(0, 9, 7, body))
+        recv_frame(s)
+    assert [(name, on_loop, got) for name, on_loop, got in wal.calls] == [
+        ("append_nowait", True, 1),
+        ("append_nowait", True, 1),
+        ("append", False, 1),
+    ]
+    for p in range(3):
+        assert wal.read("m", 1, partition=p, max_records=100) == [bytes([p]) * 16384] * 48
