@@ -2,7 +2,8 @@
 batch without waiting (LogEngine.append_nowait), and in a worker thread otherwise
 (walfs/kafka/produce.py): the first produce to a new topic (it creates it), a batch that
 needs a new segment, acks=1 under fsync="always" (its append waits for the fsync), an
-idempotent producer the listener does not know (its check searches the log). The engine's
+idempotent producer the listener does not know (its check searches the log), the
+partitions of a request past its first 2 MiB in place. The engine's
 append calls are recorded with the thread they ran on; the records are read back."""
 
 from __future__ import annotations

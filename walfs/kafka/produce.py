@@ -11,7 +11,8 @@ once durable).
 
 A partition's records are appended in place, on the event loop, when the engine takes them
 without waiting (``LogEngine.append_nowait``: an existing stream, no new segment, no lock
-held elsewhere) and the append would not wait for durability anyway: no worker-thread
+held elsewhere) and the append would not wait for durability anyway, up to
+IN_PLACE_MAX_BYTES of a request's records: no worker-thread
 hop, which cost more than the append itself (docs/benchmarks.md). Anything that may wait
 (creating a topic, an idempotent producer's first batch after a restart, which searches
 the log, retention's back-pressure, a new segment, acks=1 under "always") goes to a
