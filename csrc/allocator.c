@@ -20,8 +20,9 @@ static int64_t find_run(const segment_t *seg, uint32_t n)
     return -1;
 }
 
-/* Under wal->lock. The run is marked used but nothing is written yet. */
-int alloc_run(walfs_t *wal, uint32_t stream_no, uint32_t n_blocks, block_t **out)
+/* Under wal->lock. The run is marked used but nothing is written yet. may_create == 0:
+ * -EAGAIN instead of creating a segment (a file created and fsynced). */
+static int alloc_run_in(walfs_t *wal, uint32_t stream_no, uint32_t n_blocks, int may_create, block_t **out)
 {
     if (n_blocks == 0 || n_blocks > wal->blocks_per_seg) return -EMSGSIZE;
     segment_t *seg = NULL;
@@ -33,6 +34,7 @@ int alloc_run(walfs_t *wal, uint32_t stream_no, uint32_t n_blocks, block_t **out
     int brc = budget_check(wal, stream_no, at < 0 ? NULL : seg);
     if (brc) return brc;
     if (at < 0) {
+        if (!may_create) return -EAGAIN;
         int rc = seg_create(wal, &seg);
         if (rc) return rc;
         at = 0;
@@ -50,6 +52,16 @@ int alloc_run(walfs_t *wal, uint32_t stream_no, uint32_t n_blocks, block_t **out
     for (uint32_t i = 1; i < n_blocks; i++) seg->block_state[at + i] = BS_TAIL;
     *out = b;
     return 0;
+}
+
+int alloc_run(walfs_t *wal, uint32_t stream_no, uint32_t n_blocks, block_t **out)
+{
+    return alloc_run_in(wal, stream_no, n_blocks, 1, out);
+}
+
+int alloc_run_existing(walfs_t *wal, uint32_t stream_no, uint32_t n_blocks, block_t **out)
+{
+    return alloc_run_in(wal, stream_no, n_blocks, 0, out);
 }
 
 /* Under wal->lock: gives a run back (its header is already gone from disk or was never

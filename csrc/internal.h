@@ -289,6 +289,8 @@ int stream_add_block(stream_t *s, block_t *b);
 
 /* allocator.c */
 int alloc_run(walfs_t *wal, uint32_t stream_no, uint32_t n_blocks, block_t **out);
+/* As alloc_run, but -EAGAIN where alloc_run would create a segment (walfs_append_nowait). */
+int alloc_run_existing(walfs_t *wal, uint32_t stream_no, uint32_t n_blocks, block_t **out);
 void release_run(walfs_t *wal, block_t *b);
 uint32_t blocks_needed(const walfs_t *wal, uint64_t bytes);
 

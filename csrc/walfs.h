@@ -103,6 +103,16 @@ int64_t walfs_stream_next_byte(walfs_t *wal, uint32_t stream_no);
 int walfs_append(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *data,
                  const uint32_t *meta_lens, const uint32_t *value_lens, int wait, uint64_t *first_gid,
                  uint64_t *first_offset, uint64_t *ticket);
+/* As walfs_append with wait == 0, but it never waits on the disk or on another appender:
+ * -EAGAIN, with nothing appended, when the batch would need a new segment (created and
+ * fsynced under the WAL's lock), a new gid epoch (a catalog write and fsync), or a lock
+ * another thread holds (the stream's append lock, the WAL's lock for a new run). What it
+ * does is plan runs in existing segments and copy the records into the page cache. For a
+ * caller on an event loop (the Kafka listener's produce), which appends on a worker
+ * thread only when this refuses. */
+int walfs_append_nowait(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *data,
+                        const uint32_t *meta_lens, const uint32_t *value_lens, uint64_t *first_gid,
+                        uint64_t *first_offset, uint64_t *ticket);
 /* Appends one plain record (no meta section) of len bytes; with wait, under
  * fsync="always", returns once it is durable. Returns its offset, or a negative errno. */
 int64_t walfs_append_one(walfs_t *wal, uint32_t stream_no, const char *value, uint32_t len, int wait);

@@ -155,8 +155,8 @@ static int undo_chunk(walfs_t *wal, const chunk_t *c, uint64_t data_end)
 
 /* The append path proper; bodies[i] points at record i's meta || value. */
 static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **bodies, const uint32_t *meta_lens,
-                         const uint32_t *value_lens, int wait, uint64_t *first_gid_out, uint64_t *first_offset_out,
-                         uint64_t *ticket_out)
+                         const uint32_t *value_lens, int wait, int nowait, uint64_t *first_gid_out,
+                         uint64_t *first_offset_out, uint64_t *ticket_out)
 {
     uint32_t stream_no = s->no;
     int rc = 0;
@@ -177,7 +177,12 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
         view_total += value_lens[i] + 1ull;
     }
 
-    pthread_mutex_lock(&s->append_lock);
+    if (!nowait)
+        pthread_mutex_lock(&s->append_lock);
+    else if (pthread_mutex_trylock(&s->append_lock) != 0) {
+        rc = -EAGAIN;
+        goto out_free;
+    }
     if ((rc = atomic_load(&wal->failed))) goto out_unlock;
     if (s->deleted) { /* deleted while this append waited for the lock */
         rc = -ENOENT;
@@ -186,6 +191,11 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
 
     pthread_mutex_lock(&wal->gid_lock);
     if (wal->next_gid + n > (wal->epoch + 1) << GID_EPOCH_SHIFT) {
+        if (nowait) { /* a new epoch writes and syncs the catalog */
+            pthread_mutex_unlock(&wal->gid_lock);
+            rc = -EAGAIN;
+            goto out_unlock;
+        }
         pthread_mutex_lock(&wal->lock);
         rc = cat_new_epoch(wal);
         pthread_mutex_unlock(&wal->lock);
@@ -214,8 +224,16 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
                    first_gid + i - cur->first_gid <= UINT32_MAX;
         if (!fits) {
             block_t *b;
-            pthread_mutex_lock(&wal->lock);
-            rc = alloc_run(wal, stream_no, blocks_needed(wal, need + SLOT_SIZE), &b);
+            uint32_t blocks = blocks_needed(wal, need + SLOT_SIZE);
+            if (!nowait) {
+                pthread_mutex_lock(&wal->lock);
+                rc = alloc_run(wal, stream_no, blocks, &b);
+            } else if (pthread_mutex_trylock(&wal->lock) == 0) {
+                rc = alloc_run_existing(wal, stream_no, blocks, &b);
+            } else {
+                rc = -EAGAIN; /* held, perhaps across a segment's creation */
+                goto out_release;
+            }
             pthread_mutex_unlock(&wal->lock);
             if (rc) goto out_release;
             b->first_offset = offset + i;
@@ -349,9 +367,9 @@ static int append_checks(walfs_t *wal, uint32_t stream_no, stream_t **s)
     return 0;
 }
 
-int walfs_append(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *data, const uint32_t *meta_lens,
-                 const uint32_t *value_lens, int wait, uint64_t *first_gid_out, uint64_t *first_offset_out,
-                 uint64_t *ticket_out)
+static int append_data(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *data, const uint32_t *meta_lens,
+                       const uint32_t *value_lens, int wait, int nowait, uint64_t *first_gid_out,
+                       uint64_t *first_offset_out, uint64_t *ticket_out)
 {
     stream_t *s;
     int rc = append_checks(wal, stream_no, &s);
@@ -364,9 +382,26 @@ int walfs_append(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *da
         bodies[i] = data + at;
         at += (uint64_t)meta_lens[i] + value_lens[i];
     }
-    rc = append_bodies(wal, s, n, bodies, meta_lens, value_lens, wait, first_gid_out, first_offset_out, ticket_out);
+    rc = append_bodies(wal, s, n, bodies, meta_lens, value_lens, wait, nowait, first_gid_out, first_offset_out,
+                       ticket_out);
     free(bodies);
     return rc;
+}
+
+int walfs_append(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *data, const uint32_t *meta_lens,
+                 const uint32_t *value_lens, int wait, uint64_t *first_gid_out, uint64_t *first_offset_out,
+                 uint64_t *ticket_out)
+{
+    return append_data(wal, stream_no, n, data, meta_lens, value_lens, wait, 0, first_gid_out, first_offset_out,
+                       ticket_out);
+}
+
+int walfs_append_nowait(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *data,
+                        const uint32_t *meta_lens, const uint32_t *value_lens, uint64_t *first_gid_out,
+                        uint64_t *first_offset_out, uint64_t *ticket_out)
+{
+    return append_data(wal, stream_no, n, data, meta_lens, value_lens, 0, 1, first_gid_out, first_offset_out,
+                       ticket_out);
 }
 
 int64_t walfs_append_one(walfs_t *wal, uint32_t stream_no, const char *value, uint32_t len, int wait)
@@ -379,7 +414,7 @@ int64_t walfs_append_one(walfs_t *wal, uint32_t stream_no, const char *value, ui
     const uint8_t *body = (const uint8_t *)value;
     uint32_t meta = 0;
     uint64_t gid, offset, ticket;
-    rc = append_bodies(wal, s, 1, &body, &meta, &len, wait, &gid, &offset, &ticket);
+    rc = append_bodies(wal, s, 1, &body, &meta, &len, wait, 0, &gid, &offset, &ticket);
     return rc ? rc : (int64_t)offset;
 }
 
@@ -421,7 +456,7 @@ int walfs_append_lines(walfs_t *wal, uint32_t stream_no, const uint8_t *data, ui
         rc = -ENOMEM;
         goto out;
     }
-    rc = append_bodies(wal, s, (uint32_t)n, bodies, metas, lens, wait, first_gid_out, first_offset_out, ticket_out);
+    rc = append_bodies(wal, s, (uint32_t)n, bodies, metas, lens, wait, 0, first_gid_out, first_offset_out, ticket_out);
     if (!rc) *n_out = (uint32_t)n;
 out:
     free(bodies);

@@ -589,6 +589,27 @@ def test_append_unsynced_is_published_at_once_and_durable_after_sync(make: Maker
         e.append_unsynced("u", 0, b"xy", array.array("I", [0]), array.array("I", [1]))
 
 
+def test_append_nowait_appends_or_refuses_with_nothing_appended(make: Maker) -> None:
+    # The Kafka listener's in-place produce: an offset when the engine appended without
+    # waiting (published, durable after a sync), None when it would have waited, with
+    # nothing appended then. It never creates a stream. The cluster engine always refuses.
+    e = make(fsync="never")
+    assert e.append_nowait("n", 0, *plain([b"a"])) is None
+    assert e.streams() == []
+    e.append("n", 0, *plain([b"a", b"b"]))
+    got = e.append_nowait("n", 0, *plain([b"c"]))
+    if got is None:
+        assert read_all(e, "n") == [b"a", b"b"]
+        assert e.info("n").high_watermark == 2
+    else:
+        assert got == 2
+        assert read_all(e, "n") == [b"a", b"b", b"c"]
+        e.sync()
+        assert e.info("n").durable_watermark == 3
+    with pytest.raises(ValueError):  # the lengths do not add up to the data
+        e.append_nowait("n", 0, b"xy", array.array("I", [0]), array.array("I", [1]))
+
+
 _KILLED_WRITER = """
 import sys
 from walfs.engine_api import open_engine

@@ -76,6 +76,25 @@ def test_oversized_or_negative_size_closes(lst: Listener, size: int) -> None:
     check_alive(lst.port)
 
 
+def test_requests_before_an_oversized_frame_are_answered_first(lst: Listener) -> None:
+    # The connection reads ahead of the request it handles (walfs/kafka/framing.py
+    # read_ahead): the bad frame behind them is met early, but its error comes in order,
+    # after the answers of the requests before it; nothing behind it is handled.
+    records = encode_records_for_test([WireRecord(None, b"before")])
+    with raw_connect(lst.port) as s:
+        s.sendall(
+            produce_request("ahead", records, correlation_id=1)
+            + produce_request("ahead", records, correlation_id=2)
+            + struct.pack(">i", 64 * 1024 + 1)
+            + b"\x00" * 16
+            + produce_request("ahead", records, correlation_id=3)
+        )
+        assert [struct.unpack(">i", recv_frame(s)[:4])[0] for _ in range(2)] == [1, 2]
+        assert is_closed(s)
+    check_alive(lst.port)
+    assert lst.wal.high_watermark("ahead") == 2
+
+
 def test_unknown_api_key_closes(lst: Listener, caplog: pytest.LogCaptureFixture) -> None:
     with raw_connect(lst.port) as s:
         payload = struct.pack(">hhi", 9999, 0, 3) + b"\x00\x00"

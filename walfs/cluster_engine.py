@@ -868,6 +868,16 @@ class KafkaEngine:
         return done
 
     # -- appending --------------------------------------------------------------------------
+    def append_nowait(
+        self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any
+    ) -> int | None:
+        # Every append is a round trip to the cluster: never without waiting.
+        self._check_open(True)
+        n = len(meta_lens)
+        if n == 0 or len(value_lens) != n or sum(meta_lens) + sum(value_lens) != len(data):
+            raise ValueError("append needs one meta and one value length per record, adding up to the data")
+        return None
+
     def append_unsynced(self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any) -> int:
         # Kafka's acks=all is the only wait there is (docs/cluster.md): the same as append.
         return self.append(topic, partition, data, meta_lens, value_lens)

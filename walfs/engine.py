@@ -240,6 +240,33 @@ class Engine:
         finally:
             self._exit()
 
+    def append_nowait(
+        self, stream_no: int, data: Any, meta_lens: array.array, value_lens: array.array
+    ) -> tuple[int, int, int] | None:
+        """As append, but None (nothing appended) where it would wait on the disk or another
+        appender: a new segment or gid epoch, or a lock another thread holds
+        (walfs_append_nowait)."""
+        h = self._enter()
+        try:
+            out = ffi.new("uint64_t[3]")
+            rc = lib.walfs_append_nowait(
+                h,
+                stream_no,
+                len(meta_lens),
+                ffi.from_buffer(data),
+                ffi.from_buffer("uint32_t[]", meta_lens),
+                ffi.from_buffer("uint32_t[]", value_lens),
+                out,
+                out + 1,
+                out + 2,
+            )
+            if rc == -errno.EAGAIN:
+                return None
+            self._check(rc, "append")
+            return int(out[0]), int(out[1]), int(out[2])
+        finally:
+            self._exit()
+
     def append(
         self, stream_no: int, data: Any, meta_lens: array.array, value_lens: array.array
     ) -> tuple[int, int, int]:

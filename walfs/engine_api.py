@@ -178,6 +178,20 @@ class LogEngine(Protocol):
         (walfs/kafka/produce.py). Same errors as append."""
         ...
 
+    def append_nowait(
+        self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any
+    ) -> int | None:
+        """As append_unsynced, but only if the engine can append without waiting (on the
+        disk, the network, retention or another appender): the first offset, or None with
+        nothing appended, after which the caller appends the usual way (in a thread). It
+        never creates the stream. For a caller on an event loop: the Kafka listener
+        appends a produce in place, not in a worker thread, when this takes it
+        (walfs/kafka/produce.py). The local engine refuses a batch that needs a new
+        segment or a new gid epoch (both fsync), a stream at its file cap, or a lock held
+        by another thread; the cluster engine refuses every batch (its append is a
+        round trip). Same errors as append otherwise."""
+        ...
+
     def append_lines(self, topic: str, partition: int, data: Any) -> tuple[int, int]:
         """Appends each line of `data` (split on b"\\n" by the engine; a final newline ends
         the last line) as one batch of plain records: the file face's write. Returns

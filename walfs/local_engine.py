@@ -318,14 +318,29 @@ class LocalEngine:
     def append_unsynced(self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any) -> int:
         return self._append_batch(topic, partition, data, meta_lens, value_lens, False)
 
+    def append_nowait(
+        self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any
+    ) -> int | None:
+        n = _check_lengths(data, meta_lens, value_lens)
+        s = self._stream(topic, partition, False)
+        if s is None:  # creating a stream writes and syncs the catalog
+            return None
+        try:
+            got = self.core.append_nowait(s.stream_no, data, meta_lens, value_lens)
+        except WalIOError as e:  # EDQUOT: at its file cap, retention must make room first
+            if e.errno != errno.EDQUOT:
+                raise
+            return None
+        if got is None:
+            return None
+        _gid, offset, ticket = got
+        self._appended(s, ticket, n, len(data), False)
+        return offset
+
     def _append_batch(
         self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any, wait: bool
     ) -> int:
-        n = len(meta_lens)
-        if n == 0 or len(value_lens) != n:
-            raise ValueError("append needs one meta and one value length per record, at least one record")
-        if sum(meta_lens) + sum(value_lens) != len(data):
-            raise ValueError("the lengths do not add up to the data")
+        n = _check_lengths(data, meta_lens, value_lens)
         s = self._stream(topic, partition, True)
         assert s is not None
         core = self.core
@@ -728,6 +743,16 @@ class LocalAppender:
             return offset
 
         self.append = append
+
+
+def _check_lengths(data: Any, meta_lens: Any, value_lens: Any) -> int:
+    """The number of records of a batch append, once its lengths are checked."""
+    n = len(meta_lens)
+    if n == 0 or len(value_lens) != n:
+        raise ValueError("append needs one meta and one value length per record, at least one record")
+    if sum(meta_lens) + sum(value_lens) != len(data):
+        raise ValueError("the lengths do not add up to the data")
+    return n
 
 
 def _inject_env_faults(core: Engine) -> None:

@@ -164,7 +164,10 @@ def main(argv: list[str]) -> int:
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    from walfs.cli.malloc_tuning import keep_freed_buffers
     from walfs.kafka import parse_listen_address
+
+    keep_freed_buffers()  # no page faults on each produce request's buffers
 
     try:
         host, port = parse_listen_address(args.kafka_listen)

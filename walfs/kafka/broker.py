@@ -75,6 +75,15 @@ class Broker:
         worker thread."""
         return await trio.to_thread.run_sync(fn, *args, limiter=self.io_limiter)
 
+    def appends_in_place(self, unsynced: bool) -> bool:
+        """Whether a produce tries its appends on the event loop (LogEngine.append_nowait,
+        walfs/kafka/produce.py): with an engine that has an fsync policy (the local one; the
+        cluster engine's appends are round trips), when the append would not wait for
+        durability: "never" and "interval" always, "always" only for an ``unsynced``
+        append (acks=-1, synced by the listener before it answers)."""
+        fsync = getattr(self.wal, "fsync", None)
+        return fsync in ("never", "interval") or (fsync == "always" and unsynced)
+
     @property
     def acks_all_syncs(self) -> bool:
         """Whether an acks=-1 answer waits for a ``wal.sync()``: under the engine's fsync

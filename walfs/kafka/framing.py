@@ -4,6 +4,9 @@ int32 length followed by that many bytes."""
 from __future__ import annotations
 
 import struct
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
@@ -16,13 +19,18 @@ _PREAMBLE = struct.Struct(">hhi")
 DEFAULT_MAX_REQUEST_BYTES = 100 * 1024 * 1024
 # What all connections together may hold in request bytes (Kafka's queued.max.request.bytes
 # idea): a connection whose next frame does not fit waits, and stops reading its socket,
-# until others' requests are answered. With one request at a time per connection this
-# bounds the listener's request memory whatever the number of connections.
+# until others' requests are answered. A frame holds its bytes from the moment its size
+# is read until it is handled (release_frame), read-ahead frames included (READ_AHEAD), so
+# this bounds the listener's request memory whatever the number of connections.
 DEFAULT_MAX_INFLIGHT_BYTES = 256 * 1024 * 1024
 # Connections beyond this are closed as soon as they are accepted (with a log line).
 DEFAULT_MAX_CONNECTIONS = 256
 # A frame with at least this much still to come is received straight into its own buffer.
 RECEIVE_INTO_FROM = 64 * 1024
+# Frames a connection reads ahead of the one being handled (read_ahead): while a produce is
+# decoded and appended, the next one is taken off the socket, so the client is not held up
+# by a full socket buffer and the next request is whole when its turn comes.
+READ_AHEAD = 1
 
 
 class ByteBudget:
@@ -70,7 +78,9 @@ class FrameReader:
         self._max = max_bytes
         self._buf = bytearray()
         self._budget = budget
-        self.held = 0  # bytes of the budget the last frame holds (release_frame gives them back)
+        # Bytes of the budget each frame read and not yet released holds, oldest first
+        # (release_frame gives the oldest back; frames are handled in the order read).
+        self._held: deque[int] = deque()
 
     async def _fill(self, n: int) -> bool:
         """Buffer at least n bytes; False on EOF before that."""
@@ -93,7 +103,7 @@ class FrameReader:
             raise FrameTooLarge(f"frame of {size} bytes (cap {self._max})")
         if self._budget is not None:
             await self._budget.acquire(size)
-            self.held = size
+            self._held.append(size)
         if size - (len(self._buf) - 4) >= RECEIVE_INTO_FROM and isinstance(self._stream, trio.SocketStream):
             return await self._receive_into(size)
         if not await self._fill(4 + size):
@@ -123,10 +133,89 @@ class FrameReader:
         return view.toreadonly()
 
     async def release_frame(self) -> None:
-        """Gives the last frame's bytes back to the shared budget (after its answer)."""
-        if self._budget is not None and self.held:
-            held, self.held = self.held, 0
-            await self._budget.release(held)
+        """Gives the oldest unreleased frame's bytes back to the shared budget (once it is
+        handled); nothing when every frame read has been released."""
+        if self._budget is not None and self._held:
+            await self._budget.release(self._held.popleft())
+
+    async def release_all(self) -> None:
+        """Gives back the bytes of every frame read and not released (the connection ends)."""
+        while self._held:
+            await self.release_frame()
+
+
+def only_error(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The one error behind a nursery's group (the other task's Cancelled dropped), or the
+    group itself when there are several: a connection's helper tasks (read_ahead here, the
+    response pipe) raise their errors as themselves, so the handlers see the same errors
+    as with one task."""
+    leaves: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for sub in e.exceptions:
+                walk(sub)
+        elif not isinstance(e, trio.Cancelled):
+            leaves.append(e)
+
+    walk(group)
+    return leaves[0] if len(leaves) == 1 else group
+
+
+# One read-ahead item: a payload (None at the end), or the error reading it raised.
+_Item = tuple[bytes | memoryview | None, BaseException | None]
+
+
+class ReadAhead:
+    """A connection's frames in order, read by a task of their own up to ``depth`` frames
+    ahead of the one being handled (read_ahead)."""
+
+    def __init__(self, reader: FrameReader, depth: int) -> None:
+        self._reader = reader
+        self._send, self._recv = trio.open_memory_channel[_Item](depth)
+
+    async def _run(self) -> None:
+        async with self._send:
+            while True:
+                try:
+                    payload = await self._reader.next_frame()
+                except Exception as e:
+                    # Raised where the frame would have been read: after the frames before it.
+                    await self._send.send((None, e))
+                    return
+                await self._send.send((payload, None))
+                if payload is None:
+                    return
+
+    async def next_frame(self) -> bytes | memoryview | None:
+        """As FrameReader.next_frame: the next payload, None at the end, or its error."""
+        try:
+            payload, error = await self._recv.receive()
+        except trio.EndOfChannel:
+            return None
+        if error is not None:
+            raise error
+        return payload
+
+
+@asynccontextmanager
+async def read_ahead(reader: FrameReader, depth: int = READ_AHEAD) -> AsyncIterator[ReadAhead]:
+    """``reader``'s frames, read ahead: while the caller handles one frame, up to ``depth``
+    more are read (each holds its bytes of the budget until release_frame). Errors come in
+    order, raised by next_frame as themselves. The reading task ends with the block."""
+    frames = ReadAhead(reader, depth)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(frames._run)
+            try:
+                yield frames
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        err = only_error(group)
+        if err is group:
+            raise
+        raise err from err.__cause__  # as itself, its own cause kept
 
 
 def frame(payload: bytes) -> bytes:

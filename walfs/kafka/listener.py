@@ -29,6 +29,7 @@ from walfs.kafka.framing import (
     ByteBudget,
     FrameError,
     FrameReader,
+    read_ahead,
     read_preamble,
 )
 from walfs.kafka.pipeline import response_pipe
@@ -117,9 +118,9 @@ async def _serve_connection(
                 await io.do_handshake()
             if session is None:
                 gate.deadline = math.inf
-            async with response_pipe(io) as pipe:
+            async with response_pipe(io) as pipe, read_ahead(reader) as frames:
                 while True:
-                    payload = await reader.next_frame()
+                    payload = await frames.next_frame()
                     if payload is None:
                         break
                     if session is not None and session.raw_tokens and not session.authenticated:
@@ -179,7 +180,7 @@ async def _serve_connection(
         log.exception("%s: internal error, closing connection", conn.peer)
     finally:
         with trio.CancelScope(shield=True):
-            await reader.release_frame()
+            await reader.release_all()
             if io is not stream:
                 await _close(io)
             await stream.aclose()

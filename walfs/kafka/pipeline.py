@@ -21,7 +21,7 @@ from typing import Any
 import trio
 
 from walfs.kafka.api import Later
-from walfs.kafka.framing import send_frame
+from walfs.kafka.framing import only_error, send_frame
 from walfs.kafka.messages import Encoded
 
 # Answers a connection may owe at once (requests read ahead of their answers).
@@ -62,22 +62,6 @@ class ResponsePipe:
                 await send_frame(self._stream, response)
 
 
-def _only_error(group: BaseExceptionGroup[Any]) -> BaseException:
-    """The one error behind a nursery's group (the other task's Cancelled dropped), or the
-    group itself when there are several."""
-    leaves: list[BaseException] = []
-
-    def walk(e: BaseException) -> None:
-        if isinstance(e, BaseExceptionGroup):
-            for sub in e.exceptions:
-                walk(sub)
-        elif not isinstance(e, trio.Cancelled):
-            leaves.append(e)
-
-    walk(group)
-    return leaves[0] if len(leaves) == 1 else group
-
-
 @asynccontextmanager
 async def response_pipe(
     stream: trio.abc.SendStream, depth: int = PIPELINE_DEPTH
@@ -92,7 +76,7 @@ async def response_pipe(
             async with pipe._send:
                 yield pipe
     except BaseExceptionGroup as group:
-        err = _only_error(group)
+        err = only_error(group)
         if err is group:
             raise
         raise err from err.__cause__  # as itself, its own cause kept

@@ -7,7 +7,16 @@ appended without the engine's own wait (``append_unsynced``) and the answer is a
 ``Later`` that waits for ``wal.sync()`` first, shared with every answer waiting then;
 under "never" it is answered once the records are in the log (page cache), as Kafka's
 single broker does. acks=1 and acks=0 use the plain append (under "always" it returns
-once durable)."""
+once durable).
+
+A partition's records are appended in place, on the event loop, when the engine takes them
+without waiting (``LogEngine.append_nowait``: an existing stream, no new segment, no lock
+held elsewhere) and the append would not wait for durability anyway, up to
+IN_PLACE_MAX_BYTES of a request's records: no worker-thread
+hop, which cost more than the append itself (docs/benchmarks.md). Anything that may wait
+(creating a topic, an idempotent producer's first batch after a restart, which searches
+the log, retention's back-pressure, a new segment, acks=1 under "always") goes to a
+worker thread as before, from the start: nothing is half done in place."""
 
 from __future__ import annotations
 
@@ -31,18 +40,31 @@ from walfs.kafka.topic_configs import log_append_time, max_message_bytes
 from walfs.kafka.wal_errors import error_code_for
 from walfs.records import stamp_timestamps, with_producer
 
+# Record bytes of one request tried in place (their CRC check, split and copy hold the event
+# loop for about a millisecond per MiB); the partitions past it go to a worker thread.
+IN_PLACE_MAX_BYTES = 2 << 20
+
+
+class _WouldWait(Exception):
+    """The in-place append met something that waits, before doing anything: the caller
+    appends in a worker thread instead."""
+
 
 def _append_partition(
-    broker: Broker, topic: str, partition: int, data: bytes | None, unsynced: bool
+    broker: Broker, topic: str, partition: int, data: bytes | None, unsynced: bool, in_place: bool = False
 ) -> tuple[ErrorCode, int, int]:
-    """(error, base offset, log start offset); runs in a worker thread. ``unsynced``: the
-    caller syncs before it answers (acks=-1), so the append does not wait for durability."""
+    """(error, base offset, log start offset); runs in a worker thread, or with ``in_place``
+    on the event loop, where it raises _WouldWait, nothing appended, at the first step that
+    could wait. ``unsynced``: the caller syncs before it answers (acks=-1), so the append
+    does not wait for durability."""
     wal = broker.wal
     count = broker.catalog.partition_count(topic)
     # A first produce to partition 0 creates the topic, as an append through the
     # mount does (clients usually auto-create through Metadata first anyway).
     cfg = broker.config
     if count == 0 and partition == 0 and valid_new_topic(topic) and cfg.auto_create_topics_enable:
+        if in_place:  # creating a topic syncs the catalog
+            raise _WouldWait
         if cfg.num_partitions > 1:
             broker.catalog.declare(topic, cfg.num_partitions)
         count = 1
@@ -71,7 +93,7 @@ def _append_partition(
     if log_append_time(wal, cfg, topic):  # message.timestamp.type=LogAppendTime
         stamp_timestamps(produced.data, produced.meta_lens, produced.value_lens, int(time.time() * 1000))
     if produced.producer_id < 0 or produced.base_sequence < 0:
-        return _append(wal, topic, partition, produced, unsynced)
+        return _append(wal, topic, partition, produced, unsynced, in_place)
     # An idempotent producer: its sequence is checked, and the batch carries its producer
     # section into the log, so the check survives a restart (walfs/kafka/producer_ids.py).
     ids = broker.producer_ids
@@ -81,7 +103,14 @@ def _append_partition(
         produced.base_sequence,
         len(produced.meta_lens),
     )
-    with ids.guard(pid, topic, partition):
+    guard = ids.guard(pid, topic, partition)
+    # In place: neither wait for the guard (a thread may hold it across a slow append) nor
+    # search the log for a producer this listener does not know yet.
+    if not guard.acquire(blocking=not in_place):
+        raise _WouldWait
+    try:
+        if in_place and ids.needs_search(pid, topic, partition):
+            raise _WouldWait
         verdict, offset = ids.check(wal, pid, epoch, topic, partition, first, n)
         if verdict == DUPLICATE:
             log.info(
@@ -97,20 +126,24 @@ def _append_partition(
         meta = with_producer(bytes(produced.data[:m0]), (pid, epoch, first, n))
         produced.data[:m0] = meta  # in place: one move of the records after it, no copy
         produced.meta_lens[0] = len(meta)
-        code, base, start = _append(wal, topic, partition, produced, unsynced)
+        code, base, start = _append(wal, topic, partition, produced, unsynced, in_place)
         if code is ErrorCode.none:
             ids.remember(pid, epoch, topic, partition, first, n, base)
         return code, base, start
+    finally:
+        guard.release()
 
 
 def _append(
-    wal: Any, topic: str, partition: int, produced: ProducedBodies, unsynced: bool
+    wal: Any, topic: str, partition: int, produced: ProducedBodies, unsynced: bool, in_place: bool
 ) -> tuple[ErrorCode, int, int]:
-    append = wal.append_unsynced if unsynced else wal.append
+    append = wal.append_nowait if in_place else wal.append_unsynced if unsynced else wal.append
     try:
         base = append(topic, partition, produced.data, produced.meta_lens, produced.value_lens)
     except Exception as e:
         return error_code_for(e, f"produce to {topic}/{partition}"), -1, -1
+    if base is None:  # the engine would have waited: nothing appended
+        raise _WouldWait
     return ErrorCode.none, base, wal.info(topic, partition).low_watermark
 
 
@@ -120,6 +153,8 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
     appended = False
     # acks=-1 syncs below, after all partitions are appended (and meanwhile reads on).
     unsynced = req.acks == -1 and broker.acks_all_syncs
+    in_place = broker.appends_in_place(unsynced)
+    in_place_left = IN_PLACE_MAX_BYTES
     for td in req.topic_data:
         parts = []
         for pd in td.partition_data:
@@ -128,9 +163,19 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
                 parts.append((pd.index, ErrorCode.transactional_id_authorization_failed, -1, -1))
                 continue
             try:
-                code, base, start = await broker.blocking(
-                    _append_partition, broker, td.name, pd.index, pd.records, unsynced
-                )
+                done: tuple[ErrorCode, int, int] | None = None
+                size = len(pd.records or b"")
+                if in_place and size <= in_place_left:
+                    in_place_left -= size
+                    try:
+                        done = _append_partition(broker, td.name, pd.index, pd.records, unsynced, True)
+                    except _WouldWait:
+                        pass
+                if done is None:
+                    done = await broker.blocking(
+                        _append_partition, broker, td.name, pd.index, pd.records, unsynced
+                    )
+                code, base, start = done
             except InvalidRecords as e:
                 code, base, start = ErrorCode.invalid_record, -1, -1
                 invalid[(td.name, pd.index)] = e

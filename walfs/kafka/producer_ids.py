@@ -118,6 +118,11 @@ class ProducerIds:
         two connections cannot both be appended."""
         return self._locks[hash((pid, topic, partition)) % _LOCK_STRIPES]
 
+    def needs_search(self, pid: int, topic: str, partition: int) -> bool:
+        """Whether check would search the log (a producer neither seen on this partition
+        nor handed out here): the one part of check that reads the disk."""
+        return (pid, topic, partition) not in self._states and pid not in self._mine
+
     def check(
         self, wal: Any, pid: int, epoch: int, topic: str, partition: int, first: int, count: int
     ) -> tuple[str | None, int]:
