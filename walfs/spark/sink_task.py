@@ -192,7 +192,13 @@ class _RemoteOutlet:
             self._answer()
 
     def close(self) -> None:
-        self.target.close()
+        # A task that fails with requests unanswered waits for their answers first, so
+        # that what it leaves is appended before a retry scans for it.
+        try:
+            while self.in_flight:
+                self._answer()
+        finally:
+            self.target.close()
 
 
 class TaskWriter:
