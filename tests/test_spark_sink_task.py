@@ -63,14 +63,17 @@ class Target:
         if not self.data.exists():
             return 0
         with walfs.Wal(self.data, read_only=True) as wal:
-            return wal.info("t", 0).high_watermark
+            return wal.high_watermark("t", 0)
 
     def stored(self) -> list[walfs.Record]:
         if self.serve is not None:
             rc, err = self.serve.stop()
             assert rc == 0, err
+        out: list[walfs.Record] = []
         with walfs.Wal(self.data, read_only=True) as wal:
-            return wal.read_records("t", 0, 0, 10 * BATCHES * BATCH_ROWS, 1 << 30)
+            while got := wal.read_records("t", len(out), 0, 10_000, 64 << 20):
+                out.extend(got)
+        return out
 
     def stop(self) -> None:
         if self.serve is not None:
