@@ -6,29 +6,35 @@ string, value: binary>>, optional), `topic` (string; the option "topic" override
 and `partition` (int, optional: 0 when absent or null). Other columns are ignored, so
 rows read with format("walfs") can be written back as they are.
 
-Batch writes (df.write): each task appends its own rows. On the driver, before any task
-runs, the writer notes where every stream ends (and, with a path, checks that no daemon
-owns the directory); each task then opens the target (a path: the data directory, its
-lock waited for while the job's other tasks hold it in turn; bootstrap: a connection to
-the daemon), appends each stream's rows in order, in chunks of at most CHUNK_BYTES (or
-what the target takes: a daemon's Produce batches stay under message.max.bytes), each
-chunk one atomic, durable append, and sends the driver only (stream, first offset,
-rows) per stream. The first record of each chunk carries the header
-``walfs.sink = "<job id>:<partition id>:<chunk>:<count>"`` (the job id is a fresh uuid
-per write). A retried task (attempt number > 0: an earlier attempt failed, possibly
-after appending) first scans each of its streams from where it ended when the job began
-for its partition's markers and appends only the chunks not found, so a task's rows
-are appended once however often Spark retries it. In a stream, each task's rows keep
-their order; tasks' rows follow each other in the order the tasks append (with a path a
-task's rows stay together, holding the lock; through a daemon, together per Produce
-request of up to 32 MiB).
+Batch writes (df.write): each task appends its own rows, chunk by chunk while Spark is
+still handing them over (walfs.spark.sink_task: bounded memory). On the driver, before
+any task runs, the writer notes where every stream ends (and, with a path, checks that
+no daemon owns the directory). Each stream's rows are cut into chunks of at most
+sink_task.TASK_CHUNK_BYTES (or what the target takes: a daemon's Produce batches stay
+under message.max.bytes) as they arrive, each chunk one atomic append whose first
+record carries the header ``walfs.sink = "<job id>:<partition id>:<chunk>:<count>"``
+(the job id is a fresh uuid per write). With a path, a task takes the data directory's
+lock when its first chunk is ready and no other task holds it, keeps it to its end and
+appends each chunk as it is cut (a task that finds the lock taken keeps up to
+sink_task.TASK_BUFFER_BYTES of chunks, then waits); through a daemon, its Produce
+requests go out as they fill, a few unanswered at once. A task's rows are durable when
+it ends: with a path one sync at its end (its chunks were appended under the engine's
+fsync policy), through a daemon every Produce is answered with acks=all. It sends the
+driver only (stream, first offset, rows) per stream. A retried task (attempt number >
+0: an earlier attempt failed, possibly after appending) searches each of its streams,
+from where it ended when the job began, for its partition's markers and appends only
+the chunks not found, so a task's rows are appended once however often Spark retries
+it. In a stream, each task's rows keep their order; tasks' rows follow each other in
+the order the tasks append (with a path a task's rows stay together: it holds the lock
+from its first append to its end; through a daemon, together per Produce request).
 
-What a failed job leaves: the rows of every task that appended before the job failed
-(each task's rows whole, unless the task itself died in the middle of its append: then
-whole chunks, a prefix of its rows), each exactly once. Spark's abort cannot take them
-back: a WAL's appends are final. Speculative execution (spark.speculation, off by
-default) runs two attempts of a task at once: with a path they take the lock in turn
-and the second finds the first's chunks; through a daemon both may append.
+What a failed job leaves: the rows of every task that appended before the job failed,
+each exactly once: a task that completed, all of its rows; a task that failed (an error
+in its query, a lost executor) after its first chunks were appended, whole chunks, a
+prefix of its rows (its retry appends the rest). Spark's abort cannot take them back: a
+WAL's appends are final. Speculative execution (spark.speculation, off by default) runs
+two attempts of a task at once: with a path they take the lock in turn and the second
+finds the first's chunks; through a daemon both may append.
 
 Streaming writes are exactly-once. A micro-batch's commit runs, per stream:
 
