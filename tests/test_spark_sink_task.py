@@ -2,8 +2,9 @@
 (walfs.spark.sink_task), in bounded memory, into a data directory and through a real
 `walfs serve`: rows are visible to readers before the task's iterator ends, the Arrow
 memory a task holds stays far below its partition's size, and a task that fails in the
-middle of its input leaves whole chunks, which its retry finds by their markers and
-does not append again."""
+middle of its input leaves nothing while its chunks are under TASK_HOLD_BYTES (atomic per
+task) and whole chunks past it, which its retry finds by their markers and does not
+append again."""
 
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ import walfs
 from walfs.spark.options import parse_sink_options
 from walfs.spark.remote import LATEST, RemoteWal
 from walfs.spark.sink import MARKER, WalfsBatchWriter
+from walfs.spark import sink_task
 from walfs.spark.sink_task import TASK_CHUNK_BYTES
 
 VALUE = 1024
 BATCH_ROWS = 1024  # 1 MiB of values per Arrow batch, as Spark hands a task 1 KiB rows
-BATCHES = 48  # 48 MiB: six chunks of TASK_CHUNK_BYTES
+BATCHES = 48  # 48 MiB: six chunks of TASK_CHUNK_BYTES, under TASK_HOLD_BYTES
 SCHEMA = pa.schema([("topic", pa.string()), ("value", pa.binary())])
 PAD = os.urandom(VALUE)
 
@@ -81,7 +83,11 @@ class Target:
 
 
 @pytest.mark.parametrize("remote", [False, True], ids=["path", "daemon"])
-def test_a_large_task_appends_before_its_input_ends_in_bounded_memory(tmp_path: Path, remote: bool) -> None:
+def test_a_large_task_appends_before_its_input_ends_in_bounded_memory(
+    tmp_path: Path, remote: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A task past TASK_HOLD_BYTES (lowered to one chunk here, so that 48 MiB is "large").
+    monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
     target = Target(tmp_path, remote)
     try:
         writer = WalfsBatchWriter(target.options)
@@ -115,7 +121,10 @@ def test_a_large_task_appends_before_its_input_ends_in_bounded_memory(tmp_path: 
 
 
 @pytest.mark.parametrize("remote", [False, True], ids=["path", "daemon"])
-def test_a_task_failing_mid_input_leaves_chunks_its_retry_completes(tmp_path: Path, remote: bool) -> None:
+def test_a_task_failing_mid_input_leaves_chunks_its_retry_completes(
+    tmp_path: Path, remote: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)  # as above
     target = Target(tmp_path, remote)
     try:
         writer = WalfsBatchWriter(target.options)
@@ -131,4 +140,24 @@ def test_a_task_failing_mid_input_leaves_chunks_its_retry_completes(tmp_path: Pa
     n = BATCHES * BATCH_ROWS
     assert done.streams == [("t", 0, 0, n)]
     # The retry found the first attempt's chunks by their markers: every row once.
+    assert [r.value for r in records] == [value(i) for i in range(n)]
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["path", "daemon"])
+def test_a_task_under_the_hold_failing_mid_input_leaves_nothing(tmp_path: Path, remote: bool) -> None:
+    """Atomic per task: 30 MiB of a 48 MiB task were cut into chunks when its query failed;
+    under TASK_HOLD_BYTES none of them was appended, and the retry appends every row once."""
+    assert BATCHES * BATCH_ROWS * VALUE < sink_task.TASK_HOLD_BYTES
+    target = Target(tmp_path, remote)
+    try:
+        writer = WalfsBatchWriter(target.options)
+        with pytest.raises(RuntimeError, match="the query failed at batch 30"):
+            writer.write_task(0, 0, batches(lambda k: None, fail_at=30))
+        assert target.end() == 0
+        done = writer.write_task(0, 1, batches(lambda k: None))
+        records = target.stored()
+    finally:
+        target.stop()
+    n = BATCHES * BATCH_ROWS
+    assert done.streams == [("t", 0, 0, n)]
     assert [r.value for r in records] == [value(i) for i in range(n)]

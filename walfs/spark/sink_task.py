@@ -3,8 +3,10 @@ Spark is still handing them over, in bounded memory (walfs.spark.sink's doc).
 
 Rows arrive as Arrow batches. Each stream's rows wait in `pending` until they fill a
 chunk (TASK_CHUNK_BYTES of row bytes, sink_rows.row_costs, or less when the target takes
-less); the chunk is cut then and there, encoded with its marker and handed to the
-target's outlet, and only the rows of a chunk not yet full stay behind. Cuts are the
+less); the chunk is cut then and there and encoded with its marker, and only the rows of
+a chunk not yet full stay behind. The task holds its chunks until its input ends (then
+a task that fails in its input leaves nothing) unless they pass TASK_HOLD_BYTES: from
+then on they go to the target's outlet as they are cut. Cuts are the
 greedy ones of sink_rows.cuts over the stream's rows in order, whatever the batches' sizes,
 so a retried attempt makes the same chunks and finds the ones an earlier attempt
 appended by their markers.
@@ -22,7 +24,8 @@ Outlets:
   the task receives the next ones.
 
 Memory a task holds: per stream, less than a chunk of pending rows (plus the batch that
-filled it); with `path`, at most TASK_BUFFER_BYTES of encoded chunks plus one; with
+filled it); up to TASK_HOLD_BYTES of held chunks; then with `path`, at most
+TASK_BUFFER_BYTES of encoded chunks plus one; with
 `bootstrap`, at most IN_FLIGHT + 1 requests of SEND_BYTES per stream.
 """
 
@@ -48,6 +51,12 @@ if TYPE_CHECKING:
 # The most row bytes of one chunk a batch write's task appends (less when the target
 # takes less in one append: a daemon's max.message.bytes).
 TASK_CHUNK_BYTES = 8 << 20
+# A task holds its chunks until its input ends, so that a task that fails in its input
+# (an error in the query, its executor lost) leaves nothing: atomic per task. Past this
+# many encoded bytes it appends what it holds and each chunk from then on as it is cut,
+# trading that atomicity for bounded memory: a larger task that fails leaves whole chunks,
+# a prefix of its rows, which its retry completes (docs/spark.md).
+TASK_HOLD_BYTES = 64 << 20
 # With a path: the most encoded bytes a task keeps while another task holds the lock.
 TASK_BUFFER_BYTES = 64 << 20
 # Through a daemon: the most record batch bytes of one Produce request, and how many
@@ -225,6 +234,10 @@ class TaskWriter:
         self.existing = existing
         self.ph = ph
         self.streams: dict[tuple[str, int], TaskStream] = {}
+        # Chunks held while the task may still be atomic (TASK_HOLD_BYTES), None once it
+        # appends as it goes.
+        self.held: list[tuple[TaskStream, Chunk]] | None = []
+        self.held_bytes = 0
         self.remote: RemoteTarget | None = None
         self.outlet: _LocalOutlet | _RemoteOutlet
         if opts.bootstrap:
@@ -288,7 +301,19 @@ class TaskWriter:
                 return
         with self.ph("encode"):
             chunk = encode_chunk(t, (self.marker, f"{self.prefix}{i}:{t.num_rows}".encode()))
-        self.outlet.put(st, chunk)
+        if self.held is None:
+            self.outlet.put(st, chunk)
+            return
+        self.held.append((st, chunk))
+        self.held_bytes += len(chunk.data)
+        if self.held_bytes > TASK_HOLD_BYTES:
+            self._release()
+
+    def _release(self) -> None:
+        """Appends the chunks held; from now on each chunk goes out as it is cut."""
+        held, self.held, self.held_bytes = self.held or [], None, 0
+        for st, chunk in held:
+            self.outlet.put(st, chunk)
 
     def _scan(self, st: TaskStream) -> dict[int, int]:
         """Chunk number -> offset of this prefix's chunks from where the stream ended
@@ -311,6 +336,7 @@ class TaskWriter:
         sync: with a path, the task's own)."""
         for st in self.streams.values():
             self._cut(st, final=True)
+        self._release()
         self.outlet.finish()
         return [
             (st.topic, st.partition, st.first, st.rows)
