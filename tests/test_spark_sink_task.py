@@ -17,10 +17,10 @@ import pytest
 from kafka_harness import ServeProcess
 
 import walfs
+from walfs.spark import sink_task
 from walfs.spark.options import parse_sink_options
 from walfs.spark.remote import LATEST, RemoteWal
 from walfs.spark.sink import MARKER, WalfsBatchWriter
-from walfs.spark import sink_task
 from walfs.spark.sink_task import TASK_CHUNK_BYTES
 
 VALUE = 1024
