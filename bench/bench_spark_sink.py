@@ -24,6 +24,13 @@ the rows its tasks hand the driver) or "x"s (--values padded: what runs before 2
 
 Before timing, one small untimed write and read per path warm the JVM and Spark's Python
 workers. Reads are one timed run each; the machine is in the JSON.
+
+Where the sink's tasks spend their time: every sink write runs with the option
+walfs.bench.phases (walfs/spark/sink_phases.py), and the JSON has, per write and run,
+each task's seconds per phase (feed: waiting for Spark's next Arrow batch; normalize;
+encode; lock: with a path, waiting for the data directory's lock and opening it; append;
+wait: through a daemon, waiting for a Produce's answer; sync; close) and its start and
+end relative to the write's start (`*_phases`).
 """
 
 from __future__ import annotations
@@ -57,6 +64,21 @@ def timed(fn: Any) -> float:
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
+
+
+def task_phases(where: Path, started: float) -> list[dict[str, Any]]:
+    """The lines the sink's tasks wrote (walfs.spark.sink_phases), start and end made
+    relative to `started` (time.time() before the write), sorted by start; the file is
+    removed."""
+    if not where.exists():
+        return []
+    lines = [json.loads(x) for x in where.read_text().splitlines() if x.strip()]
+    where.unlink()
+    for line in lines:
+        line["start"] = round(line["start"] - started, 4)
+        line["end"] = round(line["end"] - started, 4)
+        line.pop("pid", None)
+    return sorted(lines, key=lambda x: x["start"])
 
 
 def start_serve(data: Path) -> tuple[subprocess.Popen[str], str]:
@@ -136,6 +158,12 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str, rounds
     writes: dict[str, list[float]] = {
         k: [] for k in ("write_text", "noop_floor", "sink_path", "sink_bootstrap")
     }
+    phases: dict[str, list[list[dict[str, Any]]]] = {"sink_path": [], "sink_bootstrap": []}
+    log = base / f"phases{size}.jsonl"
+
+    def sink() -> Any:  # a fresh writer each time (DataFrameWriter.option changes it)
+        return df.write.format("walfs").mode("append").option("walfs.bench.phases", str(log))
+
     proc, bootstrap = start_serve(remote)
     try:
         # Each write `rounds` times, in turn; the fastest run of each counts (a write right
@@ -148,20 +176,22 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str, rounds
                 timed(lambda: df.write.format("walfs-bench-noop").mode("append").save())
             )
             local_r = local if r == 0 else base / f"local{size}-{r}"  # round 0's is read below
-            writes["sink_path"].append(
-                timed(lambda d=local_r: df.write.format("walfs").mode("append").save(str(d)))
-            )
+            started = time.time()
+            writes["sink_path"].append(timed(lambda d=local_r: sink().save(str(d))))
+            phases["sink_path"].append(task_phases(log, started))
             if r:
                 shutil.rmtree(local_r, ignore_errors=True)
-            writes["sink_bootstrap"].append(
-                timed(lambda: df.write.format("walfs").mode("append").option("bootstrap", bootstrap).save())
-            )
+            started = time.time()
+            writes["sink_bootstrap"].append(timed(lambda: sink().option("bootstrap", bootstrap).save()))
+            phases["sink_bootstrap"].append(task_phases(log, started))
     finally:
         proc.terminate()
         proc.communicate(timeout=60)
     for k, ts in writes.items():
         run[k + "_s"] = min(ts)
         run[k + "_runs"] = [round(t, 3) for t in ts]
+    for k, runs in phases.items():
+        run[k + "_phases"] = runs
     values = [value_of(i, size, values_kind) for i in range(n)]
     with walfs.Wal(base / f"engine{size}") as wal:
         t = time.perf_counter()

@@ -238,6 +238,9 @@ class SinkOptions:
     # write task of that Spark partition fails after appending, in its first ATTEMPTS
     # attempts, as a task killed after its append and before Spark recorded it would.
     fail_after_append: tuple[int, int] | None = None
+    # Benchmarks only (option "walfs.bench.phases" = a file): each batch write task adds
+    # a line with the time it spent in each phase (walfs.spark.sink_phases).
+    phases: str | None = None
 
 
 def _fault_point(options: Mapping[str, str]) -> tuple[int, int] | None:
@@ -266,4 +269,5 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         query_id=_get(options, "queryId"),
         checkpoint=_get(options, "checkpointLocation"),
         fail_after_append=_fault_point(options),
+        phases=_get(options, "walfs.bench.phases"),
     )

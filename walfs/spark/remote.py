@@ -19,6 +19,7 @@ import socket
 import struct
 import sys
 import threading
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +79,15 @@ class FetchAhead:
     cid: int
 
 
+@dataclass(frozen=True, eq=False)
+class ProduceAhead:
+    """A Produce sent, its answer not yet received (RemoteWal.produce_ahead)."""
+
+    topic: str
+    partition: int
+    cid: int
+
+
 class RemoteError(WalError):
     """The daemon answered with a Kafka error code, or the connection failed."""
 
@@ -110,6 +120,7 @@ class RemoteWal:
         self._correlation = 0
         self._lock = threading.Lock()
         self._ahead: FetchAhead | None = None
+        self._produces: deque[ProduceAhead] = deque()
 
     def close(self) -> None:
         self._sock.close()
@@ -137,6 +148,8 @@ class RemoteWal:
         with self._lock:
             if self._ahead is not None:
                 raise RemoteError("a Fetch sent ahead has not been received (RemoteWal.fetch_result)")
+            if self._produces:
+                raise RemoteError("a Produce sent ahead has not been answered (RemoteWal.produce_result)")
             return self._receive(api, type(body), self._send(api, body, tail))
 
     def _send(self, api: tuple[int, int], body: Any, tail: Sequence[Bytes] = ()) -> int:
@@ -293,6 +306,8 @@ class RemoteWal:
         with self._lock:
             if self._ahead is not None:
                 raise RemoteError("a Fetch sent ahead has not been received (RemoteWal.fetch_result)")
+            if self._produces:
+                raise RemoteError("a Produce sent ahead has not been answered (RemoteWal.produce_result)")
             self._ahead = FetchAhead(topic, partition, offset, self._send(FETCH, req))
             return self._ahead
 
@@ -314,6 +329,12 @@ class RemoteWal:
     def produce(self, topic: str, partition: int, batches: Sequence[Bytes]) -> int:
         """Appends record batches, sent back to back without being joined (atomically,
         durably: acks=all); the first one's first offset."""
+        return self.produce_result(self.produce_ahead(topic, partition, batches))
+
+    def produce_ahead(self, topic: str, partition: int, batches: Sequence[Bytes]) -> ProduceAhead:
+        """Sends a Produce (as `produce`) without waiting for its answer: several may be
+        outstanding on the connection (the listener answers them in order), and no other
+        request goes out until produce_result has received each of them."""
         part_cls = _req(PRODUCE, "PartitionProduceData")
         topic_cls = _req(PRODUCE, "TopicProduceData")
         req = _req(PRODUCE, "ProduceRequest")(
@@ -326,11 +347,25 @@ class RemoteWal:
                 ),
             ),
         )
-        for t in self._call(PRODUCE, req, batches).responses:
+        with self._lock:
+            if self._ahead is not None:
+                raise RemoteError("a Fetch sent ahead has not been received (RemoteWal.fetch_result)")
+            ahead = ProduceAhead(topic, partition, self._send(PRODUCE, req, batches))
+            self._produces.append(ahead)
+            return ahead
+
+    def produce_result(self, ahead: ProduceAhead) -> int:
+        """The first offset of a Produce sent with produce_ahead (the oldest outstanding)."""
+        with self._lock:
+            if not self._produces or self._produces[0] is not ahead:
+                raise RemoteError("produce_result of a Produce that is not the oldest outstanding")
+            self._produces.popleft()
+            resp = self._receive(PRODUCE, _req(PRODUCE, "ProduceRequest"), ahead.cid)
+        for t in resp.responses:
             for p in t.partition_responses:
-                _check(p.error_code, f"produce to {topic!r}[{partition}]")
+                _check(p.error_code, f"produce to {ahead.topic!r}[{ahead.partition}]")
                 return int(p.base_offset)
-        raise RemoteError(f"produce to {topic!r}[{partition}]: the answer names no partition")
+        raise RemoteError(f"produce to {ahead.topic!r}[{ahead.partition}]: the answer names no partition")
 
     def committed(self, group: str, topic: str, partition: int) -> int | None:
         topic_cls = _req(OFFSET_FETCH, "OffsetFetchRequestTopic")

@@ -6,29 +6,35 @@ string, value: binary>>, optional), `topic` (string; the option "topic" override
 and `partition` (int, optional: 0 when absent or null). Other columns are ignored, so
 rows read with format("walfs") can be written back as they are.
 
-Batch writes (df.write): each task appends its own rows. On the driver, before any task
-runs, the writer notes where every stream ends (and, with a path, checks that no daemon
-owns the directory); each task then opens the target (a path: the data directory, its
-lock waited for while the job's other tasks hold it in turn; bootstrap: a connection to
-the daemon), appends each stream's rows in order, in chunks of at most CHUNK_BYTES (or
-what the target takes: a daemon's Produce batches stay under message.max.bytes), each
-chunk one atomic, durable append, and sends the driver only (stream, first offset,
-rows) per stream. The first record of each chunk carries the header
-``walfs.sink = "<job id>:<partition id>:<chunk>:<count>"`` (the job id is a fresh uuid
-per write). A retried task (attempt number > 0: an earlier attempt failed, possibly
-after appending) first scans each of its streams from where it ended when the job began
-for its partition's markers and appends only the chunks not found, so a task's rows
-are appended once however often Spark retries it. In a stream, each task's rows keep
-their order; tasks' rows follow each other in the order the tasks append (with a path a
-task's rows stay together, holding the lock; through a daemon, together per Produce
-request of up to 32 MiB).
+Batch writes (df.write): each task appends its own rows, chunk by chunk while Spark is
+still handing them over (walfs.spark.sink_task: bounded memory). On the driver, before
+any task runs, the writer notes where every stream ends (and, with a path, checks that
+no daemon owns the directory). Each stream's rows are cut into chunks of at most
+sink_task.TASK_CHUNK_BYTES (or what the target takes: a daemon's Produce batches stay
+under message.max.bytes) as they arrive, each chunk one atomic append whose first
+record carries the header ``walfs.sink = "<job id>:<partition id>:<chunk>:<count>"``
+(the job id is a fresh uuid per write). With a path, a task takes the data directory's
+lock when its first chunk is ready and no other task holds it, keeps it to its end and
+appends each chunk as it is cut (a task that finds the lock taken keeps up to
+sink_task.TASK_BUFFER_BYTES of chunks, then waits); through a daemon, its Produce
+requests go out as they fill, a few unanswered at once. A task's rows are durable when
+it ends: with a path one sync at its end (its chunks were appended under the engine's
+fsync policy), through a daemon every Produce is answered with acks=all. It sends the
+driver only (stream, first offset, rows) per stream. A retried task (attempt number >
+0: an earlier attempt failed, possibly after appending) searches each of its streams,
+from where it ended when the job began, for its partition's markers and appends only
+the chunks not found, so a task's rows are appended once however often Spark retries
+it. In a stream, each task's rows keep their order; tasks' rows follow each other in
+the order the tasks append (with a path a task's rows stay together: it holds the lock
+from its first append to its end; through a daemon, together per Produce request).
 
-What a failed job leaves: the rows of every task that appended before the job failed
-(each task's rows whole, unless the task itself died in the middle of its append: then
-whole chunks, a prefix of its rows), each exactly once. Spark's abort cannot take them
-back: a WAL's appends are final. Speculative execution (spark.speculation, off by
-default) runs two attempts of a task at once: with a path they take the lock in turn
-and the second finds the first's chunks; through a daemon both may append.
+What a failed job leaves: the rows of every task that appended before the job failed,
+each exactly once: a task that completed, all of its rows; a task that failed (an error
+in its query, a lost executor) after its first chunks were appended, whole chunks, a
+prefix of its rows (its retry appends the rest). Spark's abort cannot take them back: a
+WAL's appends are final. Speculative execution (spark.speculation, off by default) runs
+two attempts of a task at once: with a path they take the lock in turn and the second
+finds the first's chunks; through a daemon both may append.
 
 Streaming writes are exactly-once. A micro-batch's commit runs, per stream:
 
@@ -78,15 +84,11 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from walfs.spark.columnar import _empty_lists, _repeated_string
 from walfs.spark.options import SinkOptions, WalfsOptionError
 from walfs.spark.schema import HEADER_TYPE
+from walfs.spark.sink_phases import Phases
 from walfs.spark.sink_rows import HEADER_OVERHEAD, Chunk, cuts, encode_chunk, row_costs
 
 if TYPE_CHECKING:
     from walfs.spark.sink_target import SinkTarget
-
-# How long a batch write's task waits for the data directory's lock: the job's other
-# tasks hold it in turn, each for one open, append, fsync and close (a few ms plus the
-# append); the writer found no daemon holding it before any task ran.
-TASK_LOCK_WAIT_S = 600.0
 
 MARKER = "walfs.sink"
 CHUNK_BYTES = 32 << 20
@@ -269,27 +271,21 @@ def chunk_limit(own: int | None, reserve: int = 0) -> int:
 Planned = tuple[int, Callable[[], Chunk]]
 
 
+def marker_reserve(prefix: str) -> int:
+    """What the marker header "<prefix><chunk>:<rows>" (two numbers of at most 20
+    digits) takes of a chunk's limit: its name, value and framing."""
+    return len(MARKER) + len(prefix.encode()) + 41 + HEADER_OVERHEAD
+
+
 def marked_chunks(t: pa.Table, own_limit: int | None, prefix: str) -> list[Planned]:
     """t's rows (one stream's, in order) cut into chunks under the target's limit
     `own_limit`, the first record of chunk i carrying the header MARKER =
     "<prefix><i>:<rows>"."""
-    # The marker header: its name, value ("<prefix><chunk>:<rows>", two numbers of at
-    # most 20 digits) and framing count against the chunk's limit.
-    reserve = len(MARKER) + len(prefix.encode()) + 41 + HEADER_OVERHEAD
-    runs = cuts(row_costs(t), chunk_limit(own_limit, reserve))
+    runs = cuts(row_costs(t), chunk_limit(own_limit, marker_reserve(prefix)))
     return [
         (i, partial(encode_chunk, t.slice(a, b - a), (MARKER, f"{prefix}{i}:{b - a}".encode())))
         for i, (a, b) in enumerate(runs)
     ]
-
-
-def _given(chunk: Chunk) -> Chunk:
-    return chunk
-
-
-def encoded(chunks: list[Planned]) -> list[Planned]:
-    """The chunks encoded now (to append later, without encoding then)."""
-    return [(i, partial(_given, make())) for i, make in chunks]
 
 
 def append_marked(
@@ -370,35 +366,12 @@ class TaskAppended(WriterCommitMessage):
     streams: list[tuple[str, int, int, int]]
 
 
-def normalized(batches: Iterator[pa.RecordBatch], topic_option: str | None) -> pa.Table:
-    """A task's rows, checked and normalized (STAGED_SCHEMA)."""
-    rows = [normalize(b, topic_option) for b in batches if b.num_rows]
-    return pa.Table.from_batches(rows, STAGED_SCHEMA)
-
-
 def task_identity() -> tuple[int, int]:
     """(partition id, attempt number) of the Spark task this runs in."""
     ctx = TaskContext.get()
     if ctx is None:
         raise RuntimeError("a walfs batch write's rows are appended by Spark tasks (no TaskContext here)")
     return ctx.partitionId(), ctx.attemptNumber()
-
-
-def append_task(
-    target: SinkTarget,
-    streams: list[tuple[str, int, pa.Table, list[Planned]]],
-    prefix: str,
-    starts: dict[tuple[str, int], int] | None,
-) -> list[tuple[str, int, int, int]]:
-    """Batch writes, in a task: each stream's chunks appended in order (see the module's
-    doc). `starts` (a retried attempt's): where each stream ended when the job began;
-    the records from there are searched for an earlier attempt's chunks."""
-    out = []
-    for topic, partition, t, chunks in streams:
-        scan_from = None if starts is None else starts.get((topic, partition), 0)
-        found = append_marked(target, topic, partition, chunks, prefix, scan_from)
-        out.append((topic, partition, min(found.values()), t.num_rows))
-    return out
 
 
 class WalfsBatchWriter(DataSourceArrowWriter):
@@ -422,36 +395,36 @@ class WalfsBatchWriter(DataSourceArrowWriter):
         return self.write_task(part, attempt, iterator)
 
     def write_task(self, part: int, attempt: int, iterator: Iterator[pa.RecordBatch]) -> TaskAppended:
-        """What `write` does in attempt `attempt` of the task of Spark partition `part`."""
-        table = normalized(iterator, self.opts.topic)
-        if table.num_rows == 0:
-            return TaskAppended([])
-        prefix = f"{self.job_id}:{part}:"
-        starts = self.starts if attempt else None
-        if self.opts.bootstrap:
-            target = open_target(self.opts)
-            try:
-                streams = [
-                    (topic, p, t, marked_chunks(t, target.chunk_bytes(topic), prefix))
-                    for topic, p, t in streams_of(target, table, {t for t, _ in self.starts})
-                ]
-                done = append_task(target, streams, prefix, starts)
-            finally:
-                target.close()
-        else:
-            from walfs.spark.sink_target import LOCAL_CHUNK_BYTES
+        """What `write` does in attempt `attempt` of the task of Spark partition `part`:
+        its rows appended chunk by chunk as they arrive (walfs.spark.sink_task)."""
+        from walfs.spark.sink_task import TaskWriter
 
-            # The data directory is locked by the one process that has it open: encode
-            # first, then hold the lock only to append (the other tasks wait for it).
-            streams = [
-                (topic, p, t, encoded(marked_chunks(t, LOCAL_CHUNK_BYTES, prefix)))
-                for topic, p, t in split_streams(table)
-            ]
-            target = open_target(self.opts, TASK_LOCK_WAIT_S)
-            try:
-                done = append_task(target, streams, prefix, starts)
-            finally:
-                target.close()
+        ph = Phases(self.opts.phases, str(part))
+        rows = 0
+        writer = TaskWriter(
+            self.opts,
+            f"{self.job_id}:{part}:",
+            self.starts if attempt else None,
+            {t for t, _ in self.starts},
+            ph,
+        )
+        try:
+            batches = iter(iterator)
+            while True:
+                with ph("feed"):
+                    b = next(batches, None)
+                if b is None:
+                    break
+                if b.num_rows == 0:
+                    continue
+                with ph("normalize"):
+                    normal = normalize(b, self.opts.topic)
+                writer.add(normal)
+                rows += b.num_rows
+            done = writer.finish()
+        finally:
+            writer.close()
+        ph.done(rows=rows)
         fault = self.opts.fail_after_append
         if fault is not None and fault[0] == part and attempt < fault[1]:
             raise RuntimeError(f"walfs.test.failAfterAppend: partition {part}, attempt {attempt}")

@@ -62,7 +62,9 @@ class SinkTarget(Protocol):
 LOCK_WAIT_S = 20.0
 
 
-def open_target(opts: SinkOptions, lock_wait_s: float = LOCK_WAIT_S) -> SinkTarget:
+def open_target(opts: SinkOptions, lock_wait_s: float = LOCK_WAIT_S, max_pause: float = 0.1) -> SinkTarget:
+    """The target of the options; with a path, the data directory's lock waited for up
+    to `lock_wait_s` (tried every `max_pause` at most)."""
     if opts.bootstrap:
         # Imported here: the Kafka client's message classes (kio) take a second or more
         # to import, which a write to the data directory should not pay.
@@ -70,21 +72,29 @@ def open_target(opts: SinkOptions, lock_wait_s: float = LOCK_WAIT_S) -> SinkTarg
         from walfs.spark.sink_remote import RemoteTarget
 
         return RemoteTarget(RemoteWal(opts.bootstrap))
+    try:
+        return open_local(opts, lock_wait_s, max_pause)
+    except WalLockedError as e:
+        raise WalfsOptionError(
+            f"{opts.path} is owned by a running walfs daemon (walfs mount / walfs serve): write "
+            f'through its Kafka listener with .option("bootstrap", "host:port") (start it with '
+            f"--kafka-listen): {e}"
+        ) from e
+
+
+def open_local(opts: SinkOptions, lock_wait_s: float, max_pause: float = 0.1) -> LocalTarget:
+    """The data directory of the options, opened once its lock is free: tried until
+    `lock_wait_s` has passed (once for 0), then WalLockedError."""
     deadline = time.monotonic() + lock_wait_s
-    pause = 0.005
+    pause = 0.002
     while True:
         try:
             return LocalTarget(open_engine(opts.path, org_id=opts.org_id))
-        except WalLockedError as e:
-            if time.monotonic() < deadline:
-                time.sleep(pause)
-                pause = min(0.1, pause * 2)
-                continue
-            raise WalfsOptionError(
-                f"{opts.path} is owned by a running walfs daemon (walfs mount / walfs serve): write "
-                f'through its Kafka listener with .option("bootstrap", "host:port") (start it with '
-                f"--kafka-listen): {e}"
-            ) from e
+        except WalLockedError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(pause)
+            pause = min(max_pause, pause * 2)
 
 
 def headed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Sequence[Header]]]:
@@ -115,9 +125,14 @@ class LocalTarget:
         return LOCAL_CHUNK_BYTES
 
     def append(self, topic: str, partition: int, chunks: Iterable[Chunk]) -> list[int]:
-        firsts = [self.wal.append(topic, partition, c.data, c.meta_lens, c.value_lens) for c in chunks]
+        firsts = [self.append_chunk(topic, partition, c) for c in chunks]
         self.wal.sync()
         return firsts
+
+    def append_chunk(self, topic: str, partition: int, chunk: Chunk) -> int:
+        """Appends one chunk atomically, durable under the engine's fsync policy (not
+        waited for otherwise: see sync); its first offset."""
+        return self.wal.append(topic, partition, chunk.data, chunk.meta_lens, chunk.value_lens)
 
     def end(self, topic: str, partition: int) -> int:
         return self.wal.info(topic, partition).high_watermark

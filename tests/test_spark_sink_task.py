@@ -1,0 +1,163 @@
+"""A batch write's task appends its rows chunk by chunk while its input is still arriving
+(walfs.spark.sink_task), in bounded memory, into a data directory and through a real
+`walfs serve`: rows are visible to readers before the task's iterator ends, the Arrow
+memory a task holds stays far below its partition's size, and a task that fails in the
+middle of its input leaves nothing while its chunks are under TASK_HOLD_BYTES (atomic per
+task) and whole chunks past it, which its retry finds by their markers and does not
+append again."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from kafka_harness import ServeProcess
+
+import walfs
+from walfs.spark import sink_task
+from walfs.spark.options import parse_sink_options
+from walfs.spark.remote import LATEST, RemoteWal
+from walfs.spark.sink import MARKER, WalfsBatchWriter
+from walfs.spark.sink_task import TASK_CHUNK_BYTES
+
+VALUE = 1024
+BATCH_ROWS = 1024  # 1 MiB of values per Arrow batch, as Spark hands a task 1 KiB rows
+BATCHES = 48  # 48 MiB: six chunks of TASK_CHUNK_BYTES, under TASK_HOLD_BYTES
+SCHEMA = pa.schema([("topic", pa.string()), ("value", pa.binary())])
+PAD = os.urandom(VALUE)
+
+
+def value(i: int) -> bytes:
+    return b"%012d" % i + PAD[12:]
+
+
+def batches(check: Callable[[int], None], fail_at: int | None = None) -> Iterator[pa.RecordBatch]:
+    """BATCHES Arrow batches of rows 0.. in order; check(batch number) runs before each is
+    handed over; raises instead of handing over batch `fail_at`."""
+    for k in range(BATCHES):
+        check(k)
+        if k == fail_at:
+            raise RuntimeError(f"the query failed at batch {k}")
+        rows = range(k * BATCH_ROWS, (k + 1) * BATCH_ROWS)
+        values = pa.array([value(i) for i in rows])
+        yield pa.record_batch([pa.array(["t"] * BATCH_ROWS), values], schema=SCHEMA)
+
+
+class Target:
+    """The sink's options and a reader of the stream's end, for a data directory or a
+    daemon serving one."""
+
+    def __init__(self, tmp_path: Path, remote: bool) -> None:
+        self.data = tmp_path / "data"
+        self.serve = ServeProcess(self.data) if remote else None
+        where = {"bootstrap": self.serve.bootstrap} if self.serve else {"path": str(self.data)}
+        self.options = parse_sink_options(where)
+
+    def end(self) -> int:
+        if self.serve is not None:
+            with RemoteWal(self.serve.bootstrap) as r:
+                if "t" not in r.topics():
+                    return 0
+                return r.list_offsets([("t", 0)], LATEST)[("t", 0)]
+        if not self.data.exists():
+            return 0
+        with walfs.Wal(self.data, read_only=True) as wal:
+            return wal.high_watermark("t", 0)
+
+    def stored(self) -> list[walfs.Record]:
+        if self.serve is not None:
+            rc, err = self.serve.stop()
+            assert rc == 0, err
+        out: list[walfs.Record] = []
+        with walfs.Wal(self.data, read_only=True) as wal:
+            while got := wal.read_records("t", len(out), 0, 10_000, 64 << 20):
+                out.extend(got)
+        return out
+
+    def stop(self) -> None:
+        if self.serve is not None:
+            self.serve.stop()
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["path", "daemon"])
+def test_a_large_task_appends_before_its_input_ends_in_bounded_memory(
+    tmp_path: Path, remote: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A task past TASK_HOLD_BYTES (lowered to one chunk here, so that 48 MiB is "large").
+    monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
+    target = Target(tmp_path, remote)
+    try:
+        writer = WalfsBatchWriter(target.options)
+        ends: dict[int, int] = {}
+        arrow: list[int] = []
+
+        def check(k: int) -> None:
+            ends[k] = target.end()
+            arrow.append(pa.total_allocated_bytes())
+
+        before = pa.total_allocated_bytes()
+        done = writer.write_task(0, 0, batches(check))
+        records = target.stored()
+    finally:
+        target.stop()
+    # Before the last batch was handed over, most of the rows were already in the log
+    # (the old sink appended only once its iterator had ended).
+    assert ends[BATCHES - 1] >= (BATCHES - 1) * BATCH_ROWS - 2 * TASK_CHUNK_BYTES // VALUE, ends
+    # The task never held its 48 MiB partition: at most about two chunks of Arrow memory.
+    assert max(arrow) - before < 2 * TASK_CHUNK_BYTES + (4 << 20), (max(arrow) - before, before)
+    # Every row once, in order, in whole chunks each marked with its rows.
+    n = BATCHES * BATCH_ROWS
+    assert done.streams == [("t", 0, 0, n)]
+    assert [r.value for r in records] == [value(i) for i in range(n)]
+    marks = [(r.offset, v.decode()) for r in records for k, v in r.headers if k == MARKER]
+    assert len(marks) >= BATCHES * BATCH_ROWS * VALUE // TASK_CHUNK_BYTES
+    starts = [o for o, _ in marks]
+    counts = [int(m.rsplit(":", 1)[1]) for _, m in marks]
+    assert [int(m.rsplit(":", 2)[1]) for _, m in marks] == list(range(len(marks)))
+    assert starts == [sum(counts[:i]) for i in range(len(counts))] and sum(counts) == n
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["path", "daemon"])
+def test_a_task_failing_mid_input_leaves_chunks_its_retry_completes(
+    tmp_path: Path, remote: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)  # as above
+    target = Target(tmp_path, remote)
+    try:
+        writer = WalfsBatchWriter(target.options)
+        with pytest.raises(RuntimeError, match="the query failed at batch 30"):
+            writer.write_task(0, 0, batches(lambda k: None, fail_at=30))
+        left = target.end()
+        # A prefix of whole chunks was appended before the failure.
+        assert 0 < left < 30 * BATCH_ROWS
+        done = writer.write_task(0, 1, batches(lambda k: None))
+        records = target.stored()
+    finally:
+        target.stop()
+    n = BATCHES * BATCH_ROWS
+    assert done.streams == [("t", 0, 0, n)]
+    # The retry found the first attempt's chunks by their markers: every row once.
+    assert [r.value for r in records] == [value(i) for i in range(n)]
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["path", "daemon"])
+def test_a_task_under_the_hold_failing_mid_input_leaves_nothing(tmp_path: Path, remote: bool) -> None:
+    """Atomic per task: 30 MiB of a 48 MiB task were cut into chunks when its query failed;
+    under TASK_HOLD_BYTES none of them was appended, and the retry appends every row once."""
+    assert BATCHES * BATCH_ROWS * VALUE < sink_task.TASK_HOLD_BYTES
+    target = Target(tmp_path, remote)
+    try:
+        writer = WalfsBatchWriter(target.options)
+        with pytest.raises(RuntimeError, match="the query failed at batch 30"):
+            writer.write_task(0, 0, batches(lambda k: None, fail_at=30))
+        assert target.end() == 0
+        done = writer.write_task(0, 1, batches(lambda k: None))
+        records = target.stored()
+    finally:
+        target.stop()
+    n = BATCHES * BATCH_ROWS
+    assert done.streams == [("t", 0, 0, n)]
+    assert [r.value for r in records] == [value(i) for i in range(n)]

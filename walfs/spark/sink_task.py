@@ -1,0 +1,348 @@
+"""A batch write's task (df.write.format("walfs")): its rows appended chunk by chunk while
+Spark is still handing them over, in bounded memory (walfs.spark.sink's doc).
+
+Rows arrive as Arrow batches. Each stream's rows wait in `pending` until they fill a
+chunk (TASK_CHUNK_BYTES of row bytes, sink_rows.row_costs, or less when the target takes
+less); the chunk is cut then and there and encoded with its marker, and only the rows of
+a chunk not yet full stay behind. The task holds its chunks until its input ends (then
+a task that fails in its input leaves nothing) unless they pass TASK_HOLD_BYTES: from
+then on they go to the target's outlet as they are cut. Cuts are the
+greedy ones of sink_rows.cuts over the stream's rows in order, whatever the batches' sizes,
+so a retried attempt makes the same chunks and finds the ones an earlier attempt
+appended by their markers.
+
+Outlets:
+- `path` (_LocalOutlet): the data directory's lock belongs to one process, so a task
+  takes it when its first chunk is ready if no other task holds it, and keeps it until
+  it ends, appending each chunk as it comes; the engine's own fsync policy writes the
+  chunks back meanwhile, and one sync at the end makes the task's rows durable. A task
+  that finds the lock taken keeps its chunks (trying again at each one) up to
+  TASK_BUFFER_BYTES, then waits for the lock.
+- `bootstrap` (_RemoteOutlet): chunks (one Kafka record batch each) go out in Produce
+  requests of up to SEND_BYTES as soon as one is full, up to IN_FLIGHT of them
+  unanswered on the connection, so the daemon appends and syncs the task's rows while
+  the task receives the next ones.
+
+Memory a task holds: per stream, less than a chunk of pending rows (plus the batch that
+filled it); up to TASK_HOLD_BYTES of held chunks; then with `path`, at most
+TASK_BUFFER_BYTES of encoded chunks plus one; with
+`bootstrap`, at most IN_FLIGHT + 1 requests of SEND_BYTES per stream.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from walfs.spark.options import SinkOptions
+from walfs.spark.sink_phases import Phases
+from walfs.spark.sink_rows import Chunk, cuts, encode_chunk, row_costs
+
+if TYPE_CHECKING:
+    from walfs.spark.remote import ProduceAhead
+    from walfs.spark.sink_remote import RemoteTarget
+    from walfs.spark.sink_target import LocalTarget
+
+# The most row bytes of one chunk a batch write's task appends (less when the target
+# takes less in one append: a daemon's max.message.bytes).
+TASK_CHUNK_BYTES = 8 << 20
+# A task holds its chunks until its input ends, so that a task that fails in its input
+# (an error in the query, its executor lost) leaves nothing: atomic per task. Past this
+# many encoded bytes it appends what it holds and each chunk from then on as it is cut,
+# trading that atomicity for bounded memory: a larger task that fails leaves whole chunks,
+# a prefix of its rows, which its retry completes (docs/spark.md).
+TASK_HOLD_BYTES = 64 << 20
+# With a path: the most encoded bytes a task keeps while another task holds the lock.
+TASK_BUFFER_BYTES = 64 << 20
+# Through a daemon: the most record batch bytes of one Produce request, and how many
+# requests a task has unanswered at once.
+SEND_BYTES = 8 << 20
+IN_FLIGHT = 4
+# How long a task waits for the data directory's lock: the job's other tasks hold it in
+# turn (the writer found no daemon holding it before any task ran).
+TASK_LOCK_WAIT_S = 600.0
+
+
+@dataclass
+class TaskStream:
+    """One stream a task writes: its rows waiting for a chunk, what it appended."""
+
+    topic: str
+    partition: int
+    limit: int  # the most row bytes of one chunk (marker reserved)
+    pending: list[pa.Table] = field(default_factory=list)
+    cost: int = 0
+    chunks: int = 0  # chunks cut so far
+    rows: int = 0
+    first: int | None = None  # offset of the first record the task's rows have
+    found: dict[int, int] | None = None  # a retry's: chunks an earlier attempt appended
+
+    def appended(self, offset: int) -> None:
+        self.first = offset if self.first is None else min(self.first, offset)
+
+
+class _LocalOutlet:
+    """Chunks into the data directory, holding its lock from the first chunk appended
+    to the end of the task (module doc)."""
+
+    def __init__(self, opts: SinkOptions, ph: Phases) -> None:
+        self.opts = opts
+        self.ph = ph
+        self.target: LocalTarget | None = None
+        self.queue: deque[tuple[TaskStream, Chunk]] = deque()
+        self.queued = 0
+
+    def _take(self, wait: bool) -> bool:
+        """Takes the lock: waits for it with `wait`, else only if it is free now."""
+        from walfs import WalLockedError
+        from walfs.spark.sink_target import LocalTarget, open_local, open_target
+
+        with self.ph("lock"):
+            if wait:
+                target = open_target(self.opts, TASK_LOCK_WAIT_S, max_pause=0.01)
+                assert isinstance(target, LocalTarget)
+                self.target = target
+            else:
+                try:
+                    self.target = open_local(self.opts, 0.0)
+                except WalLockedError:
+                    return False
+        return True
+
+    def holding(self) -> LocalTarget:
+        """The target, its lock waited for if need be (a retry's scan)."""
+        if self.target is None:
+            self._take(wait=True)
+        assert self.target is not None
+        return self.target
+
+    def put(self, st: TaskStream, chunk: Chunk) -> None:
+        self.queue.append((st, chunk))
+        self.queued += len(chunk.data)
+        if self.target is None and not self._take(wait=self.queued > TASK_BUFFER_BYTES):
+            return
+        self._drain()
+
+    def _drain(self) -> None:
+        assert self.target is not None
+        while self.queue:
+            st, chunk = self.queue.popleft()
+            self.queued -= len(chunk.data)
+            with self.ph("append"):
+                st.appended(self.target.append_chunk(st.topic, st.partition, chunk))
+
+    def finish(self) -> None:
+        if self.queue:
+            self.holding()
+            self._drain()
+        if self.target is not None:
+            with self.ph("sync"):
+                self.target.wal.sync()
+
+    def close(self) -> None:
+        if self.target is not None:
+            with self.ph("close"):
+                self.target.close()
+
+
+Counts = list[tuple[TaskStream, int]]
+
+
+class _RemoteOutlet:
+    """Chunks through a daemon's Kafka listener, Produce requests pipelined (module doc)."""
+
+    def __init__(self, target: RemoteTarget, ph: Phases) -> None:
+        self.target = target
+        self.ph = ph
+        # per stream, the request being filled: its batches, (stream, rows) per batch
+        self.building: dict[tuple[str, int], tuple[list[bytes | bytearray], Counts]] = {}
+        self.in_flight: deque[tuple[ProduceAhead, Counts]] = deque()
+
+    def put(self, st: TaskStream, chunk: Chunk) -> None:
+        from walfs.spark.sink_remote import kafka_batch
+
+        with self.ph("encode"):
+            batch = kafka_batch(chunk, int(time.time() * 1000))
+        key = (st.topic, st.partition)
+        batches, counts = self.building.setdefault(key, ([], []))
+        if batches and sum(map(len, batches)) + len(batch) > SEND_BYTES:
+            self._send(key)
+            batches, counts = self.building.setdefault(key, ([], []))
+        batches.append(batch)
+        counts.append((st, len(chunk)))
+        if sum(map(len, batches)) >= SEND_BYTES:
+            self._send(key)
+
+    def _send(self, key: tuple[str, int]) -> None:
+        batches, counts = self.building.pop(key)
+        while len(self.in_flight) >= IN_FLIGHT:
+            self._answer()
+        with self.ph("append"):
+            ahead = self.target.remote.produce_ahead(key[0], key[1], batches)
+        self.in_flight.append((ahead, counts))
+
+    def _answer(self) -> None:
+        ahead, counts = self.in_flight.popleft()
+        with self.ph("wait"):
+            base = self.target.remote.produce_result(ahead)
+        for st, n in counts:
+            st.appended(base)
+            base += n
+
+    def finish(self) -> None:
+        for key in list(self.building):
+            self._send(key)
+        while self.in_flight:
+            self._answer()
+
+    def close(self) -> None:
+        # A task that fails with requests unanswered waits for their answers first, so
+        # that what it leaves is appended before a retry scans for it.
+        try:
+            while self.in_flight:
+                self._answer()
+        finally:
+            self.target.close()
+
+
+class TaskWriter:
+    """Appends one batch write task's rows (normalized: sink.STAGED_SCHEMA), chunk by
+    chunk, as they are added. `starts` (a retried attempt's): where each stream ended
+    when the job began, searched for the chunks of an earlier attempt (`prefix`'s
+    markers); `existing`: the topics there were when the job began (through a daemon,
+    the others are the job's own and grow to the partitions its rows name)."""
+
+    def __init__(
+        self,
+        opts: SinkOptions,
+        prefix: str,
+        starts: dict[tuple[str, int], int] | None,
+        existing: Collection[str],
+        ph: Phases,
+    ) -> None:
+        from walfs.spark.sink import MARKER, marker_reserve
+
+        self.marker = MARKER
+        self.reserve = marker_reserve(prefix)
+        self.prefix = prefix
+        self.starts = starts
+        self.existing = existing
+        self.ph = ph
+        self.streams: dict[tuple[str, int], TaskStream] = {}
+        # Chunks held while the task may still be atomic (TASK_HOLD_BYTES), None once it
+        # appends as it goes.
+        self.held: list[tuple[TaskStream, Chunk]] | None = []
+        self.held_bytes = 0
+        self.remote: RemoteTarget | None = None
+        self.outlet: _LocalOutlet | _RemoteOutlet
+        if opts.bootstrap:
+            from walfs.spark.sink import open_target
+
+            target = open_target(opts)
+            self.remote = target  # type: ignore[assignment]
+            self.outlet = _RemoteOutlet(target, ph)  # type: ignore[arg-type]
+        else:
+            self.outlet = _LocalOutlet(opts, ph)
+
+    def _stream(self, topic: str, partition: int) -> TaskStream:
+        st = self.streams.get((topic, partition))
+        if st is None:
+            from walfs.spark.sink import chunk_limit
+
+            own = None
+            if self.remote is not None:
+                self.remote.ensure(topic, partition + 1, grow=topic not in self.existing)
+                own = self.remote.chunk_bytes(topic)
+            own = TASK_CHUNK_BYTES if own is None else min(own, TASK_CHUNK_BYTES)
+            limit = chunk_limit(own, self.reserve)
+            st = self.streams[(topic, partition)] = TaskStream(topic, partition, limit)
+        return st
+
+    def add(self, rows: pa.RecordBatch) -> None:
+        from walfs.spark.sink import split_streams
+
+        for topic, partition, t in split_streams(pa.Table.from_batches([rows])):
+            st = self._stream(topic, partition)
+            st.pending.append(t)
+            st.cost += int(row_costs(t).sum())
+            if st.cost > st.limit:
+                self._cut(st, final=False)
+
+    def _cut(self, st: TaskStream, final: bool) -> None:
+        """Cuts the stream's pending rows into chunks and hands them on; all of them when
+        `final`, else all but the last run (it may take more rows)."""
+        if not st.pending:
+            return
+        t = pa.concat_tables(st.pending)
+        costs = row_costs(t)
+        runs = list(cuts(costs, st.limit))
+        keep = None if final else runs.pop()
+        for a, b in runs:
+            self._chunk(st, t.slice(a, b - a))
+        if keep is None:
+            st.pending, st.cost = [], 0
+        else:
+            st.pending, st.cost = [t.slice(keep[0])], int(costs[keep[0] :].sum())
+
+    def _chunk(self, st: TaskStream, t: pa.Table) -> None:
+        i = st.chunks
+        st.chunks += 1
+        st.rows += t.num_rows
+        if self.starts is not None:
+            if st.found is None:
+                st.found = self._scan(st)
+            if i in st.found:
+                st.appended(st.found[i])
+                return
+        with self.ph("encode"):
+            chunk = encode_chunk(t, (self.marker, f"{self.prefix}{i}:{t.num_rows}".encode()))
+        if self.held is None:
+            self.outlet.put(st, chunk)
+            return
+        self.held.append((st, chunk))
+        self.held_bytes += len(chunk.data)
+        if self.held_bytes > TASK_HOLD_BYTES:
+            self._release()
+
+    def _release(self) -> None:
+        """Appends the chunks held; from now on each chunk goes out as it is cut."""
+        held, self.held, self.held_bytes = self.held or [], None, 0
+        for st, chunk in held:
+            self.outlet.put(st, chunk)
+
+    def _scan(self, st: TaskStream) -> dict[int, int]:
+        """Chunk number -> offset of this prefix's chunks from where the stream ended
+        when the job began."""
+        target = self.remote if self.remote is not None else self.outlet.holding()  # type: ignore[union-attr]
+        assert self.starts is not None and target is not None
+        found: dict[int, int] = {}
+        start = self.starts.get((st.topic, st.partition), 0)
+        with self.ph("scan"):
+            end = target.end(st.topic, st.partition)
+            for offset, headers in target.scan(st.topic, st.partition, start, end):
+                for k, v in headers:
+                    if k == self.marker and v is not None and v.startswith(self.prefix.encode()):
+                        found[int(v.decode().rsplit(":", 2)[1])] = offset
+        return found
+
+    def finish(self) -> list[tuple[str, int, int, int]]:
+        """Appends what is left; (topic, partition, first offset, rows) per stream, every
+        row durable (under the data directory's or the daemon's fsync policy, then a
+        sync: with a path, the task's own)."""
+        for st in self.streams.values():
+            self._cut(st, final=True)
+        self._release()
+        self.outlet.finish()
+        return [
+            (st.topic, st.partition, st.first, st.rows)
+            for st in self.streams.values()
+            if st.rows and st.first is not None
+        ]
+
+    def close(self) -> None:
+        self.outlet.close()
