@@ -175,6 +175,29 @@ static size_t put_record(uint8_t *out, const kmeta_t *km, int64_t ts_delta, int6
     return n;
 }
 
+/* The batch header (layout at the top of this file) in front of records already written
+ * at out + BATCH_HEAD, out[0..total) the whole batch; its CRC last, over what follows it. */
+static void put_batch_head(uint8_t *out, uint64_t total, uint64_t first_off, uint64_t last_off, int64_t base_ts,
+                           int64_t max_ts, uint32_t n)
+{
+    uint8_t *h = out;
+    h = put_be(h, first_off, 8);
+    h = put_be(h, total - 12, 4);
+    h = put_be(h, UINT32_MAX, 4); /* partitionLeaderEpoch -1 */
+    *h++ = 2;
+    uint8_t *crc_at = h;
+    h += 4;
+    h = put_be(h, 0, 2);
+    h = put_be(h, last_off - first_off, 4);
+    h = put_be(h, (uint64_t)base_ts, 8);
+    h = put_be(h, (uint64_t)max_ts, 8);
+    h = put_be(h, UINT64_MAX, 8); /* producerId -1 */
+    h = put_be(h, UINT16_MAX, 2); /* producerEpoch -1 */
+    h = put_be(h, UINT32_MAX, 4); /* baseSequence -1 */
+    put_be(h, n, 4);
+    put_be(crc_at, crc32c(0, out + CRC_FROM, total - CRC_FROM), 4);
+}
+
 int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t n, uint8_t *out,
                           uint64_t outlen, uint64_t *needed)
 {
@@ -205,22 +228,7 @@ int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t 
         p = put_varint(p, (int64_t)len);
         p += put_record(p, &km, ts_delta, off_delta, value, r->value_len);
     }
-    uint8_t *h = out;
-    h = put_be(h, recs[0].offset, 8);
-    h = put_be(h, total - 12, 4);
-    h = put_be(h, UINT32_MAX, 4); /* partitionLeaderEpoch -1 */
-    *h++ = 2;
-    uint8_t *crc_at = h;
-    h += 4;
-    h = put_be(h, 0, 2);
-    h = put_be(h, recs[n - 1].offset - recs[0].offset, 4);
-    h = put_be(h, (uint64_t)base_ts, 8);
-    h = put_be(h, (uint64_t)max_ts, 8);
-    h = put_be(h, UINT64_MAX, 8); /* producerId -1 */
-    h = put_be(h, UINT16_MAX, 2); /* producerEpoch -1 */
-    h = put_be(h, UINT32_MAX, 4); /* baseSequence -1 */
-    put_be(h, n, 4);
-    put_be(crc_at, crc32c(0, out + CRC_FROM, total - CRC_FROM), 4);
+    put_batch_head(out, total, recs[0].offset, recs[n - 1].offset, base_ts, max_ts, n);
     return (int64_t)total;
 }
 
@@ -348,22 +356,7 @@ int64_t walfs_read_kafka_batch(walfs_t *wal, uint32_t stream_no, uint64_t offset
         if (bad || good < 4) break; /* a damaged record ends the batch; so do the limits */
     }
     if (n == 0) goto out;
-    uint8_t *h = out;
-    h = put_be(h, first_off, 8);
-    h = put_be(h, at - 12, 4);
-    h = put_be(h, UINT32_MAX, 4); /* partitionLeaderEpoch -1 */
-    *h++ = 2;
-    uint8_t *crc_at = h;
-    h += 4;
-    h = put_be(h, 0, 2);
-    h = put_be(h, last_off - first_off, 4);
-    h = put_be(h, (uint64_t)base_ts, 8);
-    h = put_be(h, (uint64_t)max_ts, 8);
-    h = put_be(h, UINT64_MAX, 8); /* producerId -1 */
-    h = put_be(h, UINT16_MAX, 2); /* producerEpoch -1 */
-    h = put_be(h, UINT32_MAX, 4); /* baseSequence -1 */
-    put_be(h, n, 4);
-    put_be(crc_at, crc32c(0, out + CRC_FROM, at - CRC_FROM), 4);
+    put_batch_head(out, at, first_off, last_off, base_ts, max_ts, n);
     rc = (int64_t)at;
 out:
     GUARD_END();

@@ -246,26 +246,7 @@ class Engine:
         """As append, but None (nothing appended) where it would wait on the disk or another
         appender: a new segment or gid epoch, or a lock another thread holds
         (walfs_append_nowait)."""
-        h = self._enter()
-        try:
-            out = ffi.new("uint64_t[3]")
-            rc = lib.walfs_append_nowait(
-                h,
-                stream_no,
-                len(meta_lens),
-                ffi.from_buffer(data),
-                ffi.from_buffer("uint32_t[]", meta_lens),
-                ffi.from_buffer("uint32_t[]", value_lens),
-                out,
-                out + 1,
-                out + 2,
-            )
-            if rc == -errno.EAGAIN:
-                return None
-            self._check(rc, "append")
-            return int(out[0]), int(out[1]), int(out[2])
-        finally:
-            self._exit()
+        return self._append(True, stream_no, data, meta_lens, value_lens)
 
     def append(
         self, stream_no: int, data: Any, meta_lens: array.array, value_lens: array.array
@@ -273,21 +254,30 @@ class Engine:
         """Appends len(meta_lens) records, their bodies (meta || value) back to back in data,
         without waiting for durability; returns (first gid, first offset, ticket for
         wait_durable)."""
+        got = self._append(False, stream_no, data, meta_lens, value_lens)
+        assert got is not None
+        return got
+
+    def _append(
+        self, nowait: bool, stream_no: int, data: Any, meta_lens: array.array, value_lens: array.array
+    ) -> tuple[int, int, int] | None:
         h = self._enter()
         try:
             out = ffi.new("uint64_t[3]")
-            rc = lib.walfs_append(
+            args = (
                 h,
                 stream_no,
                 len(meta_lens),
                 ffi.from_buffer(data),
                 ffi.from_buffer("uint32_t[]", meta_lens),
                 ffi.from_buffer("uint32_t[]", value_lens),
-                0,
-                out,
-                out + 1,
-                out + 2,
             )
+            if nowait:
+                rc = lib.walfs_append_nowait(*args, out, out + 1, out + 2)
+                if rc == -errno.EAGAIN:
+                    return None
+            else:
+                rc = lib.walfs_append(*args, 0, out, out + 1, out + 2)
             self._check(rc, "append")
             return int(out[0]), int(out[1]), int(out[2])
         finally:
