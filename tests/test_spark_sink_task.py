@@ -120,19 +120,28 @@ def test_a_large_task_appends_before_its_input_ends_in_bounded_memory(
     assert starts == [sum(counts[:i]) for i in range(len(counts))] and sum(counts) == n
 
 
+@pytest.mark.parametrize("held", [True, False], ids=["under-the-hold", "past-the-hold"])
 @pytest.mark.parametrize("remote", [False, True], ids=["path", "daemon"])
-def test_a_task_failing_mid_input_leaves_chunks_its_retry_completes(
-    tmp_path: Path, remote: bool, monkeypatch: pytest.MonkeyPatch
+def test_a_task_failing_mid_input_leaves_nothing_or_chunks_its_retry_completes(
+    tmp_path: Path, remote: bool, held: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)  # as above
+    """30 MiB of a 48 MiB task were cut into chunks when its query failed. Under
+    TASK_HOLD_BYTES (atomic per task) none was appended; past it (the hold lowered to one
+    chunk) a prefix of whole chunks was. Either way the retry leaves every row once."""
+    if held:
+        assert BATCHES * BATCH_ROWS * VALUE < sink_task.TASK_HOLD_BYTES
+    else:
+        monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
     target = Target(tmp_path, remote)
     try:
         writer = WalfsBatchWriter(target.options)
         with pytest.raises(RuntimeError, match="the query failed at batch 30"):
             writer.write_task(0, 0, batches(lambda k: None, fail_at=30))
         left = target.end()
-        # A prefix of whole chunks was appended before the failure.
-        assert 0 < left < 30 * BATCH_ROWS
+        if held:
+            assert left == 0
+        else:
+            assert 0 < left < 30 * BATCH_ROWS
         done = writer.write_task(0, 1, batches(lambda k: None))
         records = target.stored()
     finally:
@@ -140,24 +149,4 @@ def test_a_task_failing_mid_input_leaves_chunks_its_retry_completes(
     n = BATCHES * BATCH_ROWS
     assert done.streams == [("t", 0, 0, n)]
     # The retry found the first attempt's chunks by their markers: every row once.
-    assert [r.value for r in records] == [value(i) for i in range(n)]
-
-
-@pytest.mark.parametrize("remote", [False, True], ids=["path", "daemon"])
-def test_a_task_under_the_hold_failing_mid_input_leaves_nothing(tmp_path: Path, remote: bool) -> None:
-    """Atomic per task: 30 MiB of a 48 MiB task were cut into chunks when its query failed;
-    under TASK_HOLD_BYTES none of them was appended, and the retry appends every row once."""
-    assert BATCHES * BATCH_ROWS * VALUE < sink_task.TASK_HOLD_BYTES
-    target = Target(tmp_path, remote)
-    try:
-        writer = WalfsBatchWriter(target.options)
-        with pytest.raises(RuntimeError, match="the query failed at batch 30"):
-            writer.write_task(0, 0, batches(lambda k: None, fail_at=30))
-        assert target.end() == 0
-        done = writer.write_task(0, 1, batches(lambda k: None))
-        records = target.stored()
-    finally:
-        target.stop()
-    n = BATCHES * BATCH_ROWS
-    assert done.streams == [("t", 0, 0, n)]
     assert [r.value for r in records] == [value(i) for i in range(n)]
