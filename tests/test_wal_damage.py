@@ -488,7 +488,7 @@ def test_zeroed_header_of_a_streams_last_run_is_reported(open_wal, wal_dir):
 
 
 def test_reclaimed_segment_left_by_a_crash_before_its_unlink_is_deleted(open_wal, wal_dir):
-    w = open_wal()
+    w = open_wal(reclaim_interval_s=3600)  # this test's reclaim(), not the background pass
     w.append_batch("t", [payload("t", i, 3000) for i in range(600)])
     w.sync()
     first = os.path.join(wal_dir, seg_name(1))

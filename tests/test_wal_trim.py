@@ -11,6 +11,19 @@ import walfs
 from walfs import debug
 
 
+@pytest.fixture
+def open_wal(open_wal):
+    """The shared opener with no background reclamation pass (its default runs every 10 s):
+    these tests count what their own reclaim() does, and on a slow machine the background
+    pass took the segments first (reclaim() then returned 0)."""
+
+    def opener(**kw: object) -> walfs.Wal:
+        kw.setdefault("reclaim_interval_s", 3600)
+        return open_wal(**kw)
+
+    return opener
+
+
 def segs(d: str) -> list[str]:
     return sorted(f for f in os.listdir(d) if f.startswith("seg-"))
 
