@@ -13,6 +13,9 @@ For each value size, with one local[*] SparkSession and N rows cached in memory 
   engine_sync_s), and written by one pwrite into a preallocated file then fdatasync'd
   (disk_floor_write_s, disk_floor_sync_s): what any durable write of them costs here.
   write.text does not fsync its files; the sink's rows are durable when its job ends.
+- task alone (no Spark): one task's rows with `path` cut, encoded with markers, appended
+  and synced as sink_task.py does once Spark has fed them (task_s, and task_encode_s,
+  task_append_s, task_sync_s).
 - floor: df.write.format("walfs-bench-noop"), a Python data source (NoopDataSource,
   defined here) whose tasks take Spark's Arrow batches and drop them and whose commit
   does nothing: what any PySpark Python sink pays (the JVM feeding Arrow to Python
@@ -177,6 +180,53 @@ def engine_chunks(where: Path, blob: bytes, size: int) -> dict[str, float]:
     return {"engine_append_s": appended - t, "engine_sync_s": synced - appended}
 
 
+def task_alone(where: Path, values: list[bytes]) -> dict[str, float]:
+    """One batch write task's own work with `path`, no Spark: its rows (half the values,
+    as one of the 2 tasks has) in Arrow batches of 10,000 rows (Spark's
+    maxRecordsPerBatch), cut into chunks, encoded with their markers, appended, then one
+    sync: what walfs/spark/sink_task.py does after Spark's feed. task_*_s, per phase."""
+    from walfs.engine_api import open_engine
+    from walfs.spark.sink import MARKER, STAGED_SCHEMA, normalize
+    from walfs.spark.sink_rows import cuts, encode_chunk, row_costs
+    from walfs.spark.sink_target import LocalTarget
+    from walfs.spark.sink_task import TASK_CHUNK_BYTES
+
+    batches = []
+    for i in range(0, len(values), 10_000):
+        part = values[i : i + 10_000]
+        rows = pa.RecordBatch.from_pydict(
+            {
+                "topic": ["t"] * len(part),
+                "partition": [0] * len(part),
+                "key": [None] * len(part),
+                "value": part,
+                "headers": [[]] * len(part),
+            },
+            schema=STAGED_SCHEMA,
+        )
+        batches.append(normalize(rows, None))
+    t = pa.Table.from_batches(batches)
+    target = LocalTarget(open_engine(str(where)))
+    took = {"task_encode_s": 0.0, "task_append_s": 0.0}
+    try:
+        started = time.perf_counter()
+        for i, (a, b) in enumerate(cuts(row_costs(t), TASK_CHUNK_BYTES)):
+            s = time.perf_counter()
+            chunk = encode_chunk(t.slice(a, b - a), (MARKER, f"bench:0:{i}:{b - a}".encode()))
+            m = time.perf_counter()
+            target.append_chunk("t", 0, chunk)
+            took["task_encode_s"] += m - s
+            took["task_append_s"] += time.perf_counter() - m
+        s = time.perf_counter()
+        target.wal.sync()
+        took["task_sync_s"] = time.perf_counter() - s
+        took["task_s"] = time.perf_counter() - started
+    finally:
+        target.close()
+        shutil.rmtree(where, ignore_errors=True)
+    return took
+
+
 def disk_floor(where: Path, blob: bytes) -> dict[str, float]:
     """What any durable write of the same bytes costs on this disk: one pwrite of them into
     a file preallocated beforehand (as a segment is), then one fdatasync.
@@ -250,6 +300,7 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str, rounds
             wal.append_batch("t", values[i : i + 65536])
         wal.sync()
         run["append_batch_s"] = time.perf_counter() - t
+    run.update(task_alone(base / f"task{size}", values[: n // 2]))
     blob = b"".join(values)
     del values
     run.update(engine_chunks(base / f"chunks{size}", blob, size))
