@@ -7,6 +7,7 @@ import errno
 import logging
 import threading
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -268,21 +269,26 @@ class Engine:
         h = self._enter()
         try:
             out = ffi.new("uint64_t[3]")
-            bufs = [ffi.from_buffer(p) for p in pieces]  # kept alive for the call
-            rc = lib.walfs_append_pieces(
-                h,
-                stream_no,
-                len(meta_lens),
-                len(bufs),
-                ffi.new("const uint8_t *[]", bufs),
-                ffi.new("uint64_t[]", [len(b) for b in bufs]),
-                ffi.from_buffer("uint32_t[]", meta_lens),
-                ffi.from_buffer("uint32_t[]", value_lens),
-                0,
-                out,
-                out + 1,
-                out + 2,
-            )
+            # Every cffi buffer is released before an error can leave the call: one kept
+            # alive by a traceback crashes CPython 3.11's garbage collector (cpython#77894).
+            with ExitStack() as held:
+                bufs = [held.enter_context(ffi.from_buffer(p)) for p in pieces]
+                cmetas = held.enter_context(ffi.from_buffer("uint32_t[]", meta_lens))
+                cvalues = held.enter_context(ffi.from_buffer("uint32_t[]", value_lens))
+                rc = lib.walfs_append_pieces(
+                    h,
+                    stream_no,
+                    len(meta_lens),
+                    len(bufs),
+                    ffi.new("const uint8_t *[]", bufs),
+                    ffi.new("uint64_t[]", [len(b) for b in bufs]),
+                    cmetas,
+                    cvalues,
+                    0,
+                    out,
+                    out + 1,
+                    out + 2,
+                )
             self._check(rc, "append")
             return int(out[0]), int(out[1]), int(out[2])
         finally:
