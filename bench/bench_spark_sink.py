@@ -8,6 +8,14 @@ For each value size, with one local[*] SparkSession and N rows cached in memory 
 - write: df.write.text(plain directory) vs df.write.format("walfs") to a data directory
   (path) and through `walfs serve` (bootstrap), vs the engine's Wal.append_batch of the
   same values from Python (no Spark): rows/s each, and sink / write.text.
+- engine and disk floors (no Spark): the same bytes, already in the stored layout,
+  appended by the engine in the sink's chunk size then synced (engine_append_s,
+  engine_sync_s), and written by one pwrite into a preallocated file then fdatasync'd
+  (disk_floor_write_s, disk_floor_sync_s): what any durable write of them costs here.
+  write.text does not fsync its files; the sink's rows are durable when its job ends.
+- task alone (no Spark): one task's rows with `path` cut, encoded with markers, appended
+  and synced as sink_task.py does once Spark has fed them (task_s, and task_encode_s,
+  task_append_s, task_sync_s).
 - floor: df.write.format("walfs-bench-noop"), a Python data source (NoopDataSource,
   defined here) whose tasks take Spark's Arrow batches and drop them and whose commit
   does nothing: what any PySpark Python sink pays (the JVM feeding Arrow to Python
@@ -45,6 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -145,6 +154,98 @@ class NoopDataSource(DataSource):
         return NoopWriter()
 
 
+def engine_chunks(where: Path, blob: bytes, size: int) -> dict[str, float]:
+    """The engine's own cost of the sink's appends, no Spark and no Python encoding: the
+    values (already in the stored layout, one buffer) appended in TASK_CHUNK_BYTES
+    batches, then one sync. engine_append_s + engine_sync_s."""
+    from walfs.engine_api import open_engine
+    from walfs.spark.sink_task import TASK_CHUNK_BYTES
+
+    per = max(1, TASK_CHUNK_BYTES // size)
+    meta_lens, value_lens = array("I", [0]) * per, array("I", [size]) * per
+    view = memoryview(blob)
+    n = len(blob) // size
+    eng = open_engine(str(where))
+    try:
+        t = time.perf_counter()
+        for i in range(0, n, per):
+            k = min(per, n - i)
+            eng.append("t", 0, view[i * size : (i + k) * size], meta_lens[:k], value_lens[:k])
+        appended = time.perf_counter()
+        eng.sync()
+        synced = time.perf_counter()
+    finally:
+        eng.close()
+        shutil.rmtree(where, ignore_errors=True)
+    return {"engine_append_s": appended - t, "engine_sync_s": synced - appended}
+
+
+def task_alone(where: Path, values: list[bytes]) -> dict[str, float]:
+    """One batch write task's own work with `path`, no Spark: its rows (half the values,
+    as one of the 2 tasks has) in Arrow batches of 10,000 rows (Spark's
+    maxRecordsPerBatch), cut into chunks, encoded with their markers, appended, then one
+    sync: what walfs/spark/sink_task.py does after Spark's feed. task_*_s, per phase."""
+    from walfs.engine_api import open_engine
+    from walfs.spark.sink import MARKER, STAGED_SCHEMA, normalize
+    from walfs.spark.sink_rows import cuts, encode_chunk, row_costs
+    from walfs.spark.sink_target import LocalTarget
+    from walfs.spark.sink_task import TASK_CHUNK_BYTES
+
+    batches = []
+    for i in range(0, len(values), 10_000):
+        part = values[i : i + 10_000]
+        rows = pa.RecordBatch.from_pydict(
+            {
+                "topic": ["t"] * len(part),
+                "partition": [0] * len(part),
+                "key": [None] * len(part),
+                "value": part,
+                "headers": [[]] * len(part),
+            },
+            schema=STAGED_SCHEMA,
+        )
+        batches.append(normalize(rows, None))
+    t = pa.Table.from_batches(batches)
+    target = LocalTarget(open_engine(str(where)))
+    took = {"task_encode_s": 0.0, "task_append_s": 0.0}
+    try:
+        started = time.perf_counter()
+        for i, (a, b) in enumerate(cuts(row_costs(t), TASK_CHUNK_BYTES)):
+            s = time.perf_counter()
+            chunk = encode_chunk(t.slice(a, b - a), (MARKER, f"bench:0:{i}:{b - a}".encode()))
+            m = time.perf_counter()
+            target.append_chunk("t", 0, chunk)
+            took["task_encode_s"] += m - s
+            took["task_append_s"] += time.perf_counter() - m
+        s = time.perf_counter()
+        target.wal.sync()
+        took["task_sync_s"] = time.perf_counter() - s
+        took["task_s"] = time.perf_counter() - started
+    finally:
+        target.close()
+        shutil.rmtree(where, ignore_errors=True)
+    return took
+
+
+def disk_floor(where: Path, blob: bytes) -> dict[str, float]:
+    """What any durable write of the same bytes costs on this disk: one pwrite of them into
+    a file preallocated beforehand (as a segment is), then one fdatasync.
+    disk_floor_write_s + disk_floor_sync_s."""
+    fd = os.open(where, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, len(blob))
+        os.fsync(fd)
+        t = time.perf_counter()
+        assert os.pwrite(fd, blob, 0) == len(blob)
+        written = time.perf_counter()
+        os.fdatasync(fd)
+        synced = time.perf_counter()
+    finally:
+        os.close(fd)
+        os.unlink(where)
+    return {"disk_floor_write_s": written - t, "disk_floor_sync_s": synced - written}
+
+
 def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str, rounds: int) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
@@ -199,7 +300,12 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str, rounds
             wal.append_batch("t", values[i : i + 65536])
         wal.sync()
         run["append_batch_s"] = time.perf_counter() - t
+    run.update(task_alone(base / f"task{size}", values[: n // 2]))
+    blob = b"".join(values)
     del values
+    run.update(engine_chunks(base / f"chunks{size}", blob, size))
+    run.update(disk_floor(base / f"floor{size}", blob))
+    del blob
     proc, bootstrap = start_serve(local)
     try:
         counts: dict[str, int] = {}
@@ -232,6 +338,10 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str, rounds
     run["sink_path_vs_noop_floor"] = round(run["noop_floor_s"] / run["sink_path_s"], 3)
     run["sink_bootstrap_vs_noop_floor"] = round(run["noop_floor_s"] / run["sink_bootstrap_s"], 3)
     run["remote_vs_local_read"] = round(run["read_path_s"] / run["read_bootstrap_s"], 3)
+    floor_s = run["disk_floor_write_s"] + run["disk_floor_sync_s"]
+    engine_s = run["engine_append_s"] + run["engine_sync_s"]
+    run["disk_floor_vs_write_text"] = round(run["write_text_s"] / floor_s, 3)
+    run["engine_vs_disk_floor"] = round(floor_s / engine_s, 3)
     for d in (local, remote, base / f"engine{size}"):
         shutil.rmtree(d, ignore_errors=True)
     return run

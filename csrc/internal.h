@@ -257,6 +257,7 @@ int seg_pwritev(walfs_t *wal, segment_t *seg, const struct iovec *iov, int cnt, 
 int seg_pwrite(walfs_t *wal, segment_t *seg, const void *buf, size_t len, uint64_t off);
 int seg_mwritev(walfs_t *wal, segment_t *seg, const struct iovec *iov, int cnt, uint64_t off);
 int seg_zero(walfs_t *wal, segment_t *seg, uint64_t off, uint64_t len);
+void seg_writeback(walfs_t *wal, segment_t *seg, uint64_t off, uint64_t len);
 void seg_synced(walfs_t *wal, segment_t *seg, size_t n_saves_before);
 int fsync_dir(int dirfd);
 void saves_free(segment_t *seg);

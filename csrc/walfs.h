@@ -103,6 +103,16 @@ int64_t walfs_stream_next_byte(walfs_t *wal, uint32_t stream_no);
 int walfs_append(walfs_t *wal, uint32_t stream_no, uint32_t n, const uint8_t *data,
                  const uint32_t *meta_lens, const uint32_t *value_lens, int wait, uint64_t *first_gid,
                  uint64_t *first_offset, uint64_t *ticket);
+/* As walfs_append, but the bodies come in n_pieces buffers (pieces[k], piece_lens[k]
+ * bytes): the records' bodies lie back to back in the pieces' concatenation, and a body
+ * may span pieces (it is then copied, joined; the others are written from the pieces).
+ * -EINVAL, with nothing appended, unless the pieces hold exactly the bodies' bytes. For a
+ * caller whose records are already in several buffers (the Spark sink: a marker's meta
+ * section, then a column of values), which would otherwise join them first. */
+int walfs_append_pieces(walfs_t *wal, uint32_t stream_no, uint32_t n, uint32_t n_pieces,
+                        const uint8_t *const *pieces, const uint64_t *piece_lens, const uint32_t *meta_lens,
+                        const uint32_t *value_lens, int wait, uint64_t *first_gid, uint64_t *first_offset,
+                        uint64_t *ticket);
 /* As walfs_append with wait == 0, but it never waits on the disk or on another appender:
  * -EAGAIN, with nothing appended, when the batch would need a new segment (created and
  * fsynced under the WAL's lock), a new gid epoch (a catalog write and fsync), or a lock

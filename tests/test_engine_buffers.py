@@ -42,6 +42,9 @@ CALLS = {
     "read_into": "e.read_into(BAD, 0, view, memoryview(recs)[:], 4, len(view))",
     "append": "e.append(BAD, view, array.array('I', [0]), array.array('I', [len(view)]))",
     "append_nowait": "e.append_nowait(BAD, view, array.array('I', [0]), array.array('I', [len(view)]))",
+    "append_pieces": (
+        "e.append_pieces(BAD, [b'ab', view], array.array('I', [0]), array.array('I', [len(view) + 2]))"
+    ),
     "append_one": "e.append_one(BAD, view, False)",
     "append_lines": "e.append_lines(BAD, view)",
     # A descriptor pointing at a meta section that does not parse.

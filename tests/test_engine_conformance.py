@@ -610,6 +610,40 @@ def test_append_nowait_appends_or_refuses_with_nothing_appended(make: Maker) -> 
         e.append_nowait("n", 0, b"xy", array.array("I", [0]), array.array("I", [1]))
 
 
+def test_append_pieces_is_append_of_the_pieces_joined(make: Maker) -> None:
+    """append_pieces: the bodies lie in the pieces' concatenation, a body may span pieces
+    (cut inside its meta section, inside its value, across an empty piece, over three
+    pieces), and the batch is the same as append of the pieces joined. Lengths that do
+    not add up to the pieces: ValueError, nothing appended."""
+    e = make(fsync="never")
+    metas = [encode_meta(b"k%d" % i, [("h", b"v" * i)], 1000 + i) if i % 3 == 0 else b"" for i in range(9)]
+    values = [value_of(size, i) for i, size in enumerate([5, 0, 4097, 1, 300, 0, 2000, 7, 64])]
+    data = b"".join(m + v for m, v in zip(metas, values, strict=True))
+    meta_lens, value_lens = array.array("I", map(len, metas)), array.array("I", map(len, values))
+    cuts = [0, 3, 3, 40, 41, 2500, 4200, 4200, 4201, 6000, len(data)]  # some inside a body
+    pieces: list[Any] = [data[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+    pieces[1] = bytearray(pieces[1])
+    pieces[4] = memoryview(b"." + pieces[4] + b".")[1:-1]
+    assert e.append("p", 0, b"x", array.array("I", [0]), array.array("I", [1])) == 0
+    assert e.append_pieces("p", 0, pieces, meta_lens, value_lens) == 1
+    assert e.append_pieces("p", 0, [data], meta_lens, value_lens) == 1 + len(values)
+    got = read_records(e, "p", 0, 1, 100)
+    assert [r.value for r in got] == values + values
+    for r, m, i in zip(got, metas + metas, [*range(9), *range(9)], strict=True):
+        if m:
+            assert (r.key, list(r.headers), r.timestamp_ms) == (b"k%d" % i, [("h", b"v" * i)], 1000 + i)
+        else:
+            assert (r.key, list(r.headers)) == (None, [])
+    with pytest.raises(ValueError):  # one byte short of the bodies
+        e.append_pieces("p", 0, [data[:-1]], meta_lens, value_lens)
+    with pytest.raises(ValueError):  # one byte over
+        e.append_pieces("p", 0, [data, b"!"], meta_lens, value_lens)
+    assert e.info("p").high_watermark == 1 + 2 * len(values)
+    e.close()
+    e2 = make(fsync="never", read_only=True)  # durable, whole, after close
+    assert read_all(e2, "p") == [b"x"] + values + values
+
+
 _KILLED_WRITER = """
 import sys
 from walfs.engine_api import open_engine

@@ -123,3 +123,39 @@ def test_a_chunk_with_no_key_or_header_is_the_value_column_itself() -> None:
     assert isinstance(chunk.data, pa.Buffer)
     assert chunk.data.address == t.column("value").chunks[0].buffers()[2].address
     assert not np.frombuffer(chunk.meta_lens, np.uint32).any()
+
+
+@pytest.mark.parametrize(("keys", "headers"), [(0.0, 0.0), (0.5, 0.5)], ids=["plain", "keyed"])
+def test_a_marked_chunk_is_appended_from_its_pieces_without_joining_them(
+    tmp_path: Path, keys: float, headers: float
+) -> None:
+    """The marker's meta section does not make a chunk copy its values: a plain chunk's
+    pieces are the marker's meta, then the value column's own buffers (one per batch);
+    every chunk reads back from a WAL (LogEngine.append_pieces) as encode_records writes
+    it, the marker on its first row."""
+    rows = random_rows(5, 240, keys, headers)
+    t = staged(rows, 4)
+    chunk = encode_chunk(t, MARKER)
+    assert len(chunk.pieces) > 1
+    if not keys:
+        # each batch's values where its slice of the shared buffer starts: views, no copy
+        starts = [
+            c.buffers()[2].address + int(np.frombuffer(c.buffers()[1], np.int32)[c.offset])
+            for c in t.column("value").chunks
+        ]
+        assert [p.address for p in chunk.pieces[1:]] == starts
+    assert chunk.nbytes == sum(chunk.meta_lens) + sum(chunk.value_lens)
+    data, metas, values = reference(t, MARKER)
+    assert bytes(chunk.data) == data
+    target = LocalTarget(walfs.engine_api.open_engine(str(tmp_path / "data")))
+    try:
+        assert target.append("t", 0, [chunk, encode_chunk(t.slice(7, 100), MARKER)]) == [0, len(rows)]
+    finally:
+        target.close()
+    with walfs.Wal(tmp_path / "data", read_only=True) as wal:
+        got = wal.read_records("t", 0, 0, 1000)
+    expect = [(r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]]) for r in rows]
+    expect += expect[7:107]
+    expect[0][2].append(MARKER)
+    expect[len(rows)] = (expect[len(rows)][0], expect[len(rows)][1], [*expect[len(rows)][2], MARKER])
+    assert [(r.key, r.value, list(r.headers)) for r in got] == expect

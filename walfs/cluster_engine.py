@@ -878,6 +878,12 @@ class KafkaEngine:
             raise ValueError("append needs one meta and one value length per record, adding up to the data")
         return None
 
+    def append_pieces(
+        self, topic: str, partition: int, pieces: Sequence[Any], meta_lens: Any, value_lens: Any
+    ) -> int:
+        # The records go out as Kafka records, built from one buffer: joined here.
+        return self.append(topic, partition, b"".join(pieces), meta_lens, value_lens)
+
     def append_unsynced(self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any) -> int:
         # Kafka's acks=all is the only wait there is (docs/cluster.md): the same as append.
         return self.append(topic, partition, data, meta_lens, value_lens)

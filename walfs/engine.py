@@ -6,6 +6,8 @@ import array
 import errno
 import logging
 import threading
+from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -264,6 +266,40 @@ class Engine:
         got = self._append(False, stream_no, data, meta_lens, value_lens)
         assert got is not None
         return got
+
+    def append_pieces(
+        self, stream_no: int, pieces: Sequence[Any], meta_lens: array.array, value_lens: array.array
+    ) -> tuple[int, int, int]:
+        """As append, but the bodies lie back to back in the concatenation of `pieces`
+        (buffers), a body possibly spanning pieces: the pieces are not joined here
+        (walfs_append_pieces)."""
+        h = self._enter()
+        try:
+            out = ffi.new("uint64_t[3]")
+            # Every cffi buffer is released before an error can leave the call: one kept
+            # alive by a traceback crashes CPython 3.11's garbage collector (cpython#77894).
+            with ExitStack() as held:
+                bufs = [held.enter_context(ffi.from_buffer(p)) for p in pieces]
+                cmetas = held.enter_context(ffi.from_buffer("uint32_t[]", meta_lens))
+                cvalues = held.enter_context(ffi.from_buffer("uint32_t[]", value_lens))
+                rc = lib.walfs_append_pieces(
+                    h,
+                    stream_no,
+                    len(meta_lens),
+                    len(bufs),
+                    ffi.new("const uint8_t *[]", bufs),
+                    ffi.new("uint64_t[]", [len(b) for b in bufs]),
+                    cmetas,
+                    cvalues,
+                    0,
+                    out,
+                    out + 1,
+                    out + 2,
+                )
+            self._check(rc, "append")
+            return int(out[0]), int(out[1]), int(out[2])
+        finally:
+            self._exit()
 
     def _append(
         self, nowait: bool, stream_no: int, data: Any, meta_lens: array.array, value_lens: array.array

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -167,6 +167,18 @@ class LogEngine(Protocol):
         array("I"). Published when this returns, durable under the fsync policy.
         Errors: ValueError (no records, lengths that do not add up), RecordTooLargeError,
         ReadOnlyError, WalFailedError, WalIOError (ENOSPC: nothing was appended)."""
+        ...
+
+    def append_pieces(
+        self, topic: str, partition: int, pieces: Sequence[Any], meta_lens: Any, value_lens: Any
+    ) -> int:
+        """As append, but the bodies lie back to back in the concatenation of the buffers
+        `pieces` (a body may span pieces), which the caller need not join: the local
+        engine writes each body from its piece and copies only a body that spans pieces.
+        For a caller whose records are already in several buffers: the Spark sink's chunk
+        is a marker's meta section, then the values of one or more Arrow buffers. Same
+        contract and errors as append (ValueError when the pieces' bytes are not the
+        bodies' bytes)."""
         ...
 
     def append_unsynced(self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any) -> int:

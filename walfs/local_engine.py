@@ -321,7 +321,7 @@ class LocalEngine:
     def append_nowait(
         self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any
     ) -> int | None:
-        n = _check_lengths(data, meta_lens, value_lens)
+        n = _check_lengths(len(data), meta_lens, value_lens)
         s = self._stream(topic, partition, False)
         if s is None:  # creating a stream writes and syncs the catalog
             return None
@@ -340,7 +340,7 @@ class LocalEngine:
     def _append_batch(
         self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any, wait: bool
     ) -> int:
-        n = _check_lengths(data, meta_lens, value_lens)
+        n = _check_lengths(len(data), meta_lens, value_lens)
         s = self._stream(topic, partition, True)
         assert s is not None
         core = self.core
@@ -348,6 +348,20 @@ class LocalEngine:
             s, lambda: core.append(s.stream_no, data, meta_lens, value_lens)
         )
         self._appended(s, ticket, n, len(data), wait)
+        return offset
+
+    def append_pieces(
+        self, topic: str, partition: int, pieces: Sequence[Any], meta_lens: Any, value_lens: Any
+    ) -> int:
+        sizes = [memoryview(p).nbytes for p in pieces]
+        n = _check_lengths(sum(sizes), meta_lens, value_lens)
+        s = self._stream(topic, partition, True)
+        assert s is not None
+        core = self.core
+        _gid, offset, ticket = self._with_room(
+            s, lambda: core.append_pieces(s.stream_no, pieces, meta_lens, value_lens)
+        )
+        self._appended(s, ticket, n, sum(sizes))
         return offset
 
     def append_lines(self, topic: str, partition: int, data: Any) -> tuple[int, int]:
@@ -745,12 +759,13 @@ class LocalAppender:
         self.append = append
 
 
-def _check_lengths(data: Any, meta_lens: Any, value_lens: Any) -> int:
-    """The number of records of a batch append, once its lengths are checked."""
+def _check_lengths(size: int, meta_lens: Any, value_lens: Any) -> int:
+    """The number of records of a batch append whose bodies take `size` bytes, once its
+    lengths are checked."""
     n = len(meta_lens)
     if n == 0 or len(value_lens) != n:
         raise ValueError("append needs one meta and one value length per record, at least one record")
-    if sum(meta_lens) + sum(value_lens) != len(data):
+    if sum(meta_lens) + sum(value_lens) != size:
         raise ValueError("the lengths do not add up to the data")
     return n
 

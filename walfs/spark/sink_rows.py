@@ -35,14 +35,26 @@ HEADER_OVERHEAD = 8
 
 @dataclass(frozen=True)
 class Chunk:
-    """Records in the stored layout, appended as one atomic batch."""
+    """Records in the stored layout, appended as one atomic batch: their bodies back to
+    back in the concatenation of `pieces` (a body may span pieces), which are appended as
+    they are (LogEngine.append_pieces), never joined on the local path."""
 
-    data: bytes | pa.Buffer
+    pieces: tuple[bytes | memoryview | pa.Buffer, ...]
     meta_lens: array  # array("I")
     value_lens: array  # array("I")
 
     def __len__(self) -> int:
         return len(self.meta_lens)
+
+    @property
+    def nbytes(self) -> int:
+        """The bodies' bytes."""
+        return sum(memoryview(p).nbytes for p in self.pieces)
+
+    @property
+    def data(self) -> bytes | memoryview | pa.Buffer:
+        """The bodies in one buffer: the piece itself, or the pieces joined (a copy)."""
+        return self.pieces[0] if len(self.pieces) == 1 else b"".join(self.pieces)
 
 
 def _u32(a: np.ndarray) -> array:
@@ -163,18 +175,17 @@ def _metas(key: pa.Array, headers: pa.Array) -> pa.Array | None:
 
 
 def _values_chunk(value: pa.ChunkedArray, marker: Header | None) -> Chunk:
-    """Rows with no key and no headers: the bodies are the values, the data buffers of
-    the value column's chunks joined, with the marker's meta section before the first
-    value when given: one copy (none for one chunk and no marker)."""
+    """Rows with no key and no headers: the bodies are the values, the pieces the data
+    buffers of the value column's chunks, after the marker's meta section when given: no
+    copy."""
     value_lens = _column_lengths(value)
     meta_lens = np.zeros(len(value_lens), np.int64)
-    pieces: list[bytes | pa.Buffer] = [_data(c) for c in value.chunks if len(c)]
+    pieces: list[bytes | memoryview | pa.Buffer] = [_data(c) for c in value.chunks if len(c)]
     if marker is not None and len(value_lens):
         meta0 = encode_meta(None, [marker], None)
         pieces.insert(0, meta0)
         meta_lens[0] = len(meta0)
-    data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
-    return Chunk(data, _u32(meta_lens), _u32(value_lens))
+    return Chunk(tuple(pieces) or (b"",), _u32(meta_lens), _u32(value_lens))
 
 
 def encode_chunk(t: pa.Table, marker: Header | None = None) -> Chunk:
@@ -186,18 +197,15 @@ def encode_chunk(t: pa.Table, marker: Header | None = None) -> Chunk:
         return _values_chunk(t.column("value"), marker)
     value = _one(t.column("value"))
     value_lens = np.diff(_offsets(value))
-    if metas is None:
-        meta_lens = np.zeros(len(value), np.int64)
-        data: bytes | pa.Buffer = _data(value)
-    else:
-        meta_lens = np.diff(_offsets(metas))
-        data = _data(pc.binary_join_element_wise(metas, value, b""))
+    meta_lens = np.diff(_offsets(metas))
+    data = _data(pc.binary_join_element_wise(metas, value, b""))
+    pieces: tuple[bytes | memoryview | pa.Buffer, ...] = (data,)
     if marker is not None and len(value):
         first = t.slice(0, 1).to_pylist()[0]
         hs: list[Header] = [(h["key"], h["value"]) for h in first["headers"] or ()]
         meta0 = encode_meta(first["key"], [*hs, marker], None)
         skip = int(meta_lens[0] + value_lens[0])
-        data = b"".join([meta0, first["value"], memoryview(data)[skip:]])
+        pieces = (meta0 + first["value"], memoryview(data)[skip:])
         meta_lens = meta_lens.copy()
         meta_lens[0] = len(meta0)
-    return Chunk(data, _u32(meta_lens), _u32(value_lens))
+    return Chunk(pieces, _u32(meta_lens), _u32(value_lens))

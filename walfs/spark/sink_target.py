@@ -132,7 +132,7 @@ class LocalTarget:
     def append_chunk(self, topic: str, partition: int, chunk: Chunk) -> int:
         """Appends one chunk atomically, durable under the engine's fsync policy (not
         waited for otherwise: see sync); its first offset."""
-        return self.wal.append(topic, partition, chunk.data, chunk.meta_lens, chunk.value_lens)
+        return self.wal.append_pieces(topic, partition, chunk.pieces, chunk.meta_lens, chunk.value_lens)
 
     def end(self, topic: str, partition: int) -> int:
         return self.wal.info(topic, partition).high_watermark

@@ -123,7 +123,7 @@ class _LocalOutlet:
 
     def put(self, st: TaskStream, chunk: Chunk) -> None:
         self.queue.append((st, chunk))
-        self.queued += len(chunk.data)
+        self.queued += chunk.nbytes
         if self.target is None and not self._take(wait=self.queued > TASK_BUFFER_BYTES):
             return
         self._drain()
@@ -132,7 +132,7 @@ class _LocalOutlet:
         assert self.target is not None
         while self.queue:
             st, chunk = self.queue.popleft()
-            self.queued -= len(chunk.data)
+            self.queued -= chunk.nbytes
             with self.ph("append"):
                 st.appended(self.target.append_chunk(st.topic, st.partition, chunk))
 
@@ -305,7 +305,7 @@ class TaskWriter:
             self.outlet.put(st, chunk)
             return
         self.held.append((st, chunk))
-        self.held_bytes += len(chunk.data)
+        self.held_bytes += chunk.nbytes
         if self.held_bytes > TASK_HOLD_BYTES:
             self._release()
 
