@@ -104,6 +104,7 @@ pipe_queue: contextvars.ContextVar[deque[dict[str, Any]] | None] = contextvars.C
 )
 requests: list[dict[str, Any]] = []
 unanswered = [0]  # produce requests read and not yet answered (one connection produces)
+sync_calls: list[float] = []  # ms inside each wal.sync() the listener's group sync made
 by_payload: dict[int, dict[str, Any]] = {}  # frames read, not yet dispatched
 
 
@@ -236,6 +237,20 @@ def instrument() -> None:
     pipe_cls.__init__ = __init__  # type: ignore[method-assign]
     pipe_cls.send = send  # type: ignore[method-assign]
     pipe_cls._run = _run  # type: ignore[method-assign]
+
+    orig_gs_init = GroupSync.__init__
+
+    def gs_init(self: Any, sync_fn: Any, *a: Any, **k: Any) -> None:
+        def timed() -> None:
+            t = now()
+            try:
+                sync_fn()
+            finally:
+                sync_calls.append((now() - t) * 1e3)
+
+        orig_gs_init(self, timed, *a, **k)
+
+    GroupSync.__init__ = gs_init  # type: ignore[method-assign]
 
     orig_sync = GroupSync.sync
 
@@ -401,6 +416,14 @@ async def run(args: argparse.Namespace, cp: str) -> dict[str, Any]:
         "server_cpu_s_per_GiB": round((c1 - c0) / max(nbytes, 1) * 2**30, 2),
         "busy_share": round(sum(r["handled"] for r in rows) / 1e3 / (t1 - t0), 3),
         "phases_ms": summary(rows) if rows else {},
+        "sync_calls": len(sync_calls),
+        "sync_call_ms": {
+            "median": round(statistics.median(sync_calls), 3),
+            "p90": round(pct(sync_calls, 0.9), 3),
+            "p99": round(pct(sync_calls, 0.99), 3),
+        }
+        if sync_calls
+        else None,
         "requests": rows if args.out else None,
     }
 
@@ -447,6 +470,13 @@ def main() -> None:
         s = ph[k]
         print(
             f"  {k:10} {s['median']:8.2f} {s['p90']:8.2f} {s['p99']:8.2f} {s['max']:8.2f} {s['mean']:8.2f}",
+            file=sys.stderr,
+        )
+    if res["sync_call_ms"]:
+        c = res["sync_call_ms"]
+        print(
+            f"  {res['sync_calls']} wal.sync() calls by the group sync, ms inside each: "
+            f"median {c['median']:.2f}, p90 {c['p90']:.2f}, p99 {c['p99']:.2f}",
             file=sys.stderr,
         )
     if args.out:
