@@ -6,8 +6,17 @@ caller used to need its own worker thread to wait in: one thread hop per request
 which on a busy two-core machine costs more CPU than the produce itself (waking a
 thread, handing the GIL back and forth). Here the waiting is done in trio: the first
 caller starts a round (one ``wal.sync()`` in a worker thread), and every caller that
-arrives while it runs waits for the round after it, which then starts once and covers
-them all. A round covers every append that returned before the round started.
+arrives while it runs waits for a round started after its appends. A round covers every
+append that returned before the round started.
+
+Two rounds may be under way at once: while one round's fsync runs, the next one is
+already started, its thread waiting inside the core's group commit, which leads it the
+moment the running fsync ends (or returns at once if that fsync covered it). So an answer
+appended during a round waits for the rest of that round and one fsync, not also for the
+hops back to the event loop and out to a new thread in between. The core decides what
+each fsync covers (csrc/sync.c); this class only keeps at most two callers of
+``wal.sync()`` waiting at once, so that the answers pending on a listener share them
+instead of taking a thread each.
 """
 
 from __future__ import annotations
@@ -16,6 +25,11 @@ from collections.abc import Callable
 
 import trio
 
+# wal.sync() calls under way at once: the one whose fsync runs and the next one, parked in
+# the core until it ends. A third could only start after the second's, with nothing more
+# to cover.
+ROUNDS_IN_FLIGHT = 2
+
 
 class GroupSync:
     def __init__(self, sync: Callable[[], None], limiter: trio.CapacityLimiter | None = None) -> None:
@@ -23,7 +37,8 @@ class GroupSync:
         self._limiter = limiter
         self._started = 0  # rounds started
         self._finished = 0  # rounds finished (successfully or not)
-        self._running = False
+        self._covered = 0  # the latest round that succeeded: every round up to it is covered
+        self._in_flight = 0
         self._round_done = trio.Event()
         # The first failed round and its error. A failed sync fails the WAL for good (it
         # refuses appends until reopened), so every later round fails as well.
@@ -34,7 +49,7 @@ class GroupSync:
 
     def covering_round(self) -> int:
         """The first round that covers every append that has returned by now: a round
-        already running may have started before them, so the one after it."""
+        already started may have read what it covers before them, so the one after it."""
         return self._started + 1
 
     async def sync(self, need: int | None = None) -> None:
@@ -46,23 +61,31 @@ class GroupSync:
         self.callers += 1
         if need is None:
             need = self.covering_round()
-        while self._finished < need:
-            if self._running:
+        while self._covered < need:
+            if self._error is not None and need >= self._failed_round:
+                raise self._error
+            if self._started < need and self._in_flight < ROUNDS_IN_FLIGHT:
+                await self._round()
+            else:
                 await self._round_done.wait()
-                continue
-            self._running = True
-            self._started += 1
-            this_round = self._started
-            try:
-                self.rounds += 1
-                await trio.to_thread.run_sync(self._sync, limiter=self._limiter)
-            except Exception as e:
-                if self._error is None:
-                    self._failed_round, self._error = this_round, e
-            finally:
-                self._running = False
-                self._finished = this_round
-                done, self._round_done = self._round_done, trio.Event()
-                done.set()
-        if self._error is not None and need >= self._failed_round:
-            raise self._error
+
+    async def _round(self) -> None:
+        """Runs one round in this caller's task (a caller starts only the round it needs).
+        A round that succeeds covers every round started before it too: everything
+        appended before it started is durable once its wal.sync() returns."""
+        self._in_flight += 1
+        self._started += 1
+        this_round = self._started
+        try:
+            self.rounds += 1
+            await trio.to_thread.run_sync(self._sync, limiter=self._limiter)
+        except Exception as e:
+            if self._error is None or this_round < self._failed_round:
+                self._failed_round, self._error = this_round, e
+        else:
+            self._covered = max(self._covered, this_round)
+        finally:
+            self._in_flight -= 1
+            self._finished += 1
+            done, self._round_done = self._round_done, trio.Event()
+            done.set()
