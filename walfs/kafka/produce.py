@@ -189,6 +189,7 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
         # next requests meanwhile, which then share this sync round or the next
         # (pipeline.py, group_sync.py).
         need = broker.durable.covering_round()
+        broker.durable.start(need)  # under way while the answers before this one wait
 
         async def synced() -> Any:
             try:
