@@ -161,10 +161,19 @@ int walfs_stream_marks(walfs_t *wal, uint32_t stream_no, walfs_marks_t *out)
 }
 
 /* Called with sync_lock held and no sync running; returns with sync_lock held. */
+/* Milliseconds on the monotonic clock: the interval syncer's schedule must not move with
+ * the wall clock (a step back would postpone its rounds). */
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static int lead_sync(walfs_t *wal)
 {
     wal->sync_running = 1;
-    wal->last_round_ms = now_ms();
+    wal->last_round_ms = mono_ms();
     pthread_mutex_unlock(&wal->sync_lock);
     /* Stream locks are taken outside sync_lock (a leaf). A failed malloc only means this
      * round raises no durable watermark; the next one will. */
@@ -296,11 +305,11 @@ static void *syncer_main(void *arg)
     int64_t interval = (int64_t)wal->opt.fsync_interval_ms;
     int64_t idle_until = 0; /* nothing was dirty: look again then */
     pthread_mutex_lock(&wal->sync_lock);
-    wal->last_round_ms = now_ms();
+    wal->last_round_ms = mono_ms();
     while (!wal->syncer_stop) {
         int64_t due = wal->last_round_ms + interval;
         if (due < idle_until) due = idle_until;
-        int64_t wait = due - now_ms();
+        int64_t wait = due - mono_ms();
         if (wait > 0 || wal->sync_running || atomic_load(&wal->failed)) {
             syncer_wait(wal, wait > 0 ? wait : interval);
             continue;
@@ -312,7 +321,7 @@ static void *syncer_main(void *arg)
         if (dirty && !wal->sync_running)
             lead_sync(wal);
         else
-            idle_until = now_ms() + interval;
+            idle_until = mono_ms() + interval;
     }
     pthread_mutex_unlock(&wal->sync_lock);
     return NULL;
