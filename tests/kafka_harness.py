@@ -188,6 +188,77 @@ def encode_request(api_key: int, version: int, correlation_id: int, body: Any) -
     return struct.pack(">i", len(payload)) + payload
 
 
+def produce_request(
+    topic: str, records: bytes, *, acks: int = -1, correlation_id: int = 5, timeout_s: float = 30.0
+) -> bytes:
+    """A framed Produce (v9) of one record batch to partition 0 of `topic`."""
+    import datetime
+
+    from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
+
+    from walfs.kafka.messages import build
+
+    # build() takes plain values where kio's constructors want its phantom types.
+    body = build(
+        ProduceRequest,
+        transactional_id=None,
+        acks=acks,
+        timeout=datetime.timedelta(seconds=timeout_s),
+        topic_data=(
+            build(
+                TopicProduceData,
+                name=topic,
+                partition_data=(build(PartitionProduceData, index=0, records=records),),
+            ),
+        ),
+    )
+    return encode_request(0, 9, correlation_id, body)
+
+
+def rdkafka_consumer(bootstrap: str, group: str, **extra: Any) -> Any:
+    """A librdkafka (confluent-kafka) consumer from the earliest offset, no auto commit."""
+    from confluent_kafka import Consumer
+
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        **extra,
+    }
+    return Consumer(conf)
+
+
+def poll_messages(c: Any, n: int, timeout: float = 30.0) -> tuple[list[Any], Any]:
+    """(up to n messages, the first error other than partition EOF or None): polls until
+    n messages, an error or `timeout` seconds, whichever comes first."""
+    from confluent_kafka import KafkaError
+
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        err = m.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                continue
+            return got, err
+        got.append(m)
+    return got, None
+
+
+def consume(c: Any, n: int, timeout: float = 30.0) -> list[Any]:
+    """Up to n messages within `timeout` seconds; an error raises KafkaException."""
+    from confluent_kafka import KafkaException
+
+    got, err = poll_messages(c, n, timeout)
+    if err is not None:
+        raise KafkaException(err)
+    return got
+
+
 def api_versions_request(correlation_id: int = 1) -> bytes:
     from kio.schema.api_versions.v3.request import ApiVersionsRequest
 

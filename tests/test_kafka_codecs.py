@@ -6,14 +6,13 @@ listener goes on serving; librdkafka producing with each codec round-trips."""
 from __future__ import annotations
 
 import struct
-import time
 from pathlib import Path
 
 import cramjam
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, Producer
 from crc32c import crc32c
-from kafka_harness import listener
+from kafka_harness import consume, listener, rdkafka_consumer
 
 from walfs.kafka.compression import (
     CODEC_NAMES,
@@ -114,29 +113,12 @@ def test_snappy_xerial_chunk_lengths_are_checked() -> None:
 
 
 def _consume_values(bootstrap: str, topic: str, n: int) -> list[bytes | None]:
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"g-{topic}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    c.subscribe([topic])
-    got: list[bytes | None] = []
-    deadline = time.monotonic() + 60
-    while len(got) < n and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is None:
-            continue
-        err = m.error()
-        if err is not None:
-            if err.code() == KafkaError._PARTITION_EOF:
-                continue
-            raise KafkaException(err)
-        got.append(m.value())
-    c.close()
-    return got
+    c = rdkafka_consumer(bootstrap, f"g-{topic}")
+    try:
+        c.subscribe([topic])
+        return [m.value() for m in consume(c, n, timeout=60)]
+    finally:
+        c.close()
 
 
 @pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])

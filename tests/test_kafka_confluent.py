@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import (
@@ -12,40 +11,12 @@ from confluent_kafka import (
     Consumer,
     KafkaError,
     KafkaException,
-    Message,
     Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka_harness import listener
-
-
-def consume(c: Consumer, n: int, timeout: float = 30.0) -> list[Message]:
-    """Up to n messages, stopping after a bounded time."""
-    got: list[Message] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < n and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is None:
-            continue
-        err = m.error()
-        if err is not None:
-            if err.code() == KafkaError._PARTITION_EOF:
-                continue
-            raise KafkaException(err)
-        got.append(m)
-    return got
-
-
-def consumer(bootstrap: str, group: str, **extra: Any) -> Consumer:
-    conf = {
-        "bootstrap.servers": bootstrap,
-        "group.id": group,
-        "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-        **extra,
-    }
-    return Consumer(conf)
+from kafka_harness import consume, listener
+from kafka_harness import rdkafka_consumer as consumer
 
 
 @pytest.mark.parametrize("acks", ["0", "1", "all"])

@@ -9,12 +9,11 @@ from __future__ import annotations
 import datetime
 import os
 import socket
-import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError
-from kafka_harness import Listener, encode_request, recv_frame
+from confluent_kafka import KafkaError
+from kafka_harness import Listener, encode_request, poll_messages, rdkafka_consumer, recv_frame
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.fetch.v12.response import FetchResponse
 from kio.serial import entity_reader
@@ -118,29 +117,11 @@ def test_kafka_fetch_reports_a_damaged_record_as_corrupt_message(tmp_path: Path)
             assert code == ErrorCode.none and values(records)[:5] == vals[BAD + 1 : BAD + 6]
 
         # librdkafka: the good records, then the error, and never the damaged bytes.
-        c = Consumer(
-            {
-                "bootstrap.servers": lst.bootstrap,
-                "group.id": "g",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
-        )
+        c = rdkafka_consumer(lst.bootstrap, "g")
         try:
             c.subscribe(["t"])
-            got: list[bytes] = []
-            error = None
-            deadline = time.monotonic() + 60
-            while error is None and time.monotonic() < deadline:
-                m = c.poll(0.5)
-                if m is None:
-                    continue
-                if m.error() is not None:
-                    if m.error().code() != KafkaError._PARTITION_EOF:
-                        error = m.error()
-                    continue
-                got.append(m.value())
-            assert got == vals[:BAD]
+            got, error = poll_messages(c, len(vals), timeout=60)
+            assert [m.value() for m in got] == vals[:BAD]
             # librdkafka names Kafka's CORRUPT_MESSAGE (2) INVALID_MSG.
             assert error is not None and error.code() == KafkaError.INVALID_MSG, error
         finally:

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import datetime
 import os
-import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer
-from kafka_harness import Listener
+from kafka_harness import Listener, consume, rdkafka_consumer
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 
 import walfs
@@ -88,22 +86,10 @@ def test_records_on_disk_only_are_read_in_a_thread_and_served_the_same(tmp_path:
         if w.engine.resident("t", 0, 0, 1 << 20):
             raise AssertionError("the segment's pages stayed in the page cache after DONTNEED")
         assert not _readable_inline(broker, request("t", [0], 0))
-        c = Consumer(
-            {
-                "bootstrap.servers": lst.bootstrap,
-                "group.id": "g",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
-        )
+        c = rdkafka_consumer(lst.bootstrap, "g")
         try:
             c.subscribe(["t"])
-            got: list[bytes] = []
-            deadline = time.monotonic() + 120  # bounded; not a speed assertion
-            while len(got) < len(values) and time.monotonic() < deadline:
-                m = c.poll(0.5)
-                if m is not None and m.error() is None:
-                    got.append(m.value())
+            got = [m.value() for m in consume(c, len(values), timeout=120)]  # bounded, not a speed check
         finally:
             c.close()
         assert got == values

@@ -5,14 +5,13 @@ empty line. Stored as meta version 2 with flag 4 (walfs/records.py)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Producer
 from conftest_mount import Mount
-from kafka_harness import listener
+from kafka_harness import consume, listener, rdkafka_consumer
 
 from walfs.records import decode_meta, encode_meta, value_is_null
 
@@ -20,29 +19,12 @@ pytest_plugins = ["conftest_mount"]
 
 
 def _consume(bootstrap: str, topic: str, n: int) -> list[tuple[bytes | None, bytes | None]]:
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "nulls",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    c.subscribe([topic])
-    got: list[tuple[bytes | None, bytes | None]] = []
-    deadline = time.monotonic() + 60
-    while len(got) < n and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is None:
-            continue
-        err = m.error()
-        if err is not None:
-            if err.code() == KafkaError._PARTITION_EOF:
-                continue
-            raise KafkaException(err)
-        got.append((m.key(), m.value()))
-    c.close()
-    return got
+    c = rdkafka_consumer(bootstrap, "nulls")
+    try:
+        c.subscribe([topic])
+        return [(m.key(), m.value()) for m in consume(c, n, timeout=60)]
+    finally:
+        c.close()
 
 
 ROWS: list[tuple[bytes | None, bytes | None]] = [

@@ -13,7 +13,6 @@ same shared round."""
 
 from __future__ import annotations
 
-import datetime
 import errno
 import socket
 import struct
@@ -30,12 +29,11 @@ from kafka_harness import (
     Listener,
     api_versions_request,
     check_alive,
-    encode_request,
+    produce_request,
     raw_connect,
     recv_frame,
     wait_until,
 )
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.produce.v9.response import ProduceResponse
 from kio.serial import entity_reader
 
@@ -43,7 +41,6 @@ import walfs
 from walfs import debug
 from walfs.errors import WalIOError
 from walfs.kafka.group_sync import ROUNDS_IN_FLIGHT
-from walfs.kafka.messages import build
 from walfs.kafka.pipeline import PIPELINE_DEPTH
 from walfs.kafka.record_batch import WireRecord, encode_records_for_test
 
@@ -93,21 +90,9 @@ def gated(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Gate
 
 
 def produce(topic: str, n: int, correlation_id: int, acks: int = -1) -> bytes:
+    """A Produce of n records whose values name the request and the record (b"r<cid>-<i>")."""
     records = encode_records_for_test([WireRecord(None, b"r%d-%d" % (correlation_id, i)) for i in range(n)])
-    body = build(
-        ProduceRequest,
-        transactional_id=None,
-        acks=acks,
-        timeout=datetime.timedelta(seconds=30),
-        topic_data=(
-            build(
-                TopicProduceData,
-                name=topic,
-                partition_data=(build(PartitionProduceData, index=0, records=records),),
-            ),
-        ),
-    )
-    return encode_request(0, 9, correlation_id, body)
+    return produce_request(topic, records, acks=acks, correlation_id=correlation_id)
 
 
 def correlation_id(frame: bytes) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka_harness import SMALL_WAL, Listener, encode_request, raw_connect, recv_frame
+from kafka_harness import SMALL_WAL, Listener, encode_request, produce_request, raw_connect, recv_frame
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from test_kafka_pipeline import produce, produce_answer
 
@@ -108,20 +108,7 @@ def test_under_always_acks_1_is_appended_in_place_and_acks_0_in_a_thread(
 
 def big_produce(topic: str, n: int, size: int, correlation_id: int) -> bytes:
     records = encode_records_for_test([WireRecord(None, bytes([correlation_id]) * size) for _ in range(n)])
-    body = build(
-        ProduceRequest,
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=30),
-        topic_data=(
-            build(
-                TopicProduceData,
-                name=topic,
-                partition_data=(build(PartitionProduceData, index=0, records=records),),
-            ),
-        ),
-    )
-    return encode_request(0, 9, correlation_id, body)
+    return produce_request(topic, records, correlation_id=correlation_id)
 
 
 def test_a_batch_that_needs_a_new_segment_goes_to_a_thread(recorded: tuple[RecordedWal, Listener]) -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest_mount import Mount, cli, is_mounted
+from conftest_mount import Mount, cli, daemon_alive, is_mounted, wait_until
 
 pytest_plugins = ["conftest_mount"]
 
@@ -46,6 +47,24 @@ def test_umount_clears_a_dead_mount(make_mount) -> None:
     res = cli("umount", str(m.path), check=False)
     assert res.returncode == 0, res.stderr
     assert not is_mounted(m.path)
+
+
+def test_a_native_crash_leaves_every_threads_stack_in_the_log(make_mount) -> None:
+    # A segfault in a C extension kills the daemon with no log record; its Python stacks
+    # (faulthandler, on stderr) are the only clue, so a daemon in the background keeps its
+    # stderr on the log file.
+    m: Mount = make_mount()
+    m.start()
+    m.sh("echo x >> t")
+    assert m.pid is not None
+    os.kill(m.pid, signal.SIGSEGV)
+    wait_until(lambda: not daemon_alive(m.pid or 0), what="daemon death")
+    m.pid = None
+    log = m.log.read_text()
+    assert "Fatal Python error: Segmentation fault" in log, log[-2000:]
+    assert "Current thread" in log and 'File "' in log and "trio" in log, log[-2000:]
+    res = cli("umount", str(m.path), check=False)
+    assert res.returncode == 0, res.stderr
 
 
 @pytest.fixture

@@ -10,6 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from walfs._core import ffi, lib
+
+# Every ffi.from_buffer over a caller's buffer is released with `with` before an error
+# leaves the call. A cffi buffer left alive in a frame that an exception's traceback keeps
+# holds an export of the caller's memoryview; when the cyclic garbage collector breaks
+# that traceback's cycle, CPython 3.11 clears the memoryview despite the export and then
+# frees it twice (python/cpython#77894, fixed in 3.12): the process dies of a segfault.
+# tests/test_engine_buffers.py runs every such call into an error this way.
 from walfs.errors import BufferTooSmallError, WalClosedError, WalFailedError, from_errno
 
 FSYNC_MODES = {
@@ -264,20 +271,18 @@ class Engine:
         h = self._enter()
         try:
             out = ffi.new("uint64_t[3]")
-            args = (
-                h,
-                stream_no,
-                len(meta_lens),
-                ffi.from_buffer(data),
-                ffi.from_buffer("uint32_t[]", meta_lens),
-                ffi.from_buffer("uint32_t[]", value_lens),
-            )
-            if nowait:
-                rc = lib.walfs_append_nowait(*args, out, out + 1, out + 2)
-                if rc == -errno.EAGAIN:
-                    return None
-            else:
-                rc = lib.walfs_append(*args, 0, out, out + 1, out + 2)
+            with (
+                ffi.from_buffer(data) as cdata,
+                ffi.from_buffer("uint32_t[]", meta_lens) as cmetas,
+                ffi.from_buffer("uint32_t[]", value_lens) as cvalues,
+            ):
+                args = (h, stream_no, len(meta_lens), cdata, cmetas, cvalues)
+                if nowait:
+                    rc = lib.walfs_append_nowait(*args, out, out + 1, out + 2)
+                else:
+                    rc = lib.walfs_append(*args, 0, out, out + 1, out + 2)
+            if nowait and rc == -errno.EAGAIN:
+                return None
             self._check(rc, "append")
             return int(out[0]), int(out[1]), int(out[2])
         finally:
@@ -294,8 +299,11 @@ class Engine:
             h = self._h
             if h is None:
                 raise WalClosedError(f"WAL {self.path} is closed")
-            data = value if type(value) is bytes else ffi.from_buffer(value)
-            rc = _append_one(h, stream_no, data, len(value), wait)
+            if type(value) is bytes:
+                rc = _append_one(h, stream_no, value, len(value), wait)
+            else:
+                with ffi.from_buffer(value) as data:
+                    rc = _append_one(h, stream_no, data, len(value), wait)
         finally:
             pins.pop()
             if self._h is None:  # close() may be waiting for this call
@@ -315,9 +323,8 @@ class Engine:
                 out = tl.lines_out = ffi.new("uint64_t[3]")
                 tl.lines_n = ffi.new("uint32_t *")
             n = tl.lines_n
-            rc = lib.walfs_append_lines(
-                h, stream_no, ffi.from_buffer(data), len(data), 0, out, out + 1, out + 2, n
-            )
+            with ffi.from_buffer(data) as cdata:
+                rc = lib.walfs_append_lines(h, stream_no, cdata, len(data), 0, out, out + 1, out + 2, n)
             self._check(rc, "append")
             return int(out[0]), int(out[1]), int(out[2]), int(n[0])
         finally:
@@ -433,10 +440,10 @@ class Engine:
             while True:
                 buf, recs = self._buffers(buflen, max_records)
                 needed = ffi.new("uint64_t *")
-                cbuf = ffi.from_buffer(buf)
-                rc = lib.walfs_read_offset(
-                    h, stream_no, offset, max_records, max_bytes, cbuf, len(buf), recs, needed
-                )
+                with ffi.from_buffer(buf) as cbuf:
+                    rc = lib.walfs_read_offset(
+                        h, stream_no, offset, max_records, max_bytes, cbuf, len(buf), recs, needed
+                    )
                 if rc == -errno.ENOBUFS:
                     buflen = int(needed[0])
                     continue
@@ -460,18 +467,13 @@ class Engine:
         h = self._enter()
         try:
             needed = ffi.new("uint64_t *")
-            cbuf = ffi.from_buffer(buf, require_writable=True)
-            rc = lib.walfs_read_offset(
-                h,
-                stream_no,
-                offset,
-                max_records,
-                max_bytes,
-                cbuf,
-                len(cbuf),
-                ffi.from_buffer("walfs_rec_t[]", recs, require_writable=True),
-                needed,
-            )
+            with (
+                ffi.from_buffer(buf, require_writable=True) as cbuf,
+                ffi.from_buffer("walfs_rec_t[]", recs, require_writable=True) as crecs,
+            ):
+                rc = lib.walfs_read_offset(
+                    h, stream_no, offset, max_records, max_bytes, cbuf, len(cbuf), crecs, needed
+                )
             if rc == -errno.ENOBUFS:
                 raise BufferTooSmallError(int(needed[0]))
             if rc == -errno.EBADMSG:
@@ -561,8 +563,8 @@ class Engine:
         """Copies up to size bytes of the view from position into buf; returns the count."""
         h = self._enter()
         try:
-            out = ffi.from_buffer(buf, require_writable=True)
-            n = lib.walfs_read_bytes(h, stream_no, position, out, size)
+            with ffi.from_buffer(buf, require_writable=True) as out:
+                n = lib.walfs_read_bytes(h, stream_no, position, out, size)
             if n == -errno.EBADMSG:
                 raise from_errno(n, f"a record near byte {position} of stream {stream_no} is corrupt")
             return self._check(n, "read_bytes")

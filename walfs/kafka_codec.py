@@ -20,8 +20,7 @@ def decode_kafka_records(body: Any, count: int, base_ts: int) -> tuple[bytearray
     values = array.array("I", bytes(4 * count))
     needed = ffi.new("uint64_t *")
     size = len(body) + 32 * count + 64
-    # Released on the way out (not left to the garbage collector: a cffi buffer over a
-    # memoryview that an exception's traceback keeps alive crashed the collector).
+    # Released on the way out, as every cffi buffer over a caller's (walfs/engine.py).
     with ffi.from_buffer(body) as cbody:
         while True:
             out = bytearray(size)
@@ -51,15 +50,15 @@ def encode_kafka_batch(buf: Any, recs: Any, n: int) -> bytes | bytearray:
     sends it as it is). Raises ValueError for a meta section that does not parse."""
     if n == 0:
         return b""
-    cbuf = ffi.from_buffer(buf)
-    crecs = ffi.from_buffer("walfs_rec_t[]", recs)
     needed = ffi.new("uint64_t *")
-    # A sizing call first (nothing written), then the batch into a buffer of its size.
-    rc = lib.walfs_kafka_batch(cbuf, crecs, n, ffi.NULL, 0, needed)
-    if rc == -errno.ENOBUFS:
-        out = bytearray(int(needed[0]))
-        if lib.walfs_kafka_batch(cbuf, crecs, n, ffi.from_buffer(out), len(out), needed) == len(out):
-            return out
+    # Released on the way out, as every cffi buffer over a caller's (walfs/engine.py).
+    with ffi.from_buffer(buf) as cbuf, ffi.from_buffer("walfs_rec_t[]", recs) as crecs:
+        # A sizing call first (nothing written), then the batch into a buffer of its size.
+        rc = lib.walfs_kafka_batch(cbuf, crecs, n, ffi.NULL, 0, needed)
+        if rc == -errno.ENOBUFS:
+            out = bytearray(int(needed[0]))
+            if lib.walfs_kafka_batch(cbuf, crecs, n, ffi.from_buffer(out), len(out), needed) == len(out):
+                return out
     raise ValueError("a record's meta section does not parse")
 
 

@@ -9,6 +9,7 @@ the helper must return, with the mount up.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import sys
@@ -305,6 +306,10 @@ def limit_option(text: str | None, name: str) -> int | None:
 
 
 def setup_logging(level: str, path: str | None) -> None:
+    """Log records to `path` (stderr when None). A crash in native code (a segfault, an
+    abort) also leaves every thread's Python stack on stderr (faulthandler); a daemon in
+    the background has its stderr on the log file for this (see _daemonize)."""
+    faulthandler.enable(all_threads=True)
     handler: logging.Handler
     handler = logging.FileHandler(path) if path else logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
@@ -372,9 +377,15 @@ def _daemonize(config: object, log_opts: dict[str, str]) -> int:
         os.setsid()
         os.chdir("/")
         devnull = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(devnull, fd)
-        os.close(devnull)
+        # stderr on the log file: what native code prints (libfuse's messages, a fatal
+        # error's stacks from faulthandler) lands beside the log records.
+        err = devnull
+        if log_opts["file"]:
+            err = os.open(log_opts["file"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+        for fd, src in ((0, devnull), (1, devnull), (2, err)):
+            os.dup2(src, fd)
+        for fd in {devnull, err}:
+            os.close(fd)
         setup_logging(log_opts["level"], log_opts["file"] or os.devnull)
 
         def ready() -> None:

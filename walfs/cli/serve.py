@@ -8,6 +8,7 @@ that passed port 0 learns the port."""
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import signal
 import sys
@@ -159,6 +160,7 @@ async def _serve(
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    faulthandler.enable(all_threads=True)  # a native crash leaves every thread's stack on stderr
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(name)s %(levelname)s %(message)s",

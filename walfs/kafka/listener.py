@@ -118,7 +118,8 @@ async def _serve_connection(
                 await io.do_handshake()
             if session is None:
                 gate.deadline = math.inf
-            async with response_pipe(io) as pipe, read_ahead(reader) as frames:
+            drain_on = (FrameError, CloseConnection)  # the requests before the bad one get their answers
+            async with response_pipe(io, drain_on=drain_on) as pipe, read_ahead(reader) as frames:
                 while True:
                     payload = await frames.next_frame()
                     if payload is None:

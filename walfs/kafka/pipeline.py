@@ -26,6 +26,8 @@ from walfs.kafka.messages import Encoded
 
 # Answers a connection may owe at once (requests read ahead of their answers).
 PIPELINE_DEPTH = 16
+# How long a connection closing on a bad request still sends the answers it owes.
+DRAIN_S = 30.0
 
 # (api name, seconds, failed) -> None: the listener's request latency metric.
 Observe = Callable[[str, float, bool], None]
@@ -64,19 +66,34 @@ class ResponsePipe:
 
 @asynccontextmanager
 async def response_pipe(
-    stream: trio.abc.SendStream, depth: int = PIPELINE_DEPTH
+    stream: trio.abc.SendStream,
+    depth: int = PIPELINE_DEPTH,
+    *,
+    drain_on: tuple[type[BaseException], ...] = (),
 ) -> AsyncIterator[ResponsePipe]:
     """A ResponsePipe with its sending task. On a normal exit every queued answer is sent
     first; an error in the reader or in the sender ends both, and is raised as itself (not
-    as an exception group), so the connection's handlers see the same errors as before."""
+    as an exception group), so the connection's handlers see the same errors as before.
+
+    An error of a type in ``drain_on`` (the client's bad frame, a request the protocol
+    forbids) ends the reading only: the answers already queued are still sent, within
+    DRAIN_S, and then it is raised. Those requests were handled (a produce's records are
+    in the log): a producer left without their answers would send the records again."""
     pipe = ResponsePipe(stream, depth)
+    closing: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pipe._run)
             async with pipe._send:
-                yield pipe
+                try:
+                    yield pipe
+                except drain_on as e:
+                    closing = e
+                    nursery.cancel_scope.deadline = trio.current_time() + DRAIN_S
     except BaseExceptionGroup as group:
         err = only_error(group)
         if err is group:
             raise
         raise err from err.__cause__  # as itself, its own cause kept
+    if closing is not None:
+        raise closing
