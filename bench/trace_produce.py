@@ -24,6 +24,12 @@ Per Produce request, in milliseconds:
   sync     wait for the covering sync round (interval, always; 0 under never)
   send     the answer written to the socket
   total    first bytes -> answer sent
+  appended first bytes -> the handler returned (the records in the log)
+  durable  first bytes -> the answer's sync returned (= appended under never)
+  rounds   sync rounds that finished while the answer waited for its sync
+  inflight produce requests of the connection read and not yet answered when this one's
+           first bytes arrived (the producer's window as the server sees it; the Java
+           producer keeps up to max.in.flight.requests.per.connection=5)
 
 Printed as median / p90 / p99 / max per phase, with the requests' size, the server's CPU
 seconds (this process, all threads) per million records and per GiB, and the tool's own
@@ -31,6 +37,9 @@ summary line (rec/s, latency percentiles). --producers N runs N tools at once (r
 split among them; records/s in all over the longest one's time, as bench_vs_kafka.py).
 The server sets malloc as `walfs serve` does (walfs/cli/malloc_tuning.py). JSON with every
 request's phases with --out.
+With --kafka the same tool also runs against Apache Kafka (a single KRaft node, default
+settings, 1 GiB heap) in the same run, just before the walfs run, and its own summary line
+(rec/s, average and p50/p99 latency) is printed beside walfs's.
 The figures are for comparing phases within one run: the machine's other load moves them.
 """
 
@@ -54,7 +63,7 @@ import trio
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # walfs itself: this tree, or PYTHONPATH (ab_trees.py)
 
-from real_kafka import classpath  # noqa: E402
+from real_kafka import KafkaBroker, classpath  # noqa: E402
 
 import walfs.kafka.dispatch as dispatch_mod  # noqa: E402
 import walfs.kafka.framing as framing  # noqa: E402
@@ -81,6 +90,10 @@ PHASES = (
     "sync",
     "send",
     "total",
+    "appended",
+    "durable",
+    "rounds",
+    "inflight",
 )
 
 _RATE = re.compile(r"([\d.]+) records/sec")
@@ -90,6 +103,8 @@ pipe_queue: contextvars.ContextVar[deque[dict[str, Any]] | None] = contextvars.C
     "pipe_queue", default=None
 )
 requests: list[dict[str, Any]] = []
+unanswered = [0]  # produce requests read and not yet answered (one connection produces)
+sync_calls: list[float] = []  # ms inside each wal.sync() the listener's group sync made
 by_payload: dict[int, dict[str, Any]] = {}  # frames read, not yet dispatched
 
 
@@ -109,6 +124,9 @@ def instrument() -> None:
         payload = await orig_next(self)
         if payload is not None:
             rec = {"api": api_name(payload), "bytes": len(payload), "first": self._t_first, "read": now()}
+            if rec["api"] == "Produce":
+                rec["inflight"] = unanswered[0]
+                unanswered[0] += 1
             by_payload[id(payload)] = rec
             requests.append(rec)
         return payload
@@ -220,16 +238,33 @@ def instrument() -> None:
     pipe_cls.send = send  # type: ignore[method-assign]
     pipe_cls._run = _run  # type: ignore[method-assign]
 
+    orig_gs_init = GroupSync.__init__
+
+    def gs_init(self: Any, sync_fn: Any, *a: Any, **k: Any) -> None:
+        def timed() -> None:
+            t = now()
+            try:
+                sync_fn()
+            finally:
+                sync_calls.append((now() - t) * 1e3)
+
+        orig_gs_init(self, timed, *a, **k)
+
+    GroupSync.__init__ = gs_init  # type: ignore[method-assign]
+
     orig_sync = GroupSync.sync
 
     async def sync(self: Any, need: Any = None) -> None:
         q = pipe_queue.get()
         t = now()
+        finished = getattr(self, "_finished", 0)
         try:
             await orig_sync(self, need)
         finally:
             if q:
                 q[0]["sync"] = (now() - t) * 1e3
+                q[0]["synced_at"] = now()
+                q[0]["rounds"] = getattr(self, "_finished", 0) - finished
 
     GroupSync.sync = sync  # type: ignore[method-assign]
 
@@ -243,6 +278,8 @@ def instrument() -> None:
         if rec is not None:
             q.popleft()  # type: ignore[union-attr]
             rec["send_start"], rec["sent"] = t, now()
+            if rec["api"] == "Produce":
+                unanswered[0] -= 1
 
     pipeline.send_frame = send_frame
 
@@ -259,6 +296,10 @@ def phases(rec: dict[str, Any]) -> dict[str, float] | None:
         "sync": rec.get("sync", 0.0),
         "send": (rec["sent"] - rec["send_start"]) * 1e3,
         "total": (rec["sent"] - rec["first"]) * 1e3,
+        "appended": (rec["handled_at"] - rec["first"]) * 1e3,
+        "durable": (rec.get("synced_at", rec["handled_at"]) - rec["first"]) * 1e3,
+        "rounds": float(rec.get("rounds", 0)),
+        "inflight": float(rec.get("inflight", 0)),
     }
     for k in ("decode", "hop_in", "check", "append", "hop_out"):
         ms[k] = rec.get(k, 0.0)
@@ -286,6 +327,35 @@ def summary(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
     return out
 
 
+def tool_cmd(cp: str, bootstrap: str, records: int, size: int) -> list[str]:
+    return [
+        "java", "-Xmx512m", "-XX:+UseSerialGC", "-cp", cp,
+        "org.apache.kafka.tools.ProducerPerformance",
+        "--topic", "t", "--num-records", str(records), "--record-size", str(size),
+        "--throughput", "-1", "--producer-props", f"bootstrap.servers={bootstrap}",
+        "acks=all", "linger.ms=5", "batch.size=1048576",
+    ]  # fmt: skip
+
+
+def kafka_run(args: argparse.Namespace, cp: str) -> str:
+    """The tool's summary line against Apache Kafka (one producer, same settings)."""
+    import subprocess
+
+    with KafkaBroker(heap="1g") as broker:
+        proc = subprocess.run(
+            tool_cmd(cp, broker.bootstrap, args.records, SIZES[args.size]),
+            capture_output=True,
+            text=True,
+            timeout=args.timeout,
+            check=False,
+        )
+    lines = [ln for ln in proc.stdout.splitlines() if "records sent" in ln]
+    if proc.returncode != 0 or not lines:
+        why = f"ProducerPerformance against Kafka failed ({proc.returncode})"
+        raise SystemExit(f"{why}:\n{proc.stderr[-2000:]}")
+    return lines[-1]
+
+
 def cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -305,23 +375,20 @@ async def run(args: argparse.Namespace, cp: str) -> dict[str, Any]:
                 procs: list[Any] = [None] * args.producers
 
                 async def producer(i: int) -> None:
-                    cmd = [
-                        "java", "-Xmx512m", "-XX:+UseSerialGC", "-cp", cp,
-                        "org.apache.kafka.tools.ProducerPerformance",
-                        "--topic", "t", "--num-records", str(shares[i]), "--record-size", str(size),
-                        "--throughput", "-1", "--producer-props", f"bootstrap.servers=127.0.0.1:{port}",
-                        "acks=all", "linger.ms=5", "batch.size=1048576",
-                    ]  # fmt: skip
+                    cmd = tool_cmd(cp, f"127.0.0.1:{port}", shares[i], size)
                     procs[i] = await trio.run_process(
                         cmd, capture_stdout=True, capture_stderr=True, check=False
                     )
 
+                report = getattr(wal, "report", dict)
+                s0 = report().get("syncs", 0)
                 c0, t0 = cpu(), now()
                 with trio.fail_after(args.timeout):
                     async with trio.open_nursery() as producers:
                         for i in range(args.producers):
                             producers.start_soon(producer, i)
                 c1, t1 = cpu(), now()
+                fsync_rounds = report().get("syncs", 0) - s0
                 nursery.cancel_scope.cancel()
         finally:
             wal.close()
@@ -352,6 +419,15 @@ async def run(args: argparse.Namespace, cp: str) -> dict[str, Any]:
         "server_cpu_s_per_GiB": round((c1 - c0) / max(nbytes, 1) * 2**30, 2),
         "busy_share": round(sum(r["handled"] for r in rows) / 1e3 / (t1 - t0), 3),
         "phases_ms": summary(rows) if rows else {},
+        "sync_calls": len(sync_calls),
+        "fsync_rounds": fsync_rounds,
+        "sync_call_ms": {
+            "median": round(statistics.median(sync_calls), 3),
+            "p90": round(pct(sync_calls, 0.9), 3),
+            "p99": round(pct(sync_calls, 0.99), 3),
+        }
+        if sync_calls
+        else None,
         "requests": rows if args.out else None,
     }
 
@@ -364,8 +440,10 @@ def main() -> None:
     ap.add_argument("--producers", type=int, default=1, help="ProducerPerformance processes at once")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--out", help="JSON with every request's phases")
+    ap.add_argument("--kafka", action="store_true", help="also run the tool against Apache Kafka first")
     args = ap.parse_args()
     cp = classpath()
+    kafka_line = kafka_run(args, cp) if args.kafka else None
     try:  # as `walfs serve` does (an old tree, for ab_trees.py, may not have it)
         from walfs.cli.malloc_tuning import keep_freed_buffers
     except ImportError:
@@ -374,12 +452,15 @@ def main() -> None:
         keep_freed_buffers()
     instrument()
     res = trio.run(run, args, cp)
+    res["kafka_tool"] = kafka_line
     print(
         f"{res['size']} x {res['records']} --fsync {res['fsync']}, {res['producers']} producer(s):",
         file=sys.stderr,
     )
     for line in res["tools"]:
         print(f"  {line}", file=sys.stderr)
+    if kafka_line:
+        print(f"  Apache Kafka (default settings), same tool: {kafka_line}", file=sys.stderr)
     print(
         f"  {res['records_per_s']} records/s in all, {res['produce_requests']} produce requests, "
         f"server CPU {res['server_cpu_s']} s "
@@ -393,6 +474,14 @@ def main() -> None:
         s = ph[k]
         print(
             f"  {k:10} {s['median']:8.2f} {s['p90']:8.2f} {s['p99']:8.2f} {s['max']:8.2f} {s['mean']:8.2f}",
+            file=sys.stderr,
+        )
+    if res["sync_call_ms"]:
+        c = res["sync_call_ms"]
+        print(
+            f"  {res['sync_calls']} wal.sync() calls by the group sync, {res['fsync_rounds']} fsync rounds "
+            "in the core (every leader), ms inside each call: "
+            f"median {c['median']:.2f}, p90 {c['p90']:.2f}, p99 {c['p99']:.2f}",
             file=sys.stderr,
         )
     if args.out:

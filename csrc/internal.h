@@ -158,6 +158,7 @@ struct walfs {
     pthread_mutex_t sync_lock;
     pthread_cond_t sync_cond;
     int sync_running;
+    int64_t last_round_ms;  /* when the last sync round started (sync.c mono_ms); under sync_lock */
     uint64_t durable_ticket;
     atomic_ullong ticket;
     atomic_int failed;

@@ -161,9 +161,19 @@ int walfs_stream_marks(walfs_t *wal, uint32_t stream_no, walfs_marks_t *out)
 }
 
 /* Called with sync_lock held and no sync running; returns with sync_lock held. */
+/* Milliseconds on the monotonic clock: the interval syncer's schedule must not move with
+ * the wall clock (a step back would postpone its rounds). */
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static int lead_sync(walfs_t *wal)
 {
     wal->sync_running = 1;
+    wal->last_round_ms = mono_ms();
     pthread_mutex_unlock(&wal->sync_lock);
     /* Stream locks are taken outside sync_lock (a leaf). A failed malloc only means this
      * round raises no durable watermark; the next one will. */
@@ -272,23 +282,46 @@ static int any_dirty(walfs_t *wal)
     return dirty;
 }
 
+/* Waits on syncer_cond (with sync_lock held) for up to ms milliseconds. */
+static void syncer_wait(walfs_t *wal, int64_t ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)ms * 1000000ull;
+    until.tv_sec += (time_t)(ns / 1000000000ull);
+    until.tv_nsec = (long)(ns % 1000000000ull);
+    pthread_cond_timedwait(&wal->syncer_cond, &wal->sync_lock, &until);
+}
+
+/* fsync="interval": a round is due one interval after the last round started, whoever led
+ * it (this thread, sync(), an fsync="always" append, the Kafka listener's rounds through
+ * sync()). A round that ran meanwhile already bounds how long an append stays unsynced
+ * (it is covered by the first round that starts after it, at most one interval after the
+ * round before), so the syncer adds no fsync beside callers that sync often: such a
+ * round only made the next caller's sync wait for it and then run its own. */
 static void *syncer_main(void *arg)
 {
     walfs_t *wal = arg;
+    int64_t interval = (int64_t)wal->opt.fsync_interval_ms;
+    int64_t idle_until = 0; /* nothing was dirty: look again then */
     pthread_mutex_lock(&wal->sync_lock);
+    wal->last_round_ms = mono_ms();
     while (!wal->syncer_stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)wal->opt.fsync_interval_ms * 1000000ull;
-        until.tv_sec += (time_t)(ns / 1000000000ull);
-        until.tv_nsec = (long)(ns % 1000000000ull);
-        pthread_cond_timedwait(&wal->syncer_cond, &wal->sync_lock, &until);
-        if (wal->syncer_stop) break;
-        if (wal->sync_running || atomic_load(&wal->failed)) continue;
+        int64_t due = wal->last_round_ms + interval;
+        if (due < idle_until) due = idle_until;
+        int64_t wait = due - mono_ms();
+        if (wait > 0 || wal->sync_running || atomic_load(&wal->failed)) {
+            syncer_wait(wal, wait > 0 ? wait : interval);
+            continue;
+        }
         pthread_mutex_unlock(&wal->sync_lock);
         int dirty = any_dirty(wal);
         pthread_mutex_lock(&wal->sync_lock);
-        if (dirty && !wal->sync_running && !wal->syncer_stop) lead_sync(wal);
+        if (wal->syncer_stop) break;
+        if (dirty && !wal->sync_running)
+            lead_sync(wal);
+        else
+            idle_until = mono_ms() + interval;
     }
     pthread_mutex_unlock(&wal->sync_lock);
     return NULL;

@@ -1,7 +1,7 @@
 """A produce is appended in place, on the listener's event loop, when the engine takes the
 batch without waiting (LogEngine.append_nowait), and in a worker thread otherwise
 (walfs/kafka/produce.py): the first produce to a new topic (it creates it), a batch that
-needs a new segment, acks=1 under fsync="always" (its append waits for the fsync), an
+needs a new segment, acks=0 under fsync="always" (its append waits for the fsync), an
 idempotent producer the listener does not know (its check searches the log), the
 partitions of a request past its first 2 MiB in place. The engine's
 append calls are recorded with the thread they ran on; the records are read back."""
@@ -81,15 +81,29 @@ def test_a_produce_to_an_existing_topic_is_appended_on_the_event_loop(
 
 
 @pytest.mark.parametrize("recorded", ["always"], indirect=True)
-def test_acks_1_under_always_is_appended_in_a_thread(recorded: tuple[RecordedWal, Listener]) -> None:
-    # Its append waits for the fsync (acked means durable without the listener's sync).
+def test_under_always_acks_1_is_appended_in_place_and_acks_0_in_a_thread(
+    recorded: tuple[RecordedWal, Listener],
+) -> None:
+    # acks=1 waits for the shared sync round, as acks=-1 (Broker.answer_syncs): its append
+    # does not wait, so it goes in place, and the answer still comes once durable. acks=0
+    # has no answer to hold: its append is the plain one, durable when it returns, which
+    # waits for the fsync and so runs in a worker thread.
     wal, lst = recorded
     with raw_connect(lst.port) as s:
         for k in range(1, 4):
             s.sendall(produce("t", 2, k, acks=1))
             assert produce_answer(recv_frame(s)) == (k, 0, 2 * (k - 1))
-    assert [(name, on_loop) for name, on_loop, _ in wal.calls] == [("append", False)] * 3
-    assert wal.durable_watermark("t") == 6
+            assert wal.durable_watermark("t") == 2 * k
+        s.sendall(produce("t", 3, 4, acks=0) + produce("t", 1, 5, acks=1))
+        assert produce_answer(recv_frame(s)) == (5, 0, 9)
+    assert [(name, on_loop) for name, on_loop, _ in wal.calls] == [
+        ("append_unsynced", False),  # creates the topic
+        ("append_nowait", True),
+        ("append_nowait", True),
+        ("append", False),  # acks=0
+        ("append_nowait", True),
+    ]
+    assert wal.durable_watermark("t") == 10
 
 
 def big_produce(topic: str, n: int, size: int, correlation_id: int) -> bytes:

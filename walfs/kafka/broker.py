@@ -80,18 +80,27 @@ class Broker:
         walfs/kafka/produce.py): with an engine that has an fsync policy (the local one; the
         cluster engine's appends are round trips), when the append would not wait for
         durability: "never" and "interval" always, "always" only for an ``unsynced``
-        append (acks=-1, synced by the listener before it answers)."""
+        append (one whose answer waits for the shared sync round: answer_syncs)."""
         fsync = getattr(self.wal, "fsync", None)
         return fsync in ("never", "interval") or (fsync == "always" and unsynced)
 
-    @property
-    def acks_all_syncs(self) -> bool:
-        """Whether an acks=-1 answer waits for a ``wal.sync()``: under the engine's fsync
-        policy, the one durability policy (docs/durability.md). "never": no, acks=-1 is
-        answered once the records are in the log (the page cache, which survives SIGKILL
-        of the process but not a power cut), as Kafka's single broker answers acks=all
-        without an fsync. "interval", "always" (and any other engine): yes; the records
-        are appended without the engine's own wait (``append_unsynced``), so under
-        "always" too the connection reads its next requests while the sync runs, and the
-        answers waiting at once share it (walfs/kafka/produce.py)."""
-        return getattr(self.wal, "fsync", None) != "never"
+    def answer_syncs(self, acks: int) -> bool:
+        """Whether a produce's answer waits for the shared sync round (``durable``, one
+        ``wal.sync()`` for every answer waiting at once) under the engine's fsync policy,
+        the one durability policy (docs/durability.md). When it does, the records are
+        appended without the engine's own wait (``append_unsynced``): the shared round is
+        the produce path's only durability wait, and the connection reads its next
+        requests while it runs (walfs/kafka/produce.py).
+
+        - acks=-1: yes under "interval" and "always" (and any engine without a policy);
+          no under "never": answered once the records are in the log (the page cache,
+          which survives SIGKILL of the process but not a power cut), as Kafka's single
+          broker answers acks=all without an fsync.
+        - acks=1: under "always" only, where every append is durable before it is
+          reported; under "interval" and "never" it is answered once in the log, as
+          any append of those policies returns.
+        - acks=0: no (there is no answer; the append takes the engine's own policy)."""
+        fsync = getattr(self.wal, "fsync", None)
+        if acks == -1:
+            return fsync != "never"
+        return acks == 1 and fsync == "always"

@@ -1,13 +1,14 @@
 """Produce (and InitProducerId, which idempotent producers call first).
 
 All batches for one partition in a request become one ``wal.append_bodies`` call,
-so they survive a crash together or not at all. acks=-1 answers under the engine's
-fsync policy (Broker.acks_all_syncs): under "interval" and "always" the records are
-appended without the engine's own wait (``append_unsynced``) and the answer is a
-``Later`` that waits for ``wal.sync()`` first, shared with every answer waiting then;
-under "never" it is answered once the records are in the log (page cache), as Kafka's
-single broker does. acks=1 and acks=0 use the plain append (under "always" it returns
-once durable).
+so they survive a crash together or not at all. The answer waits for durability where
+the engine's fsync policy asks for it (Broker.answer_syncs: acks=-1 under "interval" and
+"always", acks=1 under "always"): the records are appended without the engine's own wait
+(``append_unsynced``) and the answer is a ``Later`` that waits for the shared sync round
+(group_sync.py), the produce path's one durability wait. Otherwise it is answered once
+the records are in the log (page cache): acks=-1 under "never", as Kafka's single broker
+does, and acks=1 under "interval" and "never". acks=0 has no answer and uses the plain
+append (under "always" it returns once durable).
 
 A partition's records are appended in place, on the event loop, when the engine takes them
 without waiting (``LogEngine.append_nowait``: an existing stream, no new segment, no lock
@@ -15,7 +16,7 @@ held elsewhere) and the append would not wait for durability anyway, up to
 IN_PLACE_MAX_BYTES of a request's records: no worker-thread
 hop, which cost more than the append itself (docs/benchmarks.md). Anything that may wait
 (creating a topic, an idempotent producer's first batch after a restart, which searches
-the log, retention's back-pressure, a new segment, acks=1 under "always") goes to a
+the log, retention's back-pressure, a new segment, acks=0 under "always") goes to a
 worker thread as before, from the start: nothing is half done in place."""
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ def _append_partition(
 ) -> tuple[ErrorCode, int, int]:
     """(error, base offset, log start offset); runs in a worker thread, or with ``in_place``
     on the event loop, where it raises _WouldWait, nothing appended, at the first step that
-    could wait. ``unsynced``: the caller syncs before it answers (acks=-1), so the append
-    does not wait for durability."""
+    could wait. ``unsynced``: the caller syncs before it answers (Broker.answer_syncs), so
+    the append does not wait for durability."""
     wal = broker.wal
     count = broker.catalog.partition_count(topic)
     # A first produce to partition 0 creates the topic, as an append through the
@@ -151,8 +152,9 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
     results: list[tuple[str, list[tuple[int, ErrorCode, int, int]]]] = []
     invalid: dict[tuple[str, int], InvalidRecords] = {}
     appended = False
-    # acks=-1 syncs below, after all partitions are appended (and meanwhile reads on).
-    unsynced = req.acks == -1 and broker.acks_all_syncs
+    # The answer waits for the shared sync round below, after all partitions are appended
+    # (and the connection reads on meanwhile).
+    unsynced = broker.answer_syncs(req.acks)
     in_place = broker.appends_in_place(unsynced)
     in_place_left = IN_PLACE_MAX_BYTES
     for td in req.topic_data:
@@ -187,12 +189,13 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
         # next requests meanwhile, which then share this sync round or the next
         # (pipeline.py, group_sync.py).
         need = broker.durable.covering_round()
+        broker.durable.start(need)  # under way while the answers before this one wait
 
         async def synced() -> Any:
             try:
                 await broker.durable.sync(need)
             except Exception as e:
-                code = error_code_for(e, "sync for acks=-1")
+                code = error_code_for(e, f"sync for acks={req.acks}")
                 return _response(
                     version, [(t, [(i, code, -1, -1) for i, _, _, _ in ps]) for t, ps in results], invalid
                 )

@@ -54,6 +54,7 @@ class Tenants:
                 wait_limiter=self._wait_limiter,
             )
             broker.request_latency = self._request_latency
+            broker.durable.nursery = self._nursery  # sync rounds start ahead of their answers
             self._nursery.start_soon(broker.groups.run)
             self._brokers[org_id] = broker
         return broker

@@ -1,0 +1,131 @@
+"""When a produce's answer leaves relative to durability (walfs/kafka/group_sync.py,
+Broker.answer_syncs; docs/kafka.md "Durability", docs/durability.md).
+
+- A request appended while a sync round runs has the next round started at once, parked
+  in the core's group commit beside the running one, not when the answer before it has
+  been sent; at most two rounds are under way at once. The WAL's sync is held on a gate
+  (test_kafka_pipeline.GatedWal), so this is seen without any timing.
+- What an answer promises, through a power cut (the core's test mode puts back every page
+  written since its file's last sync): under "always" every answered record (acks=all
+  and acks=1) survives; under "interval" an acks=all answer means its records and every
+  record appended before them survive, an acks=1 answer only that they are in the log
+  (they survive SIGKILL, tests/test_kafka_crash.py, and a power cut only once a later
+  sync round covered them)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafka_harness import SMALL_WAL, Listener, raw_connect, recv_frame, wait_until
+from test_kafka_pipeline import SYNCING_WALS, GatedWal, nothing_to_read, produce, produce_answer
+
+import walfs
+from walfs import debug
+from walfs.kafka.group_sync import ROUNDS_IN_FLIGHT
+
+
+@pytest.fixture(params=sorted(SYNCING_WALS))
+def gated(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[GatedWal, Listener]]:
+    wal = GatedWal(str(tmp_path / "data"), **SYNCING_WALS[request.param])
+    try:
+        with Listener(wal) as lst:
+            yield wal, lst
+            wal.gate.set()
+    finally:
+        wal.gate.set()
+        wal.close()
+
+
+def test_the_next_round_starts_while_the_running_one_is_held(gated: tuple[GatedWal, Listener]) -> None:
+    wal, lst = gated
+    with raw_connect(lst.port) as s:
+        s.sendall(produce("t", 5, 1))
+        wait_until(lambda: wal.waiting == 1, 30, "the first request's round")
+        # Appended while that round runs: its own round starts at once (one connection,
+        # its first answer not sent yet), and waits beside the first.
+        s.sendall(produce("t", 3, 2))
+        wait_until(lambda: wal.waiting == 2, 30, "a second round under way beside the first")
+        # A third request is appended too, but no third round starts while two are under way.
+        s.sendall(produce("t", 2, 3))
+        wait_until(lambda: wal.high_watermark("t") == 10, 30, "the third append")
+        assert wal.calls == ROUNDS_IN_FLIGHT == 2
+        assert nothing_to_read(s)  # no answer before its records are durable
+        assert wal.durable_watermark("t") == 0
+        wal.gate.set()
+        answers = [produce_answer(recv_frame(s)) for _ in range(3)]
+    assert answers == [(1, 0, 0), (2, 0, 5), (3, 0, 8)]
+    assert wal.calls == 3
+    assert wal.durable_watermark("t") == 10
+
+
+def send_all(port: int, requests: list[bytes]) -> list[tuple[int, int, int]]:
+    """Sends the requests pipelined on one connection and reads every answer."""
+    with raw_connect(port) as s:
+        s.sendall(b"".join(requests))
+        return [produce_answer(recv_frame(s)) for _ in requests]
+
+
+def values(cid: int, n: int) -> list[bytes]:
+    return [b"r%d-%d" % (cid, i) for i in range(n)]
+
+
+def reopen(path: Path, policy: dict[str, object]) -> walfs.Wal:
+    return walfs.Wal(str(path), test_mode=True, **policy)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("policy", "acks"),
+    [("always", -1), ("always", 1), ("interval", -1)],
+    ids=["always-all", "always-1", "interval-all"],
+)
+@pytest.mark.parametrize("seed", [1, 2])
+def test_every_answered_record_survives_a_power_cut(
+    tmp_path: Path, policy: str, acks: int, seed: int
+) -> None:
+    conf = SYNCING_WALS[policy]
+    wal = reopen(tmp_path / "data", conf)
+    expect: list[bytes] = []
+    for cycle in range(3):
+        sizes = [1 + (seed * 7 + cycle * 3 + k) % 5 for k in range(12)]
+        with Listener(wal) as lst:
+            cid = 100 * cycle
+            answers = send_all(lst.port, [produce("t", n, cid + k, acks=acks) for k, n in enumerate(sizes)])
+        assert [code for _, code, _ in answers] == [0] * len(sizes)
+        for k, n in enumerate(sizes):
+            expect += values(cid + k, n)
+        # Nothing synced after the answers: every page written since the last sync reverts.
+        debug.power_cut(wal, seed=seed * 10 + cycle, keep_permille=0)
+        wal = reopen(tmp_path / "data", conf)
+        assert wal.high_watermark("t") == len(expect)
+        assert wal.read("t", 0, max_records=len(expect) + 10) == expect
+    wal.close()
+
+
+def test_under_interval_an_acks_1_answer_survives_a_power_cut_once_a_later_round_covers_it(
+    tmp_path: Path,
+) -> None:
+    # An interval syncer that never comes during the test: only the listener's rounds sync.
+    conf = {"fsync": "interval", "fsync_interval_ms": 3_600_000, **SMALL_WAL}
+    wal = reopen(tmp_path / "data", conf)
+    with Listener(wal) as lst, raw_connect(lst.port) as s:
+        # One after the other: the acks=1 append comes after the acks=all answer's round
+        # has ended (a round still starting when it came would cover it as well).
+        s.sendall(produce("t", 3, 1))
+        assert produce_answer(recv_frame(s)) == (1, 0, 0)
+        s.sendall(produce("t", 2, 2, acks=1))
+        assert produce_answer(recv_frame(s)) == (2, 0, 3)
+    debug.power_cut(wal, seed=5, keep_permille=0)
+    wal = reopen(tmp_path / "data", conf)
+    # The acks=all records are durable; the acks=1 records after them were in the page
+    # cache only, and no round came after them.
+    assert wal.read("t", 0, max_records=10) == values(1, 3)
+    with Listener(wal) as lst:
+        answers = send_all(lst.port, [produce("t", 2, 3, acks=1), produce("t", 1, 4)])
+    assert answers == [(3, 0, 3), (4, 0, 5)]
+    debug.power_cut(wal, seed=6, keep_permille=0)
+    wal = reopen(tmp_path / "data", conf)
+    # The acks=all answer's round covered the acks=1 records appended before it.
+    assert wal.read("t", 0, max_records=10) == values(1, 3) + values(3, 2) + values(4, 1)
+    wal.close()
