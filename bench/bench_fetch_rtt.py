@@ -211,10 +211,11 @@ def main() -> int:
                         continue
                     if name == "walfs":
                         assert walfs is not None
-                        r = run_one(name, "127.0.0.1", walfs.port, walfs.proc.pid, size, args.mib, args.rcvbuf)
+                        port, pid = walfs.port, walfs.proc.pid
                     else:
                         assert kafka is not None and kafka.proc is not None
-                        r = run_one(name, "127.0.0.1", kafka.port, kafka.proc.pid, size, args.mib, args.rcvbuf)
+                        port, pid = kafka.port, kafka.proc.pid
+                    r = run_one(name, "127.0.0.1", port, pid, size, args.mib, args.rcvbuf)
                     results.append(r)
                     print(
                         f"{name:>5} {size:>6} B: {r['responses_per_s']} resp/s, {r['records_per_s']} rec/s, "
