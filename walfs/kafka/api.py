@@ -32,3 +32,14 @@ class Later:
 
     def __init__(self, finish: Callable[[], Awaitable[Any]]) -> None:
         self.finish = finish
+
+
+class Written:
+    """A response the handler wrote in wire form itself, but for its header's correlation
+    id: ``write(correlation_id)`` returns what messages.encode_response would (bytes, or
+    the pieces of a large answer). The fetch answers this way (walfs/kafka/fetch_answer.py)."""
+
+    __slots__ = ("write",)
+
+    def __init__(self, write: Callable[[int], Any]) -> None:
+        self.write = write
