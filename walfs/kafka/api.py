@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from walfs.kafka.broker import Broker, Connection
 
-# (broker, connection, api version, decoded kio request) -> kio response, or None
-# when the protocol wants no response (Produce with acks=0).
+# (broker, connection, api version, decoded kio request) -> kio response (or a Later,
+# or a Written answer), or None when the protocol wants no response (Produce with acks=0).
 Handler = Callable[["Broker", "Connection", int, Any], Awaitable[Any | None]]
 
 
