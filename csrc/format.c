@@ -461,7 +461,7 @@ int fmt_rec_check(const uint8_t *in, uint32_t seed, const rec_hdr_t *r)
 }
 
 /* Checks four parsed records at once; returns how many lead the list intact (4: all). */
-int fmt_rec_check_x4(const uint8_t *const *in, uint32_t seed, const rec_hdr_t *r)
+static int fmt_rec_check_x4(const uint8_t *const *in, uint32_t seed, const rec_hdr_t *r)
 {
     const uint8_t *p[4];
     size_t n[4];
@@ -474,6 +474,17 @@ int fmt_rec_check_x4(const uint8_t *const *in, uint32_t seed, const rec_hdr_t *r
     for (int k = 0; k < 4; k++)
         if (c[k] != r[k].crc) return k;
     return 4;
+}
+
+/* Checks n (0-4) parsed records, four at once when there are four, one at a time
+ * otherwise; returns how many lead the list intact (n: all). The one check of queued
+ * records that every reader uses (the byte view, the Kafka batch). */
+int fmt_rec_check_n(const uint8_t *const *in, uint32_t seed, const rec_hdr_t *r, int n)
+{
+    if (n == 4) return fmt_rec_check_x4(in, seed, r);
+    for (int k = 0; k < n; k++)
+        if (fmt_rec_check(in[k], seed, &r[k])) return k;
+    return n;
 }
 
 void fmt_slot(uint8_t *out, uint32_t pos, uint32_t gid_delta, uint32_t view_delta)

@@ -239,7 +239,7 @@ void fmt_rec_seal(uint8_t *hdr, uint32_t seed, const uint8_t *body, size_t body_
 void fmt_rec_seal_x4(uint8_t *const *hdr, uint32_t seed, const size_t *body_len);
 void fmt_rec_parse(const uint8_t *in, rec_hdr_t *r);
 int fmt_rec_check(const uint8_t *in, uint32_t seed, const rec_hdr_t *r);
-int fmt_rec_check_x4(const uint8_t *const *in, uint32_t seed, const rec_hdr_t *r);
+int fmt_rec_check_n(const uint8_t *const *in, uint32_t seed, const rec_hdr_t *r, int n);
 void fmt_slot(uint8_t *out, uint32_t pos, uint32_t gid_delta, uint32_t view_delta);
 void fmt_slot_parse(const uint8_t *in, slot_t *s);
 

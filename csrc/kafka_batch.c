@@ -272,18 +272,13 @@ static int next_checked(walfs_t *wal, const stream_t *s, size_t *bi, uint64_t *i
         (*idx)++;
         nq++;
     }
-    int good = nq;
-    if (nq == 4) {
-        const uint8_t *in[4] = {q[0].p, q[1].p, q[2].p, q[3].p};
-        rec_hdr_t r[4] = {q[0].r, q[1].r, q[2].r, q[3].r};
-        good = fmt_rec_check_x4(in, wal->crc_seed, r);
-    } else {
-        for (int k = 0; k < nq; k++)
-            if (fmt_rec_check(q[k].p, wal->crc_seed, &q[k].r)) {
-                good = k;
-                break;
-            }
+    const uint8_t *in[4];
+    rec_hdr_t r[4];
+    for (int k = 0; k < nq; k++) {
+        in[k] = q[k].p;
+        r[k] = q[k].r;
     }
+    int good = fmt_rec_check_n(in, wal->crc_seed, r, nq);
     if (good < nq) *bad = 1;
     return good;
 }

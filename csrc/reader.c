@@ -221,18 +221,13 @@ typedef struct view_piece {
  * bytes copied before it. */
 static int copy_pieces(walfs_t *wal, const view_piece_t *q, int nq, uint8_t *buf, uint64_t *got)
 {
-    int good = nq;
-    if (nq == 4) {
-        const uint8_t *in[4] = {q[0].p, q[1].p, q[2].p, q[3].p};
-        rec_hdr_t r[4] = {q[0].r, q[1].r, q[2].r, q[3].r};
-        good = fmt_rec_check_x4(in, wal->crc_seed, r);
-    } else {
-        for (int k = 0; k < nq; k++)
-            if (fmt_rec_check(q[k].p, wal->crc_seed, &q[k].r)) {
-                good = k;
-                break;
-            }
+    const uint8_t *in[4];
+    rec_hdr_t r[4];
+    for (int k = 0; k < nq; k++) {
+        in[k] = q[k].p;
+        r[k] = q[k].r;
     }
+    int good = fmt_rec_check_n(in, wal->crc_seed, r, nq);
     for (int k = 0; k < good; k++) {
         memcpy(buf + *got, q[k].p + REC_HDR_SIZE + q[k].r.meta_len + q[k].skip, q[k].take);
         *got += q[k].take;

