@@ -14,31 +14,25 @@ Broker.answer_syncs; docs/kafka.md "Durability", docs/durability.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kafka_harness import SMALL_WAL, Listener, raw_connect, recv_frame, wait_until
-from test_kafka_pipeline import SYNCING_WALS, GatedWal, nothing_to_read, produce, produce_answer
+from test_kafka_pipeline import (
+    SYNCING_WALS,
+    GatedWal,
+    gated,  # noqa: F401 (the fixture: a listener on a WAL whose syncs wait at a gate)
+    nothing_to_read,
+    produce,
+    produce_answer,
+)
 
 import walfs
 from walfs import debug
 from walfs.kafka.group_sync import ROUNDS_IN_FLIGHT
 
 
-@pytest.fixture(params=sorted(SYNCING_WALS))
-def gated(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[GatedWal, Listener]]:
-    wal = GatedWal(str(tmp_path / "data"), **SYNCING_WALS[request.param])
-    try:
-        with Listener(wal) as lst:
-            yield wal, lst
-            wal.gate.set()
-    finally:
-        wal.gate.set()
-        wal.close()
-
-
-def test_the_next_round_starts_while_the_running_one_is_held(gated: tuple[GatedWal, Listener]) -> None:
+def test_the_next_round_starts_while_the_running_one_is_held(gated: tuple[GatedWal, Listener]) -> None:  # noqa: F811
     wal, lst = gated
     with raw_connect(lst.port) as s:
         s.sendall(produce("t", 5, 1))
