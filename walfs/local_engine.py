@@ -340,28 +340,48 @@ class LocalEngine:
     def _append_batch(
         self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any, wait: bool
     ) -> int:
-        n = _check_lengths(len(data), meta_lens, value_lens)
-        s = self._stream(topic, partition, True)
-        assert s is not None
         core = self.core
-        _gid, offset, ticket = self._with_room(
-            s, lambda: core.append(s.stream_no, data, meta_lens, value_lens)
+        return self._append_bodies(
+            topic,
+            partition,
+            len(data),
+            meta_lens,
+            value_lens,
+            lambda stream_no: core.append(stream_no, data, meta_lens, value_lens),
+            wait,
         )
-        self._appended(s, ticket, n, len(data), wait)
-        return offset
 
     def append_pieces(
         self, topic: str, partition: int, pieces: Sequence[Any], meta_lens: Any, value_lens: Any
     ) -> int:
-        sizes = [memoryview(p).nbytes for p in pieces]
-        n = _check_lengths(sum(sizes), meta_lens, value_lens)
+        core = self.core
+        return self._append_bodies(
+            topic,
+            partition,
+            sum(memoryview(p).nbytes for p in pieces),
+            meta_lens,
+            value_lens,
+            lambda stream_no: core.append_pieces(stream_no, pieces, meta_lens, value_lens),
+            True,  # durable on return under fsync="always", as append_batch
+        )
+
+    def _append_bodies(
+        self,
+        topic: str,
+        partition: int,
+        nbytes: int,
+        meta_lens: Any,
+        value_lens: Any,
+        call: Callable[[int], tuple[int, int, int]],
+        wait: bool,
+    ) -> int:
+        """The one path of a batch append: lengths checked against the `nbytes` of bodies,
+        the stream made, `call(stream_no)` under the room rule, then the bookkeeping."""
+        n = _check_lengths(nbytes, meta_lens, value_lens)
         s = self._stream(topic, partition, True)
         assert s is not None
-        core = self.core
-        _gid, offset, ticket = self._with_room(
-            s, lambda: core.append_pieces(s.stream_no, pieces, meta_lens, value_lens)
-        )
-        self._appended(s, ticket, n, sum(sizes))
+        _gid, offset, ticket = self._with_room(s, lambda: call(s.stream_no))
+        self._appended(s, ticket, n, nbytes, wait)
         return offset
 
     def append_lines(self, topic: str, partition: int, data: Any) -> tuple[int, int]:
