@@ -15,10 +15,16 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
-from kafka_harness import api_versions_request, encode_request, listener, raw_connect, recv_exact
+from kafka_harness import (
+    api_versions_request,
+    encode_request,
+    listener,
+    produce_request,
+    raw_connect,
+    recv_exact,
+)
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.fetch.v12.response import FetchResponse
-from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.produce.v9.response import ProduceResponse
 from kio.serial import entity_reader
 
@@ -32,20 +38,7 @@ def _decode(cls: type, frame: bytes) -> object:
 
 
 def _produce_frame(topic: str, batch: bytes, correlation_id: int) -> bytes:
-    body = build(
-        ProduceRequest,
-        transactional_id=None,
-        acks=1,
-        timeout=datetime.timedelta(seconds=30),
-        topic_data=(
-            build(
-                TopicProduceData,
-                name=topic,
-                partition_data=(build(PartitionProduceData, index=0, records=batch),),
-            ),
-        ),
-    )
-    return encode_request(0, 9, correlation_id, body)
+    return produce_request(topic, batch, acks=1, correlation_id=correlation_id)
 
 
 def _fetch_frame(topic: str, offset: int, correlation_id: int, max_bytes: int) -> bytes:
