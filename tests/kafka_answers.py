@@ -219,7 +219,33 @@ def create_topic(w: Wire, topic: str, partitions: int = 1) -> int:
             ),
         ),
     )
-    return int(w.call(19, 5, req).topics[0].error_code)
+    code = int(w.call(19, 5, req).topics[0].error_code)
+    if code == 0:
+        wait_for_leaders(w, topic, partitions)
+    return code
+
+
+def wait_for_leaders(w: Wire, topic: str, partitions: int, timeout: float = 30.0) -> None:
+    """Waits until Metadata shows every partition of a new topic with a leader: a real
+    broker answers CreateTopics before its partitions are led, and a Produce sent in
+    between gets NOT_LEADER_OR_FOLLOWER (6), which a loaded machine makes likely."""
+    req = make(3, 12, "MetadataRequest", topics=None, allow_auto_topic_creation=False,
+               include_topic_authorized_operations=False)  # fmt: skip
+    deadline = time.monotonic() + timeout
+    while True:
+        answer = w.call(3, 12, req)
+        led = [
+            p
+            for t in answer.topics
+            if t.name == topic and int(t.error_code) == 0
+            for p in t.partitions
+            if int(p.error_code) == 0 and int(p.leader_id) >= 0
+        ]
+        if len(led) >= partitions:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{topic}: partitions not led after {timeout} s: {answer.topics!r}")
+        time.sleep(0.05)
 
 
 def idempotence_answers(bootstrap: str, restart: Callable[[], str]) -> dict[str, Any]:

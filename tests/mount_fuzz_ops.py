@@ -180,6 +180,11 @@ class Fuzzer:
             name = rng.choice(XATTR_NAMES[:4] if rng.random() < 0.6 else XATTR_NAMES)
             if rng.random() < 0.6:
                 p = self.mnt + b"/" + rng.choice([b"a", b"b", b"partition=1/a", b".consumers/g/a"])
+            elif p in (self.mnt + b"/" + self.excluded, self.mnt + b"/partition=0/" + self.excluded):
+                # A trim of the background writer's topic (under either of its names) would
+                # take the records the test checks for at the end; every other call may
+                # still reach that topic.
+                p = self.mnt + b"/a"
             value = self.xattr_value(name)
             return kind, lambda: os.setxattr(
                 p, name, value, rng.choice([0, os.XATTR_CREATE, os.XATTR_REPLACE])
