@@ -86,8 +86,10 @@ class Target:
 def test_a_large_task_appends_before_its_input_ends_in_bounded_memory(
     tmp_path: Path, remote: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A task past TASK_HOLD_BYTES (lowered to one chunk here, so that 48 MiB is "large").
+    # A task past TASK_HOLD_BYTES (lowered to one chunk here, so that 48 MiB is "large"),
+    # appending with a path in turns of one chunk (TASK_TURN_BYTES, lowered to match).
     monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
+    monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", TASK_CHUNK_BYTES)
     target = Target(tmp_path, remote)
     try:
         writer = WalfsBatchWriter(target.options)
@@ -132,6 +134,7 @@ def test_a_task_failing_mid_input_leaves_nothing_or_chunks_its_retry_completes(
         assert BATCHES * BATCH_ROWS * VALUE < sink_task.TASK_HOLD_BYTES
     else:
         monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
+        monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", TASK_CHUNK_BYTES)
     target = Target(tmp_path, remote)
     try:
         writer = WalfsBatchWriter(target.options)
