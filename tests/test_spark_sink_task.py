@@ -153,3 +153,48 @@ def test_a_task_failing_mid_input_leaves_nothing_or_chunks_its_retry_completes(
     assert done.streams == [("t", 0, 0, n)]
     # The retry found the first attempt's chunks by their markers: every row once.
     assert [r.value for r in records] == [value(i) for i in range(n)]
+
+
+def other_rows(n: int) -> Iterator[pa.RecordBatch]:
+    """Another task's rows (n Arrow batches of BATCH_ROWS, values "B<row>")."""
+    for k in range(n):
+        values = pa.array([b"B%011d" % i + PAD[12:] for i in range(k * BATCH_ROWS, (k + 1) * BATCH_ROWS)])
+        yield pa.record_batch([pa.array(["t"] * BATCH_ROWS), values], schema=SCHEMA)
+
+
+def test_with_a_path_a_task_appends_while_another_waits_for_its_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Task 0, past the hold, has appended its first chunks and waits for its next rows;
+    meanwhile task 1 appends all of its rows and ends. Tasks take the data directory's
+    lock per turn of appends: the old sink kept it from a task's first append to its
+    end, so task 1 waited for task 0's input to end (here, for ever: task 0's input goes
+    on only once task 1 is done; the lock wait is lowered so that the old code fails
+    instead of hanging)."""
+    monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
+    monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", TASK_CHUNK_BYTES)
+    monkeypatch.setattr(sink_task, "TASK_LOCK_WAIT_S", 2.0)
+    target = Target(tmp_path, remote=False)
+    writer = WalfsBatchWriter(target.options)
+    other: list[tuple[str, int, int, int]] = []
+    seen: dict[str, int] = {}
+
+    def check(k: int) -> None:
+        if k == 20:  # task 0 is past the hold (1 chunk) with 20 MiB cut: task 1 runs now
+            seen["before"] = target.end()
+            other.extend(writer.write_task(1, 0, other_rows(4)).streams)
+            seen["after"] = target.end()
+
+    done = writer.write_task(0, 0, batches(check))
+    records = target.stored()
+    n = BATCHES * BATCH_ROWS
+    # Task 0 had appended whole chunks before task 1 ran; task 1's 4 MiB went in after them.
+    assert 0 < seen["before"] < 20 * BATCH_ROWS
+    assert other == [("t", 0, seen["before"], 4 * BATCH_ROWS)]
+    assert seen["after"] == seen["before"] + 4 * BATCH_ROWS
+    assert done.streams == [("t", 0, 0, n)]
+    # Every row of both tasks once; each task's rows in their order, task 1's together.
+    mine = [r.value for r in records if not r.value.startswith(b"B")]
+    theirs = [r.offset for r in records if r.value.startswith(b"B")]
+    assert mine == [value(i) for i in range(n)]
+    assert theirs == list(range(seen["before"], seen["before"] + 4 * BATCH_ROWS))
