@@ -8,12 +8,18 @@ append again."""
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import sink_task_child
 from kafka_harness import ServeProcess
 
 import walfs
@@ -198,3 +204,66 @@ def test_with_a_path_a_task_appends_while_another_waits_for_its_rows(
     theirs = [r.offset for r in records if r.value.startswith(b"B")]
     assert mine == [value(i) for i in range(n)]
     assert theirs == list(range(seen["before"], seen["before"] + 4 * BATCH_ROWS))
+
+
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sink_task_child.py")
+
+
+def child_task(blob: Path, part: int, attempt: int, letter: str, pause_at: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, CHILD, str(blob), str(part), str(attempt), letter, str(pause_at)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("when", ["between-turns", "while-appending"])
+def test_with_a_path_a_task_killed_while_another_appends_loses_nothing_reported(
+    tmp_path: Path, when: str
+) -> None:
+    """Two tasks past the hold append to one stream in turns, each in its own process;
+    task 1 is SIGKILLed, either while it waits for its next rows (its turns done, the lock
+    free) or at batch 20 of 48, wherever it then is (perhaps in a turn, holding the lock).
+    Task 0 still takes the lock, appends every row and reports them; the directory opens
+    cleanly; task 1 left whole chunks, a prefix of its rows, which its retry completes:
+    every row of both tasks once, in order."""
+    target = Target(tmp_path, remote=False)
+    writer = WalfsBatchWriter(target.options)
+    blob = tmp_path / "writer.pickle"
+    blob.write_bytes(pickle.dumps(writer))
+    victim = child_task(blob, 1, 0, "B", 30 if when == "between-turns" else -1)
+    survivor = child_task(blob, 0, 0, "A", -1)
+    try:
+        assert victim.stdout is not None
+        awaited = "paused" if when == "between-turns" else "batch 20"
+        for line in victim.stdout:  # ends at the child's exit at the latest
+            if line.strip() == awaited:
+                break
+        else:
+            pytest.fail(f"task 1 ended before {awaited!r}: rc {victim.wait()}")
+        victim.kill()
+        assert victim.wait(60) == -signal.SIGKILL
+        out, _ = survivor.communicate(timeout=300)
+        assert survivor.returncode == 0
+    finally:
+        for p in (victim, survivor):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    reported = json.loads(out.strip().splitlines()[-1])
+    n = sink_task_child.BATCHES * sink_task_child.BATCH_ROWS
+    left = [r for r in target.stored() if r.value.startswith(b"B")]
+    # Task 1 left whole chunks: a prefix of its rows, each chunk marked with its count.
+    marks = [int(v.decode().rsplit(":", 1)[1]) for r in left for k, v in r.headers if k == MARKER]
+    assert [r.value for r in left] == [sink_task_child.value("B", i) for i in range(len(left))]
+    assert sum(marks) == len(left) < n
+    if when == "between-turns":  # it had waited for the lock for its turns by then
+        assert left
+    retried = writer.write_task(1, 1, sink_task_child.rows("B", -1))
+    records = target.stored()
+    a = [r for r in records if r.value.startswith(b"A")]
+    b = [r for r in records if r.value.startswith(b"B")]
+    assert [r.value for r in a] == [sink_task_child.value("A", i) for i in range(n)]
+    assert [r.value for r in b] == [sink_task_child.value("B", i) for i in range(n)]
+    assert reported == [["t", 0, a[0].offset, n]]
+    assert retried.streams == [("t", 0, b[0].offset, n)]
