@@ -2,8 +2,9 @@
 tests/test_spark_sink_task.py: runs WalfsBatchWriter.write_task (the writer unpickled, as
 Spark ships it to its tasks) over 48 Arrow batches of 1 KiB rows whose values start with
 LETTER, with the hold, the turns and what it keeps while the lock is taken lowered to one
-chunk. Prints "batch K" before it hands over batch K; at batch PAUSE_AT (-1: none) it prints "paused" and sleeps, waiting
-to be killed; at its end it prints the streams it reports to the driver as JSON.
+chunk. Prints "batch K" before it hands over batch K; at batch PAUSE_AT (-1: none) it
+prints "paused" and sleeps, waiting to be killed; at its end it prints the streams it
+reports to the driver as JSON.
 
 usage: sink_task_child.py WRITER_PICKLE PARTITION ATTEMPT LETTER PAUSE_AT"""
 
