@@ -188,7 +188,7 @@ class _RemoteOutlet:
         self.target = target
         self.ph = ph
         # per stream, the request being filled: its batches, (stream, rows) per batch
-        self.building: dict[tuple[str, int], tuple[list[bytes | bytearray], Counts]] = {}
+        self.building: dict[tuple[str, int], tuple[list[bytes | bytearray | memoryview], Counts]] = {}
         self.in_flight: deque[tuple[ProduceAhead, Counts]] = deque()
 
     def put(self, st: TaskStream, chunk: Chunk) -> None:
