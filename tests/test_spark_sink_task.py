@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,10 +24,13 @@ import sink_task_child
 from kafka_harness import ServeProcess
 
 import walfs
-from walfs.spark import sink_task
+from walfs import debug
+from walfs.engine_api import open_engine
+from walfs.spark import sink_target, sink_task
 from walfs.spark.options import parse_sink_options
 from walfs.spark.remote import LATEST, RemoteWal
 from walfs.spark.sink import MARKER, WalfsBatchWriter
+from walfs.spark.sink_rows import Chunk
 from walfs.spark.sink_task import TASK_CHUNK_BYTES
 
 VALUE = 1024
@@ -267,3 +271,44 @@ def test_with_a_path_a_task_killed_while_another_appends_loses_nothing_reported(
     assert [r.value for r in b] == [sink_task_child.value("B", i) for i in range(n)]
     assert reported == [["t", 0, a[0].offset, n]]
     assert retried.streams == [("t", 0, b[0].offset, n)]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_with_a_path_a_power_cut_in_a_turn_keeps_every_turn_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Each turn syncs its chunks before it releases the lock: the power goes out in a
+    task's third turn (the first appends the two chunks the task held, each later one
+    one chunk), after its append and before its sync, with no page written since the
+    last sync kept. The chunks of the turns before it are all there, the third turn's is
+    not, and the task's retry completes the rows once each."""
+    monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
+    monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", 1)  # a turn as soon as a chunk is queued
+    # The sink's opens in test mode (walfs.debug.power_cut needs it), an interval syncer
+    # that never comes (only the turns' syncs make anything durable).
+    monkeypatch.setattr(
+        sink_target, "open_engine", partial(open_engine, test_mode=True, fsync_interval_ms=3_600_000)
+    )
+    target = Target(tmp_path, remote=False)
+    writer = WalfsBatchWriter(target.options)
+    appended: list[int] = []
+    append_chunk = sink_target.LocalTarget.append_chunk
+
+    def append_then_cut(self: sink_target.LocalTarget, topic: str, partition: int, chunk: Chunk) -> int:
+        first = append_chunk(self, topic, partition, chunk)
+        appended.append(len(chunk))
+        if len(appended) == 4:
+            debug.power_cut(self.wal, seed=seed, keep_permille=0)
+            raise RuntimeError("the power went out")
+        return first
+
+    monkeypatch.setattr(sink_target.LocalTarget, "append_chunk", append_then_cut)
+    with pytest.raises(RuntimeError, match="the power went out"):
+        writer.write_task(0, 0, batches(lambda k: None))
+    assert target.end() == sum(appended[:3])
+    assert [r.value for r in target.stored()] == [value(i) for i in range(sum(appended[:3]))]
+    monkeypatch.setattr(sink_target.LocalTarget, "append_chunk", append_chunk)
+    done = writer.write_task(0, 1, batches(lambda k: None))
+    n = BATCHES * BATCH_ROWS
+    assert done.streams == [("t", 0, 0, n)]
+    assert [r.value for r in target.stored()] == [value(i) for i in range(n)]
