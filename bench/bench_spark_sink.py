@@ -14,7 +14,7 @@ For each value size, with one local[*] SparkSession and N rows cached in memory 
   (disk_floor_write_s, disk_floor_sync_s): what any durable write of them costs here.
   write.text does not fsync its files; the sink's rows are durable when its job ends.
 - task alone (no Spark): one task's rows with `path` cut, encoded with markers, appended
-  and synced as sink_task.py does once Spark has fed them (task_s, and task_encode_s,
+  and synced as sink_task.py does once Spark has fed them, in one turn (task_s, and task_encode_s,
   task_append_s, task_sync_s).
 - floor: df.write.format("walfs-bench-noop"), a Python data source (NoopDataSource,
   defined here) whose tasks take Spark's Arrow batches and drop them and whose commit
@@ -211,7 +211,9 @@ def task_alone(where: Path, values: list[bytes]) -> dict[str, float]:
     """One batch write task's own work with `path`, no Spark: its rows (half the values,
     as one of the 2 tasks has) in Arrow batches of 10,000 rows (Spark's
     maxRecordsPerBatch), cut into chunks, encoded with their markers, appended, then one
-    sync: what walfs/spark/sink_task.py does after Spark's feed. task_*_s, per phase."""
+    sync: what walfs/spark/sink_task.py does after Spark's feed, in one turn (one open of
+    the data directory, where a task past TASK_TURN_BYTES takes a few). task_*_s, per
+    phase."""
     from walfs.engine_api import open_engine
     from walfs.spark.sink import MARKER, STAGED_SCHEMA, normalize
     from walfs.spark.sink_rows import cuts, encode_chunk, row_costs
