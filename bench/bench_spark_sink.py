@@ -14,7 +14,7 @@ For each value size, with one local[*] SparkSession and N rows cached in memory 
   (disk_floor_write_s, disk_floor_sync_s): what any durable write of them costs here.
   write.text does not fsync its files; the sink's rows are durable when its job ends.
 - task alone (no Spark): one task's rows with `path` cut, encoded with markers, appended
-  and synced as sink_task.py does once Spark has fed them (task_s, and task_encode_s,
+  and synced as sink_task.py does once Spark has fed them, in one turn (task_s, and task_encode_s,
   task_append_s, task_sync_s).
 - floor: df.write.format("walfs-bench-noop"), a Python data source (NoopDataSource,
   defined here) whose tasks take Spark's Arrow batches and drop them and whose commit
@@ -24,7 +24,11 @@ For each value size, with one local[*] SparkSession and N rows cached in memory 
   directory (path) vs through the daemon (bootstrap): rows/s each, remote / local.
 
 The four writes run --rounds times in turn (write.text, floor, sink path, sink
-bootstrap, again...); the fastest run of each counts (every run, in seconds, is in the JSON: *_runs).
+bootstrap, again...). Each write's *_s is the median of its runs, *_spread its [fastest,
+slowest] and *_runs every run in seconds. The ratios (sink_vs_write_text, ...) are
+medians too, of each round's own ratio (the runs of one round are a minute apart, so
+they share the machine's load), with every round's in *_by_round. On a busy machine use
+more rounds (--rounds 5).
 
 Values: the row id, then hex digits of SHA-256 hashes (--values hex, the default: rows
 that compress as little as most real data would, since the streaming sink compresses
@@ -38,7 +42,8 @@ walfs.bench.phases (walfs/spark/sink_phases.py), and the JSON has, per write and
 each task's seconds per phase (feed: waiting for Spark's next Arrow batch; normalize;
 encode; lock: with a path, waiting for the data directory's lock and opening it; append;
 wait: through a daemon, waiting for a Produce's answer; sync; close) and its start and
-end relative to the write's start (`*_phases`).
+end relative to the write's start (`*_phases`); `*_phases_most` sums each write up: the
+most any one task spent in each phase, and when its last task ended (`end`).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,6 +73,16 @@ sys.path.insert(0, str(REPO / "bench"))
 from bench_spark import machine  # noqa: E402
 
 SEGMENT = str(256 << 20)
+
+
+# Ratio name -> (the baseline write, the write measured): baseline seconds / its seconds.
+RATIOS = {
+    "sink_vs_write_text": ("write_text", "sink_path"),
+    "sink_bootstrap_vs_write_text": ("write_text", "sink_bootstrap"),
+    "noop_floor_vs_write_text": ("write_text", "noop_floor"),
+    "sink_path_vs_noop_floor": ("noop_floor", "sink_path"),
+    "sink_bootstrap_vs_noop_floor": ("noop_floor", "sink_bootstrap"),
+}
 
 
 def timed(fn: Any) -> float:
@@ -88,6 +104,17 @@ def task_phases(where: Path, started: float) -> list[dict[str, Any]]:
         line["end"] = round(line["end"] - started, 4)
         line.pop("pid", None)
     return sorted(lines, key=lambda x: x["start"])
+
+
+def phases_most(tasks: list[dict[str, Any]]) -> dict[str, float]:
+    """One write's tasks summed up: the most any task spent in each phase, and when the
+    last task ended ("end", from the write's start)."""
+    most: dict[str, float] = {}
+    for line in tasks:
+        for k, v in line.items():
+            if k not in ("task", "start", "rows") and isinstance(v, (int, float)):
+                most[k] = max(most.get(k, 0.0), v)
+    return most
 
 
 def start_serve(data: Path) -> tuple[subprocess.Popen[str], str]:
@@ -184,7 +211,9 @@ def task_alone(where: Path, values: list[bytes]) -> dict[str, float]:
     """One batch write task's own work with `path`, no Spark: its rows (half the values,
     as one of the 2 tasks has) in Arrow batches of 10,000 rows (Spark's
     maxRecordsPerBatch), cut into chunks, encoded with their markers, appended, then one
-    sync: what walfs/spark/sink_task.py does after Spark's feed. task_*_s, per phase."""
+    sync: what walfs/spark/sink_task.py does after Spark's feed, in one turn (one open of
+    the data directory, where a task past TASK_TURN_BYTES takes a few). task_*_s, per
+    phase."""
     from walfs.engine_api import open_engine
     from walfs.spark.sink import MARKER, STAGED_SCHEMA, normalize
     from walfs.spark.sink_rows import cuts, encode_chunk, row_costs
@@ -267,8 +296,7 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str, rounds
 
     proc, bootstrap = start_serve(remote)
     try:
-        # Each write `rounds` times, in turn; the fastest run of each counts (a write right
-        # after another kind of write was often the slowest of its runs).
+        # Each write `rounds` times, in turn; medians count (module doc).
         for r in range(rounds):
             text_r = base / f"text{size}-{r}"
             writes["write_text"].append(timed(lambda d=text_r: df.select("value").write.text(str(d))))
@@ -289,10 +317,12 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str, rounds
         proc.terminate()
         proc.communicate(timeout=60)
     for k, ts in writes.items():
-        run[k + "_s"] = min(ts)
+        run[k + "_s"] = statistics.median(ts)
+        run[k + "_spread"] = [round(min(ts), 3), round(max(ts), 3)]
         run[k + "_runs"] = [round(t, 3) for t in ts]
     for k, runs in phases.items():
         run[k + "_phases"] = runs
+        run[k + "_phases_most"] = [phases_most(tasks) for tasks in runs]
     values = [value_of(i, size, values_kind) for i in range(n)]
     with walfs.Wal(base / f"engine{size}") as wal:
         t = time.perf_counter()
@@ -332,11 +362,10 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str, rounds
     df.unpersist()
     for k in [k for k in run if k.endswith("_s")]:
         run[k.removesuffix("_s") + "_rows_per_s"] = round(n / run[k])
-    run["sink_vs_write_text"] = round(run["write_text_s"] / run["sink_path_s"], 3)
-    run["sink_bootstrap_vs_write_text"] = round(run["write_text_s"] / run["sink_bootstrap_s"], 3)
-    run["noop_floor_vs_write_text"] = round(run["write_text_s"] / run["noop_floor_s"], 3)
-    run["sink_path_vs_noop_floor"] = round(run["noop_floor_s"] / run["sink_path_s"], 3)
-    run["sink_bootstrap_vs_noop_floor"] = round(run["noop_floor_s"] / run["sink_bootstrap_s"], 3)
+    for name, (base_k, k) in RATIOS.items():
+        by_round = [b / t for b, t in zip(writes[base_k], writes[k], strict=True)]
+        run[name] = round(statistics.median(by_round), 3)
+        run[name + "_by_round"] = [round(x, 3) for x in by_round]
     run["remote_vs_local_read"] = round(run["read_path_s"] / run["read_bootstrap_s"], 3)
     floor_s = run["disk_floor_write_s"] + run["disk_floor_sync_s"]
     engine_s = run["engine_append_s"] + run["engine_sync_s"]
@@ -352,7 +381,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--sizes", default="100,1024")
     ap.add_argument("--values", choices=("hex", "padded"), default="hex", help="value_column")
-    ap.add_argument("--rounds", type=int, default=3, help="runs of each write; the fastest counts")
+    ap.add_argument("--rounds", type=int, default=3, help="runs of each write; the median counts")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()

@@ -249,6 +249,10 @@ int budget_check(walfs_t *wal, uint32_t stream_no, const segment_t *seg);
 /* io.c: every write to a segment goes through here (faults, power-loss tracking) */
 int64_t now_ms(void);
 void wal_log(const walfs_t *wal, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* writer.c: bodies[i] for records whose bodies lie back to back in the concatenation of
+ * n_pieces buffers (walfs_append_pieces; kafka_batch.c's walfs_kafka_batch_pieces). */
+int bodies_from_pieces(uint32_t n, uint32_t n_pieces, const uint8_t *const *pieces, const uint64_t *piece_lens,
+                       const uint32_t *meta_lens, const uint32_t *value_lens, const uint8_t **bodies, uint8_t **joined);
 /* Routine events (catalog compaction): INFO level. */
 void wal_info(const walfs_t *wal, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Logs at error level and keeps the first such message for the open's error text. */

@@ -24,6 +24,7 @@
  * append time. */
 #include "internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define BATCH_HEAD 61 /* bytes before the first record */
@@ -198,20 +199,46 @@ static void put_batch_head(uint8_t *out, uint64_t total, uint64_t first_off, uin
     put_be(crc_at, crc32c(0, out + CRC_FROM, total - CRC_FROM), 4);
 }
 
-int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t n, uint8_t *out,
-                          uint64_t outlen, uint64_t *needed)
+/* Where record i of a batch to encode comes from: a read's buffer and descriptors
+ * (walfs_kafka_batch), or a writer's bodies, offsets 0.. and one append time
+ * (walfs_kafka_batch_pieces). */
+typedef struct batch_src {
+    const uint8_t *buf;
+    const walfs_rec_t *recs; /* NULL: bodies */
+    const uint8_t *const *bodies;
+    const uint32_t *meta_lens, *value_lens;
+    int64_t ts;
+} batch_src_t;
+
+typedef struct src_rec {
+    const uint8_t *body;
+    uint32_t meta_len, value_len;
+    int64_t ts;
+    uint64_t offset;
+} src_rec_t;
+
+static src_rec_t src_rec(const batch_src_t *src, uint32_t i)
+{
+    if (src->recs) {
+        const walfs_rec_t *r = &src->recs[i];
+        return (src_rec_t){src->buf + r->buf_pos, r->meta_len, r->value_len, r->timestamp_ms, r->offset};
+    }
+    return (src_rec_t){src->bodies[i], src->meta_lens[i], src->value_lens[i], src->ts, i};
+}
+
+static int64_t encode_batch(const batch_src_t *src, uint32_t n, uint8_t *out, uint64_t outlen, uint64_t *needed)
 {
     if (n == 0) return 0;
     kmeta_t km;
     int64_t base_ts = 0, max_ts = 0;
     uint64_t total = BATCH_HEAD;
+    uint64_t first_off = src_rec(src, 0).offset;
     for (uint32_t i = 0; i < n; i++) { /* sizes, and every meta checked before writing */
-        const walfs_rec_t *r = &recs[i];
-        if (parse_meta(buf + r->buf_pos, r->meta_len, r->timestamp_ms, &km) || (km.null_value && r->value_len))
-            return -EBADMSG;
+        src_rec_t r = src_rec(src, i);
+        if (parse_meta(r.body, r.meta_len, r.ts, &km) || (km.null_value && r.value_len)) return -EBADMSG;
         if (i == 0) base_ts = max_ts = km.ts;
         if (km.ts > max_ts) max_ts = km.ts;
-        size_t len = put_record(NULL, &km, km.ts - base_ts, (int64_t)(r->offset - recs[0].offset), NULL, r->value_len);
+        size_t len = put_record(NULL, &km, km.ts - base_ts, (int64_t)(r.offset - first_off), NULL, r.value_len);
         total += varint_size((int64_t)len) + len;
     }
     if (total > outlen || total - 12 > INT32_MAX) {
@@ -220,16 +247,42 @@ int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t 
     }
     uint8_t *p = out + BATCH_HEAD;
     for (uint32_t i = 0; i < n; i++) {
-        const walfs_rec_t *r = &recs[i];
-        parse_meta(buf + r->buf_pos, r->meta_len, r->timestamp_ms, &km);
-        int64_t ts_delta = km.ts - base_ts, off_delta = (int64_t)(r->offset - recs[0].offset);
-        const uint8_t *value = buf + r->buf_pos + r->meta_len;
-        size_t len = put_record(NULL, &km, ts_delta, off_delta, value, r->value_len);
+        src_rec_t r = src_rec(src, i);
+        parse_meta(r.body, r.meta_len, r.ts, &km);
+        int64_t ts_delta = km.ts - base_ts, off_delta = (int64_t)(r.offset - first_off);
+        const uint8_t *value = r.body + r.meta_len;
+        size_t len = put_record(NULL, &km, ts_delta, off_delta, value, r.value_len);
         p = put_varint(p, (int64_t)len);
-        p += put_record(p, &km, ts_delta, off_delta, value, r->value_len);
+        p += put_record(p, &km, ts_delta, off_delta, value, r.value_len);
     }
-    put_batch_head(out, total, recs[0].offset, recs[n - 1].offset, base_ts, max_ts, n);
+    put_batch_head(out, total, first_off, src_rec(src, n - 1).offset, base_ts, max_ts, n);
     return (int64_t)total;
+}
+
+int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t n, uint8_t *out,
+                          uint64_t outlen, uint64_t *needed)
+{
+    batch_src_t src = {.buf = buf, .recs = recs};
+    return encode_batch(&src, n, out, outlen, needed);
+}
+
+int64_t walfs_kafka_batch_pieces(uint32_t n, uint32_t n_pieces, const uint8_t *const *pieces,
+                                 const uint64_t *piece_lens, const uint32_t *meta_lens, const uint32_t *value_lens,
+                                 int64_t timestamp_ms, uint8_t *out, uint64_t outlen, uint64_t *needed)
+{
+    if (n == 0) return 0;
+    if (n_pieces == 0) return -EINVAL;
+    const uint8_t **bodies = malloc((size_t)n * sizeof(*bodies));
+    if (!bodies) return -ENOMEM;
+    uint8_t *joined;
+    int64_t rc = bodies_from_pieces(n, n_pieces, pieces, piece_lens, meta_lens, value_lens, bodies, &joined);
+    if (!rc) {
+        batch_src_t src = {.bodies = bodies, .meta_lens = meta_lens, .value_lens = value_lens, .ts = timestamp_ms};
+        rc = encode_batch(&src, n, out, outlen, needed);
+    }
+    free(joined);
+    free(bodies);
+    return rc;
 }
 
 /* ---- a fetch straight from the log: read and encode in one pass ----

@@ -172,6 +172,15 @@ uint32_t walfs_crc32c(uint32_t crc, const uint8_t *buf, uint64_t len);
  * a meta section does not parse. Layout at the top of kafka_batch.c. */
 int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t n, uint8_t *out,
                           uint64_t outlen, uint64_t *needed);
+/* As walfs_kafka_batch, for a writer (the Spark sink through a daemon): n records whose
+ * bodies (meta || value) lie back to back in the concatenation of n_pieces buffers, as
+ * walfs_append_pieces takes them (a body that spans pieces is copied, joined; the others
+ * are encoded from the pieces), with offsets 0..n-1 and timestamp_ms standing in for a
+ * missing producer timestamp. -EINVAL unless the pieces hold exactly the bodies' bytes;
+ * -ENOMEM; otherwise as walfs_kafka_batch. */
+int64_t walfs_kafka_batch_pieces(uint32_t n, uint32_t n_pieces, const uint8_t *const *pieces,
+                                 const uint64_t *piece_lens, const uint32_t *meta_lens, const uint32_t *value_lens,
+                                 int64_t timestamp_ms, uint8_t *out, uint64_t outlen, uint64_t *needed);
 /* Kafka wire, a fetch in one pass: the records from `offset` on (at least one when any
  * exists, then up to max_records and max_bytes of stored bodies, and as many as out
  * holds) as one Kafka record batch (the layout walfs_kafka_batch writes), encoded straight

@@ -383,9 +383,8 @@ static int append_checks(walfs_t *wal, uint32_t stream_no, stream_t **s)
  * buffers: a pointer into its piece for a body inside one piece; a body that spans pieces
  * is copied, joined, into *joined (allocated here, NULL if none spans; the caller frees
  * it). -EINVAL if the pieces' bytes are not exactly the bodies' bytes. */
-static int bodies_from_pieces(uint32_t n, uint32_t n_pieces, const uint8_t *const *pieces, const uint64_t *piece_lens,
-                              const uint32_t *meta_lens, const uint32_t *value_lens, const uint8_t **bodies,
-                              uint8_t **joined)
+int bodies_from_pieces(uint32_t n, uint32_t n_pieces, const uint8_t *const *pieces, const uint64_t *piece_lens,
+                       const uint32_t *meta_lens, const uint32_t *value_lens, const uint8_t **bodies, uint8_t **joined)
 {
     *joined = NULL;
     uint64_t total = 0, have = 0;

@@ -2,7 +2,8 @@
 layout without Python per row. Checked byte for byte against the one reference encoder,
 engine_api.encode_records, on rows with and without keys, headers (null values, non-ASCII
 names), empty values, the streaming marker, and tables of several chunks and slices;
-then read back from a real WAL and through a daemon's Kafka encoder."""
+then read back from a real WAL, and encoded into Kafka record batches from their pieces
+as the fetch encoder encodes their joined bodies."""
 
 from __future__ import annotations
 
@@ -13,11 +14,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from crc32c import crc32c
 
 import walfs
 from walfs.engine_api import encode_records
+from walfs.kafka_codec import encode_kafka_batch, encode_kafka_batch_pieces
+from walfs.spark.columnar import REC_DTYPE
 from walfs.spark.sink import STAGED_SCHEMA, normalize
-from walfs.spark.sink_rows import ROW_OVERHEAD, cuts, encode_chunk, row_costs
+from walfs.spark.sink_remote import kafka_batch
+from walfs.spark.sink_rows import ROW_OVERHEAD, Chunk, cuts, encode_chunk, row_costs
 from walfs.spark.sink_target import LocalTarget
 
 MARKER = ("walfs.sink", b"q:3:0:2")
@@ -159,3 +164,47 @@ def test_a_marked_chunk_is_appended_from_its_pieces_without_joining_them(
     expect[0][2].append(MARKER)
     expect[len(rows)] = (expect[len(rows)][0], expect[len(rows)][1], [*expect[len(rows)][2], MARKER])
     assert [(r.key, r.value, list(r.headers)) for r in got] == expect
+
+
+def fetch_encoded(chunk: Chunk, timestamp_ms: int) -> bytes:
+    """The chunk as the listener's fetch encoder writes it (walfs_kafka_batch over one
+    buffer of the joined bodies): the sink's encoder before it took pieces."""
+    n = len(chunk)
+    recs = np.zeros(n, REC_DTYPE)
+    recs["offset"] = np.arange(n, dtype=np.uint64)
+    recs["timestamp_ms"] = timestamp_ms
+    recs["meta_len"] = np.frombuffer(chunk.meta_lens, np.uint32)
+    recs["value_len"] = np.frombuffer(chunk.value_lens, np.uint32)
+    sizes = recs["meta_len"].astype(np.uint64) + recs["value_len"]
+    recs["buf_pos"][1:] = np.cumsum(sizes)[:-1]
+    return bytes(encode_kafka_batch(chunk.data, recs, n))
+
+
+@pytest.mark.parametrize(
+    ("keys", "headers"), [(0.0, 0.0), (0.5, 0.5), (1.0, 1.0)], ids=["plain", "some", "all"]
+)
+def test_a_chunk_goes_to_a_kafka_batch_from_its_pieces_as_from_its_joined_bodies(
+    keys: float, headers: float
+) -> None:
+    """Through a daemon, a chunk's pieces (the marker's meta, then each Arrow batch's
+    values; the first record spanning two of them) are encoded as they are
+    (walfs_kafka_batch_pieces): the same bytes as the fetch encoder over the joined
+    bodies, a valid batch (its CRC-32C checked)."""
+    rows = random_rows(int(keys * 10 + headers * 100) + 3, 400, keys, headers)
+    t = staged(rows, 5)
+    ts = 1_700_000_000_123
+    for part, marker in ((t, MARKER), (t, None), (t.slice(0, 1), MARKER), (t.slice(81, 200), MARKER)):
+        chunk = encode_chunk(part, marker)
+        got = kafka_batch(chunk, ts)
+        assert bytes(got) == fetch_encoded(chunk, ts)
+        assert len(got) == len(fetch_encoded(chunk, ts))
+        # baseOffset, batchLength, records; the CRC-32C (Castagnoli) from attributes on
+        assert int.from_bytes(got[57:61], "big") == part.num_rows
+        assert int.from_bytes(got[17:21], "big") == crc32c(bytes(got[21:]))
+    # Pieces that do not hold exactly the records' bodies are refused.
+    chunk = encode_chunk(t, MARKER)
+    short = (*chunk.pieces[:-1], memoryview(chunk.pieces[-1])[:-1])
+    with pytest.raises(ValueError, match="exactly the records' bodies"):
+        encode_kafka_batch_pieces(short, chunk.meta_lens, chunk.value_lens, ts)
+    with pytest.raises(ValueError, match="exactly the records' bodies"):
+        encode_kafka_batch_pieces((*chunk.pieces, b"x"), chunk.meta_lens, chunk.value_lens, ts)

@@ -8,19 +8,29 @@ append again."""
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import sink_task_child
 from kafka_harness import ServeProcess
 
 import walfs
-from walfs.spark import sink_task
+from walfs import debug
+from walfs.engine_api import open_engine
+from walfs.spark import sink_target, sink_task
 from walfs.spark.options import parse_sink_options
 from walfs.spark.remote import LATEST, RemoteWal
 from walfs.spark.sink import MARKER, WalfsBatchWriter
+from walfs.spark.sink_rows import Chunk
 from walfs.spark.sink_task import TASK_CHUNK_BYTES
 
 VALUE = 1024
@@ -86,8 +96,10 @@ class Target:
 def test_a_large_task_appends_before_its_input_ends_in_bounded_memory(
     tmp_path: Path, remote: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A task past TASK_HOLD_BYTES (lowered to one chunk here, so that 48 MiB is "large").
+    # A task past TASK_HOLD_BYTES (lowered to one chunk here, so that 48 MiB is "large"),
+    # appending with a path in turns of one chunk (TASK_TURN_BYTES, lowered to match).
     monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
+    monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", TASK_CHUNK_BYTES)
     target = Target(tmp_path, remote)
     try:
         writer = WalfsBatchWriter(target.options)
@@ -132,6 +144,7 @@ def test_a_task_failing_mid_input_leaves_nothing_or_chunks_its_retry_completes(
         assert BATCHES * BATCH_ROWS * VALUE < sink_task.TASK_HOLD_BYTES
     else:
         monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
+        monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", TASK_CHUNK_BYTES)
     target = Target(tmp_path, remote)
     try:
         writer = WalfsBatchWriter(target.options)
@@ -150,3 +163,152 @@ def test_a_task_failing_mid_input_leaves_nothing_or_chunks_its_retry_completes(
     assert done.streams == [("t", 0, 0, n)]
     # The retry found the first attempt's chunks by their markers: every row once.
     assert [r.value for r in records] == [value(i) for i in range(n)]
+
+
+def other_rows(n: int) -> Iterator[pa.RecordBatch]:
+    """Another task's rows (n Arrow batches of BATCH_ROWS, values "B<row>")."""
+    for k in range(n):
+        values = pa.array([b"B%011d" % i + PAD[12:] for i in range(k * BATCH_ROWS, (k + 1) * BATCH_ROWS)])
+        yield pa.record_batch([pa.array(["t"] * BATCH_ROWS), values], schema=SCHEMA)
+
+
+def test_with_a_path_a_task_appends_while_another_waits_for_its_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Task 0, past the hold, has appended its first chunks and waits for its next rows;
+    meanwhile task 1 appends all of its rows and ends. Tasks take the data directory's
+    lock per turn of appends: the old sink kept it from a task's first append to its
+    end, so task 1 waited for task 0's input to end (here, for ever: task 0's input goes
+    on only once task 1 is done; the lock wait is lowered so that the old code fails
+    instead of hanging)."""
+    monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
+    monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", TASK_CHUNK_BYTES)
+    monkeypatch.setattr(sink_task, "TASK_LOCK_WAIT_S", 2.0)
+    target = Target(tmp_path, remote=False)
+    writer = WalfsBatchWriter(target.options)
+    other: list[tuple[str, int, int, int]] = []
+    seen: dict[str, int] = {}
+
+    def check(k: int) -> None:
+        if k == 20:  # task 0 is past the hold (1 chunk) with 20 MiB cut: task 1 runs now
+            seen["before"] = target.end()
+            other.extend(writer.write_task(1, 0, other_rows(4)).streams)
+            seen["after"] = target.end()
+
+    done = writer.write_task(0, 0, batches(check))
+    records = target.stored()
+    n = BATCHES * BATCH_ROWS
+    # Task 0 had appended whole chunks before task 1 ran; task 1's 4 MiB went in after them.
+    assert 0 < seen["before"] < 20 * BATCH_ROWS
+    assert other == [("t", 0, seen["before"], 4 * BATCH_ROWS)]
+    assert seen["after"] == seen["before"] + 4 * BATCH_ROWS
+    assert done.streams == [("t", 0, 0, n)]
+    # Every row of both tasks once; each task's rows in their order, task 1's together.
+    mine = [r.value for r in records if not r.value.startswith(b"B")]
+    theirs = [r.offset for r in records if r.value.startswith(b"B")]
+    assert mine == [value(i) for i in range(n)]
+    assert theirs == list(range(seen["before"], seen["before"] + 4 * BATCH_ROWS))
+
+
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sink_task_child.py")
+
+
+def child_task(blob: Path, part: int, attempt: int, letter: str, pause_at: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, CHILD, str(blob), str(part), str(attempt), letter, str(pause_at)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize("when", ["between-turns", "while-appending"])
+def test_with_a_path_a_task_killed_while_another_appends_loses_nothing_reported(
+    tmp_path: Path, when: str
+) -> None:
+    """Two tasks past the hold append to one stream in turns, each in its own process;
+    task 1 is SIGKILLed, either while it waits for its next rows (its turns done, the lock
+    free) or at batch 20 of 48, wherever it then is (perhaps in a turn, holding the lock).
+    Task 0 still takes the lock, appends every row and reports them; the directory opens
+    cleanly; task 1 left whole chunks, a prefix of its rows, which its retry completes:
+    every row of both tasks once, in order."""
+    target = Target(tmp_path, remote=False)
+    writer = WalfsBatchWriter(target.options)
+    blob = tmp_path / "writer.pickle"
+    blob.write_bytes(pickle.dumps(writer))
+    victim = child_task(blob, 1, 0, "B", 30 if when == "between-turns" else -1)
+    survivor = child_task(blob, 0, 0, "A", -1)
+    try:
+        assert victim.stdout is not None
+        awaited = "paused" if when == "between-turns" else "batch 20"
+        for line in victim.stdout:  # ends at the child's exit at the latest
+            if line.strip() == awaited:
+                break
+        else:
+            pytest.fail(f"task 1 ended before {awaited!r}: rc {victim.wait()}")
+        victim.kill()
+        assert victim.wait(60) == -signal.SIGKILL
+        out, _ = survivor.communicate(timeout=300)
+        assert survivor.returncode == 0
+    finally:
+        for p in (victim, survivor):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    reported = json.loads(out.strip().splitlines()[-1])
+    n = sink_task_child.BATCHES * sink_task_child.BATCH_ROWS
+    left = [r for r in target.stored() if r.value.startswith(b"B")]
+    # Task 1 left whole chunks: a prefix of its rows, each chunk marked with its count.
+    marks = [int(v.decode().rsplit(":", 1)[1]) for r in left for k, v in r.headers if k == MARKER]
+    assert [r.value for r in left] == [sink_task_child.value("B", i) for i in range(len(left))]
+    assert sum(marks) == len(left) < n
+    if when == "between-turns":  # it had waited for the lock for its turns by then
+        assert left
+    retried = writer.write_task(1, 1, sink_task_child.rows("B", -1))
+    records = target.stored()
+    a = [r for r in records if r.value.startswith(b"A")]
+    b = [r for r in records if r.value.startswith(b"B")]
+    assert [r.value for r in a] == [sink_task_child.value("A", i) for i in range(n)]
+    assert [r.value for r in b] == [sink_task_child.value("B", i) for i in range(n)]
+    assert reported == [["t", 0, a[0].offset, n]]
+    assert retried.streams == [("t", 0, b[0].offset, n)]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_with_a_path_a_power_cut_in_a_turn_keeps_every_turn_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """Each turn syncs its chunks before it releases the lock: the power goes out in a
+    task's third turn (the first appends the two chunks the task held, each later one
+    one chunk), after its append and before its sync, with no page written since the
+    last sync kept. The chunks of the turns before it are all there, the third turn's is
+    not, and the task's retry completes the rows once each."""
+    monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
+    monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", 1)  # a turn as soon as a chunk is queued
+    # The sink's opens in test mode (walfs.debug.power_cut needs it), an interval syncer
+    # that never comes (only the turns' syncs make anything durable).
+    monkeypatch.setattr(
+        sink_target, "open_engine", partial(open_engine, test_mode=True, fsync_interval_ms=3_600_000)
+    )
+    target = Target(tmp_path, remote=False)
+    writer = WalfsBatchWriter(target.options)
+    appended: list[int] = []
+    append_chunk = sink_target.LocalTarget.append_chunk
+
+    def append_then_cut(self: sink_target.LocalTarget, topic: str, partition: int, chunk: Chunk) -> int:
+        first = append_chunk(self, topic, partition, chunk)
+        appended.append(len(chunk))
+        if len(appended) == 4:
+            debug.power_cut(self.wal, seed=seed, keep_permille=0)
+            raise RuntimeError("the power went out")
+        return first
+
+    monkeypatch.setattr(sink_target.LocalTarget, "append_chunk", append_then_cut)
+    with pytest.raises(RuntimeError, match="the power went out"):
+        writer.write_task(0, 0, batches(lambda k: None))
+    assert target.end() == sum(appended[:3])
+    assert [r.value for r in target.stored()] == [value(i) for i in range(sum(appended[:3]))]
+    monkeypatch.setattr(sink_target.LocalTarget, "append_chunk", append_chunk)
+    done = writer.write_task(0, 1, batches(lambda k: None))
+    n = BATCHES * BATCH_ROWS
+    assert done.streams == [("t", 0, 0, n)]
+    assert [r.value for r in target.stored()] == [value(i) for i in range(n)]

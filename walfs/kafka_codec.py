@@ -5,6 +5,8 @@ one fetch batch. Engine-neutral: they hold no engine state, so every face may us
 import array
 import errno
 import threading
+from collections.abc import Sequence
+from contextlib import ExitStack
 from typing import Any
 
 from walfs._core import ffi, lib
@@ -59,6 +61,53 @@ def encode_kafka_batch(buf: Any, recs: Any, n: int) -> bytes | bytearray:
             out = bytearray(int(needed[0]))
             if lib.walfs_kafka_batch(cbuf, crecs, n, ffi.from_buffer(out), len(out), needed) == len(out):
                 return out
+    raise ValueError("a record's meta section does not parse")
+
+
+# Output buffers that the C encoder fills whole: not zero-filled first.
+_raw = ffi.new_allocator(should_clear_after_alloc=False)
+
+
+def encode_kafka_batch_pieces(
+    pieces: Sequence[Any], meta_lens: array.array, value_lens: array.array, timestamp_ms: int
+) -> memoryview:
+    """Records in the stored layout, their bodies back to back in the concatenation of
+    `pieces` (buffers, as LogEngine.append_pieces takes them: a writer's chunk, never
+    joined here), as one Kafka record batch (v2) with offsets 0..n-1 and `timestamp_ms`
+    for records without a producer timestamp (C: walfs_kafka_batch_pieces), in a buffer
+    of its own that is not zero-filled first. ValueError when the pieces do not hold
+    exactly the records' bodies or a meta section does not parse."""
+    n = len(meta_lens)
+    if n == 0:
+        return memoryview(b"")
+    needed = ffi.new("uint64_t *")
+    # Released on the way out, as every cffi buffer over a caller's (walfs/engine.py).
+    with ExitStack() as held:
+        bufs = [held.enter_context(ffi.from_buffer(p)) for p in pieces]
+        cmetas = held.enter_context(ffi.from_buffer("uint32_t[]", meta_lens))
+        cvalues = held.enter_context(ffi.from_buffer("uint32_t[]", value_lens))
+        cpieces = ffi.new("const uint8_t *[]", bufs)
+        lens = ffi.new("uint64_t[]", [len(b) for b in bufs])
+
+        def encode(out: Any, size: int) -> int:
+            return int(
+                lib.walfs_kafka_batch_pieces(
+                    n, len(bufs), cpieces, lens, cmetas, cvalues, timestamp_ms, out, size, needed
+                )
+            )
+
+        # A sizing call first (nothing written), then the batch into a buffer of its size.
+        rc = encode(ffi.NULL, 0)
+        if rc == -errno.ENOBUFS:
+            size = int(needed[0])
+            out = _raw("uint8_t[]", size)
+            rc = encode(out, size)
+            if rc == size:
+                return memoryview(ffi.buffer(out))
+    if rc == -errno.ENOMEM:
+        raise MemoryError("encoding a Kafka record batch")
+    if rc == -errno.EINVAL:
+        raise ValueError("the pieces do not hold exactly the records' bodies")
     raise ValueError("a record's meta section does not parse")
 
 

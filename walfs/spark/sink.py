@@ -13,28 +13,28 @@ no daemon owns the directory). Each stream's rows are cut into chunks of at most
 sink_task.TASK_CHUNK_BYTES (or what the target takes: a daemon's Produce batches stay
 under message.max.bytes) as they arrive, each chunk one atomic append whose first
 record carries the header ``walfs.sink = "<job id>:<partition id>:<chunk>:<count>"``
-(the job id is a fresh uuid per write). With a path, a task takes the data directory's
-lock when its first chunk is ready and no other task holds it, keeps it to its end and
-appends each chunk as it is cut (a task that finds the lock taken keeps up to
-sink_task.TASK_BUFFER_BYTES of chunks, then waits); through a daemon, its Produce
-requests go out as they fill, a few unanswered at once. A task's rows are durable when
-it ends: with a path one sync at its end (its chunks were appended under the engine's
-fsync policy), through a daemon every Produce is answered with acks=all. It sends the
+(the job id is a fresh uuid per write). With a path, tasks append in turns: a task takes
+the data directory's lock when it has sink_task.TASK_TURN_BYTES of chunks ready (or its
+input has ended) and no other task holds it, appends them, syncs them and releases the
+lock (a task that finds the lock taken keeps up to sink_task.TASK_BUFFER_BYTES of
+chunks, then waits); through a daemon, its Produce requests go out as they fill, a few
+unanswered at once. A task's rows are durable when it ends: with a path each turn ends
+with a sync (its chunks were appended under the engine's fsync policy), through a
+daemon every Produce is answered with acks=all. It sends the
 driver only (stream, first offset, rows) per stream. A retried task (attempt number >
 0: an earlier attempt failed, possibly after appending) searches each of its streams,
 from where it ended when the job began, for its partition's markers and appends only
 the chunks not found, so a task's rows are appended once however often Spark retries
 it. In a stream, each task's rows keep their order; tasks' rows follow each other in
-the order the tasks append (with a path a task's rows stay together: it holds the lock
-from its first append to its end; through a daemon, together per Produce request).
+the order the tasks append (together per turn with a path: a task's rows under
+sink_task.TASK_HOLD_BYTES in one turn; through a daemon, together per Produce request).
 
 What a failed job leaves: the rows of every task that appended before the job failed,
 each exactly once: a task that completed, all of its rows; a task that failed (an error
 in its query, a lost executor) after its first chunks were appended, whole chunks, a
 prefix of its rows (its retry appends the rest). Spark's abort cannot take them back: a
 WAL's appends are final. Speculative execution (spark.speculation, off by default) runs
-two attempts of a task at once: with a path they take the lock in turn and the second
-finds the first's chunks; through a daemon both may append.
+two attempts of a task at once, and both may append.
 
 Streaming writes are exactly-once. A micro-batch's commit runs, per stream:
 

@@ -2,11 +2,11 @@
 walfs.spark.sink_target for what a target does.
 
 Each chunk becomes one Kafka record batch (the C encoder the listener's fetches use,
-walfs.kafka_codec.encode_kafka_batch, fed the chunk's stored layout: no Python per
-record), sized under the topic's max.message.bytes as the daemon reports it
-(DescribeConfigs). Batches go together in Produce requests (acks=all) of up to
-PRODUCE_BYTES: the daemon appends all batches of one partition in a request as one
-atomic, durable append, one fsync.
+walfs.kafka_codec.encode_kafka_batch_pieces, fed the chunk's pieces in the stored
+layout as they are: no join, no Python per record), sized under the topic's
+max.message.bytes as the daemon reports it (DescribeConfigs). Batches go together in
+Produce requests (acks=all) of up to PRODUCE_BYTES: the daemon appends all batches of
+one partition in a request as one atomic, durable append, one fsync.
 """
 
 from __future__ import annotations
@@ -14,12 +14,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
-import numpy as np
-
 from walfs.kafka.record_batch import BATCH_OVERHEAD
-from walfs.kafka_codec import encode_kafka_batch
+from walfs.kafka_codec import encode_kafka_batch_pieces
 from walfs.records import Header
-from walfs.spark.columnar import REC_DTYPE
 from walfs.spark.options import WalfsOptionError
 from walfs.spark.remote import LATEST, RemoteWal
 from walfs.spark.remote_read import read_remote
@@ -31,18 +28,11 @@ from walfs.spark.sink_target import headed
 PRODUCE_BYTES = 32 << 20
 
 
-def kafka_batch(chunk: Chunk, timestamp_ms: int) -> bytes | bytearray:
+def kafka_batch(chunk: Chunk, timestamp_ms: int) -> memoryview:
     """The chunk as one Kafka record batch (v2, the C encoder the listener's fetches
-    use), every record with CreateTime `timestamp_ms`."""
-    n = len(chunk)
-    recs = np.zeros(n, REC_DTYPE)
-    recs["offset"] = np.arange(n, dtype=np.uint64)
-    recs["timestamp_ms"] = timestamp_ms
-    recs["meta_len"] = np.frombuffer(chunk.meta_lens, np.uint32)
-    recs["value_len"] = np.frombuffer(chunk.value_lens, np.uint32)
-    sizes = recs["meta_len"].astype(np.uint64) + recs["value_len"]
-    recs["buf_pos"][1:] = np.cumsum(sizes)[:-1]
-    return encode_kafka_batch(chunk.data, recs, n)
+    use, fed the chunk's pieces as they are: no join), every record with CreateTime
+    `timestamp_ms`."""
+    return encode_kafka_batch_pieces(chunk.pieces, chunk.meta_lens, chunk.value_lens, timestamp_ms)
 
 
 class RemoteTarget:
@@ -92,7 +82,7 @@ class RemoteTarget:
         go together in Produce requests of up to PRODUCE_BYTES, which the daemon appends
         as one atomic, durable append (one fsync for all of them)."""
         firsts: list[int] = []
-        batches: list[bytes | bytearray] = []
+        batches: list[bytes | bytearray | memoryview] = []
         counts: list[int] = []
 
         def send() -> None:

@@ -12,20 +12,26 @@ so a retried attempt makes the same chunks and finds the ones an earlier attempt
 appended by their markers.
 
 Outlets:
-- `path` (_LocalOutlet): the data directory's lock belongs to one process, so a task
-  takes it when its first chunk is ready if no other task holds it, and keeps it until
-  it ends, appending each chunk as it comes; the engine's own fsync policy writes the
-  chunks back meanwhile, and one sync at the end makes the task's rows durable. A task
+- `path` (_LocalOutlet): the data directory's lock belongs to one process, so tasks
+  append in turns: a task takes the lock (opens the directory) when it has at least
+  TASK_TURN_BYTES of chunks queued (or its input has ended) and no other task holds it,
+  appends them all, syncs them and releases the lock (closes): it never holds the lock
+  while it waits for its next rows, so the job's other tasks append meanwhile. A task
   that finds the lock taken keeps its chunks (trying again at each one) up to
-  TASK_BUFFER_BYTES, then waits for the lock.
+  TASK_BUFFER_BYTES, then waits for the lock. Each turn's chunks are durable (synced)
+  before the lock is released: closing without the sync would be faster, but the next
+  opener's recovery takes the records it finds for durable and writes durable-end marks
+  for them, which a power cut before the first task's own fsync would leave pointing
+  past the disk's contents.
 - `bootstrap` (_RemoteOutlet): chunks (one Kafka record batch each) go out in Produce
   requests of up to SEND_BYTES as soon as one is full, up to IN_FLIGHT of them
   unanswered on the connection, so the daemon appends and syncs the task's rows while
   the task receives the next ones.
 
 Memory a task holds: per stream, less than a chunk of pending rows (plus the batch that
-filled it); up to TASK_HOLD_BYTES of held chunks; then with `path`, at most
-TASK_BUFFER_BYTES of encoded chunks plus one; with
+filled it); up to TASK_HOLD_BYTES of held chunks; then with `path`, TASK_TURN_BYTES of
+encoded chunks between turns and at most TASK_BUFFER_BYTES plus one chunk while another
+task holds the lock; with
 `bootstrap`, at most IN_FLIGHT + 1 requests of SEND_BYTES per stream.
 """
 
@@ -33,7 +39,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -63,6 +70,10 @@ TASK_BUFFER_BYTES = 64 << 20
 # requests a task has unanswered at once.
 SEND_BYTES = 8 << 20
 IN_FLIGHT = 4
+# With a path, past the hold: a task appends its chunks in turns of at least this many
+# encoded bytes (or what is left at its end), taking the data directory's lock for each
+# turn and releasing it after (an open and a close, with its sync, per turn).
+TASK_TURN_BYTES = 32 << 20
 # How long a task waits for the data directory's lock: the job's other tasks hold it in
 # turn (the writer found no daemon holding it before any task ran).
 TASK_LOCK_WAIT_S = 600.0
@@ -87,8 +98,8 @@ class TaskStream:
 
 
 class _LocalOutlet:
-    """Chunks into the data directory, holding its lock from the first chunk appended
-    to the end of the task (module doc)."""
+    """Chunks into the data directory, in turns: the directory's lock is taken for each
+    turn of appends and released after it (module doc)."""
 
     def __init__(self, opts: SinkOptions, ph: Phases) -> None:
         self.opts = opts
@@ -114,40 +125,57 @@ class _LocalOutlet:
                     return False
         return True
 
-    def holding(self) -> LocalTarget:
-        """The target, its lock waited for if need be (a retry's scan)."""
+    @contextmanager
+    def holding(self) -> Iterator[LocalTarget]:
+        """The target for a retry's scan, its lock waited for if need be and released
+        after."""
         if self.target is None:
             self._take(wait=True)
         assert self.target is not None
-        return self.target
+        try:
+            yield self.target
+        finally:
+            self._release()
 
     def put(self, st: TaskStream, chunk: Chunk) -> None:
+        """Queues a chunk; offer() appends the queue."""
         self.queue.append((st, chunk))
         self.queued += chunk.nbytes
-        if self.target is None and not self._take(wait=self.queued > TASK_BUFFER_BYTES):
-            return
-        self._drain()
 
-    def _drain(self) -> None:
+    def offer(self) -> None:
+        """Appends the queued chunks in one turn once they fill TASK_TURN_BYTES: takes the
+        lock if it is free; waits for it only past TASK_BUFFER_BYTES."""
+        if self.queued >= TASK_TURN_BYTES:
+            self._turn(wait=self.queued > TASK_BUFFER_BYTES)
+
+    def _turn(self, wait: bool) -> None:
+        if self.target is None and not self._take(wait):
+            return
         assert self.target is not None
         while self.queue:
             st, chunk = self.queue.popleft()
             self.queued -= chunk.nbytes
             with self.ph("append"):
                 st.appended(self.target.append_chunk(st.topic, st.partition, chunk))
+        # The turn's chunks are durable before the lock goes to the next task: a close
+        # that skipped its sync would let the next opener take the records in the page
+        # cache for durable ones and write durable-end marks past them (docs/spark.md).
+        with self.ph("sync"):
+            self.target.wal.sync()
+        self._release()
+
+    def _release(self) -> None:
+        target, self.target = self.target, None
+        if target is not None:
+            with self.ph("close"):
+                target.close()
 
     def finish(self) -> None:
         if self.queue:
-            self.holding()
-            self._drain()
-        if self.target is not None:
-            with self.ph("sync"):
-                self.target.wal.sync()
+            self._turn(wait=True)
 
     def close(self) -> None:
-        if self.target is not None:
-            with self.ph("close"):
-                self.target.close()
+        self._release()
 
 
 Counts = list[tuple[TaskStream, int]]
@@ -160,7 +188,7 @@ class _RemoteOutlet:
         self.target = target
         self.ph = ph
         # per stream, the request being filled: its batches, (stream, rows) per batch
-        self.building: dict[tuple[str, int], tuple[list[bytes | bytearray], Counts]] = {}
+        self.building: dict[tuple[str, int], tuple[list[bytes | bytearray | memoryview], Counts]] = {}
         self.in_flight: deque[tuple[ProduceAhead, Counts]] = deque()
 
     def put(self, st: TaskStream, chunk: Chunk) -> None:
@@ -193,6 +221,9 @@ class _RemoteOutlet:
         for st, n in counts:
             st.appended(base)
             base += n
+
+    def offer(self) -> None:
+        pass  # put() sends each request as it fills
 
     def finish(self) -> None:
         for key in list(self.building):
@@ -303,6 +334,7 @@ class TaskWriter:
             chunk = encode_chunk(t, (self.marker, f"{self.prefix}{i}:{t.num_rows}".encode()))
         if self.held is None:
             self.outlet.put(st, chunk)
+            self.outlet.offer()
             return
         self.held.append((st, chunk))
         self.held_bytes += chunk.nbytes
@@ -314,12 +346,19 @@ class TaskWriter:
         held, self.held, self.held_bytes = self.held or [], None, 0
         for st, chunk in held:
             self.outlet.put(st, chunk)
+        self.outlet.offer()
 
     def _scan(self, st: TaskStream) -> dict[int, int]:
         """Chunk number -> offset of this prefix's chunks from where the stream ended
         when the job began."""
-        target = self.remote if self.remote is not None else self.outlet.holding()  # type: ignore[union-attr]
-        assert self.starts is not None and target is not None
+        if self.remote is not None:
+            return self._scan_in(self.remote, st)
+        assert isinstance(self.outlet, _LocalOutlet)
+        with self.outlet.holding() as target:
+            return self._scan_in(target, st)
+
+    def _scan_in(self, target: LocalTarget | RemoteTarget, st: TaskStream) -> dict[int, int]:
+        assert self.starts is not None
         found: dict[int, int] = {}
         start = self.starts.get((st.topic, st.partition), 0)
         with self.ph("scan"):
