@@ -46,6 +46,15 @@ _RATE = re.compile(r"([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg l
 _KV = re.compile(r"(\w+):(\S+)")
 _LIMITED = re.compile(r"(\d+)ms(?:\(([\d.]+)%\))?")
 _SKMEM = re.compile(r"skmem:\(r(\d+),rb(\d+),t(\d+),tb(\d+),f\d+,w\d+,o\d+,bl\d+,d(\d+)\)")
+_COUNTS = (
+    "bytes_received",
+    "bytes_acked",
+    "bytes_sent",
+    "bytes_retrans",
+    "rcv_space",
+    "snd_wnd",
+    "dsack_dups",
+)
 _RETRANS = re.compile(r" retrans:\d+/(\d+)")
 # pid time call(fd, ...) = result <seconds>
 _SYSCALL = re.compile(
@@ -67,7 +76,8 @@ def ss_sample(port: int) -> list[dict[str, Any]]:
         if len(parts) < 4:
             continue
         recv_q, send_q = int(parts[0]), int(parts[1])
-        local, peer = (re.sub(r"^\[(?:::ffff:)?(.*)\]", r"\1", a) for a in parts[2:4])  # the JVM's are v6-mapped
+        # The JVM's addresses are v4-mapped v6 ([::ffff:127.0.0.1]:port): as the server's.
+        local, peer = (re.sub(r"^\[(?:::ffff:)?(.*)\]", r"\1", a) for a in parts[2:4])
         row: dict[str, Any] = {"recv_q": recv_q, "send_q": send_q, "local": local, "peer": peer}
         m = _SKMEM.search(line)
         if m:
@@ -79,7 +89,7 @@ def ss_sample(port: int) -> list[dict[str, Any]]:
                 lm = _LIMITED.match(v)
                 if lm:
                     row[k + "_ms"] = int(lm.group(1))
-            elif k in ("bytes_received", "bytes_acked", "bytes_sent", "bytes_retrans", "rcv_space", "snd_wnd", "cwnd", "dsack_dups"):
+            elif k in _COUNTS:
                 with contextlib.suppress(ValueError):
                     row[k] = int(v)
         rows.append(row)
@@ -270,8 +280,9 @@ def main() -> None:
             if label == "kafka":
                 with KafkaBroker(heap="1g") as broker:
                     assert broker.proc is not None
+                    pid = broker.proc.pid
                     results[label] = run_tool(
-                        cp, broker.bootstrap, args.records, size, broker.proc.pid, args, broker.port, work, label
+                        cp, broker.bootstrap, args.records, size, pid, args, broker.port, work, label
                     )
             elif label == "walfs":
                 server = WalfsServer("never", work).start()
