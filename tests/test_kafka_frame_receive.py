@@ -69,12 +69,13 @@ def values(lst: Listener, topic: str) -> list[bytes]:
 
 def test_the_rest_of_a_large_frame_waits_acknowledged_in_the_kernel_until_it_is_whole(tmp_path: Path) -> None:
     frame = produce_request("t", batch(64), acks=1, correlation_id=3)  # ~1 MiB
-    head, parts, tail = 256 * KIB, [128 * KIB] * 3, len(frame) - 256 * KIB - 3 * 128 * KIB
-    assert tail > 100 * KIB
+    # The head fits one read of the reader's buffer (64 KiB): it is taken whole, and the
+    # reader then waits for the rest of the frame.
+    head, parts = 60 * KIB, [128 * KIB] * 3
+    assert len(frame) - head - sum(parts) > 100 * KIB
     with listener(tmp_path) as lst, raw_connect(lst.port) as s:
         me = s.getsockname()[1]
         s.sendall(frame[:head])
-        # The reader takes what came (the frame's size and its first part), then waits.
         wait_until(lambda: queues(lst.port, me)[0] == 0, what="the listener reading the head")
         sent = head
         for n in parts:
@@ -92,7 +93,7 @@ def test_the_rest_of_a_large_frame_waits_acknowledged_in_the_kernel_until_it_is_
         assert queues(lst.port, me)[0] == 0
         assert values(lst, "t") == vals(64)
         # A small request right behind: SO_RCVLOWAT is back to 1, or this would not wake
-        # the reader (the last wait was for the ~280 KiB tail).
+        # the reader (the last wait was for the ~590 KiB tail).
         s.sendall(api_versions_request(9))
         assert struct.unpack(">i", recv_frame(s)[:4])[0] == 9
 
@@ -142,9 +143,12 @@ def test_a_client_gone_in_the_middle_of_a_large_frame_writes_nothing(
     with listener(tmp_path) as lst:
         s = raw_connect(lst.port)
         me = s.getsockname()[1]
-        s.sendall(frame[: len(frame) // 2])
-        # The reader is waiting for the rest, with SO_RCVLOWAT at the rest.
-        wait_until(lambda: queues(lst.port, me)[0] == 0, what="the listener reading the first half")
+        s.sendall(frame[: 60 * KIB])
+        # The reader took the head and waits for the rest, with SO_RCVLOWAT at the rest;
+        # part of that rest comes, acknowledged, and then the client goes.
+        wait_until(lambda: queues(lst.port, me)[0] == 0, what="the listener reading the head")
+        s.sendall(frame[60 * KIB : 300 * KIB])
+        wait_until(lambda: queues(me, lst.port)[1] == 0, what="the client's bytes acknowledged")
         if how == "reset":
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()
