@@ -5,9 +5,10 @@ against `walfs serve --fsync never` and Apache Kafka (default settings), in one 
     .venv/bin/python bench/produce_pace.py --size 16KiB --records 6000 --strace --out pace.json
 
 Per server (the same tool and settings as bench_vs_kafka.py: acks=all, linger.ms=5,
-batch.size=1 MiB, one producer), while the tool runs:
+batch.size=1 MiB; one producer, or --producers N at once, the records split among them),
+while the tools run:
 
-- `ss -tinm` of the produce connection, sampled every --every seconds, both ends: the
+- `ss -tinm` of each producer's connection, sampled every --every seconds, both ends: the
   client's tcp_info counters (busy, rwnd_limited: time its sending was held by the
   server's receive window, sndbuf_limited: by its own send buffer; the rest of busy is
   neither), the server's receive buffer (skmem rb) and receive queue (Recv-Q) over the
@@ -17,7 +18,10 @@ batch.size=1 MiB, one producer), while the tool runs:
   nothing (EAGAIN), bytes per call and calls per MiB. strace slows the server; read the
   counts, not the rates, of a --strace run.
 
-The tool's own line (records/s, latency) is printed for each server. JSON with --out.
+The tool's own line (records/s, latency) is printed for each server; with several
+producers, records/s in all is every record over the longest producer's own time (as
+bench_vs_kafka.py counts them), the metrics and `socket` are the first producer's and
+`sockets` has every producer's connection. JSON with --out.
 """
 
 from __future__ import annotations
@@ -125,12 +129,14 @@ class Sampler:
         self._stop.set()
         self._thread.join()
 
-    def produce_connection(self) -> dict[str, Any] | None:
-        """Both ends of the connection whose server end received most."""
+    def produce_connections(self, n: int) -> list[dict[str, Any]]:
+        """Both ends of the n connections whose server ends received most (the producers'
+        connections to the partition leader), most first."""
         server_ends = [(k, r) for k, r in self.last.items() if k[0].endswith(f":{self.port}")]
-        if not server_ends:
-            return None
-        key, server = max(server_ends, key=lambda kr: kr[1].get("bytes_received", 0))
+        server_ends.sort(key=lambda kr: kr[1].get("bytes_received", 0), reverse=True)
+        return [self._both_ends(key, server) for key, server in server_ends[:n]]
+
+    def _both_ends(self, key: tuple[str, str], server: dict[str, Any]) -> dict[str, Any]:
         client = self.last.get((key[1], key[0]), {})
         q = self.peaks[key]
         busy = client.get("busy_ms", 0)
@@ -230,32 +236,47 @@ def run_tool(cp: str, bootstrap: str, records: int, size: int, server_pid: int, 
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
         time.sleep(1.0)  # attached to every thread
-    cmd = [
-        *TOOL_JVM, "-cp", cp, "org.apache.kafka.tools.ProducerPerformance", "--topic", "pace",
-        "--num-records", str(records), "--record-size", str(size), "--throughput", "-1",
-        "--print-metrics", "--producer-props", f"bootstrap.servers={bootstrap}", *PRODUCER_PROPS,
+    shares = [records // args.producers + (i < records % args.producers) for i in range(args.producers)]
+    cmds = [
+        [
+            *TOOL_JVM, "-cp", cp, "org.apache.kafka.tools.ProducerPerformance", "--topic", "pace",
+            "--num-records", str(n), "--record-size", str(size), "--throughput", "-1",
+            "--print-metrics", "--producer-props", f"bootstrap.servers={bootstrap}", *PRODUCER_PROPS,
+        ]
+        for n in shares
     ]  # fmt: skip
     k0 = tcp_counters()
     try:
         with Sampler(port, args.every) as sampler:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False)
+            procs = [
+                subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds
+            ]
+            outs = [p.communicate(timeout=args.timeout) for p in procs]
         k1 = tcp_counters()
     finally:
         if tracer is not None:
             tracer.terminate()
             tracer.wait(timeout=30)
-    lines = [ln for ln in proc.stdout.splitlines() if "records sent" in ln]
-    if proc.returncode != 0 or not lines:
-        raise SystemExit(f"ProducerPerformance failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    m = _RATE.search(lines[-1])
-    assert m is not None
+    tools = []
+    for p, (out, err) in zip(procs, outs, strict=True):
+        lines = [ln for ln in out.splitlines() if "records sent" in ln]
+        if p.returncode != 0 or not lines:
+            raise SystemExit(f"ProducerPerformance failed ({p.returncode}):\n{err[-2000:]}")
+        m = _RATE.search(lines[-1])
+        assert m is not None
+        tools.append((lines[-1], float(m.group(1)), float(m.group(3)), out))
+    # All records over the longest producer's own time (as bench_vs_kafka.py counts them).
+    seconds = max(n / rate for n, (_, rate, _, _) in zip(shares, tools, strict=True))
+    sockets = sampler.produce_connections(args.producers)
     return {
-        "tool": lines[-1],
-        "records_per_s": float(m.group(1)),
-        "mb_per_s": float(m.group(2)),
-        "avg_ms": float(m.group(3)),
-        "producer_metrics": producer_metrics(proc.stdout),
-        "socket": sampler.produce_connection(),
+        "tool": tools[0][0],
+        "tools": [t[0] for t in tools],
+        "records_per_s": round(records / seconds, 1),
+        "mb_per_s": round(records * size / seconds / 1e6, 2),
+        "avg_ms": round(statistics.fmean(t[2] for t in tools), 2),
+        "producer_metrics": producer_metrics(tools[0][3]),
+        "socket": sockets[0] if sockets else None,
+        "sockets": sockets,
         "tcp_counters": {k: k1[k] - k0.get(k, 0) for k in k1 if k1[k] != k0.get(k, 0)},
         "recv_calls": strace_summary(trace_file) if args.strace else None,
     }
@@ -266,6 +287,7 @@ def main() -> None:
     ap.add_argument("--size", choices=SIZES, default="1KiB")
     ap.add_argument("--records", type=int, default=60_000)
     ap.add_argument("--servers", default="kafka,walfs", help="which, in this order: kafka,walfs")
+    ap.add_argument("--producers", type=int, default=1, help="ProducerPerformance processes at once")
     ap.add_argument("--every", type=float, default=0.02, help="seconds between ss samples")
     ap.add_argument("--strace", action="store_true", help="count the server's receive calls")
     ap.add_argument("--timeout", type=float, default=600)
@@ -296,7 +318,7 @@ def main() -> None:
             else:
                 raise SystemExit(f"unknown server {label!r}")
             r = results[label]
-            print(f"{label}: {r['tool']}", file=sys.stderr)
+            print(f"{label}: {r['records_per_s']} records/s in all; {r['tool']}", file=sys.stderr)
             print(f"  producer metrics: {r['producer_metrics']}", file=sys.stderr)
             print(f"  socket: {r['socket']}", file=sys.stderr)
             print(f"  TCP counters (whole machine): {r['tcp_counters']}", file=sys.stderr)
