@@ -36,10 +36,10 @@ READ_AHEAD = 1
 
 # While a large frame is received, the socket's SO_RCVLOWAT is the rest of the frame (at
 # most this): the reader wakes once the rest is in the kernel, not per segment, and the
-# kernel acknowledges the client's segments as they come (Linux sends an ACK at once while
-# less than SO_RCVLOWAT is unread) instead of when the reader next runs, so the client's
-# send buffer drains while this connection's previous request is appended.
-# docs/kafka.md, "Sockets"; docs/benchmarks.md, "The producer's pace".
+# kernel acknowledges the client's segments as they come (Linux does not delay an ACK
+# while less than SO_RCVLOWAT is unread) instead of when the reader next runs, so the
+# client's send buffer drains while the event loop does other work (another request's
+# append). docs/kafka.md ("Large frames"); docs/benchmarks.md ("The producer's pace").
 RECEIVE_LOWAT_MAX = 4 << 20
 
 
