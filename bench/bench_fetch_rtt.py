@@ -15,7 +15,9 @@ socket's buffers as `ss -tmi` shows them (skmem: rb = receive, tb = send buffer)
 
 Records are produced with raw produce requests of ~1 MiB batches (acks=1, as
 ProducerPerformance's batch.size=1 MiB makes them), before the clock starts; the walfs
-server runs `--fsync never` (Kafka's default does not fsync either)."""
+server runs `--fsync never` (Kafka's default does not fsync either), or the policy --fsync
+names (`always` writes the log as the flush1 pair's server does: each request's records
+synced before its answer)."""
 
 from __future__ import annotations
 
@@ -189,12 +191,15 @@ def main() -> int:
     ap.add_argument("--mib", type=int, default=64, help="MiB of records per size")
     ap.add_argument("--servers", default="walfs,kafka", help="walfs, kafka or both")
     ap.add_argument("--rcvbuf", type=int, default=JAVA_RCVBUF, help="client SO_RCVBUF (0: kernel default)")
+    ap.add_argument(
+        "--fsync", choices=("never", "always", "interval"), default="never", help="walfs serve's policy"
+    )
     ap.add_argument("--out", help="write the JSON here (else stdout)")
     args = ap.parse_args()
     servers = args.servers.split(",")
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="walfs-rtt-") as tmp:
-        walfs = Server(os.path.join(tmp, "data"), "never") if "walfs" in servers else None
+        walfs = Server(os.path.join(tmp, "data"), args.fsync) if "walfs" in servers else None
         kafka = None
         try:
             if "kafka" in servers:
@@ -231,7 +236,13 @@ def main() -> int:
                 walfs.stop()
             if kafka is not None:
                 kafka.stop()
-    out = {"bench": "fetch_rtt", "loadavg": os.getloadavg(), "rcvbuf": args.rcvbuf, "results": results}
+    out = {
+        "bench": "fetch_rtt",
+        "loadavg": os.getloadavg(),
+        "rcvbuf": args.rcvbuf,
+        "fsync": args.fsync,
+        "results": results,
+    }
     text = json.dumps(out, indent=2)
     if args.out:
         Path(args.out).write_text(text + "\n")

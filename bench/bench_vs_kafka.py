@@ -32,6 +32,7 @@ bench/results/ (or --out), a summary table to stderr.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -78,12 +79,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def walfs_tree() -> Path:
+    """The tree whose walfs this process imports: PYTHONPATH's under bench/ab_trees.py (the
+    server must run that tree's code, not this checkout's), else this checkout's."""
+    spec = importlib.util.find_spec("walfs")
+    if spec is None or spec.origin is None:
+        return REPO
+    return Path(spec.origin).resolve().parent.parent
+
+
 class WalfsServer:
     """`walfs serve` of the tree at `code` (this checkout, or a --baseline export)."""
 
-    def __init__(self, fsync: str, root: Path, code: Path = REPO, label: str = "walfs") -> None:
+    def __init__(self, fsync: str, root: Path, code: Path | None = None, label: str = "walfs") -> None:
         self.fsync = fsync
-        self.code = code
+        self.code = code or walfs_tree()
         self.dir = root / f"{label}-{fsync}"
         self.proc: subprocess.Popen[str] | None = None
         self.bootstrap = ""

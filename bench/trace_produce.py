@@ -30,6 +30,9 @@ Per Produce request, in milliseconds:
   inflight produce requests of the connection read and not yet answered when this one's
            first bytes arrived (the producer's window as the server sees it; the Java
            producer keeps up to max.in.flight.requests.per.connection=5)
+  recvs    receive calls that returned bytes for this frame (each a wake-up of the reading
+           task or a retry right after one; a frame's first call may also hold the end of
+           the frame before it)
 
 Printed as median / p90 / p99 / max per phase, with the requests' size, the server's CPU
 seconds (this process, all threads) per million records and per GiB, and the tool's own
@@ -50,6 +53,7 @@ import contextvars
 import json
 import re
 import resource
+import socket
 import statistics
 import sys
 import tempfile
@@ -94,6 +98,7 @@ PHASES = (
     "durable",
     "rounds",
     "inflight",
+    "recvs",
 )
 
 _RATE = re.compile(r"([\d.]+) records/sec")
@@ -106,6 +111,7 @@ requests: list[dict[str, Any]] = []
 unanswered = [0]  # produce requests read and not yet answered (one connection produces)
 sync_calls: list[float] = []  # ms inside each wal.sync() the listener's group sync made
 by_payload: dict[int, dict[str, Any]] = {}  # frames read, not yet dispatched
+recv_counts: dict[int, int] = {}  # receive calls per socket since its last frame ended
 
 
 def instrument() -> None:
@@ -124,6 +130,8 @@ def instrument() -> None:
         payload = await orig_next(self)
         if payload is not None:
             rec = {"api": api_name(payload), "bytes": len(payload), "first": self._t_first, "read": now()}
+            sock = getattr(self._stream, "socket", None)
+            rec["recvs"] = recv_counts.pop(id(sock), 0)
             if rec["api"] == "Produce":
                 rec["inflight"] = unanswered[0]
                 unanswered[0] += 1
@@ -133,6 +141,25 @@ def instrument() -> None:
 
     reader._fill = _fill  # type: ignore[method-assign]
     reader.next_frame = next_frame  # type: ignore[method-assign]
+
+    # Receive calls that returned bytes, per socket (trio's recv and recv_into: each one a
+    # wake-up of the reading task, or a retry after one), counted into the frame they end.
+    with socket.socket() as plain:
+        sock_cls = type(trio.socket.from_stdlib_socket(plain))
+    orig_recv, orig_recv_into = sock_cls.recv, sock_cls.recv_into
+
+    async def recv(self: Any, *a: Any, **k: Any) -> Any:
+        got = await orig_recv(self, *a, **k)
+        recv_counts[id(self)] = recv_counts.get(id(self), 0) + 1
+        return got
+
+    async def recv_into(self: Any, *a: Any, **k: Any) -> Any:
+        got = await orig_recv_into(self, *a, **k)
+        recv_counts[id(self)] = recv_counts.get(id(self), 0) + 1
+        return got
+
+    sock_cls.recv = recv  # type: ignore[method-assign]
+    sock_cls.recv_into = recv_into  # type: ignore[method-assign]
 
     orig_decode = dispatch_mod.decode_request
 
@@ -222,6 +249,9 @@ def instrument() -> None:
         rec = current.get()
         if response is not None and rec is not None:
             self._trace.append(rec)
+        # A ready answer with nothing owed ahead of it is sent by the connection's own task
+        # (ResponsePipe.send): its send_frame finds the queue here.
+        pipe_queue.set(self._trace)
         await orig_send(self, response, *a)
 
     async def _run(self: Any) -> None:
@@ -300,6 +330,7 @@ def phases(rec: dict[str, Any]) -> dict[str, float] | None:
         "durable": (rec.get("synced_at", rec["handled_at"]) - rec["first"]) * 1e3,
         "rounds": float(rec.get("rounds", 0)),
         "inflight": float(rec.get("inflight", 0)),
+        "recvs": float(rec.get("recvs", 0)),
     }
     for k in ("decode", "hop_in", "check", "append", "hop_out"):
         ms[k] = rec.get(k, 0.0)

@@ -3,6 +3,7 @@ int32 length followed by that many bytes."""
 
 from __future__ import annotations
 
+import socket
 import struct
 from collections import deque
 from collections.abc import AsyncIterator
@@ -31,6 +32,24 @@ RECEIVE_INTO_FROM = 64 * 1024
 # decoded and appended, the next one is taken off the socket, so the client is not held up
 # by a full socket buffer and the next request is whole when its turn comes.
 READ_AHEAD = 1
+
+
+# While a large frame is received, the socket's SO_RCVLOWAT is the rest of the frame (at
+# most this): the reader wakes once the rest is in the kernel, not per segment, and the
+# kernel acknowledges the client's segments as they come (Linux does not delay an ACK
+# while less than SO_RCVLOWAT is unread) instead of when the reader next runs, so the
+# client's send buffer drains while the event loop does other work (another request's
+# append). docs/kafka.md ("Large frames"); docs/benchmarks.md ("The producer's pace").
+RECEIVE_LOWAT_MAX = 4 << 20
+
+
+def _set_rcvlowat(sock: trio.socket.SocketType, n: int) -> bool:
+    """Sets SO_RCVLOWAT to n; False where the system refuses it (the socket closed)."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, n)
+    except OSError:
+        return False
+    return True
 
 
 class ByteBudget:
@@ -122,14 +141,22 @@ class FrameReader:
         view = memoryview(payload)
         assert isinstance(self._stream, trio.SocketStream)
         sock = self._stream.socket
-        while have < size:
-            try:
-                got = await sock.recv_into(view[have:])
-            except OSError as e:  # as trio's own receive_some reports a dead peer
-                raise trio.BrokenResourceError(e) from e
-            if not got:
-                raise TruncatedFrame(f"connection closed after {have} of {size} bytes of a frame")
-            have += got
+        lowat = 1  # 0: the system refused it, not tried again
+        try:
+            while have < size:
+                want = min(size - have, RECEIVE_LOWAT_MAX)
+                if lowat and want != lowat:
+                    lowat = want if _set_rcvlowat(sock, want) else 0
+                try:
+                    got = await sock.recv_into(view[have:])
+                except OSError as e:  # as trio's own receive_some reports a dead peer
+                    raise trio.BrokenResourceError(e) from e
+                if not got:
+                    raise TruncatedFrame(f"connection closed after {have} of {size} bytes of a frame")
+                have += got
+        finally:
+            if lowat > 1:
+                _set_rcvlowat(sock, 1)  # the next frame's size wakes the reader again
         return view.toreadonly()
 
     async def release_frame(self) -> None:
