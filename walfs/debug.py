@@ -25,6 +25,12 @@ def power_cut(wal: Any, seed: int, keep_permille: int = 0) -> None:
 
 
 def inject_fault(wal: Any, op: str, err: int, after: int = 0, count: int = -1) -> None:
-    """Makes the core's next `op` ("write", "sync" or "alloc") calls fail with errno `err`:
-    after `after` good ones, `count` times (-1: for ever)."""
+    """Makes the core's next `op` ("write", "sync", "alloc", "reclaim" or "writeback")
+    calls fail with errno `err`: after `after` good ones, `count` times (-1: for ever)."""
     local_engine(wal).core.inject_fault(op, err, after, count)
+
+
+def writeback_wait(wal: Any) -> tuple[int, int]:
+    """Waits until the core's writeback thread (csrc/writeback.c) has written back every
+    range appends handed to it so far: (ranges written back since open, of them failed)."""
+    return local_engine(wal).core.writeback_wait()

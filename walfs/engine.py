@@ -646,9 +646,22 @@ class Engine:
             "sync": lib.WALFS_FAULT_SYNC,
             "alloc": lib.WALFS_FAULT_ALLOC,
             "reclaim": lib.WALFS_FAULT_RECLAIM,
+            "writeback": lib.WALFS_FAULT_WRITEBACK,
         }
         h = self._enter()
         try:
             self._check(lib.walfs_debug_fail(h, ops[op], err, after, count), "inject fault")
+        finally:
+            self._exit()
+
+    def writeback_wait(self) -> tuple[int, int]:
+        """Waits until the core's writeback thread has written back every range handed to
+        it so far (csrc/writeback.c); (ranges written back since open, of them failed)."""
+        h = self._enter()
+        try:
+            done = ffi.new("uint64_t *")
+            failed = ffi.new("uint64_t *")
+            self._check(lib.walfs_debug_writeback_wait(h, done, failed), "writeback wait")
+            return int(done[0]), int(failed[0])
         finally:
             self._exit()
