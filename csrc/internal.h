@@ -85,7 +85,9 @@ typedef struct block {
     int sealed;             /* seal header written */
     int full;               /* takes no more records */
     uint64_t frontier_count; /* records its frontier header claims durable (frontier.c) */
-    uint64_t wb_end;         /* run bytes handed to the writeback thread so far (writer.c); under append_lock */
+    /* handed to the writeback thread (writer.c writeback_run), under the append_lock: the
+     * run's bytes below wb_end, and wb_slots bytes of index slots at its end */
+    uint64_t wb_end, wb_slots;
     uint64_t durable_count;  /* at open: the frontier found on disk (recovery.c) */
     int dirty_tail;          /* at open: bytes follow its last record (zeroed once the stream is judged) */
 } block_t;

@@ -151,15 +151,31 @@ static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bod
 }
 
 /* Hands what appends put into run b since its last writeback to the writeback thread
- * (writeback.c): its records once WRITEBACK_MIN bytes of them wait (whole pages: the last
- * one is still being filled), and once the run is full all the rest of it, index slots
- * included. Not handed over (a full queue; with nowait, its lock held) stays for the next
- * append to offer. Under the stream's append_lock, after the records are published. */
+ * (writeback.c), once WRITEBACK_MIN bytes of records wait: those records and their index
+ * slots, whole pages only (the last page of each is still being filled); once the run is
+ * full, all the rest of it. What is not taken (a full queue; with nowait, its lock held)
+ * stays for the next append to offer. Under the stream's append_lock, after the records
+ * are published. */
 static void writeback_run(walfs_t *wal, block_t *b, int nowait)
 {
-    uint64_t end = b->full ? b->run_size : b->data_end & ~(uint64_t)4095;
-    if (end <= b->wb_end || (!b->full && end - b->wb_end < WRITEBACK_MIN)) return;
-    if (wb_queue(wal, b->seg, b->file_off + b->wb_end, end - b->wb_end, nowait) == 0) b->wb_end = end;
+    const uint64_t page = 4096; /* run offsets are page-aligned in the file */
+    uint64_t slots_end = b->run_size - b->wb_slots; /* slots handed over lie at or above it */
+    if (b->full) {
+        if (slots_end > b->wb_end &&
+            wb_queue(wal, b->seg, b->file_off + b->wb_end, slots_end - b->wb_end, nowait) == 0) {
+            b->wb_end = slots_end;
+            b->wb_slots = b->run_size - slots_end;
+        }
+        return;
+    }
+    uint64_t end = b->data_end & ~(page - 1);
+    if (end <= b->wb_end || end - b->wb_end < WRITEBACK_MIN) return;
+    if (wb_queue(wal, b->seg, b->file_off + b->wb_end, end - b->wb_end, nowait)) return;
+    b->wb_end = end;
+    uint64_t slots = (b->count * SLOT_SIZE) & ~(page - 1); /* whole pages of slots, from the run's end */
+    if (slots > b->wb_slots &&
+        wb_queue(wal, b->seg, b->file_off + b->run_size - slots, slots - b->wb_slots, nowait) == 0)
+        b->wb_slots = slots;
 }
 
 /* Puts back zeros where a failed append wrote, so that recovery can never resurrect it. */
