@@ -6,68 +6,20 @@ promised: nothing is durable before a sync, and what a power cut leaves is read 
 whole or not at all, as before. Runs filled by small appends: test_wal_run_writeback.py.
 
 The page cache's state is read with cachestat(2) (Linux 6.5), the kernel's own count of
-a file range's dirty and under-writeback pages."""
+a file range's dirty and under-writeback pages (tests/writeback_probe.py)."""
 
 from __future__ import annotations
 
-import array
-import ctypes
-import os
-import pathlib
-
 import pytest
+from writeback_probe import VALUE, batch, dirty_pages, segment_files, values
 
 import walfs
 from walfs import debug
 
 GEOMETRY = {"segment_size": 32 << 20, "block_size": 16 << 20}
-VALUE = 1024
 BIG = 8 << 20  # one append, past WRITEBACK_MIN (4 MiB)
 SMALL_APPEND = 64 << 10  # one append, under it
 NO_SYNC = 3_600_000  # an interval no test waits for: no background sync runs meanwhile
-
-_SYS_CACHESTAT = 451  # the same number on every architecture (asm-generic)
-
-
-class _Range(ctypes.Structure):
-    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
-
-
-class _Stat(ctypes.Structure):
-    _fields_ = [
-        ("nr_cache", ctypes.c_uint64),
-        ("nr_dirty", ctypes.c_uint64),
-        ("nr_writeback", ctypes.c_uint64),
-        ("nr_evicted", ctypes.c_uint64),
-        ("nr_recently_evicted", ctypes.c_uint64),
-    ]
-
-
-def dirty_pages(path: pathlib.Path) -> tuple[int, int]:
-    """(cached, dirty) pages of the whole file, from cachestat(2)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        st = _Stat()
-        if libc.syscall(_SYS_CACHESTAT, fd, ctypes.byref(_Range(0, 0)), ctypes.byref(st), 0) != 0:
-            e = ctypes.get_errno()
-            raise OSError(e, f"cachestat(2) (Linux >= 6.5) failed: {os.strerror(e)}")
-        return st.nr_cache, st.nr_dirty
-    finally:
-        os.close(fd)
-
-
-def values(first: int, nbytes: int) -> list[bytes]:
-    return [f"{first + i:012d}".encode().ljust(VALUE, b"v") for i in range(nbytes // VALUE)]
-
-
-def batch(vs: list[bytes]) -> tuple[bytes, array.array, array.array]:
-    return b"".join(vs), array.array("I", bytes(4 * len(vs))), array.array("I", map(len, vs))
-
-
-def segment_files(d: str) -> list[pathlib.Path]:
-    return sorted(pathlib.Path(d).glob("seg-*.wal"))
-
 
 def test_a_large_append_has_its_pages_written_back_and_a_small_one_does_not(wal_dir):
     w = walfs.Wal(wal_dir, fsync="interval", fsync_interval_ms=NO_SYNC, **GEOMETRY)

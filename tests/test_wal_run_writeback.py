@@ -7,7 +7,7 @@ policy, `never` included: a consumer's first read under `never` syncs the whole 
 The appending thread only queues the range; the thread calls sync_file_range(WRITE).
 
 What is checked, on the page cache's own counts (cachestat(2), as in
-test_wal_early_writeback.py) and never on times:
+tests/writeback_probe.py) and never on times:
 - filled runs are not left dirty after small appends (mapped one-record appends, batches,
   `append_nowait` as the Kafka listener's in-place appends use), with and without io_uring;
 - the promise does not move: nothing is durable before a sync, and a power cut keeps the
@@ -24,14 +24,12 @@ import errno
 import logging
 
 import pytest
+from writeback_probe import VALUE, batch, dirty_pages, segment_files, values
 
 import walfs
 from walfs import debug
 from walfs.engine_api import durable_end
 
-from test_wal_early_writeback import batch, dirty_pages, segment_files, values
-
-VALUE = 1024
 RUN = 1 << 20  # block size: a run fills every ~1 MiB of 1 KiB records
 GEOMETRY = {"segment_size": 32 << 20, "block_size": RUN}
 RUN_PAGES = RUN // 4096
@@ -181,7 +179,8 @@ def test_a_failed_writeback_fails_the_consumers_sync_and_the_wal_until_reopened(
     try:
         end = w.high_watermark("t")
         assert len(synced) <= end <= len(synced) + n
-        assert w.read("t", 0, max_records=end + 1, max_bytes=64 << 20) == (synced + values(len(synced), n * VALUE))[:end]
+        got = w.read("t", 0, max_records=end + 1, max_bytes=64 << 20)
+        assert got == (synced + values(len(synced), n * VALUE))[:end]
     finally:
         w.close()
 
