@@ -10,11 +10,15 @@ runs), `fsync="never"`:
   `engine_api.durable_end`, whose sync makes the whole backlog durable. Reports the
   append time, the dirty pages left in the segment files when the read starts
   (cachestat(2)), and the time in that sync.
-- **stall**: the same appends while another thread keeps the disk's queue full (it
+- **stall**: the same appends while another process keeps the disk's queue full (it
   writes --noise-mb to a scratch file and fdatasyncs it, over and over): every append
   call's time (p50, p99, max). With --inline, each append that filled a run also calls
   `sync_file_range(SYNC_FILE_RANGE_WRITE)` on the segment from the appending thread, as
   the variant tried and reverted last session did; those calls' times are reported apart.
+
+Both report the core's writeback counts (`walfs.debug.writeback_wait`): ranges handed
+over and written back, and `max_queue_ns`, the longest an appending thread spent handing
+a range over (the lock and the signal, measured in C around the hand-over).
 
     python bench/writeback_backlog.py --sizes 16384,1024 --backlog-mb 320 --out f.json
     python bench/ab_trees.py --old OLD --new . --rounds 2 --out ab-writeback.json -- \\
@@ -30,11 +34,13 @@ import json
 import os
 import pathlib
 import shutil
+import subprocess
+import sys
 import tempfile
-import threading
 import time
 
 import walfs
+from walfs import debug
 from walfs.engine_api import durable_end
 
 _SYS_CACHESTAT = 451
@@ -82,38 +88,49 @@ def pct(xs: list[float], q: float) -> float:
     return round(xs[min(len(xs) - 1, int(q * len(xs)))], 3)
 
 
+def spread(xs: list[float]) -> dict[str, float]:
+    return {"p50": pct(xs, 0.5), "p99": pct(xs, 0.99), "max": pct(xs, 1.0)}
+
+
+NOISE = """
+import os, sys, time
+path, mb, log = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+buf = os.urandom(1 << 20)
+fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+with open(log, "a", buffering=1) as out:
+    while True:
+        for i in range(mb):
+            os.pwrite(fd, buf, i << 20)
+        print("sync", file=out)
+        t = time.perf_counter()
+        os.fdatasync(fd)
+        print((time.perf_counter() - t) * 1e3, file=out)
+"""
+
+
 class Noise:
-    """Keeps the disk's queue full: writes a scratch file and fdatasyncs it, in a loop."""
+    """Keeps the disk's queue full from another process (not a thread: the appends' times
+    must not include waits for the GIL): it writes a scratch file and fdatasyncs it, in a
+    loop; the appends start once its first fdatasync is under way."""
 
     def __init__(self, directory: str, mb: int) -> None:
         self.path = os.path.join(directory, "noise")
+        self.log = os.path.join(directory, "noise.log")
         self.mb = mb
-        self.stop = threading.Event()
         self.syncs: list[float] = []
-        self.thread = threading.Thread(target=self.run, daemon=True)
 
-    def run(self) -> None:
-        buf = os.urandom(1 << 20)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            while not self.stop.is_set():
-                for i in range(self.mb):
-                    os.pwrite(fd, buf, i << 20)
-                t = time.perf_counter()
-                os.fdatasync(fd)
-                self.syncs.append((time.perf_counter() - t) * 1e3)
-        finally:
-            os.close(fd)
-
-    def __enter__(self) -> "Noise":
-        self.thread.start()
-        while not self.syncs and self.thread.is_alive():  # the first big fdatasync is under way
+    def __enter__(self) -> Noise:
+        self.proc = subprocess.Popen([sys.executable, "-c", NOISE, self.path, str(self.mb), self.log])
+        while not (os.path.exists(self.log) and "sync" in open(self.log).read()):
+            if self.proc.poll() is not None:
+                raise RuntimeError("the noise writer died")
             time.sleep(0.01)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
+        self.proc.kill()
+        self.proc.wait()
+        self.syncs = [float(x) for x in open(self.log).read().split() if x != "sync"]
 
 
 def append_all(w: walfs.Wal, todo: list, run_bytes: int, inline: bool) -> tuple[list[float], list[float]]:
@@ -140,6 +157,13 @@ def append_all(w: walfs.Wal, todo: list, run_bytes: int, inline: bool) -> tuple[
     return calls, inline_calls
 
 
+def writeback_stats(w: walfs.Wal) -> dict | None:
+    """The core's writeback counts (None on a tree without the writeback thread)."""
+    if not hasattr(debug, "writeback_wait"):
+        return None
+    return debug.writeback_wait(w)
+
+
 def one_size(size: int, args: argparse.Namespace) -> dict:
     res: dict = {"size": size}
     todo = batches(size, args.backlog_mb * 1_000_000)
@@ -160,7 +184,8 @@ def one_size(size: int, args: argparse.Namespace) -> dict:
             t = time.perf_counter()
             durable_end(w.engine, "t", 0, at)
             res["first_read_sync_ms"] = round((time.perf_counter() - t) * 1e3, 1)
-            res["append_call_ms"] = {"p50": pct(calls, 0.5), "p99": pct(calls, 0.99), "max": pct(calls, 1.0)}
+            res["append_call_ms"] = spread(calls)
+            res["writeback"] = writeback_stats(w)
         finally:
             w.close()
         shutil.rmtree(d)
@@ -172,8 +197,9 @@ def one_size(size: int, args: argparse.Namespace) -> dict:
                 with Noise(tmp, args.noise_mb) as noise:
                     calls, inline_calls = append_all(w, todo, args.run_mib << 20, args.inline)
                 res["stall"] = {
-                    "append_call_ms": {"p50": pct(calls, 0.5), "p99": pct(calls, 0.99), "max": pct(calls, 1.0)},
+                    "append_call_ms": spread(calls),
                     "noise_fdatasync_ms": [round(x, 1) for x in noise.syncs],
+                    "writeback": writeback_stats(w),
                 }
                 if inline_calls:
                     res["stall"]["inline_sync_file_range_ms"] = {

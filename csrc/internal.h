@@ -190,9 +190,10 @@ struct walfs {
     wb_range_t wb_q[WB_QUEUE];
     size_t wb_head, wb_n;
     segment_t *wb_busy;          /* whose range the thread is writing back now */
-    uint64_t wb_done, wb_failed; /* ranges written back since open, and of them failed */
+    walfs_writeback_stats_t wb_stats; /* under wb_lock */
     pthread_t wb_thread;
     int wb_inited, wb_started, wb_stop;
+    int wb_waiting;              /* the thread waits on wb_cond: a queued range signals it */
 
     fault_t faults[6];
     uint64_t tally_mark;     /* budget.c: the last scratch tally's mark; under wal->lock */

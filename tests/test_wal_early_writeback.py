@@ -61,8 +61,8 @@ def test_every_policy_writes_a_large_append_back(wal_dir, fsync):
         w.sync()
         [seg] = segment_files(wal_dir)
         e.append("t", 0, *batch(values(1, BIG)))
-        done, failed = debug.writeback_wait(w)
-        assert done >= 1 and failed == 0
+        st = debug.writeback_wait(w)
+        assert st["done"] >= 1 and st["failed"] == 0
         assert dirty_pages(seg)[1] <= 4
         assert e.info("t").durable_watermark == (1 + BIG // VALUE if fsync == "always" else 1)
     finally:

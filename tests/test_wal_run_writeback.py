@@ -64,8 +64,8 @@ def test_runs_filled_by_small_appends_are_not_left_dirty_under_fsync_never(wal_d
         n = {}
         for t in ("a", "b"):
             n[t] = 1 + fill_runs(e, t, 1, 6 << 20, per_call)
-        done, failed = debug.writeback_wait(w)
-        assert failed == 0 and done >= 2 * 5
+        st = debug.writeback_wait(w)
+        assert st["failed"] == 0 and st["done"] >= 2 * 5
         cached, dirty = dirty_pages(seg)
         assert cached >= 2 * (6 << 20) // 4096
         assert dirty <= 2 * RUN_PAGES + 4, f"{dirty} pages dirty, more than the two runs being filled"
@@ -93,8 +93,8 @@ def test_append_nowait_hands_filled_runs_over_too(wal_dir):
                 refused += 1
                 e.append("t", 0, *batch(vs[i : i + 16]))  # as the listener falls back
         assert refused < len(vs) // 16  # most went in place
-        done, failed = debug.writeback_wait(w)
-        assert failed == 0 and done >= 5
+        st = debug.writeback_wait(w)
+        assert st["failed"] == 0 and st["done"] >= 5
         assert dirty_pages(seg)[1] <= RUN_PAGES + 4
     finally:
         w.close()
@@ -110,7 +110,7 @@ def test_without_io_uring_filled_runs_are_written_back_too(wal_dir):
         w.sync()
         seg = one_segment(wal_dir)
         n = 1 + fill_runs(e, "t", 1, 6 << 20, 16)
-        assert debug.writeback_wait(w)[1] == 0
+        assert debug.writeback_wait(w)["failed"] == 0
         assert dirty_pages(seg)[1] <= RUN_PAGES + 4
         w.sync()
         assert e.info("t").durable_watermark == n
@@ -134,8 +134,8 @@ def test_written_back_runs_are_not_durable_and_a_power_cut_keeps_exactly_the_pro
     w.sync()
     n = fill_runs(e, "t", len(synced), 5 << 20, 16)
     unsynced = values(len(synced), n * VALUE)
-    done, failed = debug.writeback_wait(w)
-    assert failed == 0 and done >= 4
+    st = debug.writeback_wait(w)
+    assert st["failed"] == 0 and st["done"] >= 4
     assert e.info("t").durable_watermark == len(synced)  # written back, not durable
     debug.power_cut(w, seed=11, keep_permille=keep_permille)
     w = walfs.Wal(wal_dir, fsync="never", **GEOMETRY)
@@ -163,8 +163,8 @@ def test_a_failed_writeback_fails_the_consumers_sync_and_the_wal_until_reopened(
     w.sync()
     debug.inject_fault(w, "writeback", errno.EIO, count=1)
     n = fill_runs(e, "t", len(synced), 3 << 20, 16)
-    done, failed = debug.writeback_wait(w)
-    assert failed == 1 and done >= 2
+    st = debug.writeback_wait(w)
+    assert st["failed"] == 1 and st["done"] >= 2
     assert "writeback of segment" in caplog.text and "failed" in caplog.text
     assert not w.failed  # the writeback promised nothing; the sync reports it
     with pytest.raises(walfs.WalFailedError):
@@ -193,7 +193,7 @@ def test_a_failed_writeback_that_no_sync_saw_fails_the_close(wal_dir):
     w.sync()
     debug.inject_fault(w, "writeback", errno.EIO, count=1)
     fill_runs(e, "t", 1, 2 << 20, 16)
-    assert debug.writeback_wait(w)[1] == 1
+    assert debug.writeback_wait(w)["failed"] == 1
     with pytest.raises(walfs.WalError) as info:
         w.close()
     assert getattr(info.value, "errno", errno.EIO) == errno.EIO
@@ -234,8 +234,8 @@ def test_reclaim_of_segments_with_writeback_queued_forgets_it_first(wal_dir, cap
         w.trim("t", n)
         assert w.reclaim() >= 3
         more = fill_runs(e, "t", n, 1 << 20, 16)
-        done, failed = debug.writeback_wait(w)
-        assert failed == 0 and done >= 1
+        st = debug.writeback_wait(w)
+        assert st["failed"] == 0 and st["done"] >= 1
         assert "writeback" not in caplog.text
         assert w.read("t", n, max_records=2) == values(n, 2 * VALUE)
         assert w.high_watermark("t") == n + more

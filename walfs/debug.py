@@ -30,7 +30,8 @@ def inject_fault(wal: Any, op: str, err: int, after: int = 0, count: int = -1) -
     local_engine(wal).core.inject_fault(op, err, after, count)
 
 
-def writeback_wait(wal: Any) -> tuple[int, int]:
+def writeback_wait(wal: Any) -> dict[str, int]:
     """Waits until the core's writeback thread (csrc/writeback.c) has written back every
-    range appends handed to it so far: (ranges written back since open, of them failed)."""
+    range appends handed to it so far; its counts since open: queued, refused, done,
+    failed, max_queue_ns (the longest an appending thread spent handing a range over)."""
     return local_engine(wal).core.writeback_wait()

@@ -654,14 +654,13 @@ class Engine:
         finally:
             self._exit()
 
-    def writeback_wait(self) -> tuple[int, int]:
+    def writeback_wait(self) -> dict[str, int]:
         """Waits until the core's writeback thread has written back every range handed to
-        it so far (csrc/writeback.c); (ranges written back since open, of them failed)."""
+        it so far (csrc/writeback.c); its counts since open (walfs_writeback_stats_t)."""
         h = self._enter()
         try:
-            done = ffi.new("uint64_t *")
-            failed = ffi.new("uint64_t *")
-            self._check(lib.walfs_debug_writeback_wait(h, done, failed), "writeback wait")
-            return int(done[0]), int(failed[0])
+            st = ffi.new("walfs_writeback_stats_t *")
+            self._check(lib.walfs_debug_writeback_wait(h, st), "writeback wait")
+            return {k: int(getattr(st, k)) for k in ("queued", "refused", "done", "failed", "max_queue_ns")}
         finally:
             self._exit()
