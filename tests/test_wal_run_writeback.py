@@ -65,7 +65,7 @@ def test_runs_filled_by_small_appends_are_not_left_dirty_under_fsync_never(wal_d
         for t in ("a", "b"):
             n[t] = 1 + fill_runs(e, t, 1, 6 << 20, per_call)
         st = debug.writeback_wait(w)
-        assert st["failed"] == 0 and st["done"] >= 2 * 5
+        assert st["failed"] == 0 and st["queued"] >= 2 * 5
         cached, dirty = dirty_pages(seg)
         assert cached >= 2 * (6 << 20) // 4096
         assert dirty <= 2 * RUN_PAGES + 4, f"{dirty} pages dirty, more than the two runs being filled"
@@ -94,7 +94,7 @@ def test_append_nowait_hands_filled_runs_over_too(wal_dir):
                 e.append("t", 0, *batch(vs[i : i + 16]))  # as the listener falls back
         assert refused < len(vs) // 16  # most went in place
         st = debug.writeback_wait(w)
-        assert st["failed"] == 0 and st["done"] >= 5
+        assert st["failed"] == 0 and st["queued"] >= 5
         assert dirty_pages(seg)[1] <= RUN_PAGES + 4
     finally:
         w.close()
@@ -135,7 +135,7 @@ def test_written_back_runs_are_not_durable_and_a_power_cut_keeps_exactly_the_pro
     n = fill_runs(e, "t", len(synced), 5 << 20, 16)
     unsynced = values(len(synced), n * VALUE)
     st = debug.writeback_wait(w)
-    assert st["failed"] == 0 and st["done"] >= 4
+    assert st["failed"] == 0 and st["queued"] >= 4
     assert e.info("t").durable_watermark == len(synced)  # written back, not durable
     debug.power_cut(w, seed=11, keep_permille=keep_permille)
     w = walfs.Wal(wal_dir, fsync="never", **GEOMETRY)
@@ -164,7 +164,7 @@ def test_a_failed_writeback_fails_the_consumers_sync_and_the_wal_until_reopened(
     debug.inject_fault(w, "writeback", errno.EIO, count=1)
     n = fill_runs(e, "t", len(synced), 3 << 20, 16)
     st = debug.writeback_wait(w)
-    assert st["failed"] == 1 and st["done"] >= 2
+    assert st["failed"] == 1 and st["queued"] >= 2
     assert "writeback of segment" in caplog.text and "failed" in caplog.text
     assert not w.failed  # the writeback promised nothing; the sync reports it
     with pytest.raises(walfs.WalFailedError):
@@ -235,7 +235,7 @@ def test_reclaim_of_segments_with_writeback_queued_forgets_it_first(wal_dir, cap
         assert w.reclaim() >= 3
         more = fill_runs(e, "t", n, 1 << 20, 16)
         st = debug.writeback_wait(w)
-        assert st["failed"] == 0 and st["done"] >= 1
+        assert st["failed"] == 0 and st["queued"] >= 1
         assert "writeback" not in caplog.text
         assert w.read("t", n, max_records=2) == values(n, 2 * VALUE)
         assert w.high_watermark("t") == n + more
