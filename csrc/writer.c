@@ -154,8 +154,8 @@ static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bod
  * (writeback.c), once WRITEBACK_MIN bytes of records wait: those records and their index
  * slots, whole pages only (the last page of each is still being filled); once the run is
  * full, all the rest of it. What is not taken (a full queue; with nowait, its lock held)
- * stays for the next append to offer. Under the stream's append_lock, after the records
- * are published. */
+ * stays for the next append to offer (a full run's too: each append offers the run before
+ * its first). Under the stream's append_lock, after the records are published. */
 static void writeback_run(walfs_t *wal, block_t *b, int nowait)
 {
     const uint64_t page = 4096; /* run offsets are page-aligned in the file */
@@ -336,8 +336,14 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
     }
 
     uint64_t ticket = take_ticket(wal);
-    block_t *filled = NULL; /* the run before this append's first new one, full now */
     pthread_mutex_lock(&s->lock);
+    /* The stream's run before this append's first: full now if the append started a new
+     * run, and offered again below if its writeback was not taken when it filled. */
+    block_t *before = NULL;
+    if (s->n_blocks && s->blocks[s->n_blocks - 1] != chunks[0].b)
+        before = s->blocks[s->n_blocks - 1];
+    else if (s->n_blocks >= 2)
+        before = s->blocks[s->n_blocks - 2];
     for (size_t i = 0; i < n_chunks; i++) {
         chunk_t *c = &chunks[i];
         block_t *b = c->b;
@@ -347,7 +353,6 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
                 if (!prev->full) {
                     prev->full = 1;
                     seal_later(wal, prev, ticket);
-                    filled = prev;
                 }
             }
             if ((rc = stream_add_block(s, b))) {
@@ -375,7 +380,7 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
     s->last_ts = ts;
     pthread_mutex_unlock(&s->lock);
     if (!rc) {
-        if (filled) writeback_run(wal, filled, nowait);
+        if (before && before->full) writeback_run(wal, before, nowait);
         for (size_t i = 0; i < n_chunks; i++) writeback_run(wal, chunks[i].b, nowait);
     }
     pthread_mutex_unlock(&s->append_lock);
