@@ -33,6 +33,7 @@ import ctypes
 import json
 import os
 import pathlib
+import resource
 import shutil
 import subprocess
 import sys
@@ -86,6 +87,11 @@ def batches(size: int, backlog: int) -> list[tuple[bytes, array.array, array.arr
 def pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return round(xs[min(len(xs) - 1, int(q * len(xs)))], 3)
+
+
+def process_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def spread(xs: list[float]) -> dict[str, float]:
@@ -175,9 +181,10 @@ def one_size(size: int, args: argparse.Namespace) -> dict:
             w.engine.append("t", 0, *todo[0])
             w.sync()
             assert dirty_pages(d) in (None, 0, 1, 2), "a fresh segment left dirty"
-            t = time.perf_counter()
+            t, cpu = time.perf_counter(), process_cpu()
             calls, _ = append_all(w, todo, args.run_mib << 20, False)
             res["append_s"] = round(time.perf_counter() - t, 3)
+            res["append_cpu_s"] = round(process_cpu() - cpu, 3)  # every thread, the writeback one too
             time.sleep(args.gap_ms / 1000)
             res["dirty_pages_at_first_read"] = dirty_pages(d)
             at = w.engine.info("t", 0).durable_watermark  # a consumer at the synced end
