@@ -52,7 +52,7 @@ def one_segment(wal_dir: str):
 def test_runs_filled_by_small_appends_are_not_left_dirty_under_fsync_never(wal_dir, per_call):
     """One record a call (the writable mapping) and 16 a call (pwritev): 6 MiB fill five
     1 MiB runs of each of two streams; once the writeback thread took them, what stays
-    dirty is at most the two runs still being filled. On main all ~3,100 pages stay
+    dirty is at most the two runs still being filled. On main all ~3,200 pages stay
     dirty until a sync."""
     w = walfs.Wal(wal_dir, fsync="never", **GEOMETRY)
     try:
