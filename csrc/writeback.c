@@ -9,10 +9,10 @@
  * (walfs_debug_power_cut) treats these pages as unsynced.
  *
  * Why a thread of our own and not the appender: sync_file_range(WRITE) blocks once the
- * disk's queue is full (measured: 94 ms for a 10 MiB run during a large fsync), and Kafka
- * produce appends run on the listener's event loop. Handing a range over costs the
- * appender a short mutex (held here only to take or drop queue entries, never across a
- * syscall) and a condition signal. Why not IORING_OP_SYNC_FILE_RANGE on an io_uring:
+ * disk's queue is full (measured: 94-343 ms during a large fsync), and Kafka produce
+ * appends run on the listener's event loop. Handing a range over costs the appender a
+ * short mutex (held here only to take or drop queue entries, never across a syscall),
+ * and a condition signal only when the thread sleeps idle (WB_LINGER_MS). Why not IORING_OP_SYNC_FILE_RANGE on an io_uring:
  * the kernel runs it in an io-wq worker anyway (it always needs a blocking context); a
  * ring's file is looked up when the worker runs the request, so a segment's fd could not
  * be closed (reclamation) without reaping its completions under a lock appenders need;
