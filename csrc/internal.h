@@ -60,6 +60,7 @@ struct segment {
     uint32_t n_blocks;
     uint8_t *block_state;   /* BS_* per block; under wal->lock */
     atomic_int dirty;
+    atomic_int wb_err;      /* a failed writeback (writeback.c): the next sync round fails with it */
     /* budget.c's scratch tally of one stream's runs here; under wal->lock */
     uint64_t tally_mark;
     uint32_t tally_runs;
@@ -84,6 +85,9 @@ typedef struct block {
     int sealed;             /* seal header written */
     int full;               /* takes no more records */
     uint64_t frontier_count; /* records its frontier header claims durable (frontier.c) */
+    /* handed to the writeback thread (writer.c writeback_run), under the append_lock: the
+     * run's bytes below wb_end, and wb_slots bytes of index slots at its end */
+    uint64_t wb_end, wb_slots;
     uint64_t durable_count;  /* at open: the frontier found on disk (recovery.c) */
     int dirty_tail;          /* at open: bytes follow its last record (zeroed once the stream is judged) */
 } block_t;
@@ -113,6 +117,13 @@ typedef struct pending_seal {
     block_t *block;
     uint64_t ticket;        /* the run may be sealed once this ticket is durable */
 } pending_seal_t;
+
+/* A range of a segment file whose writeback the writeback thread starts (writeback.c). */
+typedef struct wb_range {
+    segment_t *seg;
+    uint64_t off, len;
+} wb_range_t;
+#define WB_QUEUE 64
 
 typedef struct fault {
     atomic_llong after;
@@ -172,7 +183,19 @@ struct walfs {
     int syncer_stop;        /* under sync_lock */
     pthread_cond_t syncer_cond;
 
-    fault_t faults[5];
+    /* writeback.c: the writeback thread and its queue; wb_lock is a leaf */
+    pthread_mutex_t wb_lock;
+    pthread_cond_t wb_cond;      /* a range queued, or stop */
+    pthread_cond_t wb_idle_cond; /* a range done (wb_forget, walfs_debug_writeback_wait) */
+    wb_range_t wb_q[WB_QUEUE];
+    size_t wb_head, wb_n;
+    segment_t *wb_busy;          /* whose range the thread is writing back now */
+    walfs_writeback_stats_t wb_stats; /* under wb_lock */
+    pthread_t wb_thread;
+    int wb_inited, wb_started, wb_stop;
+    int wb_waiting;              /* the thread waits on wb_cond: a queued range signals it */
+
+    fault_t faults[6];
     uint64_t tally_mark;     /* budget.c: the last scratch tally's mark; under wal->lock */
     walfs_recovery_report_t report;
     char damage[1024];       /* the first damage recovery found, for walfs_open's error */
@@ -262,7 +285,6 @@ int seg_pwritev(walfs_t *wal, segment_t *seg, const struct iovec *iov, int cnt, 
 int seg_pwrite(walfs_t *wal, segment_t *seg, const void *buf, size_t len, uint64_t off);
 int seg_mwritev(walfs_t *wal, segment_t *seg, const struct iovec *iov, int cnt, uint64_t off);
 int seg_zero(walfs_t *wal, segment_t *seg, uint64_t off, uint64_t len);
-void seg_writeback(walfs_t *wal, segment_t *seg, uint64_t off, uint64_t len);
 void seg_synced(walfs_t *wal, segment_t *seg, size_t n_saves_before);
 int fsync_dir(int dirfd);
 void saves_free(segment_t *seg);
@@ -310,6 +332,15 @@ int sync_force(walfs_t *wal);
 int exclusive_begin(walfs_t *wal);
 void exclusive_end(walfs_t *wal);
 void durable_init(walfs_t *wal);
+
+/* writeback.c: the writeback of appended ranges, started by a thread of its own */
+int wb_start(walfs_t *wal);
+void wb_stop(walfs_t *wal);
+/* Hands [off, off+len) of seg to the writeback thread: 0, or -EAGAIN when not taken (the
+ * queue is full, no thread, or with nowait its lock is held): the caller offers it again later. */
+int wb_queue(walfs_t *wal, segment_t *seg, uint64_t off, uint64_t len, int nowait);
+/* Before seg's fd closes: drops its queued ranges and waits for the one in flight. */
+void wb_forget(walfs_t *wal, segment_t *seg);
 
 /* reader.c */
 const uint8_t *run_ptr(const block_t *b, uint64_t rel);

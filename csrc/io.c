@@ -212,19 +212,6 @@ int seg_pwrite(walfs_t *wal, segment_t *seg, const void *buf, size_t len, uint64
     return seg_pwritev(wal, seg, &v, 1, off);
 }
 
-/* Starts writing back [off, off+len) of the file now (sync_file_range: the pages go to
- * the disk without this call waiting for them), so that the sync that makes them durable
- * later (an fsync of sync.c) finds most of them written and waits less. It promises
- * nothing: what is durable is still decided by the fsyncs alone, and the power-loss
- * emulation of test mode (walfs_debug_power_cut) treats these pages as unsynced. Best
- * effort: an error here is ignored (the fsync reports any that matters). */
-void seg_writeback(walfs_t *wal, segment_t *seg, uint64_t off, uint64_t len)
-{
-    if (len == 0 || wal->opt.fsync_mode == WALFS_FSYNC_NEVER) return;
-    uint64_t start = off & ~(uint64_t)(PAGE - 1);
-    (void)sync_file_range(seg->fd, (off_t)start, (off_t)(off + len - start), SYNC_FILE_RANGE_WRITE);
-}
-
 int seg_zero(walfs_t *wal, segment_t *seg, uint64_t off, uint64_t len)
 {
     if (len == 0) return 0;
@@ -256,7 +243,7 @@ int fsync_dir(int dirfd)
 
 int walfs_debug_fail(walfs_t *wal, int op, int err, int64_t after, int64_t count)
 {
-    if (op < WALFS_FAULT_WRITE || op > WALFS_FAULT_RECLAIM || err < 0) return -EINVAL;
+    if (op < WALFS_FAULT_WRITE || op > WALFS_FAULT_WRITEBACK || err < 0) return -EINVAL;
     fault_t *f = &wal->faults[op];
     atomic_store(&f->err, 0);
     atomic_store(&f->after, after);

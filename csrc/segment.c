@@ -233,6 +233,7 @@ int seg_delete(walfs_t *wal, segment_t *seg)
     char name[64];
     seg_path(wal, seg->id, name, sizeof(name));
     int rc = unlinkat(wal->dirfd, name, 0) == 0 ? 0 : -errno;
+    wb_forget(wal, seg); /* before its fd closes: nothing queued or in flight stays on it */
     for (size_t i = 0; i < wal->n_segs; i++) {
         if (wal->segs[i] == seg) {
             memmove(wal->segs + i, wal->segs + i + 1, (wal->n_segs - i - 1) * sizeof(*wal->segs));

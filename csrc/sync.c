@@ -199,6 +199,12 @@ static int lead_sync(walfs_t *wal)
     }
     pthread_mutex_unlock(&wal->lock);
     if (!rc) rc = fsync_segments(wal, segs, n);
+    /* A writeback that failed (writeback.c) marked its segment dirty: this round fails
+     * with its error, whatever the fsync said. */
+    for (size_t i = 0; i < n; i++) {
+        int wb = atomic_exchange(&segs[i]->wb_err, 0);
+        if (wb && !rc) rc = wb;
+    }
     if (n) atomic_fetch_add(&wal->syncs, 1);
     if (!rc) {
         for (size_t i = 0; i < n; i++) seg_synced(wal, segs[i], saves[i]);
@@ -337,6 +343,7 @@ int sync_init(walfs_t *wal)
         else
             wal_log(wal, "io_uring unavailable (%s): syncing with fdatasync", strerror(-rc));
     }
+    if (wb_start(wal)) return -EAGAIN;
     if (wal->opt.fsync_mode == WALFS_FSYNC_INTERVAL) {
         if (pthread_create(&wal->syncer, NULL, syncer_main, wal) != 0) return -EAGAIN;
         wal->syncer_started = 1;
@@ -346,6 +353,7 @@ int sync_init(walfs_t *wal)
 
 void sync_shutdown(walfs_t *wal)
 {
+    wb_stop(wal);
     if (wal->syncer_started) {
         pthread_mutex_lock(&wal->sync_lock);
         wal->syncer_stop = 1;

@@ -16,12 +16,14 @@
  * then costs no syscall. Larger batches keep pwritev, which the kernel copies faster than
  * a first touch of each page through the mapping. */
 #define MAPPED_MAX (16u << 10)
-/* A chunk of at least this many record bytes starts its own writeback as soon as it is
- * written (io.c seg_writeback), so that the fsync which makes it durable later has less
- * left to wait for: measured on a 200 MiB append of 1 KiB records, the sync after it fell
- * from ~0.15 s (all of it still dirty) to what the disk had not yet taken (see
- * docs/benchmarks.md). Smaller appends leave it to that sync (a write of a few KiB would
- * pay a writeback submission of its own per call). */
+/* Once this many bytes of records wait in a run since its last writeback, or the run is
+ * full, the append hands them to the writeback thread (writeback.c), under every fsync
+ * policy, so that the fsync which makes them durable later (a sync round, a consumer's
+ * first read under fsync="never", close) has less left to wait for: measured on a
+ * 200 MiB append of 1 KiB records, the sync after it fell from ~0.15 s (all of it still
+ * dirty) to what the disk had not yet taken, and under fsync="never" a consumer's first
+ * fetch after a 320 MB backlog (docs/benchmarks.md). Less than this waits for the next
+ * trigger or the sync (a writeback per small append would cost more than it saves). */
 #define WRITEBACK_MIN (4u << 20)
 
 /* Each appending thread's stage (STAGE_SIZE bytes), made at its first batch that needs
@@ -66,7 +68,7 @@ typedef struct chunk {
  * caller's memory. */
 static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bodies, const uint32_t *meta_lens,
                        const uint32_t *value_lens, uint64_t first_gid, int64_t ts, uint32_t n_total,
-                       uint8_t *slots, int early_writeback)
+                       uint8_t *slots)
 {
     block_t *b = c->b;
     int rc;
@@ -145,12 +147,35 @@ static int write_chunk(walfs_t *wal, const chunk_t *c, const uint8_t *const *bod
     if (owned) free(stage);
     if (rc) return rc;
     uint64_t slot_off = b->run_size - (c->count_before + c->n) * SLOT_SIZE;
-    rc = put(wal, b->seg, &(struct iovec){slots, (size_t)c->n * SLOT_SIZE}, 1, b->file_off + slot_off);
-    if (!rc && early_writeback && pos - c->data_start >= WRITEBACK_MIN) {
-        seg_writeback(wal, b->seg, b->file_off + c->data_start, pos - c->data_start);
-        seg_writeback(wal, b->seg, b->file_off + slot_off, (uint64_t)c->n * SLOT_SIZE);
+    return put(wal, b->seg, &(struct iovec){slots, (size_t)c->n * SLOT_SIZE}, 1, b->file_off + slot_off);
+}
+
+/* Hands what appends put into run b since its last writeback to the writeback thread
+ * (writeback.c), once WRITEBACK_MIN bytes of records wait: those records and their index
+ * slots, whole pages only (the last page of each is still being filled); once the run is
+ * full, all the rest of it. What is not taken (a full queue; with nowait, its lock held)
+ * stays for the next append to offer (a full run's too: each append offers the run before
+ * its first). Under the stream's append_lock, after the records are published. */
+static void writeback_run(walfs_t *wal, block_t *b, int nowait)
+{
+    const uint64_t page = 4096; /* run offsets are page-aligned in the file */
+    uint64_t slots_end = b->run_size - b->wb_slots; /* slots handed over lie at or above it */
+    if (b->full) {
+        if (slots_end > b->wb_end &&
+            wb_queue(wal, b->seg, b->file_off + b->wb_end, slots_end - b->wb_end, nowait) == 0) {
+            b->wb_end = slots_end;
+            b->wb_slots = b->run_size - slots_end;
+        }
+        return;
     }
-    return rc;
+    uint64_t end = b->data_end & ~(page - 1);
+    if (end <= b->wb_end || end - b->wb_end < WRITEBACK_MIN) return;
+    if (wb_queue(wal, b->seg, b->file_off + b->wb_end, end - b->wb_end, nowait)) return;
+    b->wb_end = end;
+    uint64_t slots = (b->count * SLOT_SIZE) & ~(page - 1); /* whole pages of slots, from the run's end */
+    if (slots > b->wb_slots &&
+        wb_queue(wal, b->seg, b->file_off + b->run_size - slots, slots - b->wb_slots, nowait) == 0)
+        b->wb_slots = slots;
 }
 
 /* Puts back zeros where a failed append wrote, so that recovery can never resurrect it. */
@@ -290,7 +315,7 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
     }
     size_t done;
     for (done = 0; done < n_chunks; done++) {
-        rc = write_chunk(wal, &chunks[done], bodies, meta_lens, value_lens, first_gid, ts, n, slots, !nowait);
+        rc = write_chunk(wal, &chunks[done], bodies, meta_lens, value_lens, first_gid, ts, n, slots);
         if (rc) break;
     }
     if (rc) {
@@ -312,6 +337,13 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
 
     uint64_t ticket = take_ticket(wal);
     pthread_mutex_lock(&s->lock);
+    /* The stream's run before this append's first: full now if the append started a new
+     * run, and offered again below if its writeback was not taken when it filled. */
+    block_t *before = NULL;
+    if (s->n_blocks && s->blocks[s->n_blocks - 1] != chunks[0].b)
+        before = s->blocks[s->n_blocks - 1];
+    else if (s->n_blocks >= 2)
+        before = s->blocks[s->n_blocks - 2];
     for (size_t i = 0; i < n_chunks; i++) {
         chunk_t *c = &chunks[i];
         block_t *b = c->b;
@@ -347,6 +379,10 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
     s->next_byte += view_total;
     s->last_ts = ts;
     pthread_mutex_unlock(&s->lock);
+    if (!rc) {
+        if (before && before->full) writeback_run(wal, before, nowait);
+        for (size_t i = 0; i < n_chunks; i++) writeback_run(wal, chunks[i].b, nowait);
+    }
     pthread_mutex_unlock(&s->append_lock);
     if (chunks != stack_chunks) free(chunks);
     if (slots != stack_slots) free(slots);

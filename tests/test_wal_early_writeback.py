@@ -1,74 +1,27 @@
-"""A large append starts its own writeback (csrc/writer.c WRITEBACK_MIN, io.c
-seg_writeback): when it returns, its pages are on their way to the disk, not left dirty
-for the sync that makes them durable. That changes when the disk gets the bytes, never
-what is promised: nothing is durable before a sync, and what a power cut leaves is read
-back whole or not at all, as before.
+"""A large append hands its pages to the core's writeback thread (csrc/writer.c
+WRITEBACK_MIN, csrc/writeback.c), under every fsync policy: once that thread has taken
+them (debug.writeback_wait), they are on their way to the disk, not left dirty for the
+sync that makes them durable. That changes when the disk gets the bytes, never what is
+promised: nothing is durable before a sync, and what a power cut leaves is read back
+whole or not at all, as before. Runs filled by small appends: test_wal_run_writeback.py.
 
 The page cache's state is read with cachestat(2) (Linux 6.5), the kernel's own count of
-a file range's dirty and under-writeback pages."""
+a file range's dirty and under-writeback pages (tests/writeback_probe.py)."""
 
 from __future__ import annotations
 
-import array
-import ctypes
-import os
-import pathlib
-
 import pytest
+from writeback_probe import VALUE, batch, dirty_pages, segment_files, values
 
 import walfs
 from walfs import debug
 
 GEOMETRY = {"segment_size": 32 << 20, "block_size": 16 << 20}
-VALUE = 1024
 BIG = 8 << 20  # one append, past WRITEBACK_MIN (4 MiB)
 SMALL_APPEND = 64 << 10  # one append, under it
 NO_SYNC = 3_600_000  # an interval no test waits for: no background sync runs meanwhile
 
-_SYS_CACHESTAT = 451  # the same number on every architecture (asm-generic)
-
-
-class _Range(ctypes.Structure):
-    _fields_ = [("off", ctypes.c_uint64), ("len", ctypes.c_uint64)]
-
-
-class _Stat(ctypes.Structure):
-    _fields_ = [
-        ("nr_cache", ctypes.c_uint64),
-        ("nr_dirty", ctypes.c_uint64),
-        ("nr_writeback", ctypes.c_uint64),
-        ("nr_evicted", ctypes.c_uint64),
-        ("nr_recently_evicted", ctypes.c_uint64),
-    ]
-
-
-def dirty_pages(path: pathlib.Path) -> tuple[int, int]:
-    """(cached, dirty) pages of the whole file, from cachestat(2)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        st = _Stat()
-        if libc.syscall(_SYS_CACHESTAT, fd, ctypes.byref(_Range(0, 0)), ctypes.byref(st), 0) != 0:
-            e = ctypes.get_errno()
-            raise OSError(e, f"cachestat(2) (Linux >= 6.5) failed: {os.strerror(e)}")
-        return st.nr_cache, st.nr_dirty
-    finally:
-        os.close(fd)
-
-
-def values(first: int, nbytes: int) -> list[bytes]:
-    return [f"{first + i:012d}".encode().ljust(VALUE, b"v") for i in range(nbytes // VALUE)]
-
-
-def batch(vs: list[bytes]) -> tuple[bytes, array.array, array.array]:
-    return b"".join(vs), array.array("I", bytes(4 * len(vs))), array.array("I", map(len, vs))
-
-
-def segment_files(d: str) -> list[pathlib.Path]:
-    return sorted(pathlib.Path(d).glob("seg-*.wal"))
-
-
-def test_a_large_append_returns_with_its_pages_written_back_and_a_small_one_does_not(wal_dir):
+def test_a_large_append_has_its_pages_written_back_and_a_small_one_does_not(wal_dir):
     w = walfs.Wal(wal_dir, fsync="interval", fsync_interval_ms=NO_SYNC, **GEOMETRY)
     try:
         e = w.engine
@@ -79,13 +32,16 @@ def test_a_large_append_returns_with_its_pages_written_back_and_a_small_one_does
         assert dirty_pages(seg)[1] <= 2
         # Under WRITEBACK_MIN: left dirty for the sync (16 pages).
         e.append("t", 0, *batch(values(1, SMALL_APPEND)))
+        debug.writeback_wait(w)
         assert dirty_pages(seg)[1] >= SMALL_APPEND // 4096
         w.sync()
         assert dirty_pages(seg)[1] <= 2
-        # Past it: the append's ~2,100 pages are written back or under writeback when it
-        # returns; what may stay dirty is a page or two at the run's edges.
+        # Past it: the append's ~2,100 pages are written back or under writeback once the
+        # writeback thread took them; what may stay dirty is a page or two at the run's
+        # edges (the page of records and the page of slots still being filled).
         n_small = SMALL_APPEND // VALUE
         e.append("t", 0, *batch(values(1 + n_small, BIG)))
+        debug.writeback_wait(w)
         cached, dirty = dirty_pages(seg)
         assert cached >= BIG // 4096
         assert dirty <= 4, f"{dirty} pages still dirty after an 8 MiB append"
@@ -94,16 +50,21 @@ def test_a_large_append_returns_with_its_pages_written_back_and_a_small_one_does
         w.close()
 
 
-def test_fsync_never_starts_no_writeback(wal_dir):
-    """fsync="never" does no disk work of its own: the append's pages stay dirty."""
-    w = walfs.Wal(wal_dir, fsync="never", **GEOMETRY)
+@pytest.mark.parametrize("fsync", ["never", "always"])
+def test_every_policy_writes_a_large_append_back(wal_dir, fsync):
+    """fsync="never" too (a consumer's first read syncs the backlog: issue 20), and
+    "always" (its own fsync follows, the thread's writeback then finds little)."""
+    w = walfs.Wal(wal_dir, fsync=fsync, **GEOMETRY)
     try:
         e = w.engine
         e.append("t", 0, *batch(values(0, VALUE)))
         w.sync()
         [seg] = segment_files(wal_dir)
         e.append("t", 0, *batch(values(1, BIG)))
-        assert dirty_pages(seg)[1] >= BIG // 4096
+        st = debug.writeback_wait(w)
+        assert st["queued"] >= 1 and st["failed"] == 0
+        assert dirty_pages(seg)[1] <= 4
+        assert e.info("t").durable_watermark == (1 + BIG // VALUE if fsync == "always" else 1)
     finally:
         w.close()
 
@@ -122,7 +83,8 @@ def test_written_back_but_unsynced_records_are_not_durable_and_a_power_cut_keeps
     w.sync()
     unsynced = values(len(synced), BIG)
     assert e.append("t", 0, *batch(unsynced)) == len(synced)
-    assert e.info("t").durable_watermark == len(synced)  # started writing back, not durable
+    debug.writeback_wait(w)
+    assert e.info("t").durable_watermark == len(synced)  # written back, not durable
     debug.power_cut(w, seed=7, keep_permille=keep_permille)
     w = walfs.Wal(wal_dir, fsync="never", **GEOMETRY)
     try:

@@ -25,6 +25,13 @@ def power_cut(wal: Any, seed: int, keep_permille: int = 0) -> None:
 
 
 def inject_fault(wal: Any, op: str, err: int, after: int = 0, count: int = -1) -> None:
-    """Makes the core's next `op` ("write", "sync" or "alloc") calls fail with errno `err`:
-    after `after` good ones, `count` times (-1: for ever)."""
+    """Makes the core's next `op` ("write", "sync", "alloc", "reclaim" or "writeback")
+    calls fail with errno `err`: after `after` good ones, `count` times (-1: for ever)."""
     local_engine(wal).core.inject_fault(op, err, after, count)
+
+
+def writeback_wait(wal: Any) -> dict[str, int]:
+    """Waits until the core's writeback thread (csrc/writeback.c) has written back every
+    range appends handed to it so far; its counts since open: queued, refused, done,
+    failed, max_queue_ns (the longest an appending thread spent handing a range over)."""
+    return local_engine(wal).core.writeback_wait()

@@ -646,9 +646,21 @@ class Engine:
             "sync": lib.WALFS_FAULT_SYNC,
             "alloc": lib.WALFS_FAULT_ALLOC,
             "reclaim": lib.WALFS_FAULT_RECLAIM,
+            "writeback": lib.WALFS_FAULT_WRITEBACK,
         }
         h = self._enter()
         try:
             self._check(lib.walfs_debug_fail(h, ops[op], err, after, count), "inject fault")
+        finally:
+            self._exit()
+
+    def writeback_wait(self) -> dict[str, int]:
+        """Waits until the core's writeback thread has written back every range handed to
+        it so far (csrc/writeback.c); its counts since open (walfs_writeback_stats_t)."""
+        h = self._enter()
+        try:
+            st = ffi.new("walfs_writeback_stats_t *")
+            self._check(lib.walfs_debug_writeback_wait(h, st), "writeback wait")
+            return {k: int(getattr(st, k)) for k in ("queued", "refused", "done", "failed", "max_queue_ns")}
         finally:
             self._exit()
