@@ -24,7 +24,7 @@ import errno
 import logging
 
 import pytest
-from writeback_probe import VALUE, batch, dirty_pages, segment_files, values
+from writeback_probe import VALUE, batch, check_recovered_prefix, dirty_pages, segment_files, values
 
 import walfs
 from walfs import debug
@@ -138,16 +138,7 @@ def test_written_back_runs_are_not_durable_and_a_power_cut_keeps_exactly_the_pro
     assert st["failed"] == 0 and st["queued"] >= 4
     assert e.info("t").durable_watermark == len(synced)  # written back, not durable
     debug.power_cut(w, seed=11, keep_permille=keep_permille)
-    w = walfs.Wal(wal_dir, fsync="never", **GEOMETRY)
-    try:
-        end = w.high_watermark("t")
-        assert len(synced) <= end <= len(synced) + len(unsynced)
-        if keep_permille == 0:
-            assert end == len(synced)
-        got = w.read("t", 0, max_records=end + 10, max_bytes=64 << 20)
-        assert got == (synced + unsynced)[:end]
-    finally:
-        w.close()
+    check_recovered_prefix(wal_dir, GEOMETRY, synced, unsynced, keep_permille)
 
 
 def test_a_failed_writeback_fails_the_consumers_sync_and_the_wal_until_reopened(wal_dir, caplog):
