@@ -79,7 +79,7 @@ def test_chunks_are_byte_for_byte_what_encode_records_writes(
     for part in (t, t.slice(0, 1), t.slice(97, 150), t.slice(299, 1)):
         chunk = encode_chunk(part, marker)
         data, metas, values = reference(part, marker)
-        assert bytes(chunk.data) == data
+        assert joined(chunk) == data
         assert list(chunk.meta_lens) == metas
         assert list(chunk.value_lens) == values
         assert len(chunk) == part.num_rows
@@ -125,8 +125,8 @@ def test_a_chunk_with_no_key_or_header_is_the_value_column_itself() -> None:
         1,
     )
     chunk = encode_chunk(t)
-    assert isinstance(chunk.data, pa.Buffer)
-    assert chunk.data.address == t.column("value").chunks[0].buffers()[2].address
+    assert len(chunk.pieces) == 1 and isinstance(chunk.pieces[0], pa.Buffer)
+    assert chunk.pieces[0].address == t.column("value").chunks[0].buffers()[2].address
     assert not np.frombuffer(chunk.meta_lens, np.uint32).any()
 
 
@@ -151,7 +151,7 @@ def test_a_marked_chunk_is_appended_from_its_pieces_without_joining_them(
         assert [p.address for p in chunk.pieces[1:]] == starts
     assert chunk.nbytes == sum(chunk.meta_lens) + sum(chunk.value_lens)
     data, metas, values = reference(t, MARKER)
-    assert bytes(chunk.data) == data
+    assert joined(chunk) == data
     target = LocalTarget(walfs.engine_api.open_engine(str(tmp_path / "data")))
     try:
         assert target.append("t", 0, [chunk, encode_chunk(t.slice(7, 100), MARKER)]) == [0, len(rows)]
@@ -166,6 +166,11 @@ def test_a_marked_chunk_is_appended_from_its_pieces_without_joining_them(
     assert [(r.key, r.value, list(r.headers)) for r in got] == expect
 
 
+def joined(chunk: Chunk) -> bytes:
+    """The chunk's bodies in one buffer: its pieces joined."""
+    return b"".join(bytes(memoryview(p)) for p in chunk.pieces)
+
+
 def fetch_encoded(chunk: Chunk, timestamp_ms: int) -> bytes:
     """The chunk as the listener's fetch encoder writes it (walfs_kafka_batch over one
     buffer of the joined bodies): the sink's encoder before it took pieces."""
@@ -177,7 +182,7 @@ def fetch_encoded(chunk: Chunk, timestamp_ms: int) -> bytes:
     recs["value_len"] = np.frombuffer(chunk.value_lens, np.uint32)
     sizes = recs["meta_len"].astype(np.uint64) + recs["value_len"]
     recs["buf_pos"][1:] = np.cumsum(sizes)[:-1]
-    return bytes(encode_kafka_batch(chunk.data, recs, n))
+    return bytes(encode_kafka_batch(joined(chunk), recs, n))
 
 
 @pytest.mark.parametrize(

@@ -51,11 +51,6 @@ class Chunk:
         """The bodies' bytes."""
         return sum(memoryview(p).nbytes for p in self.pieces)
 
-    @property
-    def data(self) -> bytes | memoryview | pa.Buffer:
-        """The bodies in one buffer: the piece itself, or the pieces joined (a copy)."""
-        return self.pieces[0] if len(self.pieces) == 1 else b"".join(self.pieces)
-
 
 def _u32(a: np.ndarray) -> array:
     out = array("I")
