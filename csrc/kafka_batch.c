@@ -226,50 +226,67 @@ static src_rec_t src_rec(const batch_src_t *src, uint32_t i)
     return (src_rec_t){src->bodies[i], src->meta_lens[i], src->value_lens[i], src->ts, i};
 }
 
-static int64_t encode_batch(const batch_src_t *src, uint32_t n, uint8_t *out, uint64_t outlen, uint64_t *needed)
+/* A batch's size and timestamps, every meta section checked (one pass, nothing written). */
+typedef struct batch_plan {
+    uint64_t total;
+    int64_t base_ts, max_ts;
+} batch_plan_t;
+
+static int plan_batch(const batch_src_t *src, uint32_t n, batch_plan_t *plan)
 {
-    if (n == 0) return 0;
     kmeta_t km;
-    int64_t base_ts = 0, max_ts = 0;
-    uint64_t total = BATCH_HEAD;
     uint64_t first_off = src_rec(src, 0).offset;
-    for (uint32_t i = 0; i < n; i++) { /* sizes, and every meta checked before writing */
+    *plan = (batch_plan_t){.total = BATCH_HEAD};
+    for (uint32_t i = 0; i < n; i++) {
         src_rec_t r = src_rec(src, i);
         if (parse_meta(r.body, r.meta_len, r.ts, &km) || (km.null_value && r.value_len)) return -EBADMSG;
-        if (i == 0) base_ts = max_ts = km.ts;
-        if (km.ts > max_ts) max_ts = km.ts;
-        size_t len = put_record(NULL, &km, km.ts - base_ts, (int64_t)(r.offset - first_off), NULL, r.value_len);
-        total += varint_size((int64_t)len) + len;
+        if (i == 0) plan->base_ts = plan->max_ts = km.ts;
+        if (km.ts > plan->max_ts) plan->max_ts = km.ts;
+        size_t len = put_record(NULL, &km, km.ts - plan->base_ts, (int64_t)(r.offset - first_off), NULL, r.value_len);
+        plan->total += varint_size((int64_t)len) + len;
     }
-    if (total > outlen || total - 12 > INT32_MAX) {
-        if (needed) *needed = total;
-        return -ENOBUFS;
-    }
+    return plan->total - 12 > INT32_MAX ? -ENOBUFS : 0;
+}
+
+/* The planned batch into out (plan->total bytes, checked by plan_batch). */
+static void write_batch(const batch_src_t *src, uint32_t n, const batch_plan_t *plan, uint8_t *out)
+{
+    kmeta_t km;
+    uint64_t first_off = src_rec(src, 0).offset;
     uint8_t *p = out + BATCH_HEAD;
     for (uint32_t i = 0; i < n; i++) {
         src_rec_t r = src_rec(src, i);
         parse_meta(r.body, r.meta_len, r.ts, &km);
-        int64_t ts_delta = km.ts - base_ts, off_delta = (int64_t)(r.offset - first_off);
+        int64_t ts_delta = km.ts - plan->base_ts, off_delta = (int64_t)(r.offset - first_off);
         const uint8_t *value = r.body + r.meta_len;
         size_t len = put_record(NULL, &km, ts_delta, off_delta, value, r.value_len);
         p = put_varint(p, (int64_t)len);
         p += put_record(p, &km, ts_delta, off_delta, value, r.value_len);
     }
-    put_batch_head(out, total, first_off, src_rec(src, n - 1).offset, base_ts, max_ts, n);
-    return (int64_t)total;
+    put_batch_head(out, plan->total, first_off, src_rec(src, n - 1).offset, plan->base_ts, plan->max_ts, n);
 }
 
 int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t n, uint8_t *out,
                           uint64_t outlen, uint64_t *needed)
 {
+    if (n == 0) return 0;
     batch_src_t src = {.buf = buf, .recs = recs};
-    return encode_batch(&src, n, out, outlen, needed);
+    batch_plan_t plan;
+    int rc = plan_batch(&src, n, &plan);
+    if (rc == -EBADMSG) return rc;
+    if (rc || plan.total > outlen) {
+        if (needed) *needed = plan.total;
+        return -ENOBUFS;
+    }
+    write_batch(&src, n, &plan, out);
+    return (int64_t)plan.total;
 }
 
 int64_t walfs_kafka_batch_pieces(uint32_t n, uint32_t n_pieces, const uint8_t *const *pieces,
                                  const uint64_t *piece_lens, const uint32_t *meta_lens, const uint32_t *value_lens,
-                                 int64_t timestamp_ms, uint8_t *out, uint64_t outlen, uint64_t *needed)
+                                 int64_t timestamp_ms, uint8_t **out)
 {
+    *out = NULL;
     if (n == 0) return 0;
     if (n_pieces == 0) return -EINVAL;
     const uint8_t **bodies = malloc((size_t)n * sizeof(*bodies));
@@ -278,11 +295,22 @@ int64_t walfs_kafka_batch_pieces(uint32_t n, uint32_t n_pieces, const uint8_t *c
     int64_t rc = bodies_from_pieces(n, n_pieces, pieces, piece_lens, meta_lens, value_lens, bodies, &joined);
     if (!rc) {
         batch_src_t src = {.bodies = bodies, .meta_lens = meta_lens, .value_lens = value_lens, .ts = timestamp_ms};
-        rc = encode_batch(&src, n, out, outlen, needed);
+        batch_plan_t plan;
+        rc = plan_batch(&src, n, &plan);
+        if (!rc && !(*out = malloc((size_t)plan.total))) rc = -ENOMEM;
+        if (!rc) {
+            write_batch(&src, n, &plan, *out);
+            rc = (int64_t)plan.total;
+        }
     }
     free(joined);
     free(bodies);
     return rc;
+}
+
+void walfs_free(void *p)
+{
+    free(p);
 }
 
 /* ---- a fetch straight from the log: read and encode in one pass ----

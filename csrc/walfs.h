@@ -176,11 +176,15 @@ int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t 
  * bodies (meta || value) lie back to back in the concatenation of n_pieces buffers, as
  * walfs_append_pieces takes them (a body that spans pieces is copied, joined; the others
  * are encoded from the pieces), with offsets 0..n-1 and timestamp_ms standing in for a
- * missing producer timestamp. -EINVAL unless the pieces hold exactly the bodies' bytes;
- * -ENOMEM; otherwise as walfs_kafka_batch. */
+ * missing producer timestamp, into a buffer it allocates: *out (release it with
+ * walfs_free), the returned length long. -EINVAL unless the pieces hold exactly the
+ * bodies' bytes; -ENOMEM; -EBADMSG when a meta section does not parse; -ENOBUFS past
+ * Kafka's 2 GiB batch. */
 int64_t walfs_kafka_batch_pieces(uint32_t n, uint32_t n_pieces, const uint8_t *const *pieces,
                                  const uint64_t *piece_lens, const uint32_t *meta_lens, const uint32_t *value_lens,
-                                 int64_t timestamp_ms, uint8_t *out, uint64_t outlen, uint64_t *needed);
+                                 int64_t timestamp_ms, uint8_t **out);
+/* Releases what a walfs_* call allocated for its caller (walfs_kafka_batch_pieces). */
+void walfs_free(void *p);
 /* Kafka wire, a fetch in one pass: the records from `offset` on (at least one when any
  * exists, then up to max_records and max_bytes of stored bodies, and as many as out
  * holds) as one Kafka record batch (the layout walfs_kafka_batch writes), encoded straight

@@ -64,23 +64,20 @@ def encode_kafka_batch(buf: Any, recs: Any, n: int) -> bytes | bytearray:
     raise ValueError("a record's meta section does not parse")
 
 
-# Output buffers that the C encoder fills whole: not zero-filled first.
-_raw = ffi.new_allocator(should_clear_after_alloc=False)
-
-
 def encode_kafka_batch_pieces(
     pieces: Sequence[Any], meta_lens: array.array, value_lens: array.array, timestamp_ms: int
 ) -> memoryview:
     """Records in the stored layout, their bodies back to back in the concatenation of
     `pieces` (buffers, as LogEngine.append_pieces takes them: a writer's chunk, never
     joined here), as one Kafka record batch (v2) with offsets 0..n-1 and `timestamp_ms`
-    for records without a producer timestamp (C: walfs_kafka_batch_pieces), in a buffer
-    of its own that is not zero-filled first. ValueError when the pieces do not hold
+    for records without a producer timestamp (C: walfs_kafka_batch_pieces, one pass to
+    size the batch and one to write it into memory the core allocates and walfs_free
+    releases when the view's last reference goes). ValueError when the pieces do not hold
     exactly the records' bodies or a meta section does not parse."""
     n = len(meta_lens)
     if n == 0:
         return memoryview(b"")
-    needed = ffi.new("uint64_t *")
+    out = ffi.new("uint8_t **")
     # Released on the way out, as every cffi buffer over a caller's (walfs/engine.py).
     with ExitStack() as held:
         bufs = [held.enter_context(ffi.from_buffer(p)) for p in pieces]
@@ -88,26 +85,17 @@ def encode_kafka_batch_pieces(
         cvalues = held.enter_context(ffi.from_buffer("uint32_t[]", value_lens))
         cpieces = ffi.new("const uint8_t *[]", bufs)
         lens = ffi.new("uint64_t[]", [len(b) for b in bufs])
-
-        def encode(out: Any, size: int) -> int:
-            return int(
-                lib.walfs_kafka_batch_pieces(
-                    n, len(bufs), cpieces, lens, cmetas, cvalues, timestamp_ms, out, size, needed
-                )
-            )
-
-        # A sizing call first (nothing written), then the batch into a buffer of its size.
-        rc = encode(ffi.NULL, 0)
-        if rc == -errno.ENOBUFS:
-            size = int(needed[0])
-            out = _raw("uint8_t[]", size)
-            rc = encode(out, size)
-            if rc == size:
-                return memoryview(ffi.buffer(out))
+        rc = int(
+            lib.walfs_kafka_batch_pieces(n, len(bufs), cpieces, lens, cmetas, cvalues, timestamp_ms, out)
+        )
+    if rc > 0:
+        return memoryview(ffi.buffer(ffi.gc(out[0], lib.walfs_free, size=rc), rc))
     if rc == -errno.ENOMEM:
         raise MemoryError("encoding a Kafka record batch")
     if rc == -errno.EINVAL:
         raise ValueError("the pieces do not hold exactly the records' bodies")
+    if rc == -errno.ENOBUFS:
+        raise ValueError("the records do not fit in one Kafka record batch (2 GiB)")
     raise ValueError("a record's meta section does not parse")
 
 
