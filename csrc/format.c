@@ -476,11 +476,19 @@ static int fmt_rec_check_x4(const uint8_t *const *in, uint32_t seed, const rec_h
     return 4;
 }
 
-/* Checks n (0-4) parsed records, four at once when there are four, one at a time
- * otherwise; returns how many lead the list intact (n: all). The one check of queued
- * records that every reader uses (the byte view, the Kafka batch). */
-int fmt_rec_check_n(const uint8_t *const *in, uint32_t seed, const rec_hdr_t *r, int n)
+/* Checks a queue of n (0-4) located records, entries `stride` bytes apart, each beginning
+ * with a rec_at_t: four at once when there are four, one at a time otherwise; returns how
+ * many lead the queue intact (n: all). The one check of queued records that every reader
+ * uses (the byte view, the Kafka batch). */
+int fmt_rec_check_q(const void *q, size_t stride, uint32_t seed, int n)
 {
+    const uint8_t *in[4];
+    rec_hdr_t r[4];
+    for (int k = 0; k < n; k++) {
+        const rec_at_t *at = (const rec_at_t *)((const char *)q + (size_t)k * stride);
+        in[k] = at->p;
+        r[k] = at->r;
+    }
     if (n == 4) return fmt_rec_check_x4(in, seed, r);
     for (int k = 0; k < n; k++)
         if (fmt_rec_check(in[k], seed, &r[k])) return k;

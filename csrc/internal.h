@@ -224,6 +224,13 @@ typedef struct rec_hdr {
     int64_t ts;
 } rec_hdr_t;
 
+/* A record located in a mapped block: its header's address, and the header parsed. Readers'
+ * queues of records to check begin each entry with one (fmt_rec_check_q). */
+typedef struct rec_at {
+    const uint8_t *p;
+    rec_hdr_t r;
+} rec_at_t;
+
 typedef struct slot {
     uint32_t pos, gid_delta, view_delta;
 } slot_t;
@@ -262,7 +269,7 @@ void fmt_rec_seal(uint8_t *hdr, uint32_t seed, const uint8_t *body, size_t body_
 void fmt_rec_seal_x4(uint8_t *const *hdr, uint32_t seed, const size_t *body_len);
 void fmt_rec_parse(const uint8_t *in, rec_hdr_t *r);
 int fmt_rec_check(const uint8_t *in, uint32_t seed, const rec_hdr_t *r);
-int fmt_rec_check_n(const uint8_t *const *in, uint32_t seed, const rec_hdr_t *r, int n);
+int fmt_rec_check_q(const void *q, size_t stride, uint32_t seed, int n);
 void fmt_slot(uint8_t *out, uint32_t pos, uint32_t gid_delta, uint32_t view_delta);
 void fmt_slot_parse(const uint8_t *in, slot_t *s);
 

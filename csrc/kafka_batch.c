@@ -321,8 +321,7 @@ void walfs_free(void *p)
  * bodies (meta || value), and as many as out holds. */
 
 typedef struct located {
-    const uint8_t *p; /* the record's header in the mapping */
-    rec_hdr_t r;
+    rec_at_t at; /* first: fmt_rec_check_q */
     uint64_t offset;
 } located_t;
 
@@ -342,24 +341,18 @@ static int next_checked(walfs_t *wal, const stream_t *s, size_t *bi, uint64_t *i
             continue;
         }
         located_t *l = &q[nq];
-        if (record_locate(b, *idx, &l->p, &l->r)) {
+        if (record_locate(b, *idx, &l->at.p, &l->at.r)) {
             *bad = 1;
             break;
         }
-        uint64_t body = (uint64_t)l->r.meta_len + l->r.value_len;
+        uint64_t body = (uint64_t)l->at.r.meta_len + l->at.r.value_len;
         if (!(first && nq == 0) && *planned + body > max_bytes) break;
         *planned += body;
         l->offset = b->first_offset + *idx;
         (*idx)++;
         nq++;
     }
-    const uint8_t *in[4];
-    rec_hdr_t r[4];
-    for (int k = 0; k < nq; k++) {
-        in[k] = q[k].p;
-        r[k] = q[k].r;
-    }
-    int good = fmt_rec_check_n(in, wal->crc_seed, r, nq);
+    int good = fmt_rec_check_q(q, sizeof(*q), wal->crc_seed, nq);
     if (good < nq) *bad = 1;
     return good;
 }
@@ -392,9 +385,9 @@ int64_t walfs_read_kafka_batch(walfs_t *wal, uint32_t stream_no, uint64_t offset
         int good = next_checked(wal, s, &bi, &idx, max_records - n, max_bytes, &planned, n == 0, q, &bad);
         for (int k = 0; k < good; k++) {
             const located_t *l = &q[k];
-            const uint8_t *meta = l->p + REC_HDR_SIZE;
+            const uint8_t *meta = l->at.p + REC_HDR_SIZE;
             kmeta_t km;
-            if (parse_meta(meta, l->r.meta_len, l->r.ts, &km) || (km.null_value && l->r.value_len)) {
+            if (parse_meta(meta, l->at.r.meta_len, l->at.r.ts, &km) || (km.null_value && l->at.r.value_len)) {
                 if (n == 0) {
                     *needed = l->offset;
                     rc = -EINVAL;
@@ -406,8 +399,8 @@ int64_t walfs_read_kafka_batch(walfs_t *wal, uint32_t stream_no, uint64_t offset
             if (n == 0) base_ts = max_ts = km.ts;
             if (km.ts > max_ts) max_ts = km.ts;
             int64_t ts_delta = km.ts - base_ts, off_delta = (int64_t)(l->offset - first_off);
-            const uint8_t *value = meta + l->r.meta_len;
-            size_t len = put_record(NULL, &km, ts_delta, off_delta, value, l->r.value_len);
+            const uint8_t *value = meta + l->at.r.meta_len;
+            size_t len = put_record(NULL, &km, ts_delta, off_delta, value, l->at.r.value_len);
             uint64_t whole = varint_size((int64_t)len) + len;
             if (at + whole > outlen || at + whole - 12 > INT32_MAX) {
                 if (n == 0) {
@@ -419,7 +412,7 @@ int64_t walfs_read_kafka_batch(walfs_t *wal, uint32_t stream_no, uint64_t offset
                 break;
             }
             uint8_t *p = put_varint(out + at, (int64_t)len);
-            put_record(p, &km, ts_delta, off_delta, value, l->r.value_len);
+            put_record(p, &km, ts_delta, off_delta, value, l->at.r.value_len);
             at += whole;
             last_off = l->offset;
             n++;

@@ -210,8 +210,7 @@ uint64_t stream_low_byte(const stream_t *s)
 
 /* A record read_bytes has located and will copy once its CRC is checked. */
 typedef struct view_piece {
-    const uint8_t *p;
-    rec_hdr_t r;
+    rec_at_t at; /* first: fmt_rec_check_q */
     uint64_t skip, take; /* value bytes skipped and copied */
     int newline;         /* whether the view's '\n' after the value is copied too */
 } view_piece_t;
@@ -221,15 +220,9 @@ typedef struct view_piece {
  * bytes copied before it. */
 static int copy_pieces(walfs_t *wal, const view_piece_t *q, int nq, uint8_t *buf, uint64_t *got)
 {
-    const uint8_t *in[4];
-    rec_hdr_t r[4];
-    for (int k = 0; k < nq; k++) {
-        in[k] = q[k].p;
-        r[k] = q[k].r;
-    }
-    int good = fmt_rec_check_n(in, wal->crc_seed, r, nq);
+    int good = fmt_rec_check_q(q, sizeof(*q), wal->crc_seed, nq);
     for (int k = 0; k < good; k++) {
-        memcpy(buf + *got, q[k].p + REC_HDR_SIZE + q[k].r.meta_len + q[k].skip, q[k].take);
+        memcpy(buf + *got, q[k].at.p + REC_HDR_SIZE + q[k].at.r.meta_len + q[k].skip, q[k].take);
         *got += q[k].take;
         if (q[k].newline) buf[(*got)++] = '\n';
     }
@@ -267,11 +260,11 @@ int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t
             continue;
         }
         view_piece_t *v = &q[nq];
-        if (record_locate(b, idx, &v->p, &v->r)) {
+        if (record_locate(b, idx, &v->at.p, &v->at.r)) {
             bad = 1;
             break;
         }
-        uint64_t vlen = v->r.value_len;
+        uint64_t vlen = v->at.r.value_len;
         v->skip = skip;
         v->take = skip < vlen ? (vlen - skip < len - planned ? vlen - skip : len - planned) : 0;
         planned += v->take;
