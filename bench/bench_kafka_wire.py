@@ -144,8 +144,20 @@ def decode_response(api_key: int, version: int, frame: memoryview) -> Any:
 class Server:
     def __init__(self, data_dir: str, fsync: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "walfs.cli.serve", data_dir, "--kafka-listen", "127.0.0.1:0",
-             "--fsync", fsync, "--segment-size", "256M", "--log-level", "warning"],
+            [
+                sys.executable,
+                "-m",
+                "walfs.cli.serve",
+                data_dir,
+                "--kafka-listen",
+                "127.0.0.1:0",
+                "--fsync",
+                fsync,
+                "--segment-size",
+                "256M",
+                "--log-level",
+                "warning",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
