@@ -280,6 +280,16 @@ def produce(
     return out_row
 
 
+def others(phase: dict[str, Any], ncpu: int | None = None) -> None:
+    """The CPU neither the perf tools nor the server used, and not idle, over the phase, in %
+    of one CPU: other processes (the machine is shared), this bench's sampler, the kernel's
+    threads. Set on `phase` when its three inputs are there."""
+    ncpu = ncpu or os.cpu_count() or 1
+    idle, client, server = (phase.get(k) for k in ("machine_idle_pct", "client_cpu_pct", "server_cpu_pct"))
+    if idle is not None and client is not None and server is not None:
+        phase["other_cpu_pct"] = round(ncpu * (100 - idle) - client - server, 1)
+
+
 def fetch_window(row: dict[str, str], end_seen: float) -> tuple[float, float] | None:
     """ConsumerPerformance's fetch phase on the monotonic clock: it ends at the tool's
     `end.time` (local wall time, ms) and lasts `fetch.time.ms`; None when that end is not
@@ -396,6 +406,7 @@ def one_run(
         phase["server_busiest_pct"], phase["server_busiest_thread"] = srv["pct"], srv["thread"]
         phase["server_cpu_pct"] = srv["all_pct"]
         phase["server_threads_top"] = srv["top"]
+        others(phase)
 
     def bounds(ph: dict[str, Any]) -> str:
         if ph.get("client_busiest_pct") is None:
@@ -457,6 +468,7 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "machine_idle_pct",
             "server_busiest_pct",
             "server_cpu_pct",
+            "other_cpu_pct",
         )
     ]
     for (pair, size, producers), rounds in sorted(cells.items()):
@@ -563,8 +575,8 @@ def bounds_markdown(summary: list[dict[str, Any]]) -> str:
 
     lines = [
         "| pair | size | prod | phase | rec/s w/k | ratio | client busiest thread % w/k "
-        "| client CPU % w/k | machine idle % w/k | server busiest thread % w/k "
-        "| client CPU s/M w/k | class |",
+        "| client CPU % w/k | machine idle % w/k | others' CPU % w/k | server busiest thread % w/k "
+        "| class |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summary:
@@ -580,8 +592,8 @@ def bounds_markdown(summary: list[dict[str, Any]]) -> str:
                 f"| {pair(row, phase, 'client_busiest_pct', '.0f')} "
                 f"| {pair(row, phase, 'client_cpu_pct', '.0f')} "
                 f"| {pair(row, phase, 'machine_idle_pct', '.0f')} "
+                f"| {pair(row, phase, 'other_cpu_pct', '.0f')} "
                 f"| {pair(row, phase, 'server_busiest_pct', '.0f')} "
-                f"| {pair(row, phase, 'client_cpu_s_per_m', '.2f')} "
                 f"| {bound['class'] if bound else '>= ' + str(GOAL) + 'x'} |"
             )
     return "\n".join(lines)
@@ -610,7 +622,23 @@ def main() -> int:
         help="also run `walfs serve` of this commit (before/after ratios from the same run)",
     )
     ap.add_argument("--out", default=None, help="JSON file (default bench/results/vs_kafka-TIME.json)")
+    ap.add_argument(
+        "--summarize",
+        default=None,
+        metavar="JSON",
+        help="run nothing: summarize and print the tables of an earlier run's JSON again",
+    )
     args = ap.parse_args()
+    if args.summarize:
+        earlier = json.loads(Path(args.summarize).read_text())
+        for r in earlier["runs"]:
+            for phase in ("produce", "consume"):
+                if "other_cpu_pct" not in r[phase]:
+                    others(r[phase], earlier["machine"]["nproc"])
+        summary = summarize(earlier["runs"])
+        print(table(summary), file=sys.stderr)
+        print(bounds_markdown(summary))
+        return 0
     rounds = args.rounds or (1 if args.quick or args.standard else 3)
     base_counts = QUICK_RECORDS if args.quick else STANDARD_RECORDS if args.standard else FULL_RECORDS
     counts = {k: max(1000, int(v * args.records)) for k, v in base_counts.items()}

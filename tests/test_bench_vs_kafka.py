@@ -165,3 +165,12 @@ def test_consumer_fetch_window_from_its_end_time():
     late = time.strftime("%Y-%m-%d %H:%M:%S:000", time.localtime(now_wall + 3600))
     assert bench_vs_kafka.fetch_window({"end.time": late, "fetch.time.ms": "1"}, now_mono) is None
     assert bench_vs_kafka.fetch_window({"end.time": "garbage", "fetch.time.ms": "1"}, now_mono) is None
+
+
+def test_others_share_is_what_neither_side_used():
+    phase = {"machine_idle_pct": 10.0, "client_cpu_pct": 100.0, "server_cpu_pct": 30.0}
+    bench_vs_kafka.others(phase, 2)
+    assert phase["other_cpu_pct"] == 50.0  # 2 CPUs x 90% busy = 180%, 130% of it accounted
+    partial = {"machine_idle_pct": 10.0, "client_cpu_pct": 100.0}
+    bench_vs_kafka.others(partial, 2)
+    assert "other_cpu_pct" not in partial
