@@ -92,19 +92,24 @@ def children_cpu_seconds() -> float:
 
 
 def busiest(sampler: Sampler, pids: list[int], t0: float, t1: float) -> dict[str, Any]:
-    """The busiest thread of any of pids inside [t0, t1]: its name, its share of that wall
-    time, all their threads' CPU as a share of one CPU over it (`all_pct`, up to 100 x the
-    number of CPUs), and the three busiest threads with their CPU seconds."""
+    """The busiest thread (most CPU) of any of pids inside [t0, t1]: its name and its share
+    of that wall time (`pct`); the thread that most wanted a CPU (on one, or runnable and
+    waiting in the run queue) and that share (`wanted_pct`: near 100, it never waited for
+    anything but a CPU); all their threads' CPU as a share of one CPU (`all_pct`, up to 100
+    x the number of CPUs); and the three busiest threads with their CPU and wait seconds."""
     rows = sorted(
-        ((name, cpu, pid) for pid in pids for name, cpu in sampler.threads_in(pid, t0, t1)),
+        (row for pid in pids for row in sampler.threads_in(pid, t0, t1)),
         key=lambda r: -r[1],
     )
     wall = max(t1 - t0, 1e-9)
+    wanted = max(rows, key=lambda r: r[1] + r[2]) if rows else None
     return {
         "thread": rows[0][0] if rows else None,
         "pct": round(100 * rows[0][1] / wall, 1) if rows else None,
+        "wanted_thread": wanted[0] if wanted else None,
+        "wanted_pct": round(100 * (wanted[1] + wanted[2]) / wall, 1) if wanted else None,
         "all_pct": round(100 * sum(r[1] for r in rows) / wall, 1),
-        "top": [[name, round(cpu, 3)] for name, cpu, _ in rows[:3]],
+        "top": [[name, round(cpu, 3), round(wait, 3)] for name, cpu, wait in rows[:3]],
         "window_s": round(wall, 3),
     }
 
@@ -277,6 +282,9 @@ def produce(
             top = max(clients, key=lambda c: c["pct"])
             out_row["client_busiest_pct"] = top["pct"]
             out_row["client_busiest_thread"] = top["thread"]
+            top = max(clients, key=lambda c: c["wanted_pct"])
+            out_row["client_wanted_pct"] = top["wanted_pct"]
+            out_row["client_wanted_thread"] = top["wanted_thread"]
     return out_row
 
 
@@ -363,6 +371,8 @@ def consume(
         out["client"] = client
         out["client_busiest_pct"] = client["pct"]
         out["client_busiest_thread"] = client["thread"]
+        out["client_wanted_pct"] = client["wanted_pct"]
+        out["client_wanted_thread"] = client["wanted_thread"]
         out["client_cpu_pct"] = client["all_pct"]
     return out
 
@@ -412,7 +422,8 @@ def one_run(
         if ph.get("client_busiest_pct") is None:
             return ""
         return (
-            f" client {ph['client_busiest_pct']:5.1f}% idle {ph.get('machine_idle_pct') or 0:4.1f}%"
+            f" client {ph['client_busiest_pct']:5.1f}% (wanted {ph.get('client_wanted_pct') or 0:5.1f}%)"
+            f" idle {ph.get('machine_idle_pct') or 0:4.1f}%"
             f" srv {ph.get('server_busiest_pct') or 0:5.1f}% cpus c/s {ph.get('client_cpu_pct') or 0:3.0f}/"
             f"{ph.get('server_cpu_pct') or 0:3.0f}%"
         )
@@ -464,6 +475,7 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for key in (
             "client_cpu_s_per_m",
             "client_busiest_pct",
+            "client_wanted_pct",
             "client_cpu_pct",
             "machine_idle_pct",
             "server_busiest_pct",
@@ -505,11 +517,18 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def classify(row: dict[str, Any], phase: str) -> dict[str, Any] | None:
     """What bounds a cell's phase where walfs is below GOAL x Kafka, from the medians over the
-    rounds against each server: "client-bound" when the perf tool's busiest thread was at
-    least CLIENT_BOUND_PCT busy against both (the tool could go no faster on either),
-    "cpu-bound" when the machine had less than CPU_BOUND_IDLE_PCT idle against both (both
-    may hold: joined with "+"), else "server" (walfs's own time is the suspect), or
-    "unmeasured" when a figure is missing. None at or above GOAL."""
+    rounds against each server (every condition must hold against both servers):
+
+      client-bound    the perf tool's busiest thread was on a CPU for at least
+                      CLIENT_BOUND_PCT of the phase (the tool could go no faster on either)
+      client-starved  not that, but its thread that most wanted a CPU was on one or waiting
+                      in the run queue for at least CLIENT_BOUND_PCT: it never waited for the
+                      server, only for a CPU (needs /proc/.../schedstat)
+      cpu-bound       the machine had less than CPU_BOUND_IDLE_PCT idle
+      server          none of these: walfs's own time is the suspect
+
+    joined with "+" when several hold; "unmeasured" when a figure is missing. None at or
+    above GOAL."""
     ratio = row.get("walfs_over_kafka", {}).get(f"{phase}.records_per_s")
     if ratio is None or ratio >= GOAL:
         return None
@@ -520,18 +539,31 @@ def classify(row: dict[str, Any], phase: str) -> dict[str, Any] | None:
 
     figures = {
         f"{key}_{s[0]}": med(s, key)
-        for key in ("client_busiest_pct", "machine_idle_pct", "server_busiest_pct")
+        for key in (
+            "client_busiest_pct",
+            "client_wanted_pct",
+            "machine_idle_pct",
+            "server_busiest_pct",
+            "server_cpu_pct",
+            "other_cpu_pct",
+        )
         for s in ("walfs", "kafka")
     }
-    client = [figures["client_busiest_pct_w"], figures["client_busiest_pct_k"]]
-    idle = [figures["machine_idle_pct_w"], figures["machine_idle_pct_k"]]
-    if None in client or None in idle:
+
+    def both(key: str) -> list[float] | None:
+        pair = [figures[f"{key}_w"], figures[f"{key}_k"]]
+        return None if None in pair else [float(v) for v in pair if v is not None]
+
+    client, wanted, idle = both("client_busiest_pct"), both("client_wanted_pct"), both("machine_idle_pct")
+    if client is None or idle is None:
         cls = "unmeasured"
     else:
         found = []
-        if all(c >= CLIENT_BOUND_PCT for c in client if c is not None):
+        if all(c >= CLIENT_BOUND_PCT for c in client):
             found.append("client-bound")
-        if all(i < CPU_BOUND_IDLE_PCT for i in idle if i is not None):
+        elif wanted is not None and all(w >= CLIENT_BOUND_PCT for w in wanted):
+            found.append("client-starved")
+        if all(i < CPU_BOUND_IDLE_PCT for i in idle):
             found.append("cpu-bound")
         cls = "+".join(found) or "server"
     return {"ratio": ratio, "class": cls, **figures}
@@ -575,9 +607,10 @@ def bounds_markdown(summary: list[dict[str, Any]]) -> str:
 
     lines = [
         "| pair | size | prod | phase | rec/s w/k | ratio | client busiest thread % w/k "
+        "| client thread on CPU or runnable % w/k "
         "| client CPU % w/k | machine idle % w/k | others' CPU % w/k | server busiest thread % w/k "
         "| class |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summary:
         if "walfs_over_kafka" not in row:
@@ -590,6 +623,7 @@ def bounds_markdown(summary: list[dict[str, Any]]) -> str:
                 f"| {pair(row, phase, 'records_per_s', ',.0f')} "
                 f"| {'-' if ratio is None else f'{ratio:.2f}x'} "
                 f"| {pair(row, phase, 'client_busiest_pct', '.0f')} "
+                f"| {pair(row, phase, 'client_wanted_pct', '.0f')} "
                 f"| {pair(row, phase, 'client_cpu_pct', '.0f')} "
                 f"| {pair(row, phase, 'machine_idle_pct', '.0f')} "
                 f"| {pair(row, phase, 'other_cpu_pct', '.0f')} "

@@ -1,7 +1,9 @@
 """CPU time from /proc for the benchmarks: a process's, each of its threads', the machine's.
 
     process_cpu_seconds(pid)   utime + stime of all of pid's threads (/proc/PID/stat)
-    thread_cpu(pid)            {tid: (comm, seconds)} from /proc/PID/task/TID/stat
+    thread_cpu(pid)            {tid: (comm, CPU seconds, run-queue seconds)} from
+                               /proc/PID/task/TID/stat (utime + stime) and .../schedstat
+                               (its second field: time spent runnable, waiting for a CPU)
     machine_cpu()              (all, idle) jiffies of the machine (/proc/stat's "cpu" line;
                                idle counts idle + iowait: a CPU waiting for a disk runs nothing)
     Sampler                    a thread reading the above every `interval` seconds for a set
@@ -36,10 +38,11 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def thread_cpu(pid: int) -> dict[int, tuple[str, float]] | None:
-    """{tid: (comm, utime + stime seconds)} of pid's live threads; None when pid is gone or a
-    zombie (its threads' times are then no longer listed one by one)."""
-    out: dict[int, tuple[str, float]] = {}
+def thread_cpu(pid: int) -> dict[int, tuple[str, float, float]] | None:
+    """{tid: (comm, utime + stime seconds, run-queue wait seconds)} of pid's live threads;
+    None when pid is gone or a zombie (its threads' times are no longer listed one by one).
+    The wait is 0 on a kernel without schedstat (CONFIG_SCHED_INFO)."""
+    out: dict[int, tuple[str, float, float]] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except FileNotFoundError:
@@ -48,11 +51,16 @@ def thread_cpu(pid: int) -> dict[int, tuple[str, float]] | None:
         try:
             with open(f"/proc/{pid}/task/{t}/stat") as f:
                 comm, fields = _stat_fields(f.read())
+            try:
+                with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                    wait = int(f.read().split()[1]) / 1e9
+            except (FileNotFoundError, IndexError):
+                wait = 0.0
         except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
             continue
         if int(t) == pid and fields[0] in ("Z", "X"):
             return None
-        out[int(t)] = (comm, (int(fields[11]) + int(fields[12])) / CLK_TCK)
+        out[int(t)] = (comm, (int(fields[11]) + int(fields[12])) / CLK_TCK, wait)
     return out or None
 
 
@@ -93,6 +101,7 @@ class Sampler:
         # (pid, tid) -> comm, and its (time, cumulative CPU s) series
         self.names: dict[tuple[int, int], str] = {}
         self.series: dict[tuple[int, int], list[tuple[float, float]]] = {}
+        self.waits: dict[tuple[int, int], list[tuple[float, float]]] = {}  # run-queue s
         self.machine: list[tuple[float, int, int]] = []
         self.last_alive: dict[int, float] = {}
         self._thread = threading.Thread(target=self._run, name="procstat-sampler", daemon=True)
@@ -127,20 +136,28 @@ class Sampler:
                 if threads is None:
                     continue
                 self.last_alive[pid] = now
-                for tid, (comm, cpu) in threads.items():
+                for tid, (comm, cpu, wait) in threads.items():
                     self.names[(pid, tid)] = comm
                     self.series.setdefault((pid, tid), []).append((now, cpu))
+                    self.waits.setdefault((pid, tid), []).append((now, wait))
         return now
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             self.sample()
 
-    def threads_in(self, pid: int, t0: float, t1: float) -> list[tuple[str, float]]:
-        """(comm, CPU seconds inside [t0, t1]) of each thread of pid, busiest first."""
+    def threads_in(self, pid: int, t0: float, t1: float) -> list[tuple[str, float, float]]:
+        """(comm, CPU seconds, run-queue seconds inside [t0, t1]) of each thread of pid,
+        busiest (most CPU) first."""
         with self._lock:
             rows = [
-                (self.names[key], _at(s, t1) - _at(s, t0)) for key, s in self.series.items() if key[0] == pid
+                (
+                    self.names[key],
+                    _at(s, t1) - _at(s, t0),
+                    _at(self.waits[key], t1) - _at(self.waits[key], t0),
+                )
+                for key, s in self.series.items()
+                if key[0] == pid
             ]
         return sorted(rows, key=lambda r: -r[1])
 

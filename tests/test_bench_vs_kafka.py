@@ -63,15 +63,16 @@ def test_threads_of_a_real_process_named_and_summed(child):
     time.sleep(0.3)
     threads = procstat.thread_cpu(child.pid)
     assert threads is not None
-    names = {comm for comm, _ in threads.values()}
+    names = {comm for comm, _, _ in threads.values()}
     assert {"spin) er x", "sleeper"} <= names  # comm holding ')' and spaces parsed whole
-    spin = next(cpu for comm, cpu in threads.values() if comm == "spin) er x")
-    sleeper = next(cpu for comm, cpu in threads.values() if comm == "sleeper")
+    spin = next(cpu for comm, cpu, _ in threads.values() if comm == "spin) er x")
+    sleeper = next(cpu for comm, cpu, _ in threads.values() if comm == "sleeper")
     assert spin > sleeper
+    assert all(wait >= 0 for _, _, wait in threads.values())
     # the process's own figure is its threads' (all alive: none has left its time behind),
     # each read rounding to a tick, read a moment apart
     total = procstat.process_cpu_seconds(child.pid)
-    assert abs(total - sum(cpu for _, cpu in threads.values())) <= 0.2
+    assert abs(total - sum(cpu for _, cpu, _ in threads.values())) <= 0.2
 
 
 def test_sampler_window_and_zombie(child):
@@ -91,13 +92,19 @@ def test_sampler_window_and_zombie(child):
     assert t1 <= last
     rows = s.threads_in(child.pid, t0, t1)
     assert rows[0][0] == "spin) er x"  # busiest first
-    cpu = dict(rows)
-    assert 0 < cpu["spin) er x"] <= (t1 - t0) + 2 / procstat.CLK_TCK
+    cpu = {name: c for name, c, _ in rows}
+    wait = {name: w for name, _, w in rows}
+    tick = 2 / procstat.CLK_TCK
+    assert 0 < cpu["spin) er x"] <= (t1 - t0) + tick
     assert cpu["sleeper"] < cpu["spin) er x"]
+    # a spinning thread is on a CPU or waiting for one: never blocked; the sleeper is
+    assert cpu["spin) er x"] + wait["spin) er x"] >= 0.8 * (t1 - t0)
+    assert cpu["sleeper"] + wait["sleeper"] < 0.5 * (t1 - t0)
     # a window after the process was last seen holds none of its CPU
-    assert all(c == 0 for _, c in s.threads_in(child.pid, last + 1, last + 2))
+    assert all(c == 0 and w == 0 for _, c, w in s.threads_in(child.pid, last + 1, last + 2))
     top = bench_vs_kafka.busiest(s, [child.pid], t0, t1)
-    assert top["thread"] == "spin) er x" and 0 < top["pct"] <= 100 + 200 / procstat.CLK_TCK / (t1 - t0)
+    assert top["thread"] == "spin) er x" and 0 < top["pct"] <= 100 + 100 * tick / (t1 - t0)
+    assert top["wanted_thread"] == "spin) er x" and top["wanted_pct"] >= 80
     idle = s.idle_share(t0, t1)
     assert idle is not None and 0 <= idle <= 1
 
@@ -148,6 +155,12 @@ def test_classes_need_the_evidence_against_both_servers():
     assert cls(0.9, (60, 60), (2, 4)) == "cpu-bound"
     assert cls(0.9, (60, 60), (2, 8)) == "server"
     assert cls(0.9, (95, 95), (1, 1)) == "client-bound+cpu-bound"
+    row = _row(0.9, (50, 60), (1, 1))
+    for side, wanted in (("walfs", 97.0), ("kafka", 93.0)):  # runnable all the time, on a CPU half
+        row[side]["produce.client_wanted_pct"] = {"median": wanted}
+    assert bench_vs_kafka.classify(row, "produce")["class"] == "client-starved+cpu-bound"
+    row["kafka"]["produce.client_wanted_pct"] = {"median": 70.0}  # it waited for Kafka
+    assert bench_vs_kafka.classify(row, "produce")["class"] == "cpu-bound"
     row = _row(0.9, (95, 95), (1, 1))
     del row["kafka"]["produce.machine_idle_pct"]
     assert bench_vs_kafka.classify(row, "produce")["class"] == "unmeasured"
