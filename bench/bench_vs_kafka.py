@@ -91,25 +91,62 @@ def children_cpu_seconds() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+# The JVM's own threads (HotSpot 17's names, cut to 15 characters by the kernel): its JIT
+# compilers, the VM thread (which runs SerialGC's collections and the safepoints) and the
+# service threads. The rest are the tool's: `java` (main: the producer's send loop, the
+# consumer's poll loop) and `kafka-producer-` (the producer's sender).
+JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+JVM_THREADS = (
+    *JIT_THREADS,
+    "VM Thread",
+    "VM Periodic Tas",
+    "GC Thread",
+    "Signal Dispatch",
+    "Service Thread",
+    "Monitor Deflati",
+    "Common-Cleaner",
+    "Reference Handl",
+    "Finalizer",
+    "Notification Th",
+    "Sweeper thread",
+    "Attach Listener",
+)
+
+
 def busiest(sampler: Sampler, pids: list[int], t0: float, t1: float) -> dict[str, Any]:
-    """The busiest thread (most CPU) of any of pids inside [t0, t1]: its name and its share
-    of that wall time (`pct`); the thread that most wanted a CPU (on one, or runnable and
-    waiting in the run queue) and that share (`wanted_pct`: near 100, it never waited for
-    anything but a CPU); all their threads' CPU as a share of one CPU (`all_pct`, up to 100
-    x the number of CPUs); and the three busiest threads with their CPU and wait seconds."""
+    """Where the CPU of pids went inside [t0, t1], in % of that wall time:
+
+    thread, pct           the busiest work thread (most CPU; the JVM's own threads,
+                          JVM_THREADS, left out: a compiler busy is not the tool busy)
+    wanted_thread, ..pct  the work thread that most wanted a CPU: on one, or runnable and
+                          waiting in the run queue (near 100: it never waited for anything
+                          but a CPU, not for the server)
+    any_thread, any_pct   the busiest of all threads
+    jit_pct, vm_pct       the JIT compilers' CPU together, and the VM thread's (GC)
+    all_pct               all threads' CPU, in % of one CPU (up to 100 x the CPUs)
+    top                   the five busiest threads: name, CPU s, run-queue s"""
     rows = sorted(
         (row for pid in pids for row in sampler.threads_in(pid, t0, t1)),
         key=lambda r: -r[1],
     )
     wall = max(t1 - t0, 1e-9)
-    wanted = max(rows, key=lambda r: r[1] + r[2]) if rows else None
+    work = [r for r in rows if r[0] not in JVM_THREADS and not r[0].startswith("GC Thread")]
+    wanted = max(work, key=lambda r: r[1] + r[2]) if work else None
+
+    def pct(cpu: float) -> float:
+        return round(100 * cpu / wall, 1)
+
     return {
-        "thread": rows[0][0] if rows else None,
-        "pct": round(100 * rows[0][1] / wall, 1) if rows else None,
+        "thread": work[0][0] if work else None,
+        "pct": pct(work[0][1]) if work else None,
         "wanted_thread": wanted[0] if wanted else None,
-        "wanted_pct": round(100 * (wanted[1] + wanted[2]) / wall, 1) if wanted else None,
-        "all_pct": round(100 * sum(r[1] for r in rows) / wall, 1),
-        "top": [[name, round(cpu, 3), round(wait, 3)] for name, cpu, wait in rows[:3]],
+        "wanted_pct": pct(wanted[1] + wanted[2]) if wanted else None,
+        "any_thread": rows[0][0] if rows else None,
+        "any_pct": pct(rows[0][1]) if rows else None,
+        "jit_pct": pct(sum(r[1] for r in rows if r[0] in JIT_THREADS)),
+        "vm_pct": pct(sum(r[1] for r in rows if r[0] == "VM Thread")),
+        "all_pct": pct(sum(r[1] for r in rows)),
+        "top": [[name, round(cpu, 3), round(wait, 3)] for name, cpu, wait in rows[:5]],
         "window_s": round(wall, 3),
     }
 
@@ -282,9 +319,10 @@ def produce(
             top = max(clients, key=lambda c: c["pct"])
             out_row["client_busiest_pct"] = top["pct"]
             out_row["client_busiest_thread"] = top["thread"]
-            top = max(clients, key=lambda c: c["wanted_pct"])
+            top = max(clients, key=lambda c: c["wanted_pct"] or 0)
             out_row["client_wanted_pct"] = top["wanted_pct"]
             out_row["client_wanted_thread"] = top["wanted_thread"]
+            out_row["client_jit_pct"] = max(c["jit_pct"] for c in clients)
     return out_row
 
 
@@ -373,6 +411,7 @@ def consume(
         out["client_busiest_thread"] = client["thread"]
         out["client_wanted_pct"] = client["wanted_pct"]
         out["client_wanted_thread"] = client["wanted_thread"]
+        out["client_jit_pct"] = client["jit_pct"]
         out["client_cpu_pct"] = client["all_pct"]
     return out
 
@@ -476,6 +515,7 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "client_cpu_s_per_m",
             "client_busiest_pct",
             "client_wanted_pct",
+            "client_jit_pct",
             "client_cpu_pct",
             "machine_idle_pct",
             "server_busiest_pct",
@@ -606,11 +646,11 @@ def bounds_markdown(summary: list[dict[str, Any]]) -> str:
         return "/".join("-" if v is None else format(v, fmt) for v in vals)
 
     lines = [
-        "| pair | size | prod | phase | rec/s w/k | ratio | client busiest thread % w/k "
-        "| client thread on CPU or runnable % w/k "
+        "| pair | size | prod | phase | rec/s w/k | ratio | client busiest work thread % w/k "
+        "| client thread on CPU or runnable % w/k | client JIT % w/k "
         "| client CPU % w/k | machine idle % w/k | others' CPU % w/k | server busiest thread % w/k "
         "| class |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summary:
         if "walfs_over_kafka" not in row:
@@ -624,6 +664,7 @@ def bounds_markdown(summary: list[dict[str, Any]]) -> str:
                 f"| {'-' if ratio is None else f'{ratio:.2f}x'} "
                 f"| {pair(row, phase, 'client_busiest_pct', '.0f')} "
                 f"| {pair(row, phase, 'client_wanted_pct', '.0f')} "
+                f"| {pair(row, phase, 'client_jit_pct', '.0f')} "
                 f"| {pair(row, phase, 'client_cpu_pct', '.0f')} "
                 f"| {pair(row, phase, 'machine_idle_pct', '.0f')} "
                 f"| {pair(row, phase, 'other_cpu_pct', '.0f')} "

@@ -21,23 +21,26 @@ sys.path.insert(0, str(REPO / "bench"))
 import bench_vs_kafka  # noqa: E402
 import procstat  # noqa: E402
 
-# A child with a thread named "spin) er x" that burns CPU until stdin closes and one named
-# "sleeper" that sleeps; it prints "ready" once both are named.
+# A child with a thread named "spin) er x" that burns CPU (outside the GIL) until stdin closes, one named as
+# HotSpot names its JIT compiler that does the same, and one named "sleeper" that sleeps; it
+# prints "ready" once all are named.
 CHILD = r"""
-import sys, threading, time
+import hashlib, sys, threading, time
+data = bytes(1 << 20)
 def name(n):
     with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:
         f.write(n)
 stop = threading.Event()
-named = threading.Barrier(3)
-def spin():
-    name("spin) er x"); named.wait()
+named = threading.Barrier(4)
+def spin(n="spin) er x"):
+    name(n); named.wait()
     while not stop.is_set():
-        sum(range(1000))
+        hashlib.sha256(data).digest()  # releases the GIL: both spinners run at once
 def sleep():
     name("sleeper"); named.wait()
     stop.wait()
-ts = [threading.Thread(target=spin), threading.Thread(target=sleep)]
+ts = [threading.Thread(target=spin), threading.Thread(target=spin, args=("C2 CompilerThread0",)),
+      threading.Thread(target=sleep)]
 for t in ts: t.start()
 named.wait()
 print("ready", flush=True)
@@ -102,9 +105,13 @@ def test_sampler_window_and_zombie(child):
     assert cpu["sleeper"] + wait["sleeper"] < 0.5 * (t1 - t0)
     # a window after the process was last seen holds none of its CPU
     assert all(c == 0 and w == 0 for _, c, w in s.threads_in(child.pid, last + 1, last + 2))
+    assert "C2 CompilerThre" in cpu  # the kernel keeps 15 characters of a name
     top = bench_vs_kafka.busiest(s, [child.pid], t0, t1)
+    # the work thread, not the one named as the JIT, however busy that one was
     assert top["thread"] == "spin) er x" and 0 < top["pct"] <= 100 + 100 * tick / (t1 - t0)
     assert top["wanted_thread"] == "spin) er x" and top["wanted_pct"] >= 80
+    assert top["jit_pct"] == pytest.approx(100 * cpu["C2 CompilerThre"] / (t1 - t0), abs=0.1)
+    assert top["any_thread"] in ("spin) er x", "C2 CompilerThre")
     idle = s.idle_share(t0, t1)
     assert idle is not None and 0 <= idle <= 1
 
