@@ -454,6 +454,7 @@ def one_run(
         srv = busiest(sampler, [pid], *window)
         phase["server_busiest_pct"], phase["server_busiest_thread"] = srv["pct"], srv["thread"]
         phase["server_cpu_pct"] = srv["all_pct"]
+        phase["server_wanted_pct"] = srv["wanted_pct"]
         phase["server_threads_top"] = srv["top"]
         others(phase)
 
@@ -520,6 +521,7 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "machine_idle_pct",
             "server_busiest_pct",
             "server_cpu_pct",
+            "server_wanted_pct",
             "other_cpu_pct",
         )
     ]
@@ -585,6 +587,7 @@ def classify(row: dict[str, Any], phase: str) -> dict[str, Any] | None:
             "machine_idle_pct",
             "server_busiest_pct",
             "server_cpu_pct",
+            "server_wanted_pct",
             "other_cpu_pct",
         )
         for s in ("walfs", "kafka")
@@ -649,8 +652,9 @@ def bounds_markdown(summary: list[dict[str, Any]]) -> str:
         "| pair | size | prod | phase | rec/s w/k | ratio | client busiest work thread % w/k "
         "| client thread on CPU or runnable % w/k | client JIT % w/k "
         "| client CPU % w/k | machine idle % w/k | others' CPU % w/k | server busiest thread % w/k "
+        "| server thread on CPU or runnable % w/k "
         "| class |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summary:
         if "walfs_over_kafka" not in row:
@@ -669,6 +673,7 @@ def bounds_markdown(summary: list[dict[str, Any]]) -> str:
                 f"| {pair(row, phase, 'machine_idle_pct', '.0f')} "
                 f"| {pair(row, phase, 'other_cpu_pct', '.0f')} "
                 f"| {pair(row, phase, 'server_busiest_pct', '.0f')} "
+                f"| {pair(row, phase, 'server_wanted_pct', '.0f')} "
                 f"| {bound['class'] if bound else '>= ' + str(GOAL) + 'x'} |"
             )
     return "\n".join(lines)
@@ -710,6 +715,13 @@ def main() -> int:
             for phase in ("produce", "consume"):
                 if "other_cpu_pct" not in r[phase]:
                     others(r[phase], earlier["machine"]["nproc"])
+                top, window = r[phase].get("server_threads_top"), r[phase].get("window_s")
+                if "server_wanted_pct" not in r[phase] and top and window:  # from its busiest threads
+                    work = [t for t in top if t[0] not in JVM_THREADS]
+                    wanted = max((t[1] + t[2] for t in work), default=None)
+                    r[phase]["server_wanted_pct"] = (
+                        None if wanted is None else round(100 * wanted / window, 1)
+                    )
         summary = summarize(earlier["runs"])
         print(table(summary), file=sys.stderr)
         print(bounds_markdown(summary))
