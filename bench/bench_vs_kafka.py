@@ -27,6 +27,18 @@ and CPU seconds per million records of the server process (utime + stime of all 
 threads from /proc/PID/stat, before and after each phase). Per cell: median, min and max
 over the rounds, and the median of the per-round walfs/Kafka ratios. JSON goes to
 bench/results/ (or --out), a summary table to stderr.
+
+Where each phase's time went (bench/procstat.py samples every 50 ms the threads of the perf
+tools and of the server, /proc/PID/task/TID/stat and schedstat, and the machine's
+/proc/stat), over the tool's own measured phase (a producer's time, which ends when it
+exits; the consumer's fetch time, which ends at its printed end.time): the tools' CPU per
+million records (their JVMs whole, reaped: rusage of children), their busiest work thread's
+share of the phase on a CPU and on a CPU or waiting in the run queue (the JVM's JIT, VM and
+service threads apart; the JIT's share beside), the machine's idle share, the CPU of
+other processes, and the server's busiest thread the same way. Each cell below 1.2x gets a
+class from these (`classify`: client-bound, client-starved, cpu-bound, server; the
+thresholds are CLIENT_BOUND_PCT and CPU_BOUND_IDLE_PCT) and a markdown table after the summary
+`--summarize JSON` prints the tables of an earlier run again.
 """
 
 from __future__ import annotations
