@@ -284,7 +284,7 @@ def produce(
     if sampler is not None:
         for p in procs:
             sampler.watch(p.pid)
-    runs = []
+    runs: list[dict[str, Any]] = []
     for p, n in zip(procs, share, strict=True):
         out, err = p.communicate(timeout=900)
         matches = _PERF.findall(out)
