@@ -132,11 +132,12 @@ def busiest(sampler: Sampler, pids: list[int], t0: float, t1: float) -> dict[str
                           JVM_THREADS, left out: a compiler busy is not the tool busy)
     wanted_thread, ..pct  the work thread that most wanted a CPU: on one, or runnable and
                           waiting in the run queue (near 100: it never waited for anything
-                          but a CPU, not for the server)
+                          but a CPU, not for the server); wanted_wait_ms: its mean wait
+                          in the run queue before each time it ran
     any_thread, any_pct   the busiest of all threads
     jit_pct, vm_pct       the JIT compilers' CPU together, and the VM thread's (GC)
     all_pct               all threads' CPU, in % of one CPU (up to 100 x the CPUs)
-    top                   the five busiest threads: name, CPU s, run-queue s"""
+    top                   the five busiest threads: name, CPU s, run-queue s, runs"""
     rows = sorted(
         (row for pid in pids for row in sampler.threads_in(pid, t0, t1)),
         key=lambda r: -r[1],
@@ -153,12 +154,13 @@ def busiest(sampler: Sampler, pids: list[int], t0: float, t1: float) -> dict[str
         "pct": pct(work[0][1]) if work else None,
         "wanted_thread": wanted[0] if wanted else None,
         "wanted_pct": pct(wanted[1] + wanted[2]) if wanted else None,
+        "wanted_wait_ms": round(1000 * wanted[2] / wanted[3], 3) if wanted and wanted[3] >= 1 else None,
         "any_thread": rows[0][0] if rows else None,
         "any_pct": pct(rows[0][1]) if rows else None,
         "jit_pct": pct(sum(r[1] for r in rows if r[0] in JIT_THREADS)),
         "vm_pct": pct(sum(r[1] for r in rows if r[0] == "VM Thread")),
         "all_pct": pct(sum(r[1] for r in rows)),
-        "top": [[name, round(cpu, 3), round(wait, 3)] for name, cpu, wait in rows[:5]],
+        "top": [[name, round(cpu, 3), round(wait, 3), round(runs)] for name, cpu, wait, runs in rows[:5]],
         "window_s": round(wall, 3),
     }
 
@@ -423,6 +425,7 @@ def consume(
         out["client_busiest_thread"] = client["thread"]
         out["client_wanted_pct"] = client["wanted_pct"]
         out["client_wanted_thread"] = client["wanted_thread"]
+        out["client_wait_ms"] = client["wanted_wait_ms"]
         out["client_jit_pct"] = client["jit_pct"]
         out["client_cpu_pct"] = client["all_pct"]
     return out
@@ -467,6 +470,7 @@ def one_run(
         phase["server_busiest_pct"], phase["server_busiest_thread"] = srv["pct"], srv["thread"]
         phase["server_cpu_pct"] = srv["all_pct"]
         phase["server_wanted_pct"] = srv["wanted_pct"]
+        phase["server_wait_ms"] = srv["wanted_wait_ms"]
         phase["server_threads_top"] = srv["top"]
         others(phase)
 
@@ -534,6 +538,8 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "server_busiest_pct",
             "server_cpu_pct",
             "server_wanted_pct",
+            "server_wait_ms",
+            "client_wait_ms",
             "other_cpu_pct",
         )
     ]

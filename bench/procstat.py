@@ -1,9 +1,9 @@
 """CPU time from /proc for the benchmarks: a process's, each of its threads', the machine's.
 
     process_cpu_seconds(pid)   utime + stime of all of pid's threads (/proc/PID/stat)
-    thread_cpu(pid)            {tid: (comm, CPU seconds, run-queue seconds)} from
+    thread_cpu(pid)            {tid: (comm, CPU seconds, run-queue seconds, runs)} from
                                /proc/PID/task/TID/stat (utime + stime) and .../schedstat
-                               (its second field: time spent runnable, waiting for a CPU)
+                               (time spent runnable, waiting for a CPU; times run on one)
     machine_cpu()              (all, idle) jiffies of the machine (/proc/stat's "cpu" line;
                                idle counts idle + iowait: a CPU waiting for a disk runs nothing)
     Sampler                    a thread reading the above every `interval` seconds for a set
@@ -38,11 +38,11 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def thread_cpu(pid: int) -> dict[int, tuple[str, float, float]] | None:
-    """{tid: (comm, utime + stime seconds, run-queue wait seconds)} of pid's live threads;
-    None when pid is gone or a zombie (its threads' times are no longer listed one by one).
-    The wait is 0 on a kernel without schedstat (CONFIG_SCHED_INFO)."""
-    out: dict[int, tuple[str, float, float]] = {}
+def thread_cpu(pid: int) -> dict[int, tuple[str, float, float, int]] | None:
+    """{tid: (comm, utime + stime seconds, run-queue wait seconds, times run on a CPU)} of
+    pid's live threads; None when pid is gone or a zombie (its threads' times are no longer
+    listed one by one). Wait and runs are 0 on a kernel without schedstat (CONFIG_SCHED_INFO)."""
+    out: dict[int, tuple[str, float, float, int]] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except FileNotFoundError:
@@ -53,14 +53,15 @@ def thread_cpu(pid: int) -> dict[int, tuple[str, float, float]] | None:
                 comm, fields = _stat_fields(f.read())
             try:
                 with open(f"/proc/{pid}/task/{t}/schedstat") as f:
-                    wait = int(f.read().split()[1]) / 1e9
+                    sched = f.read().split()
+                wait, runs = int(sched[1]) / 1e9, int(sched[2])
             except (FileNotFoundError, IndexError):
-                wait = 0.0
+                wait, runs = 0.0, 0
         except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
             continue
         if int(t) == pid and fields[0] in ("Z", "X"):
             return None
-        out[int(t)] = (comm, (int(fields[11]) + int(fields[12])) / CLK_TCK, wait)
+        out[int(t)] = (comm, (int(fields[11]) + int(fields[12])) / CLK_TCK, wait, runs)
     return out or None
 
 
@@ -102,6 +103,7 @@ class Sampler:
         self.names: dict[tuple[int, int], str] = {}
         self.series: dict[tuple[int, int], list[tuple[float, float]]] = {}
         self.waits: dict[tuple[int, int], list[tuple[float, float]]] = {}  # run-queue s
+        self.runs: dict[tuple[int, int], list[tuple[float, float]]] = {}  # times on a CPU
         self.machine: list[tuple[float, int, int]] = []
         self.last_alive: dict[int, float] = {}
         self._thread = threading.Thread(target=self._run, name="procstat-sampler", daemon=True)
@@ -136,26 +138,27 @@ class Sampler:
                 if threads is None:
                     continue
                 self.last_alive[pid] = now
-                for tid, (comm, cpu, wait) in threads.items():
+                for tid, (comm, cpu, wait, runs) in threads.items():
                     self.names[(pid, tid)] = comm
                     self.series.setdefault((pid, tid), []).append((now, cpu))
                     self.waits.setdefault((pid, tid), []).append((now, wait))
+                    self.runs.setdefault((pid, tid), []).append((now, float(runs)))
         return now
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             self.sample()
 
-    def threads_in(self, pid: int, t0: float, t1: float) -> list[tuple[str, float, float]]:
-        """(comm, CPU seconds, run-queue seconds inside [t0, t1]) of each thread of pid,
-        busiest (most CPU) first."""
+    def threads_in(self, pid: int, t0: float, t1: float) -> list[tuple[str, float, float, float]]:
+        """(comm, CPU seconds, run-queue seconds, times run on a CPU, inside [t0, t1]) of each
+        thread of pid, busiest (most CPU) first."""
+
+        def delta(series: list[tuple[float, float]]) -> float:
+            return _at(series, t1) - _at(series, t0)
+
         with self._lock:
             rows = [
-                (
-                    self.names[key],
-                    _at(s, t1) - _at(s, t0),
-                    _at(self.waits[key], t1) - _at(self.waits[key], t0),
-                )
+                (self.names[key], delta(s), delta(self.waits[key]), delta(self.runs[key]))
                 for key, s in self.series.items()
                 if key[0] == pid
             ]

@@ -66,16 +66,16 @@ def test_threads_of_a_real_process_named_and_summed(child):
     time.sleep(0.3)
     threads = procstat.thread_cpu(child.pid)
     assert threads is not None
-    names = {comm for comm, _, _ in threads.values()}
+    names = {comm for comm, _, _, _ in threads.values()}
     assert {"spin) er x", "sleeper"} <= names  # comm holding ')' and spaces parsed whole
-    spin = next(cpu for comm, cpu, _ in threads.values() if comm == "spin) er x")
-    sleeper = next(cpu for comm, cpu, _ in threads.values() if comm == "sleeper")
+    spin = next(cpu for comm, cpu, _, _ in threads.values() if comm == "spin) er x")
+    sleeper = next(cpu for comm, cpu, _, _ in threads.values() if comm == "sleeper")
     assert spin > sleeper
-    assert all(wait >= 0 for _, _, wait in threads.values())
+    assert all(wait >= 0 and runs >= 1 for _, _, wait, runs in threads.values())
     # the process's own figure is its threads' (all alive: none has left its time behind),
     # each read rounding to a tick, read a moment apart
     total = procstat.process_cpu_seconds(child.pid)
-    assert abs(total - sum(cpu for _, cpu, _ in threads.values())) <= 0.2
+    assert abs(total - sum(cpu for _, cpu, _, _ in threads.values())) <= 0.2
 
 
 def test_sampler_window_and_zombie(child):
@@ -94,9 +94,11 @@ def test_sampler_window_and_zombie(child):
         last = s.last_alive[child.pid]
     assert t1 <= last
     rows = s.threads_in(child.pid, t0, t1)
-    assert rows[0][0] == "spin) er x"  # busiest first
-    cpu = {name: c for name, c, _ in rows}
-    wait = {name: w for name, _, w in rows}
+    assert [r[1] for r in rows] == sorted((r[1] for r in rows), reverse=True)  # busiest first
+    assert rows[0][0] in ("spin) er x", "C2 CompilerThre")
+    cpu = {name: c for name, c, _, _ in rows}
+    wait = {name: w for name, _, w, _ in rows}
+    runs = {name: n for name, _, _, n in rows}
     tick = 2 / procstat.CLK_TCK
     assert 0 < cpu["spin) er x"] <= (t1 - t0) + tick
     assert cpu["sleeper"] < cpu["spin) er x"]
@@ -104,12 +106,14 @@ def test_sampler_window_and_zombie(child):
     assert cpu["spin) er x"] + wait["spin) er x"] >= 0.8 * (t1 - t0)
     assert cpu["sleeper"] + wait["sleeper"] < 0.5 * (t1 - t0)
     # a window after the process was last seen holds none of its CPU
-    assert all(c == 0 and w == 0 for _, c, w in s.threads_in(child.pid, last + 1, last + 2))
+    assert all(c == w == n == 0 for _, c, w, n in s.threads_in(child.pid, last + 1, last + 2))
+    assert runs["sleeper"] <= 2  # asleep all the window: it ran at most at its edges
     assert "C2 CompilerThre" in cpu  # the kernel keeps 15 characters of a name
     top = bench_vs_kafka.busiest(s, [child.pid], t0, t1)
     # the work thread, not the one named as the JIT, however busy that one was
     assert top["thread"] == "spin) er x" and 0 < top["pct"] <= 100 + 100 * tick / (t1 - t0)
     assert top["wanted_thread"] == "spin) er x" and top["wanted_pct"] >= 80
+    assert top["wanted_wait_ms"] is not None and top["wanted_wait_ms"] >= 0
     assert top["jit_pct"] == pytest.approx(100 * cpu["C2 CompilerThre"] / (t1 - t0), abs=0.1)
     assert top["any_thread"] in ("spin) er x", "C2 CompilerThre")
     idle = s.idle_share(t0, t1)
