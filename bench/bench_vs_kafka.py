@@ -440,10 +440,12 @@ def one_run(
     records: int,
     size: int,
     producers: int,
-    sampler: Sampler | None = None,
+    *,
+    sampler: Sampler,
 ) -> dict[str, Any]:
-    if sampler is not None:
-        sampler.watch(pid)
+    """Produce then consume `records` against one server; the server's and the tools' CPU,
+    and where each phase's time went (the sampler's threads: `busiest`)."""
+    sampler.watch(pid)
     c0, k0 = process_cpu_seconds(pid), children_cpu_seconds()
     prod = produce(cp, bootstrap, topic, records, size, producers, sampler)
     c1, k1 = process_cpu_seconds(pid), children_cpu_seconds()
@@ -452,16 +454,15 @@ def one_run(
     except (RuntimeError, subprocess.TimeoutExpired) as e:  # recorded; the matrix goes on
         cons = {"error": str(e)[-1000:], "records_per_s": None, "mb_per_s": None}
     c2, k2 = process_cpu_seconds(pid), children_cpu_seconds()
-    if sampler is not None:
-        sampler.sample()
-        sampler.forget(pid)
+    sampler.sample()
+    sampler.forget(pid)
     prod["server_cpu_s_per_m"] = round((c1 - c0) / records * 1e6, 2)
     cons["server_cpu_s_per_m"] = round((c2 - c1) / records * 1e6, 2)
     prod["client_cpu_s_per_m"] = round((k1 - k0) / records * 1e6, 2)
     cons["client_cpu_s_per_m"] = round((k2 - k1) / records * 1e6, 2)
     for phase in (prod, cons):
         window = phase.pop("window", None)
-        if sampler is None or window is None:
+        if window is None:
             continue
         phase["window_s"] = round(window[1] - window[0], 3)
         idle = sampler.idle_share(*window)
@@ -832,7 +833,7 @@ def main() -> int:
                                     counts[size],
                                     SIZES[size],
                                     producers,
-                                    sampler,
+                                    sampler=sampler,
                                 )
                                 result["runs"].append(
                                     {
