@@ -49,8 +49,14 @@ print(json.dumps({"wall": count / wall, "cpu": count / cpu, "walfs": walfs.__fil
 
 def run(tree: str, how: str, count: int, size: int, fsync: str) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=tree)
-    out = subprocess.run([sys.executable, "-c", CASE, how, str(count), str(size), fsync], env=env, check=True,
-                         capture_output=True, text=True, cwd=tree).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", CASE, how, str(count), str(size), fsync],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tree,
+    ).stdout
     got = json.loads(out)
     assert got["walfs"].startswith(os.path.abspath(tree)), got["walfs"]
     return got
@@ -70,8 +76,13 @@ def main() -> None:
         for how in ("handle", "one", "batch"):
             for name, tree in (("old", a.old), ("new", a.new)):
                 res.setdefault(how, {}).setdefault(name, []).append(run(tree, how, a.count, a.size, a.fsync))
-    out: dict[str, object] = {"rounds": a.rounds, "count": a.count, "size": a.size, "fsync": a.fsync,
-                              "loadavg_1m": os.getloadavg()[0]}
+    out: dict[str, object] = {
+        "rounds": a.rounds,
+        "count": a.count,
+        "size": a.size,
+        "fsync": a.fsync,
+        "loadavg_1m": os.getloadavg()[0],
+    }
     cases: dict[str, object] = {}
     out["cases"] = cases
     for how, by in res.items():

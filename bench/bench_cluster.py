@@ -45,8 +45,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_vs_kafka import consume, cpu_seconds, produce  # noqa: E402
+from bench_vs_kafka import consume, produce  # noqa: E402
 from conftest_mount import Mount  # noqa: E402
+from procstat import process_cpu_seconds as cpu_seconds  # noqa: E402
 from real_kafka import KafkaCluster, classpath  # noqa: E402
 
 import walfs  # noqa: E402

@@ -29,16 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from procstat import process_cpu_seconds as cpu_seconds
 
 import walfs
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def cpu_seconds(pid: int) -> float:
-    """A process's user+system CPU time so far, all threads (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_of(server: int, client: int | None = None) -> tuple[float, float]:

@@ -34,6 +34,7 @@ from typing import Any
 from kio.index import load_payload_module
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
+from procstat import process_cpu_seconds as cpu_seconds
 
 from walfs.kafka.messages import build
 from walfs.kafka.record_batch import WireRecord, encode_records_for_test
@@ -41,11 +42,6 @@ from walfs.kafka.record_batch import WireRecord, encode_records_for_test
 REPO = Path(__file__).resolve().parent.parent
 PRODUCE_V, FETCH_V = 9, 12
 IN_FLIGHT = 5  # the Java producer's max.in.flight.requests.per.connection
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def request(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:
@@ -144,8 +140,20 @@ def decode_response(api_key: int, version: int, frame: memoryview) -> Any:
 class Server:
     def __init__(self, data_dir: str, fsync: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "walfs.cli.serve", data_dir, "--kafka-listen", "127.0.0.1:0",
-             "--fsync", fsync, "--segment-size", "256M", "--log-level", "warning"],
+            [
+                sys.executable,
+                "-m",
+                "walfs.cli.serve",
+                data_dir,
+                "--kafka-listen",
+                "127.0.0.1:0",
+                "--fsync",
+                fsync,
+                "--segment-size",
+                "256M",
+                "--log-level",
+                "warning",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,

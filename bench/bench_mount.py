@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from procstat import process_cpu_seconds as cpu_seconds
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -130,12 +132,6 @@ def tail_latency(path: Path, samples: int, poll: str | None) -> dict[str, float]
     finally:
         tail.kill()
         tail.wait()
-
-
-def cpu_seconds(pid: int) -> float:
-    """A process's user+system CPU time so far (/proc/PID/stat, all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def fuse_requests(mnt: Path) -> dict[str, int]:

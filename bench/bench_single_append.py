@@ -47,8 +47,13 @@ def machine() -> dict[str, object]:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
                 break
-    return {"nproc": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
-            "cpu": cpu, "loadavg_1m": os.getloadavg()[0]}
+    return {
+        "nproc": os.cpu_count(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "cpu": cpu,
+        "loadavg_1m": os.getloadavg()[0],
+    }
 
 
 def fresh(base: str, name: str) -> str:
@@ -133,9 +138,17 @@ def main() -> None:
     results: dict[str, dict[str, object]] = {}
     try:
         for size, count in counts.items():
-            runs: dict[str, list[tuple[float, float]]] = {k: [] for k in (
-                "walfs_handle", "walfs_wal_append", "walfs_engine_append", "walrus_one",
-                "walfs_batch", "walrus_batch")}
+            runs: dict[str, list[tuple[float, float]]] = {
+                k: []
+                for k in (
+                    "walfs_handle",
+                    "walfs_wal_append",
+                    "walfs_engine_append",
+                    "walrus_one",
+                    "walfs_batch",
+                    "walrus_batch",
+                )
+            }
             for _ in range(a.rounds):  # alternating, so that a busy moment hits both
                 runs["walrus_one"].append(walrus_case(base, "one", size, count, a.fsync))
                 runs["walfs_handle"].append(walfs_case(base, "handle", size, count, a.fsync))
@@ -160,8 +173,14 @@ def main() -> None:
     finally:
         if a.dir is None:
             shutil.rmtree(base, ignore_errors=True)
-    report = {"bench": "single_append", "fsync": a.fsync, "rounds": a.rounds, "batch": BATCH,
-              "machine": machine(), "results": results}
+    report = {
+        "bench": "single_append",
+        "fsync": a.fsync,
+        "rounds": a.rounds,
+        "batch": BATCH,
+        "machine": machine(),
+        "results": results,
+    }
     text = json.dumps(report, indent=2)
     print(text)
     if a.out:

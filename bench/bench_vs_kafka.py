@@ -27,6 +27,18 @@ and CPU seconds per million records of the server process (utime + stime of all 
 threads from /proc/PID/stat, before and after each phase). Per cell: median, min and max
 over the rounds, and the median of the per-round walfs/Kafka ratios. JSON goes to
 bench/results/ (or --out), a summary table to stderr.
+
+Where each phase's time went (bench/procstat.py samples every 50 ms the threads of the perf
+tools and of the server, /proc/PID/task/TID/stat and schedstat, and the machine's
+/proc/stat), over the tool's own measured phase (a producer's time, which ends when it
+exits; the consumer's fetch time, which ends at its printed end.time): the tools' CPU per
+million records (their JVMs whole, reaped: rusage of children), their busiest work thread's
+share of the phase on a CPU and on a CPU or waiting in the run queue (the JVM's JIT, VM and
+service threads apart; the JIT's share beside), the machine's idle share, the CPU of
+other processes, and the server's busiest thread the same way. Each cell below 1.2x gets a
+class from these (`classify`: client-bound, client-starved, cpu-bound, server; the
+thresholds are CLIENT_BOUND_PCT and CPU_BOUND_IDLE_PCT) and a markdown table after the summary
+`--summarize JSON` prints the tables of an earlier run again.
 """
 
 from __future__ import annotations
@@ -37,6 +49,7 @@ import json
 import os
 import platform
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -50,7 +63,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from real_kafka import KafkaBroker, classpath  # noqa: E402
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, str(REPO / "bench"))
+from procstat import Sampler, process_cpu_seconds  # noqa: E402
+
 SIZES = {"100B": 100, "1KiB": 1024, "16KiB": 16384}
 FULL_RECORDS = {"100B": 1_000_000, "1KiB": 300_000, "16KiB": 30_000}
 QUICK_RECORDS = {"100B": 200_000, "1KiB": 60_000, "16KiB": 6_000}
@@ -72,11 +87,82 @@ _PERF = re.compile(
 )
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of every thread of pid (fields 14 and 15 of /proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+# What bounds a cell below 1.2x (docs/benchmarks.md, "What bounds each cell"): the client
+# when its busiest thread was at least this busy over the tool's own measured phase against
+# both servers; the machine when less than this share of both CPUs was idle against both.
+CLIENT_BOUND_PCT = 90.0
+CPU_BOUND_IDLE_PCT = 5.0
+GOAL = 1.2
+SAMPLE_INTERVAL = 0.05  # seconds between reads of the tools' and the server's threads
+
+
+def children_cpu_seconds() -> float:
+    """utime + stime of this process's reaped children: the perf tools' JVMs, read exactly
+    when they are reaped (their /proc/PID goes with them)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+# The JVM's own threads (HotSpot 17's names, cut to 15 characters by the kernel): its JIT
+# compilers, the VM thread (which runs SerialGC's collections and the safepoints) and the
+# service threads. The rest are the tool's: `java` (main: the producer's send loop, the
+# consumer's poll loop) and `kafka-producer-` (the producer's sender).
+JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+JVM_THREADS = (
+    *JIT_THREADS,
+    "VM Thread",
+    "VM Periodic Tas",
+    "GC Thread",
+    "Signal Dispatch",
+    "Service Thread",
+    "Monitor Deflati",
+    "Common-Cleaner",
+    "Reference Handl",
+    "Finalizer",
+    "Notification Th",
+    "Sweeper thread",
+    "Attach Listener",
+)
+
+
+def busiest(sampler: Sampler, pids: list[int], t0: float, t1: float) -> dict[str, Any]:
+    """Where the CPU of pids went inside [t0, t1], in % of that wall time:
+
+    thread, pct           the busiest work thread (most CPU; the JVM's own threads,
+                          JVM_THREADS, left out: a compiler busy is not the tool busy)
+    wanted_thread, ..pct  the work thread that most wanted a CPU: on one, or runnable and
+                          waiting in the run queue (near 100: it never waited for anything
+                          but a CPU, not for the server); wanted_wait_ms: its mean wait
+                          in the run queue before each time it ran
+    any_thread, any_pct   the busiest of all threads
+    jit_pct, vm_pct       the JIT compilers' CPU together, and the VM thread's (GC)
+    all_pct               all threads' CPU, in % of one CPU (up to 100 x the CPUs)
+    top                   the five busiest threads: name, CPU s, run-queue s, runs"""
+    rows = sorted(
+        (row for pid in pids for row in sampler.threads_in(pid, t0, t1)),
+        key=lambda r: -r[1],
+    )
+    wall = max(t1 - t0, 1e-9)
+    work = [r for r in rows if r[0] not in JVM_THREADS and not r[0].startswith("GC Thread")]
+    wanted = max(work, key=lambda r: r[1] + r[2]) if work else None
+
+    def pct(cpu: float) -> float:
+        return round(100 * cpu / wall, 1)
+
+    return {
+        "thread": work[0][0] if work else None,
+        "pct": pct(work[0][1]) if work else None,
+        "wanted_thread": wanted[0] if wanted else None,
+        "wanted_pct": pct(wanted[1] + wanted[2]) if wanted else None,
+        "wanted_wait_ms": round(1000 * wanted[2] / wanted[3], 3) if wanted and wanted[3] >= 1 else None,
+        "any_thread": rows[0][0] if rows else None,
+        "any_pct": pct(rows[0][1]) if rows else None,
+        "jit_pct": pct(sum(r[1] for r in rows if r[0] in JIT_THREADS)),
+        "vm_pct": pct(sum(r[1] for r in rows if r[0] == "VM Thread")),
+        "all_pct": pct(sum(r[1] for r in rows)),
+        "top": [[name, round(cpu, 3), round(wait, 3), round(runs)] for name, cpu, wait, runs in rows[:5]],
+        "window_s": round(wall, 3),
+    }
 
 
 def walfs_tree() -> Path:
@@ -160,8 +246,17 @@ def create_topic(bootstrap: str, topic: str, config: dict[str, str]) -> None:
     fut.result(timeout=60)
 
 
-def produce(cp: str, bootstrap: str, topic: str, records: int, size: int, producers: int) -> dict[str, Any]:
-    """`producers` ProducerPerformance processes at once, records split among them."""
+def produce(
+    cp: str,
+    bootstrap: str,
+    topic: str,
+    records: int,
+    size: int,
+    producers: int,
+    sampler: Sampler | None = None,
+) -> dict[str, Any]:
+    """`producers` ProducerPerformance processes at once, records split among them. With a
+    sampler: each tool's threads over its own measured time (which ends when it exits)."""
     share = [records // producers + (i < records % producers) for i in range(producers)]
     procs = [
         subprocess.Popen(
@@ -188,7 +283,10 @@ def produce(cp: str, bootstrap: str, topic: str, records: int, size: int, produc
         )
         for n in share
     ]
-    runs = []
+    if sampler is not None:
+        for p in procs:
+            sampler.watch(p.pid)
+    runs: list[dict[str, Any]] = []
     for p, n in zip(procs, share, strict=True):
         out, err = p.communicate(timeout=900)
         matches = _PERF.findall(out)
@@ -210,17 +308,67 @@ def produce(cp: str, bootstrap: str, topic: str, records: int, size: int, produc
             }
         )
     seconds = max(r["seconds"] for r in runs)
-    return {
+    out_row: dict[str, Any] = {
         "records_per_s": round(records / seconds),
         "mb_per_s": round(records * size / seconds / 1e6, 1),
         "p50_ms": statistics.median(r["p50_ms"] for r in runs),
         "p99_ms": max(r["p99_ms"] for r in runs),
         "producers": runs,
     }
+    if sampler is not None:
+        windows = []
+        for p, r in zip(procs, runs, strict=True):
+            end = sampler.last_alive.get(p.pid)
+            sampler.forget(p.pid)
+            if end is not None:
+                windows.append((end - r["seconds"], end))
+                r["client"] = busiest(sampler, [p.pid], end - r["seconds"], end)
+        out_row["window"] = (min(w[0] for w in windows), max(w[1] for w in windows)) if windows else None
+        if out_row["window"]:
+            out_row["client_cpu_pct"] = busiest(sampler, [p.pid for p in procs], *out_row["window"])[
+                "all_pct"
+            ]
+        clients = [r["client"] for r in runs if r.get("client", {}).get("pct") is not None]
+        if clients:
+            top = max(clients, key=lambda c: c["pct"])
+            out_row["client_busiest_pct"] = top["pct"]
+            out_row["client_busiest_thread"] = top["thread"]
+            top = max(clients, key=lambda c: c["wanted_pct"] or 0)
+            out_row["client_wanted_pct"] = top["wanted_pct"]
+            out_row["client_wanted_thread"] = top["wanted_thread"]
+            out_row["client_jit_pct"] = max(c["jit_pct"] for c in clients)
+    return out_row
 
 
-def consume(cp: str, bootstrap: str, topic: str, records: int, size: int) -> dict[str, Any]:
-    p = subprocess.run(
+def others(phase: dict[str, Any], ncpu: int | None = None) -> None:
+    """The CPU neither the perf tools nor the server used, and not idle, over the phase, in %
+    of one CPU: other processes (the machine is shared), this bench's sampler, the kernel's
+    threads. Set on `phase` when its three inputs are there."""
+    ncpu = ncpu or os.cpu_count() or 1
+    idle, client, server = (phase.get(k) for k in ("machine_idle_pct", "client_cpu_pct", "server_cpu_pct"))
+    if idle is not None and client is not None and server is not None:
+        phase["other_cpu_pct"] = round(ncpu * (100 - idle) - client - server, 1)
+
+
+def fetch_window(row: dict[str, str], end_seen: float) -> tuple[float, float] | None:
+    """ConsumerPerformance's fetch phase on the monotonic clock: it ends at the tool's
+    `end.time` (local wall time, ms) and lasts `fetch.time.ms`; None when that end is not
+    within the 30 s before the tool was last seen alive (a clock or format surprise)."""
+    try:
+        end_wall = time.mktime(time.strptime(row["end.time"][:19], "%Y-%m-%d %H:%M:%S"))
+        end_wall += int(row["end.time"][20:23]) / 1000
+    except (KeyError, ValueError):
+        return None
+    end = end_wall - (time.time() - time.monotonic())  # onto the sampler's clock
+    if not end_seen - 30 <= end <= end_seen + 1:
+        return None
+    return end - int(row["fetch.time.ms"]) / 1000, end
+
+
+def consume(
+    cp: str, bootstrap: str, topic: str, records: int, size: int, sampler: Sampler | None = None
+) -> dict[str, Any]:
+    proc = subprocess.Popen(
         [
             *TOOL_JVM,
             "-cp",
@@ -235,10 +383,18 @@ def consume(cp: str, bootstrap: str, topic: str, records: int, size: int) -> dic
             "--timeout",
             "120000",
         ],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=900,
     )
+    if sampler is not None:
+        sampler.watch(proc.pid)
+    try:
+        stdout, stderr = proc.communicate(timeout=900)
+    finally:
+        if sampler is not None:
+            sampler.forget(proc.pid)
+    p = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     lines = [ln for ln in p.stdout.splitlines() if ln.count(",") >= 9]
     if p.returncode != 0 or len(lines) < 2:
         raise RuntimeError(
@@ -251,32 +407,88 @@ def consume(cp: str, bootstrap: str, topic: str, records: int, size: int) -> dic
     if got < records:
         raise RuntimeError(f"ConsumerPerformance read {got} of {records} records")
     fetch_s = float(row["fetch.time.ms"]) / 1000
-    return {
+    out: dict[str, Any] = {
         "records_per_s": round(got / fetch_s) if fetch_s > 0 else None,
         "mb_per_s": round(got * size / fetch_s / 1e6, 1) if fetch_s > 0 else None,
         "with_join_records_per_s": round(float(row["nMsg.sec"])),
         "rebalance_ms": int(row["rebalance.time.ms"]),
         "fetch_ms": int(row["fetch.time.ms"]),
     }
+    seen = sampler.last_alive.get(proc.pid) if sampler is not None else None
+    if sampler is not None and seen is not None:
+        window = fetch_window(row, seen)
+        out["window_from"] = "end.time" if window else "exit"
+        out["window"] = window or (seen - fetch_s, seen)
+        client = busiest(sampler, [proc.pid], *out["window"])
+        out["client"] = client
+        out["client_busiest_pct"] = client["pct"]
+        out["client_busiest_thread"] = client["thread"]
+        out["client_wanted_pct"] = client["wanted_pct"]
+        out["client_wanted_thread"] = client["wanted_thread"]
+        out["client_wait_ms"] = client["wanted_wait_ms"]
+        out["client_jit_pct"] = client["jit_pct"]
+        out["client_cpu_pct"] = client["all_pct"]
+    return out
 
 
 def one_run(
-    cp: str, server: str, bootstrap: str, pid: int, topic: str, records: int, size: int, producers: int
+    cp: str,
+    server: str,
+    bootstrap: str,
+    pid: int,
+    topic: str,
+    records: int,
+    size: int,
+    producers: int,
+    *,
+    sampler: Sampler,
 ) -> dict[str, Any]:
-    c0 = cpu_seconds(pid)
-    prod = produce(cp, bootstrap, topic, records, size, producers)
-    c1 = cpu_seconds(pid)
+    """Produce then consume `records` against one server; the server's and the tools' CPU,
+    and where each phase's time went (the sampler's threads: `busiest`)."""
+    sampler.watch(pid)
+    c0, k0 = process_cpu_seconds(pid), children_cpu_seconds()
+    prod = produce(cp, bootstrap, topic, records, size, producers, sampler)
+    c1, k1 = process_cpu_seconds(pid), children_cpu_seconds()
     try:
-        cons = consume(cp, bootstrap, topic, records, size)
+        cons = consume(cp, bootstrap, topic, records, size, sampler)
     except (RuntimeError, subprocess.TimeoutExpired) as e:  # recorded; the matrix goes on
         cons = {"error": str(e)[-1000:], "records_per_s": None, "mb_per_s": None}
-    c2 = cpu_seconds(pid)
+    c2, k2 = process_cpu_seconds(pid), children_cpu_seconds()
+    sampler.sample()
+    sampler.forget(pid)
     prod["server_cpu_s_per_m"] = round((c1 - c0) / records * 1e6, 2)
     cons["server_cpu_s_per_m"] = round((c2 - c1) / records * 1e6, 2)
+    prod["client_cpu_s_per_m"] = round((k1 - k0) / records * 1e6, 2)
+    cons["client_cpu_s_per_m"] = round((k2 - k1) / records * 1e6, 2)
+    for phase in (prod, cons):
+        window = phase.pop("window", None)
+        if window is None:
+            continue
+        phase["window_s"] = round(window[1] - window[0], 3)
+        idle = sampler.idle_share(*window)
+        phase["machine_idle_pct"] = round(100 * idle, 1) if idle is not None else None
+        srv = busiest(sampler, [pid], *window)
+        phase["server_busiest_pct"], phase["server_busiest_thread"] = srv["pct"], srv["thread"]
+        phase["server_cpu_pct"] = srv["all_pct"]
+        phase["server_wanted_pct"] = srv["wanted_pct"]
+        phase["server_wait_ms"] = srv["wanted_wait_ms"]
+        phase["server_threads_top"] = srv["top"]
+        others(phase)
+
+    def bounds(ph: dict[str, Any]) -> str:
+        if ph.get("client_busiest_pct") is None:
+            return ""
+        return (
+            f" client {ph['client_busiest_pct']:5.1f}% (wanted {ph.get('client_wanted_pct') or 0:5.1f}%)"
+            f" idle {ph.get('machine_idle_pct') or 0:4.1f}%"
+            f" srv {ph.get('server_busiest_pct') or 0:5.1f}% cpus c/s {ph.get('client_cpu_pct') or 0:3.0f}/"
+            f"{ph.get('server_cpu_pct') or 0:3.0f}%"
+        )
+
     print(
         f"  {server:15s} {topic:28s} produce {prod['records_per_s']:>9,} rec/s p99 {prod['p99_ms']:>5} ms "
-        f"cpu {prod['server_cpu_s_per_m']:6.2f} s/M | consume {cons['records_per_s'] or 0:>9,} rec/s "
-        f"cpu {cons['server_cpu_s_per_m']:6.2f} s/M",
+        f"cpu {prod['server_cpu_s_per_m']:6.2f} s/M{bounds(prod)} | consume {cons['records_per_s'] or 0:>9,} "
+        f"rec/s cpu {cons['server_cpu_s_per_m']:6.2f} s/M{bounds(cons)}",
         file=sys.stderr,
         flush=True,
     )
@@ -313,6 +525,25 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ("consume", "mb_per_s"),
         ("consume", "server_cpu_s_per_m"),
     ]
+    # where the time went (spreads only: their ratios mean nothing)
+    bound_metrics = [
+        (phase, key)
+        for phase in ("produce", "consume")
+        for key in (
+            "client_cpu_s_per_m",
+            "client_busiest_pct",
+            "client_wanted_pct",
+            "client_jit_pct",
+            "client_cpu_pct",
+            "machine_idle_pct",
+            "server_busiest_pct",
+            "server_cpu_pct",
+            "server_wanted_pct",
+            "server_wait_ms",
+            "client_wait_ms",
+            "other_cpu_pct",
+        )
+    ]
     for (pair, size, producers), rounds in sorted(cells.items()):
         row: dict[str, Any] = {"pair": pair, "size": size, "producers": producers, "rounds": len(rounds)}
         per_server: dict[str, list[dict[str, Any]]] = {}
@@ -333,14 +564,71 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for s, rs in per_server.items():
             row[s] = {
                 f"{phase}.{key}": spread([r[phase][key] for r in rs if r[phase].get(key) is not None])
-                for phase, key in metrics
+                for phase, key in metrics + bound_metrics
             }
         for other in ("kafka", "base"):
             mine = {k.split(":", 1)[1]: v for k, v in ratios.items() if k.startswith(other + ":")}
             if mine:
                 row[f"walfs_over_{other}"] = {k: round(statistics.median(v), 3) for k, v in mine.items()}
+        if "walfs_over_kafka" in row:
+            row["bound"] = {ph: classify(row, ph) for ph in ("produce", "consume")}
         out.append(row)
     return out
+
+
+def classify(row: dict[str, Any], phase: str) -> dict[str, Any] | None:
+    """What bounds a cell's phase where walfs is below GOAL x Kafka, from the medians over the
+    rounds against each server (every condition must hold against both servers):
+
+      client-bound    the perf tool's busiest thread was on a CPU for at least
+                      CLIENT_BOUND_PCT of the phase (the tool could go no faster on either)
+      client-starved  not that, but its thread that most wanted a CPU was on one or waiting
+                      in the run queue for at least CLIENT_BOUND_PCT: it never waited for the
+                      server, only for a CPU (needs /proc/.../schedstat)
+      cpu-bound       the machine had less than CPU_BOUND_IDLE_PCT idle
+      server          none of these: walfs's own time is the suspect
+
+    joined with "+" when several hold; "unmeasured" when a figure is missing. None at or
+    above GOAL."""
+    ratio = row.get("walfs_over_kafka", {}).get(f"{phase}.records_per_s")
+    if ratio is None or ratio >= GOAL:
+        return None
+
+    def med(server: str, key: str) -> float | None:
+        value = row.get(server, {}).get(f"{phase}.{key}", {}).get("median")
+        return None if value is None else float(value)
+
+    figures = {
+        f"{key}_{s[0]}": med(s, key)
+        for key in (
+            "client_busiest_pct",
+            "client_wanted_pct",
+            "machine_idle_pct",
+            "server_busiest_pct",
+            "server_cpu_pct",
+            "server_wanted_pct",
+            "other_cpu_pct",
+        )
+        for s in ("walfs", "kafka")
+    }
+
+    def both(key: str) -> list[float] | None:
+        pair = [figures[f"{key}_w"], figures[f"{key}_k"]]
+        return None if None in pair else [float(v) for v in pair if v is not None]
+
+    client, wanted, idle = both("client_busiest_pct"), both("client_wanted_pct"), both("machine_idle_pct")
+    if client is None or idle is None:
+        cls = "unmeasured"
+    else:
+        found = []
+        if all(c >= CLIENT_BOUND_PCT for c in client):
+            found.append("client-bound")
+        elif wanted is not None and all(w >= CLIENT_BOUND_PCT for w in wanted):
+            found.append("client-starved")
+        if all(i < CPU_BOUND_IDLE_PCT for i in idle):
+            found.append("cpu-bound")
+        cls = "+".join(found) or "server"
+    return {"ratio": ratio, "class": cls, **figures}
 
 
 def table(summary: list[dict[str, Any]]) -> str:
@@ -371,6 +659,45 @@ def table(summary: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def bounds_markdown(summary: list[dict[str, Any]]) -> str:
+    """docs/benchmarks.md's table of what bounds each cell: one line per cell and phase
+    against Kafka, medians over the rounds, walfs / Kafka, and the class below GOAL."""
+
+    def pair(row: dict[str, Any], phase: str, key: str, fmt: str) -> str:
+        vals = [row.get(s, {}).get(f"{phase}.{key}", {}).get("median") for s in ("walfs", "kafka")]
+        return "/".join("-" if v is None else format(v, fmt) for v in vals)
+
+    lines = [
+        "| pair | size | prod | phase | rec/s w/k | ratio | client busiest work thread % w/k "
+        "| client thread on CPU or runnable % w/k | client JIT % w/k "
+        "| client CPU % w/k | machine idle % w/k | others' CPU % w/k | server busiest thread % w/k "
+        "| server thread on CPU or runnable % w/k "
+        "| class |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in summary:
+        if "walfs_over_kafka" not in row:
+            continue
+        for phase in ("produce", "consume"):
+            ratio = row["walfs_over_kafka"].get(f"{phase}.records_per_s")
+            bound = (row.get("bound") or {}).get(phase)
+            lines.append(
+                f"| {row['pair']} | {row['size']} | {row['producers']} | {phase} "
+                f"| {pair(row, phase, 'records_per_s', ',.0f')} "
+                f"| {'-' if ratio is None else f'{ratio:.2f}x'} "
+                f"| {pair(row, phase, 'client_busiest_pct', '.0f')} "
+                f"| {pair(row, phase, 'client_wanted_pct', '.0f')} "
+                f"| {pair(row, phase, 'client_jit_pct', '.0f')} "
+                f"| {pair(row, phase, 'client_cpu_pct', '.0f')} "
+                f"| {pair(row, phase, 'machine_idle_pct', '.0f')} "
+                f"| {pair(row, phase, 'other_cpu_pct', '.0f')} "
+                f"| {pair(row, phase, 'server_busiest_pct', '.0f')} "
+                f"| {pair(row, phase, 'server_wanted_pct', '.0f')} "
+                f"| {bound['class'] if bound else '>= ' + str(GOAL) + 'x'} |"
+            )
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     preset = ap.add_mutually_exclusive_group()
@@ -394,7 +721,30 @@ def main() -> int:
         help="also run `walfs serve` of this commit (before/after ratios from the same run)",
     )
     ap.add_argument("--out", default=None, help="JSON file (default bench/results/vs_kafka-TIME.json)")
+    ap.add_argument(
+        "--summarize",
+        default=None,
+        metavar="JSON",
+        help="run nothing: summarize and print the tables of an earlier run's JSON again",
+    )
     args = ap.parse_args()
+    if args.summarize:
+        earlier = json.loads(Path(args.summarize).read_text())
+        for r in earlier["runs"]:
+            for phase in ("produce", "consume"):
+                if "other_cpu_pct" not in r[phase]:
+                    others(r[phase], earlier["machine"]["nproc"])
+                top, window = r[phase].get("server_threads_top"), r[phase].get("window_s")
+                if "server_wanted_pct" not in r[phase] and top and window:  # from its busiest threads
+                    work = [t for t in top if t[0] not in JVM_THREADS]
+                    wanted = max((t[1] + t[2] for t in work), default=None)
+                    r[phase]["server_wanted_pct"] = (
+                        None if wanted is None else round(100 * wanted / window, 1)
+                    )
+        summary = summarize(earlier["runs"])
+        print(table(summary), file=sys.stderr)
+        print(bounds_markdown(summary))
+        return 0
     rounds = args.rounds or (1 if args.quick or args.standard else 3)
     base_counts = QUICK_RECORDS if args.quick else STANDARD_RECORDS if args.standard else FULL_RECORDS
     counts = {k: max(1000, int(v * args.records)) for k, v in base_counts.items()}
@@ -443,7 +793,10 @@ def main() -> int:
             code = export_tree(args.baseline, Path(tmp) / "baseline-tree")
             base_servers = {p: WalfsServer(PAIRS[p][1], Path(tmp), code, "base") for p in pairs}
         broker = KafkaBroker(heap="1g")
+        sampler = Sampler(SAMPLE_INTERVAL)
+        own_cpu0 = process_cpu_seconds(os.getpid())
         try:
+            sampler.__enter__()
             broker.start()
             for s in [*walfs_servers.values(), *base_servers.values()]:
                 s.start()
@@ -480,6 +833,7 @@ def main() -> int:
                                     counts[size],
                                     SIZES[size],
                                     producers,
+                                    sampler=sampler,
                                 )
                                 result["runs"].append(
                                     {
@@ -495,6 +849,9 @@ def main() -> int:
                                 # After every run, so that a stopped run keeps what it measured.
                                 out_path.write_text(json.dumps(result, indent=2) + "\n")
         finally:
+            sampler.__exit__()
+            # the sampler's cost: this process's CPU over the run (with the topic creations)
+            result["machine"]["bench_process_cpu_s"] = round(process_cpu_seconds(os.getpid()) - own_cpu0, 2)
             for s in [*walfs_servers.values(), *base_servers.values()]:
                 s.stop()
             broker.stop()
@@ -502,6 +859,7 @@ def main() -> int:
     result["summary"] = summarize(result["runs"])
     out_path.write_text(json.dumps(result, indent=2) + "\n")
     print(table(result["summary"]), file=sys.stderr)
+    print(bounds_markdown(result["summary"]), file=sys.stderr)
     print(f"JSON: {out_path}", file=sys.stderr)
     return 0
 

@@ -1,0 +1,200 @@
+"""bench/procstat.py and bench/bench_vs_kafka.py's reading of where a cell's time went, on
+the real /proc of real processes: a child with a named busy thread and a named sleeping
+one, its threads' CPU inside a window, a zombie, a thread name with ')' and spaces, the
+machine's jiffies; then the rule that classes a cell below 1.2x, and the consumer tool's
+fetch window. No test here asserts a speed: only how CPU time is attributed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+
+import bench_vs_kafka  # noqa: E402
+import procstat  # noqa: E402
+
+# A child with a thread named "spin) er x" that burns CPU (outside the GIL) until stdin closes, one named as
+# HotSpot names its JIT compiler that does the same, and one named "sleeper" that sleeps; it
+# prints "ready" once all are named.
+CHILD = r"""
+import hashlib, sys, threading, time
+data = bytes(1 << 20)
+def name(n):
+    with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:
+        f.write(n)
+stop = threading.Event()
+named = threading.Barrier(4)
+def spin(n="spin) er x"):
+    name(n); named.wait()
+    while not stop.is_set():
+        hashlib.sha256(data).digest()  # releases the GIL: both spinners run at once
+def sleep():
+    name("sleeper"); named.wait()
+    stop.wait()
+ts = [threading.Thread(target=spin), threading.Thread(target=spin, args=("C2 CompilerThread0",)),
+      threading.Thread(target=sleep)]
+for t in ts: t.start()
+named.wait()
+print("ready", flush=True)
+sys.stdin.read()
+stop.set()
+for t in ts: t.join()
+"""
+
+
+@pytest.fixture
+def child():
+    p = subprocess.Popen(
+        [sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    yield p
+    if p.poll() is None:
+        p.kill()
+    p.wait()
+
+
+def test_threads_of_a_real_process_named_and_summed(child):
+    time.sleep(0.3)
+    threads = procstat.thread_cpu(child.pid)
+    assert threads is not None
+    names = {comm for comm, _, _, _ in threads.values()}
+    assert {"spin) er x", "sleeper"} <= names  # comm holding ')' and spaces parsed whole
+    spin = next(cpu for comm, cpu, _, _ in threads.values() if comm == "spin) er x")
+    sleeper = next(cpu for comm, cpu, _, _ in threads.values() if comm == "sleeper")
+    assert spin > sleeper
+    assert all(wait >= 0 and runs >= 1 for _, _, wait, runs in threads.values())
+    # the process's own figure is its threads' (all alive: none has left its time behind),
+    # each read rounding to a tick, read a moment apart
+    total = procstat.process_cpu_seconds(child.pid)
+    assert abs(total - sum(cpu for _, cpu, _, _ in threads.values())) <= 0.2
+
+
+def test_sampler_window_and_zombie(child):
+    with procstat.Sampler(0.02) as s:
+        s.watch(child.pid)
+        t0 = s.sample()
+        time.sleep(0.5)
+        t1 = s.sample()
+        time.sleep(0.1)
+        assert child.stdin is not None
+        child.stdin.close()
+        # exited but not reaped: no thread-by-thread figures any more
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+        assert procstat.thread_cpu(child.pid) is None
+        s.sample()
+        last = s.last_alive[child.pid]
+    assert t1 <= last
+    rows = s.threads_in(child.pid, t0, t1)
+    assert [r[1] for r in rows] == sorted((r[1] for r in rows), reverse=True)  # busiest first
+    assert rows[0][0] in ("spin) er x", "C2 CompilerThre")
+    cpu = {name: c for name, c, _, _ in rows}
+    wait = {name: w for name, _, w, _ in rows}
+    runs = {name: n for name, _, _, n in rows}
+    tick = 2 / procstat.CLK_TCK
+    assert 0 < cpu["spin) er x"] <= (t1 - t0) + tick
+    assert cpu["sleeper"] < cpu["spin) er x"]
+    # a spinning thread is on a CPU or waiting for one: never blocked; the sleeper is
+    assert cpu["spin) er x"] + wait["spin) er x"] >= 0.8 * (t1 - t0)
+    assert cpu["sleeper"] + wait["sleeper"] < 0.5 * (t1 - t0)
+    # a window after the process was last seen holds none of its CPU
+    assert all(c == w == n == 0 for _, c, w, n in s.threads_in(child.pid, last + 1, last + 2))
+    assert runs["sleeper"] <= 2  # asleep all the window: it ran at most at its edges
+    assert "C2 CompilerThre" in cpu  # the kernel keeps 15 characters of a name
+    top = bench_vs_kafka.busiest(s, [child.pid], t0, t1)
+    # the work thread, not the one named as the JIT, however busy that one was
+    assert top["thread"] == "spin) er x" and 0 < top["pct"] <= 100 + 100 * tick / (t1 - t0)
+    assert top["wanted_thread"] == "spin) er x" and top["wanted_pct"] >= 80
+    assert top["wanted_wait_ms"] is not None and top["wanted_wait_ms"] >= 0
+    assert top["jit_pct"] == pytest.approx(100 * cpu["C2 CompilerThre"] / (t1 - t0), abs=0.1)
+    assert top["any_thread"] in ("spin) er x", "C2 CompilerThre")
+    idle = s.idle_share(t0, t1)
+    assert idle is not None and 0 <= idle <= 1
+
+
+def test_machine_jiffies_count_every_cpu():
+    a0, i0 = procstat.machine_cpu()
+    t0 = time.monotonic()
+    time.sleep(0.5)
+    a1, i1 = procstat.machine_cpu()
+    wall = time.monotonic() - t0
+    # every CPU accounts each tick to one state: all states together move ncpu ticks per tick
+    ncpu = os.cpu_count() or 1
+    assert 0.7 <= (a1 - a0) / (wall * procstat.CLK_TCK * ncpu) <= 1.3
+    assert 0 <= i1 - i0 <= a1 - a0
+
+
+def test_interpolation_edges():
+    series = [(1.0, 2.0), (2.0, 4.0)]
+    assert procstat._at(series, 1.5) == 3.0
+    assert procstat._at(series, 0.5) == 0.0  # a thread not yet there
+    assert procstat._at(series, 0.5, None) == 2.0  # a counter older than its first read
+    assert procstat._at(series, 9.0) == 4.0  # a thread that has ended
+
+
+def _row(ratio: float, client: tuple[float, float], idle: tuple[float, float]) -> dict:
+    def side(c: float, i: float) -> dict:
+        return {
+            "produce.client_busiest_pct": {"median": c},
+            "produce.machine_idle_pct": {"median": i},
+            "produce.server_busiest_pct": {"median": 50.0},
+        }
+
+    return {
+        "walfs": side(client[0], idle[0]),
+        "kafka": side(client[1], idle[1]),
+        "walfs_over_kafka": {"produce.records_per_s": ratio},
+    }
+
+
+def test_classes_need_the_evidence_against_both_servers():
+    def cls(*a):
+        found = bench_vs_kafka.classify(_row(*a), "produce")
+        return found and found["class"]
+
+    assert cls(1.25, (99, 99), (0, 0)) is None  # at the goal: nothing to explain
+    assert cls(0.9, (95, 92), (20, 30)) == "client-bound"
+    assert cls(0.9, (95, 60), (20, 30)) == "server"  # the tool had room against Kafka
+    assert cls(0.9, (60, 60), (2, 4)) == "cpu-bound"
+    assert cls(0.9, (60, 60), (2, 8)) == "server"
+    assert cls(0.9, (95, 95), (1, 1)) == "client-bound+cpu-bound"
+    row = _row(0.9, (50, 60), (1, 1))
+    for side, wanted in (("walfs", 97.0), ("kafka", 93.0)):  # runnable all the time, on a CPU half
+        row[side]["produce.client_wanted_pct"] = {"median": wanted}
+    assert bench_vs_kafka.classify(row, "produce")["class"] == "client-starved+cpu-bound"
+    row["kafka"]["produce.client_wanted_pct"] = {"median": 70.0}  # it waited for Kafka
+    assert bench_vs_kafka.classify(row, "produce")["class"] == "cpu-bound"
+    row = _row(0.9, (95, 95), (1, 1))
+    del row["kafka"]["produce.machine_idle_pct"]
+    assert bench_vs_kafka.classify(row, "produce")["class"] == "unmeasured"
+
+
+def test_consumer_fetch_window_from_its_end_time():
+    now_wall, now_mono = time.time(), time.monotonic()
+    end = time.localtime(now_wall - 2)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", end) + f":{int((now_wall - 2) % 1 * 1000):03d}"
+    window = bench_vs_kafka.fetch_window({"end.time": stamp, "fetch.time.ms": "1500"}, now_mono)
+    assert window is not None
+    assert window[1] - window[0] == pytest.approx(1.5)
+    assert window[1] == pytest.approx(now_mono - 2, abs=0.05)
+    # an end the tool cannot have had (an hour after it was last seen): not trusted
+    late = time.strftime("%Y-%m-%d %H:%M:%S:000", time.localtime(now_wall + 3600))
+    assert bench_vs_kafka.fetch_window({"end.time": late, "fetch.time.ms": "1"}, now_mono) is None
+    assert bench_vs_kafka.fetch_window({"end.time": "garbage", "fetch.time.ms": "1"}, now_mono) is None
+
+
+def test_others_share_is_what_neither_side_used():
+    phase = {"machine_idle_pct": 10.0, "client_cpu_pct": 100.0, "server_cpu_pct": 30.0}
+    bench_vs_kafka.others(phase, 2)
+    assert phase["other_cpu_pct"] == 50.0  # 2 CPUs x 90% busy = 180%, 130% of it accounted
+    partial = {"machine_idle_pct": 10.0, "client_cpu_pct": 100.0}
+    bench_vs_kafka.others(partial, 2)
+    assert "other_cpu_pct" not in partial
