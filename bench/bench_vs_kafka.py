@@ -576,7 +576,7 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def classify(row: dict[str, Any], phase: str) -> dict[str, Any] | None:
+def classify(row: dict[str, Any], phase: str, ncpu: int | None = None) -> dict[str, Any] | None:
     """What bounds a cell's phase where walfs is below GOAL x Kafka, from the medians over the
     rounds against each server (every condition must hold against both servers):
 
@@ -589,7 +589,12 @@ def classify(row: dict[str, Any], phase: str) -> dict[str, Any] | None:
       server          none of these: walfs's own time is the suspect
 
     joined with "+" when several hold; "unmeasured" when a figure is missing. None at or
-    above GOAL."""
+    above GOAL. Beside the class, `ceiling`: the ratio walfs would reach if it cost no CPU
+    and the tool got, against walfs, all the CPU that the tool and Kafka used and left
+    idle in Kafka's run, at the tool's CPU per record measured against walfs:
+    ratio x (client CPU_k + server CPU_k + idle_k) / client CPU_w, in % of one CPU over
+    each run's phase. Below GOAL, no server can reach GOAL on this machine with this
+    tool: "+tool-cpu" is added to the class."""
     ratio = row.get("walfs_over_kafka", {}).get(f"{phase}.records_per_s")
     if ratio is None or ratio >= GOAL:
         return None
@@ -608,9 +613,11 @@ def classify(row: dict[str, Any], phase: str) -> dict[str, Any] | None:
             "server_cpu_pct",
             "server_wanted_pct",
             "other_cpu_pct",
+            "client_cpu_pct",
         )
         for s in ("walfs", "kafka")
     }
+    ceiling = free_server_ceiling(ratio, figures, ncpu)
 
     def both(key: str) -> list[float] | None:
         pair = [figures[f"{key}_w"], figures[f"{key}_k"]]
@@ -628,7 +635,20 @@ def classify(row: dict[str, Any], phase: str) -> dict[str, Any] | None:
         if all(i < CPU_BOUND_IDLE_PCT for i in idle):
             found.append("cpu-bound")
         cls = "+".join(found) or "server"
-    return {"ratio": ratio, "class": cls, **figures}
+        if ceiling is not None and ceiling < GOAL:
+            cls += "+tool-cpu"
+    return {"ratio": ratio, "class": cls, "ceiling": ceiling, **figures}
+
+
+def free_server_ceiling(ratio: float, figures: dict[str, float | None], ncpu: int | None) -> float | None:
+    """classify's `ceiling` from its figures (medians over the rounds): None when one is
+    missing or the tool used no CPU against walfs."""
+    ncpu = ncpu or os.cpu_count() or 1
+    client_w, client_k = figures["client_cpu_pct_w"], figures["client_cpu_pct_k"]
+    server_k, idle_k = figures["server_cpu_pct_k"], figures["machine_idle_pct_k"]
+    if client_w is None or client_k is None or server_k is None or idle_k is None or client_w <= 0:
+        return None
+    return round(ratio * (client_k + server_k + ncpu * idle_k) / client_w, 3)
 
 
 def table(summary: list[dict[str, Any]]) -> str:
@@ -672,8 +692,8 @@ def bounds_markdown(summary: list[dict[str, Any]]) -> str:
         "| client thread on CPU or runnable % w/k | client JIT % w/k "
         "| client CPU % w/k | machine idle % w/k | others' CPU % w/k | server busiest thread % w/k "
         "| server thread on CPU or runnable % w/k "
-        "| class |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| free-server ceiling | class |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summary:
         if "walfs_over_kafka" not in row:
@@ -681,6 +701,7 @@ def bounds_markdown(summary: list[dict[str, Any]]) -> str:
         for phase in ("produce", "consume"):
             ratio = row["walfs_over_kafka"].get(f"{phase}.records_per_s")
             bound = (row.get("bound") or {}).get(phase)
+            ceiling = "-" if not bound or bound.get("ceiling") is None else f"{bound['ceiling']:.2f}x"
             lines.append(
                 f"| {row['pair']} | {row['size']} | {row['producers']} | {phase} "
                 f"| {pair(row, phase, 'records_per_s', ',.0f')} "
@@ -693,6 +714,7 @@ def bounds_markdown(summary: list[dict[str, Any]]) -> str:
                 f"| {pair(row, phase, 'other_cpu_pct', '.0f')} "
                 f"| {pair(row, phase, 'server_busiest_pct', '.0f')} "
                 f"| {pair(row, phase, 'server_wanted_pct', '.0f')} "
+                f"| {ceiling} "
                 f"| {bound['class'] if bound else '>= ' + str(GOAL) + 'x'} |"
             )
     return "\n".join(lines)

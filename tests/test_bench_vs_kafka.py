@@ -177,6 +177,28 @@ def test_classes_need_the_evidence_against_both_servers():
     assert bench_vs_kafka.classify(row, "produce")["class"] == "unmeasured"
 
 
+def test_the_free_server_ceiling_gives_the_tool_what_kafka_and_idle_had():
+    # walfs at 0.95x; against Kafka the tool used 150% of one CPU, Kafka 20%, and 2% of two
+    # CPUs idled; against walfs the tool used 160%: a free server would give the tool
+    # 150 + 20 + 4 = 174%, so at most 0.95 x 174 / 160 = 1.033x.
+    row = _row(0.95, (60, 60), (1, 2))
+    for side, client, server in (("walfs", 160.0, 10.0), ("kafka", 150.0, 20.0)):
+        row[side]["produce.client_cpu_pct"] = {"median": client}
+        row[side]["produce.server_cpu_pct"] = {"median": server}
+    found = bench_vs_kafka.classify(row, "produce", ncpu=2)
+    assert found["ceiling"] == 1.033
+    assert found["class"] == "cpu-bound+tool-cpu"
+    # With half the machine idle against Kafka the ceiling is far above the goal: no tag.
+    row["kafka"]["produce.machine_idle_pct"] = {"median": 50.0}
+    found = bench_vs_kafka.classify(row, "produce", ncpu=2)
+    assert found["ceiling"] == round(0.95 * (150 + 20 + 100) / 160, 3)
+    assert found["class"] == "server"
+    # Without the tool's CPU there is no ceiling, and the class says only what it knows.
+    del row["walfs"]["produce.client_cpu_pct"]
+    found = bench_vs_kafka.classify(row, "produce", ncpu=2)
+    assert found["ceiling"] is None and found["class"] == "server"
+
+
 def test_consumer_fetch_window_from_its_end_time():
     now_wall, now_mono = time.time(), time.monotonic()
     end = time.localtime(now_wall - 2)
