@@ -14,6 +14,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -172,6 +173,22 @@ def other_rows(n: int) -> Iterator[pa.RecordBatch]:
         yield pa.record_batch([pa.array(["t"] * BATCH_ROWS), values], schema=SCHEMA)
 
 
+def after_turns(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """An event set when a turn of a task's appender thread (with a path) ends with
+    nothing left queued: the appender is idle until its task queues more."""
+    idle = threading.Event()
+    turn = sink_task._LocalOutlet._turn
+
+    def turn_then_tell(self: sink_task._LocalOutlet) -> None:
+        turn(self)
+        with self.cond:
+            if not self.queue:
+                idle.set()
+
+    monkeypatch.setattr(sink_task._LocalOutlet, "_turn", turn_then_tell)
+    return idle
+
+
 def test_with_a_path_a_task_appends_while_another_waits_for_its_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -188,9 +205,12 @@ def test_with_a_path_a_task_appends_while_another_waits_for_its_rows(
     writer = WalfsBatchWriter(target.options)
     other: list[tuple[str, int, int, int]] = []
     seen: dict[str, int] = {}
+    idle = after_turns(monkeypatch)
 
     def check(k: int) -> None:
         if k == 20:  # task 0 is past the hold (1 chunk) with 20 MiB cut: task 1 runs now
+            # once task 0's appender thread has appended what task 0 queued so far
+            assert idle.wait(60)
             seen["before"] = target.end()
             other.extend(writer.write_task(1, 0, other_rows(4)).streams)
             seen["after"] = target.end()
@@ -278,10 +298,11 @@ def test_with_a_path_a_power_cut_in_a_turn_keeps_every_turn_before_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
     """Each turn syncs its chunks before it releases the lock: the power goes out in a
-    task's third turn (the first appends the two chunks the task held, each later one
-    one chunk), after its append and before its sync, with no page written since the
-    last sync kept. The chunks of the turns before it are all there, the third turn's is
-    not, and the task's retry completes the rows once each."""
+    task's third turn, after its first append and before its sync, with no page written
+    since the last sync kept. The chunks of the turns before it are all there, the third
+    turn's are not, and the task's retry completes the rows once each. (The feed waits
+    for the appender thread to go idle at batches 24 and 36, so that the task takes at
+    least three turns: each turn appends what is queued when it gets to it.)"""
     monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
     monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", 1)  # a turn as soon as a chunk is queued
     # The sink's opens in test mode (walfs.debug.power_cut needs it), an interval syncer
@@ -291,22 +312,32 @@ def test_with_a_path_a_power_cut_in_a_turn_keeps_every_turn_before_it(
     )
     target = Target(tmp_path, remote=False)
     writer = WalfsBatchWriter(target.options)
-    appended: list[int] = []
+    turns: list[tuple[sink_target.LocalTarget, list[int]]] = []  # each turn's target, its chunks' rows
     append_chunk = sink_target.LocalTarget.append_chunk
+    idle = after_turns(monkeypatch)
 
     def append_then_cut(self: sink_target.LocalTarget, topic: str, partition: int, chunk: Chunk) -> int:
         first = append_chunk(self, topic, partition, chunk)
-        appended.append(len(chunk))
-        if len(appended) == 4:
+        if not turns or turns[-1][0] is not self:  # each turn opens the directory anew
+            turns.append((self, []))
+        turns[-1][1].append(len(chunk))
+        if len(turns) == 3:
             debug.power_cut(self.wal, seed=seed, keep_permille=0)
             raise RuntimeError("the power went out")
         return first
 
+    def check(k: int) -> None:
+        if k in (24, 36):
+            assert idle.wait(60)
+            idle.clear()
+
     monkeypatch.setattr(sink_target.LocalTarget, "append_chunk", append_then_cut)
     with pytest.raises(RuntimeError, match="the power went out"):
-        writer.write_task(0, 0, batches(lambda k: None))
-    assert target.end() == sum(appended[:3])
-    assert [r.value for r in target.stored()] == [value(i) for i in range(sum(appended[:3]))]
+        writer.write_task(0, 0, batches(check))
+    kept = sum(turns[0][1]) + sum(turns[1][1])
+    assert len(turns) == 3 and kept > 0
+    assert target.end() == kept
+    assert [r.value for r in target.stored()] == [value(i) for i in range(kept)]
     monkeypatch.setattr(sink_target.LocalTarget, "append_chunk", append_chunk)
     done = writer.write_task(0, 1, batches(lambda k: None))
     n = BATCHES * BATCH_ROWS

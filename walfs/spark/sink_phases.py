@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +26,7 @@ class Phases:
         self.task = task
         self.start = time.time()
         self.spent: dict[str, float] = {}
+        self.lock = threading.Lock()  # a task's appender thread times its phases too
 
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
@@ -35,7 +37,9 @@ class Phases:
         try:
             yield
         finally:
-            self.spent[phase] = self.spent.get(phase, 0.0) + time.perf_counter() - t
+            took = time.perf_counter() - t
+            with self.lock:
+                self.spent[phase] = self.spent.get(phase, 0.0) + took
 
     def done(self, **extra: object) -> None:
         if self.where is None:

@@ -37,6 +37,7 @@ task holds the lock; with
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Collection, Iterator
@@ -98,84 +99,156 @@ class TaskStream:
 
 
 class _LocalOutlet:
-    """Chunks into the data directory, in turns: the directory's lock is taken for each
-    turn of appends and released after it (module doc)."""
+    """Chunks into the data directory, in turns, by the task's appender thread: the
+    directory's lock is taken for each turn of appends and released after it, while the
+    task's own thread goes on reading and encoding rows (module doc)."""
 
     def __init__(self, opts: SinkOptions, ph: Phases) -> None:
         self.opts = opts
         self.ph = ph
-        self.target: LocalTarget | None = None
         self.queue: deque[tuple[TaskStream, Chunk]] = deque()
-        self.queued = 0
-
-    def _take(self, wait: bool) -> bool:
-        """Takes the lock: waits for it with `wait`, else only if it is free now."""
-        from walfs import WalLockedError
-        from walfs.spark.sink_target import LocalTarget, open_local, open_target
-
-        with self.ph("lock"):
-            if wait:
-                target = open_target(self.opts, TASK_LOCK_WAIT_S, max_pause=0.01)
-                assert isinstance(target, LocalTarget)
-                self.target = target
-            else:
-                try:
-                    self.target = open_local(self.opts, 0.0)
-                except WalLockedError:
-                    return False
-        return True
+        self.queued = 0  # encoded bytes in `queue`
+        self.ended = False  # no more chunks: the last turn appends what is queued
+        self.stopping = False  # the task failed: append nothing more
+        self.error: BaseException | None = None  # what ended the appender thread
+        self.cond = threading.Condition()
+        # Held by whichever thread has the data directory open: a turn, or a retry's scan.
+        self.dir = threading.Lock()
+        self.thread: threading.Thread | None = None
 
     @contextmanager
     def holding(self) -> Iterator[LocalTarget]:
-        """The target for a retry's scan, its lock waited for if need be and released
-        after."""
-        if self.target is None:
-            self._take(wait=True)
-        assert self.target is not None
-        try:
-            yield self.target
-        finally:
-            self._release()
+        """The target for a retry's scan (in the task's thread, between turns), its lock
+        waited for if need be and released after."""
+        with self.dir:
+            target = self._open()
+            try:
+                yield target
+            finally:
+                with self.ph("close"):
+                    target.close()
+
+    def _open(self) -> LocalTarget:
+        """Opens the data directory once its lock is free (another task's turn may hold
+        it): tried every 10 ms at most, up to TASK_LOCK_WAIT_S; given up as soon as the
+        task fails."""
+        from walfs import WalLockedError
+        from walfs.spark.sink_target import LocalTarget, open_local, open_target
+
+        deadline = time.monotonic() + TASK_LOCK_WAIT_S
+        pause = 0.001
+        with self.ph("lock"):
+            while True:
+                try:
+                    return open_local(self.opts, 0.0)
+                except WalLockedError:
+                    if time.monotonic() >= deadline:
+                        # the error naming option("bootstrap"), as a driver's open gives
+                        target = open_target(self.opts, 0.0)
+                        assert isinstance(target, LocalTarget)
+                        return target
+                with self.cond:
+                    if self.stopping:
+                        raise _Stopped from None
+                    self.cond.wait(pause)
+                pause = min(0.01, pause * 2)
 
     def put(self, st: TaskStream, chunk: Chunk) -> None:
-        """Queues a chunk; offer() appends the queue."""
-        self.queue.append((st, chunk))
-        self.queued += chunk.nbytes
+        """Queues a chunk for the appender thread (started at the first one)."""
+        with self.cond:
+            self._raise()
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="walfs-sink-appender", daemon=True)
+                self.thread.start()
+            self.queue.append((st, chunk))
+            self.queued += chunk.nbytes
+            if self.queued >= TASK_TURN_BYTES:
+                self.cond.notify_all()
 
     def offer(self) -> None:
-        """Appends the queued chunks in one turn once they fill TASK_TURN_BYTES: takes the
-        lock if it is free; waits for it only past TASK_BUFFER_BYTES."""
-        if self.queued >= TASK_TURN_BYTES:
-            self._turn(wait=self.queued > TASK_BUFFER_BYTES)
+        """Waits while more than TASK_BUFFER_BYTES are queued (the appender thread takes
+        its turns by itself); raises what failed the appender."""
+        with self.cond:
+            if self.queued > TASK_BUFFER_BYTES and self.error is None:
+                with self.ph("backlog"):
+                    while self.queued > TASK_BUFFER_BYTES and self.error is None:
+                        self.cond.wait()
+            self._raise()
 
-    def _turn(self, wait: bool) -> None:
-        if self.target is None and not self._take(wait):
-            return
-        assert self.target is not None
-        while self.queue:
-            st, chunk = self.queue.popleft()
-            self.queued -= chunk.nbytes
-            with self.ph("append"):
-                st.appended(self.target.append_chunk(st.topic, st.partition, chunk))
-        # The turn's chunks are durable before the lock goes to the next task: a close
-        # that skipped its sync would let the next opener take the records in the page
-        # cache for durable ones and write durable-end marks past them (docs/spark.md).
-        with self.ph("sync"):
-            self.target.wal.sync()
-        self._release()
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
 
-    def _release(self) -> None:
-        target, self.target = self.target, None
-        if target is not None:
-            with self.ph("close"):
-                target.close()
+    def _run(self) -> None:
+        """The appender thread: a turn each time TASK_TURN_BYTES are queued, or the input
+        has ended; ends after the last turn, or at the first error (kept for the task's
+        thread to raise)."""
+        try:
+            while True:
+                with self.cond:
+                    while not (self.stopping or self.queued >= TASK_TURN_BYTES or self.ended):
+                        self.cond.wait()
+                    if self.stopping or not self.queue:
+                        return
+                self._turn()
+        except _Stopped:
+            pass
+        except BaseException as e:  # raised in the task's thread (_raise)
+            with self.cond:
+                self.error = e
+        finally:
+            with self.cond:
+                self.cond.notify_all()
+
+    def _turn(self) -> None:
+        """Takes the lock, appends every chunk queued (those queued meanwhile too, never
+        waiting for more), syncs them and releases the lock."""
+        with self.dir:
+            target = self._open()
+            try:
+                while True:
+                    with self.cond:
+                        if self.stopping or not self.queue:
+                            break
+                        st, chunk = self.queue.popleft()
+                        self.queued -= chunk.nbytes
+                        self.cond.notify_all()
+                    with self.ph("append"):
+                        st.appended(target.append_chunk(st.topic, st.partition, chunk))
+                    del chunk
+                # The turn's chunks are durable before the lock goes to the next task: a
+                # close that skipped its sync would let the next opener take the records
+                # in the page cache for durable ones and write durable-end marks past
+                # them (docs/spark.md). (On an error, the close syncs what was appended.)
+                with self.ph("sync"):
+                    target.wal.sync()
+            finally:
+                with self.ph("close"):
+                    target.close()
 
     def finish(self) -> None:
-        if self.queue:
-            self._turn(wait=True)
+        """Lets the last turn append what is queued; returns once every chunk is
+        appended and synced, or raises what failed the appender."""
+        with self.cond:
+            self.ended = True
+            self.cond.notify_all()
+        if self.thread is not None:
+            with self.ph("drain"):
+                self.thread.join()
+        self._raise()
 
     def close(self) -> None:
-        self._release()
+        """Stops the appender thread (after the chunk it is appending, with its turn's
+        sync and close) and waits for it; chunks still queued are dropped."""
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+        if self.thread is not None:
+            self.thread.join()
+
+
+class _Stopped(Exception):
+    """The task failed while its appender waited for the data directory's lock."""
 
 
 Counts = list[tuple[TaskStream, int]]
