@@ -230,6 +230,89 @@ def test_with_a_path_a_task_appends_while_another_waits_for_its_rows(
     assert theirs == list(range(seen["before"], seen["before"] + 4 * BATCH_ROWS))
 
 
+def test_with_a_path_rows_keep_coming_while_a_turn_appends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task's turns (open, append, sync, close) run in its appender thread, so the
+    task keeps taking rows from Spark while a turn is under way: here the first append
+    of a task past the hold waits (up to 20 s) until the task has taken 4 more batches
+    of rows. The old sink appended in the task's own thread, which took no rows
+    meanwhile (the wait ran out with none taken)."""
+    monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
+    monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", TASK_CHUNK_BYTES)
+    target = Target(tmp_path, remote=False)
+    writer = WalfsBatchWriter(target.options)
+    fed = [0]  # batches the task has taken
+    during: list[int] = []  # batches taken while the first append waited
+    cond = threading.Condition()
+    append_chunk = sink_target.LocalTarget.append_chunk
+
+    def slow_append(self: sink_target.LocalTarget, topic: str, partition: int, chunk: Chunk) -> int:
+        if not during:
+            with cond:
+                start = fed[0]
+                cond.wait_for(lambda: fed[0] >= start + 4, timeout=20)
+                during.append(fed[0] - start)
+        return append_chunk(self, topic, partition, chunk)
+
+    def check(k: int) -> None:
+        with cond:
+            fed[0] = k
+            cond.notify_all()
+
+    monkeypatch.setattr(sink_target.LocalTarget, "append_chunk", slow_append)
+    done = writer.write_task(0, 0, batches(check))
+    records = target.stored()
+    assert during and during[0] >= 4, during
+    n = BATCHES * BATCH_ROWS
+    assert done.streams == [("t", 0, 0, n)]
+    assert [r.value for r in records] == [value(i) for i in range(n)]
+
+
+@pytest.mark.parametrize("backlog", [False, True], ids=["feeding", "waiting-on-a-full-queue"])
+def test_with_a_path_an_append_failing_in_the_appender_thread_fails_the_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backlog: bool
+) -> None:
+    """The third chunk's append fails in the task's appender thread (an injected error,
+    raised before the engine's append). The task fails with that very error, whether
+    its own thread is taking rows or waiting for the queue to drain (TASK_BUFFER_BYTES
+    lowered to one chunk); it leaves the first two chunks whole, nothing of the third;
+    the directory opens cleanly; and the task's retry completes the rows once each."""
+    monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
+    monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", TASK_CHUNK_BYTES)
+    if backlog:
+        monkeypatch.setattr(sink_task, "TASK_BUFFER_BYTES", TASK_CHUNK_BYTES)
+    target = Target(tmp_path, remote=False)
+    writer = WalfsBatchWriter(target.options)
+    appended: list[int] = []
+    raised: list[tuple[BaseException, threading.Thread]] = []
+    append_chunk = sink_target.LocalTarget.append_chunk
+
+    def failing_append(self: sink_target.LocalTarget, topic: str, partition: int, chunk: Chunk) -> int:
+        if len(appended) == 2:
+            e = OSError(5, "injected append error")
+            raised.append((e, threading.current_thread()))
+            raise e
+        first = append_chunk(self, topic, partition, chunk)
+        appended.append(len(chunk))
+        return first
+
+    monkeypatch.setattr(sink_target.LocalTarget, "append_chunk", failing_append)
+    with pytest.raises(OSError, match="injected append error") as failed:
+        writer.write_task(0, 0, batches(lambda k: None))
+    assert [e for e, _ in raised] == [failed.value]
+    assert raised[0][1] is not threading.current_thread()  # the appender's, not the task's
+    left = target.stored()
+    marks = [int(v.decode().rsplit(":", 1)[1]) for r in left for k, v in r.headers if k == MARKER]
+    assert marks == appended and len(left) == sum(appended)
+    assert [r.value for r in left] == [value(i) for i in range(len(left))]
+    monkeypatch.setattr(sink_target.LocalTarget, "append_chunk", append_chunk)
+    done = writer.write_task(0, 1, batches(lambda k: None))
+    n = BATCHES * BATCH_ROWS
+    assert done.streams == [("t", 0, 0, n)]
+    assert [r.value for r in target.stored()] == [value(i) for i in range(n)]
+
+
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sink_task_child.py")
 
 
