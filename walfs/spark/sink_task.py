@@ -13,26 +13,32 @@ appended by their markers.
 
 Outlets:
 - `path` (_LocalOutlet): the data directory's lock belongs to one process, so tasks
-  append in turns: a task takes the lock (opens the directory) when it has at least
-  TASK_TURN_BYTES of chunks queued (or its input has ended) and no other task holds it,
-  appends them all, syncs them and releases the lock (closes): it never holds the lock
-  while it waits for its next rows, so the job's other tasks append meanwhile. A task
-  that finds the lock taken keeps its chunks (trying again at each one) up to
-  TASK_BUFFER_BYTES, then waits for the lock. Each turn's chunks are durable (synced)
-  before the lock is released: closing without the sync would be faster, but the next
-  opener's recovery takes the records it finds for durable and writes durable-end marks
-  for them, which a power cut before the first task's own fsync would leave pointing
-  past the disk's contents.
+  append in turns, and a task's turns run in its own appender thread while the task's
+  thread goes on taking and encoding rows (the engine's calls release the GIL). The
+  task's thread queues its chunks; the appender takes the lock (opens the directory)
+  once TASK_TURN_BYTES of chunks are queued (or the input has ended), waiting for it if
+  another task holds it, appends every chunk queued (those queued during the turn too,
+  never waiting for more), syncs them and releases the lock (closes): it never holds
+  the lock while it waits for the task's next rows, so the job's other tasks append
+  meanwhile. The task's thread waits only while more than TASK_BUFFER_BYTES are queued.
+  An error in the appender thread ends it (what it appended in that turn synced by the
+  close) and is raised in the task's thread, at its next chunk or at its end; the task
+  reports to the driver only after the appender has appended and synced every chunk.
+  Each turn's chunks are durable (synced) before the lock is released: closing
+  without the sync would be faster, but the next opener's recovery takes the records
+  it finds for durable and writes durable-end marks for them, which a power cut before
+  the first task's own fsync would leave pointing past the disk's contents.
 - `bootstrap` (_RemoteOutlet): chunks (one Kafka record batch each) go out in Produce
   requests of up to SEND_BYTES as soon as one is full, up to IN_FLIGHT of them
   unanswered on the connection, so the daemon appends and syncs the task's rows while
   the task receives the next ones.
 
 Memory a task holds: per stream, less than a chunk of pending rows (plus the batch that
-filled it); up to TASK_HOLD_BYTES of held chunks; then with `path`, TASK_TURN_BYTES of
-encoded chunks between turns and at most TASK_BUFFER_BYTES plus one chunk while another
-task holds the lock; with
-`bootstrap`, at most IN_FLIGHT + 1 requests of SEND_BYTES per stream.
+filled it); up to TASK_HOLD_BYTES of held chunks; then with `path`, at most
+TASK_BUFFER_BYTES plus one chunk queued and the one chunk being appended (when its
+held chunks go to the queue at once, up to TASK_HOLD_BYTES plus one chunk, and the task
+waits until the queue is back under TASK_BUFFER_BYTES); with `bootstrap`, at most
+IN_FLIGHT + 1 requests of SEND_BYTES per stream.
 """
 
 from __future__ import annotations
@@ -65,15 +71,16 @@ TASK_CHUNK_BYTES = 8 << 20
 # trading that atomicity for bounded memory: a larger task that fails leaves whole chunks,
 # a prefix of its rows, which its retry completes (docs/spark.md).
 TASK_HOLD_BYTES = 64 << 20
-# With a path: the most encoded bytes a task keeps while another task holds the lock.
+# With a path: the most encoded bytes a task queues for its appender thread; past them
+# the task waits (for another task's turn, and its own appends) before taking more rows.
 TASK_BUFFER_BYTES = 64 << 20
 # Through a daemon: the most record batch bytes of one Produce request, and how many
 # requests a task has unanswered at once.
 SEND_BYTES = 8 << 20
 IN_FLIGHT = 4
-# With a path, past the hold: a task appends its chunks in turns of at least this many
-# encoded bytes (or what is left at its end), taking the data directory's lock for each
-# turn and releasing it after (an open and a close, with its sync, per turn).
+# With a path, past the hold: a task's appender thread appends its chunks in turns of at
+# least this many encoded bytes (or what is left at its end), taking the data directory's
+# lock for each turn and releasing it after (an open and a close, with its sync, per turn).
 TASK_TURN_BYTES = 32 << 20
 # How long a task waits for the data directory's lock: the job's other tasks hold it in
 # turn (the writer found no daemon holding it before any task ran).
