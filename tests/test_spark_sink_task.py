@@ -98,9 +98,12 @@ def test_a_large_task_appends_before_its_input_ends_in_bounded_memory(
     tmp_path: Path, remote: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A task past TASK_HOLD_BYTES (lowered to one chunk here, so that 48 MiB is "large"),
-    # appending with a path in turns of one chunk (TASK_TURN_BYTES, lowered to match).
+    # appending with a path in turns of one chunk (TASK_TURN_BYTES, lowered to match),
+    # its rows waiting for its appender thread to take each chunk (TASK_BUFFER_BYTES 0:
+    # the queue's bound is what keeps a task's memory when its appends fall behind).
     monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
     monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", TASK_CHUNK_BYTES)
+    monkeypatch.setattr(sink_task, "TASK_BUFFER_BYTES", 0)
     target = Target(tmp_path, remote)
     try:
         writer = WalfsBatchWriter(target.options)
@@ -146,6 +149,8 @@ def test_a_task_failing_mid_input_leaves_nothing_or_chunks_its_retry_completes(
     else:
         monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
         monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", TASK_CHUNK_BYTES)
+        # the appender thread has taken each chunk before the task takes more rows
+        monkeypatch.setattr(sink_task, "TASK_BUFFER_BYTES", 0)
     target = Target(tmp_path, remote)
     try:
         writer = WalfsBatchWriter(target.options)
@@ -237,7 +242,9 @@ def test_with_a_path_rows_keep_coming_while_a_turn_appends(
     task keeps taking rows from Spark while a turn is under way: here the first append
     of a task past the hold waits (up to 20 s) until the task has taken 4 more batches
     of rows. The old sink appended in the task's own thread, which took no rows
-    meanwhile (the wait ran out with none taken)."""
+    meanwhile (the wait ran out with none taken). (The task's rows wait at batch 20
+    until that append has begun: the test's rows come faster than a loaded machine may
+    start the appender thread's first turn.)"""
     monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
     monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", TASK_CHUNK_BYTES)
     target = Target(tmp_path, remote=False)
@@ -247,15 +254,20 @@ def test_with_a_path_rows_keep_coming_while_a_turn_appends(
     cond = threading.Condition()
     append_chunk = sink_target.LocalTarget.append_chunk
 
+    appending = threading.Event()
+
     def slow_append(self: sink_target.LocalTarget, topic: str, partition: int, chunk: Chunk) -> int:
         if not during:
             with cond:
                 start = fed[0]
+                appending.set()
                 cond.wait_for(lambda: fed[0] >= start + 4, timeout=20)
                 during.append(fed[0] - start)
         return append_chunk(self, topic, partition, chunk)
 
     def check(k: int) -> None:
+        if k == 20:
+            assert appending.wait(60)
         with cond:
             fed[0] = k
             cond.notify_all()

@@ -177,6 +177,7 @@ class _LocalOutlet:
         its turns by itself); raises what failed the appender."""
         with self.cond:
             if self.queued > TASK_BUFFER_BYTES and self.error is None:
+                self.cond.notify_all()  # a turn is due now, whatever TASK_TURN_BYTES says
                 with self.ph("backlog"):
                     while self.queued > TASK_BUFFER_BYTES and self.error is None:
                         self.cond.wait()
@@ -187,13 +188,18 @@ class _LocalOutlet:
             raise self.error
 
     def _run(self) -> None:
-        """The appender thread: a turn each time TASK_TURN_BYTES are queued, or the input
-        has ended; ends after the last turn, or at the first error (kept for the task's
-        thread to raise)."""
+        """The appender thread: a turn each time TASK_TURN_BYTES are queued, the task
+        waits for the queue (past TASK_BUFFER_BYTES), or its input has ended; ends after
+        the last turn, or at the first error (kept for the task's thread to raise)."""
         try:
             while True:
                 with self.cond:
-                    while not (self.stopping or self.queued >= TASK_TURN_BYTES or self.ended):
+                    while not (
+                        self.stopping
+                        or self.ended
+                        or self.queued >= TASK_TURN_BYTES
+                        or self.queued > TASK_BUFFER_BYTES
+                    ):
                         self.cond.wait()
                     if self.stopping or not self.queue:
                         return
