@@ -182,15 +182,7 @@ def after_turns(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
     """An event set when a turn of a task's appender thread (with a path) ends with
     nothing left queued: the appender is idle until its task queues more."""
     idle = threading.Event()
-    turn = sink_task._LocalOutlet._turn
-
-    def turn_then_tell(self: sink_task._LocalOutlet) -> None:
-        turn(self)
-        with self.cond:
-            if not self.queue:
-                idle.set()
-
-    monkeypatch.setattr(sink_task._LocalOutlet, "_turn", turn_then_tell)
+    monkeypatch.setattr(sink_task._LocalOutlet, "_turn", sink_task_child.telling_turns(idle))
     return idle
 
 
