@@ -3,7 +3,7 @@ tests/test_spark_sink_task.py: runs WalfsBatchWriter.write_task (the writer unpi
 Spark ships it to its tasks) over 48 Arrow batches of 1 KiB rows whose values start with
 LETTER, with the hold, the turns and what it queues for its appender thread lowered to
 one chunk. Prints "batch K" before it hands over batch K; at batch PAUSE_AT (-1: none),
-once a turn of its appender thread has appended what was queued, it prints "paused" and
+once a turn of its appender thread has ended, it prints "paused" and
 sleeps, waiting to be killed; at its end it prints the streams it reports to the driver
 as JSON.
 
@@ -33,15 +33,16 @@ def value(letter: str, i: int) -> bytes:
 IDLE = threading.Event()
 
 
-def telling_turns(idle: threading.Event) -> Callable[[sink_task._LocalOutlet], None]:
-    """sink_task._LocalOutlet._turn, setting `idle` after each turn that leaves nothing
-    queued (the appender thread then waits until its task queues more)."""
+def telling_turns(idle: threading.Event, emptied: bool = True) -> Callable[[sink_task._LocalOutlet], None]:
+    """sink_task._LocalOutlet._turn, setting `idle` after each turn; with `emptied`, only
+    after one that leaves nothing queued (the appender thread then waits until its task
+    queues more)."""
     turn = sink_task._LocalOutlet._turn
 
     def turn_then_tell(self: sink_task._LocalOutlet) -> None:
         turn(self)
         with self.cond:
-            if not self.queue:
+            if not (emptied and self.queue):
                 idle.set()
 
     return turn_then_tell
@@ -51,7 +52,8 @@ def rows(letter: str, pause_at: int) -> Iterator[pa.RecordBatch]:
     for k in range(BATCHES):
         print(f"batch {k}", flush=True)
         if k == pause_at:
-            IDLE.wait(60)  # its turns done, the lock free
+            # a turn done (the held chunks'), and none due until it queues more: the lock free
+            IDLE.wait(60)
             print("paused", flush=True)
             time.sleep(600)
         values = pa.array([value(letter, i) for i in range(k * BATCH_ROWS, (k + 1) * BATCH_ROWS)])
@@ -63,7 +65,7 @@ def main() -> None:
     sink_task.TASK_HOLD_BYTES = sink_task.TASK_CHUNK_BYTES
     sink_task.TASK_TURN_BYTES = sink_task.TASK_CHUNK_BYTES
     sink_task.TASK_BUFFER_BYTES = sink_task.TASK_CHUNK_BYTES  # waits for its appends past 1 chunk
-    sink_task._LocalOutlet._turn = telling_turns(IDLE)  # type: ignore[method-assign]
+    sink_task._LocalOutlet._turn = telling_turns(IDLE, emptied=False)  # type: ignore[method-assign]
     with open(blob, "rb") as f:
         writer = pickle.load(f)
     done = writer.write_task(int(part), int(attempt), rows(letter, int(pause_at)))
