@@ -16,7 +16,8 @@ Outlets:
   append in turns, and a task's turns run in its own appender thread while the task's
   thread goes on taking and encoding rows (the engine's calls release the GIL). The
   task's thread queues its chunks; the appender takes the lock (opens the directory)
-  once TASK_TURN_BYTES of chunks are queued (or the input has ended), waiting for it if
+  once TASK_TURN_BYTES of chunks are queued (or the task waits for its queue, or its
+  input has ended), waiting for it if
   another task holds it, appends every chunk queued (those queued during the turn too,
   never waiting for more), syncs them and releases the lock (closes): it never holds
   the lock while it waits for the task's next rows, so the job's other tasks append
