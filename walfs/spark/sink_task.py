@@ -17,9 +17,9 @@ Outlets:
   thread goes on taking and encoding rows (the engine's calls release the GIL). The
   task's thread queues its chunks; the appender takes the lock (opens the directory)
   once TASK_TURN_BYTES of chunks are queued (or the task waits for its queue, or its
-  input has ended), waiting for it if
-  another task holds it, appends every chunk queued (those queued during the turn too,
-  never waiting for more), syncs them and releases the lock (closes): it never holds
+  input has ended), waiting for it if another task holds it, appends every chunk
+  queued (those queued during the turn too, never waiting for more), syncs them and
+  releases the lock (closes): it never holds
   the lock while it waits for the task's next rows, so the job's other tasks append
   meanwhile. The task's thread waits only while more than TASK_BUFFER_BYTES are queued.
   An error in the appender thread ends it (what it appended in that turn synced by the
