@@ -6,7 +6,9 @@ in one run, and writes every round's JSON side by side.
 
 The script is always the NEW tree's (the same measurement for both); the walfs package
 under test comes from each tree through PYTHONPATH, which the benchmarks' daemons and
-child processes inherit. Each tree must have its C core built in place (`python setup.py
+child processes inherit, and each run's working directory is its tree (where `python -m`
+processes, such as Spark's Python workers, look first); relative paths among the script's
+arguments are taken from there. Each tree must have its C core built in place (`python setup.py
 build_ext --inplace`). The first tree of a round alternates (old first in odd rounds)."""
 
 from __future__ import annotations
@@ -21,11 +23,19 @@ import time
 
 
 def run_one(tree: str, script: list[str]) -> dict:
-    env = {**os.environ, "PYTHONPATH": os.path.abspath(tree)}
+    tree = os.path.abspath(tree)
+    env = {**os.environ, "PYTHONPATH": tree}
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         t0 = time.monotonic()
+        # In the tree's own directory: processes started with `python -m` (Spark's Python
+        # workers, which run the data source's tasks) put their working directory before
+        # PYTHONPATH, so run from the new tree they would import its walfs for both trees.
         subprocess.run(
-            [sys.executable, *script, "--out", out.name], env=env, check=True, stdout=subprocess.DEVNULL
+            [sys.executable, os.path.abspath(script[0]), *script[1:], "--out", out.name],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            cwd=tree,
         )
         result = json.load(open(out.name))
     return {"tree": tree, "seconds": round(time.monotonic() - t0, 1), "result": result}

@@ -39,11 +39,11 @@ workers. Reads are one timed run each; the machine is in the JSON.
 
 Where the sink's tasks spend their time: every sink write runs with the option
 walfs.bench.phases (walfs/spark/sink_phases.py), and the JSON has, per write and run,
-each task's seconds per phase (feed: waiting for Spark's next Arrow batch; normalize;
-encode; lock: with a path, waiting for the data directory's lock and opening it; append;
-wait: through a daemon, waiting for a Produce's answer; sync; close) and its start and
-end relative to the write's start (`*_phases`); `*_phases_most` sums each write up: the
-most any one task spent in each phase, and when its last task ended (`end`).
+each task's seconds per phase (the phases are sink_phases.py's: feed, the wait for
+Spark's next Arrow batch, then the sink's own, some of them in a task's appender
+thread) and its start and end relative to the write's start (`*_phases`);
+`*_phases_most` sums each write up: the most any one task spent in each phase, and when
+its last task ended (`end`).
 """
 
 from __future__ import annotations
@@ -118,12 +118,15 @@ def phases_most(tasks: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def start_serve(data: Path) -> tuple[subprocess.Popen[str], str]:
+    import walfs
+
     proc = subprocess.Popen(
         [sys.executable, "-m", "walfs.cli.serve", str(data), "--kafka-listen", "127.0.0.1:0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        cwd=REPO,
+        # the walfs this bench measures (bench/ab_trees.py's tree), not the script's tree's
+        cwd=Path(walfs.__file__).resolve().parent.parent,
     )
     assert proc.stdout is not None
     m = re.search(r"listening on (127\.0\.0\.1:\d+)", proc.stdout.readline())

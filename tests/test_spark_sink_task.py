@@ -14,6 +14,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -100,9 +101,12 @@ def test_a_large_task_appends_before_its_input_ends_in_bounded_memory(
     tmp_path: Path, remote: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A task past TASK_HOLD_BYTES (lowered to one chunk here, so that 48 MiB is "large"),
-    # appending with a path in turns of one chunk (TASK_TURN_BYTES, lowered to match).
+    # appending with a path in turns of one chunk (TASK_TURN_BYTES, lowered to match),
+    # its rows waiting for its appender thread to take each chunk (TASK_BUFFER_BYTES 0:
+    # the queue's bound is what keeps a task's memory when its appends fall behind).
     monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
     monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", TASK_CHUNK_BYTES)
+    monkeypatch.setattr(sink_task, "TASK_BUFFER_BYTES", 0)
     target = Target(tmp_path, remote)
     try:
         writer = WalfsBatchWriter(target.options)
@@ -155,6 +159,8 @@ def test_a_task_failing_mid_input_leaves_nothing_or_chunks_its_retry_completes(
     else:
         monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
         monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", TASK_CHUNK_BYTES)
+        # the appender thread has taken each chunk before the task takes more rows
+        monkeypatch.setattr(sink_task, "TASK_BUFFER_BYTES", 0)
     target = Target(tmp_path, remote)
     try:
         writer = WalfsBatchWriter(target.options)
@@ -182,6 +188,14 @@ def other_rows(n: int) -> Iterator[pa.RecordBatch]:
         yield pa.record_batch([pa.array(["t"] * BATCH_ROWS), values], schema=SCHEMA)
 
 
+def after_turns(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """An event set when a turn of a task's appender thread (with a path) ends with
+    nothing left queued: the appender is idle until its task queues more."""
+    idle = threading.Event()
+    monkeypatch.setattr(sink_task._LocalOutlet, "_turn", sink_task_child.telling_turns(idle))
+    return idle
+
+
 def test_with_a_path_a_task_appends_while_another_waits_for_its_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -198,9 +212,12 @@ def test_with_a_path_a_task_appends_while_another_waits_for_its_rows(
     writer = WalfsBatchWriter(target.options)
     other: list[tuple[str, int, int, int]] = []
     seen: dict[str, int] = {}
+    idle = after_turns(monkeypatch)
 
     def check(k: int) -> None:
         if k == 20:  # task 0 is past the hold (1 chunk) with 20 MiB cut: task 1 runs now
+            # once task 0's appender thread has appended what task 0 queued so far
+            assert idle.wait(60)
             seen["before"] = target.end()
             other.extend(writer.write_task(1, 0, other_rows(4)).streams)
             seen["after"] = target.end()
@@ -218,6 +235,96 @@ def test_with_a_path_a_task_appends_while_another_waits_for_its_rows(
     theirs = [r.offset for r in records if r.value.startswith(b"B")]
     assert mine == [value(i) for i in range(n)]
     assert theirs == list(range(seen["before"], seen["before"] + 4 * BATCH_ROWS))
+
+
+def test_with_a_path_rows_keep_coming_while_a_turn_appends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task's turns (open, append, sync, close) run in its appender thread, so the
+    task keeps taking rows from Spark while a turn is under way: here the first append
+    of a task past the hold waits (up to 20 s) until the task has taken 4 more batches
+    of rows. The old sink appended in the task's own thread, which took no rows
+    meanwhile (the wait ran out with none taken). (The task's rows wait at batch 20
+    until that append has begun: the test's rows come faster than a loaded machine may
+    start the appender thread's first turn.)"""
+    monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
+    monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", TASK_CHUNK_BYTES)
+    target = Target(tmp_path, remote=False)
+    writer = WalfsBatchWriter(target.options)
+    fed = [0]  # batches the task has taken
+    during: list[int] = []  # batches taken while the first append waited
+    cond = threading.Condition()
+    append_chunk = sink_target.LocalTarget.append_chunk
+
+    appending = threading.Event()
+
+    def slow_append(self: sink_target.LocalTarget, topic: str, partition: int, chunk: Chunk) -> int:
+        if not during:
+            with cond:
+                start = fed[0]
+                appending.set()
+                cond.wait_for(lambda: fed[0] >= start + 4, timeout=20)
+                during.append(fed[0] - start)
+        return append_chunk(self, topic, partition, chunk)
+
+    def check(k: int) -> None:
+        if k == 20:
+            assert appending.wait(60)
+        with cond:
+            fed[0] = k
+            cond.notify_all()
+
+    monkeypatch.setattr(sink_target.LocalTarget, "append_chunk", slow_append)
+    done = writer.write_task(0, 0, batches(check))
+    records = target.stored()
+    assert during and during[0] >= 4, during
+    n = BATCHES * BATCH_ROWS
+    assert done.streams == [("t", 0, 0, n)]
+    assert [r.value for r in records] == [value(i) for i in range(n)]
+
+
+@pytest.mark.parametrize("backlog", [False, True], ids=["feeding", "waiting-on-a-full-queue"])
+def test_with_a_path_an_append_failing_in_the_appender_thread_fails_the_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backlog: bool
+) -> None:
+    """The third chunk's append fails in the task's appender thread (an injected error,
+    raised before the engine's append). The task fails with that very error, whether
+    its own thread is taking rows or waiting for the queue to drain (TASK_BUFFER_BYTES
+    lowered to one chunk); it leaves the first two chunks whole, nothing of the third;
+    the directory opens cleanly; and the task's retry completes the rows once each."""
+    monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
+    monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", TASK_CHUNK_BYTES)
+    if backlog:
+        monkeypatch.setattr(sink_task, "TASK_BUFFER_BYTES", TASK_CHUNK_BYTES)
+    target = Target(tmp_path, remote=False)
+    writer = WalfsBatchWriter(target.options)
+    appended: list[int] = []
+    raised: list[tuple[BaseException, threading.Thread]] = []
+    append_chunk = sink_target.LocalTarget.append_chunk
+
+    def failing_append(self: sink_target.LocalTarget, topic: str, partition: int, chunk: Chunk) -> int:
+        if len(appended) == 2:
+            e = OSError(5, "injected append error")
+            raised.append((e, threading.current_thread()))
+            raise e
+        first = append_chunk(self, topic, partition, chunk)
+        appended.append(len(chunk))
+        return first
+
+    monkeypatch.setattr(sink_target.LocalTarget, "append_chunk", failing_append)
+    with pytest.raises(OSError, match="injected append error") as failed:
+        writer.write_task(0, 0, batches(lambda k: None))
+    assert [e for e, _ in raised] == [failed.value]
+    assert raised[0][1] is not threading.current_thread()  # the appender's, not the task's
+    left = target.stored()
+    marks = [int(v.decode().rsplit(":", 1)[1]) for r in left for k, v in r.headers if k == MARKER]
+    assert marks == appended and len(left) == sum(appended)
+    assert [r.value for r in left] == [value(i) for i in range(len(left))]
+    monkeypatch.setattr(sink_target.LocalTarget, "append_chunk", append_chunk)
+    done = writer.write_task(0, 1, batches(lambda k: None))
+    n = BATCHES * BATCH_ROWS
+    assert done.streams == [("t", 0, 0, n)]
+    assert [r.value for r in target.stored()] == [value(i) for i in range(n)]
 
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sink_task_child.py")
@@ -288,10 +395,11 @@ def test_with_a_path_a_power_cut_in_a_turn_keeps_every_turn_before_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
 ) -> None:
     """Each turn syncs its chunks before it releases the lock: the power goes out in a
-    task's third turn (the first appends the two chunks the task held, each later one
-    one chunk), after its append and before its sync, with no page written since the
-    last sync kept. The chunks of the turns before it are all there, the third turn's is
-    not, and the task's retry completes the rows once each."""
+    task's third turn, after its first append and before its sync, with no page written
+    since the last sync kept. The chunks of the turns before it are all there, the third
+    turn's are not, and the task's retry completes the rows once each. (The feed waits
+    for the appender thread to go idle at batches 24 and 36, so that the task takes at
+    least three turns: each turn appends what is queued when it gets to it.)"""
     monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
     monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", 1)  # a turn as soon as a chunk is queued
     # The sink's opens in test mode (walfs.debug.power_cut needs it), an interval syncer
@@ -301,22 +409,32 @@ def test_with_a_path_a_power_cut_in_a_turn_keeps_every_turn_before_it(
     )
     target = Target(tmp_path, remote=False)
     writer = WalfsBatchWriter(target.options)
-    appended: list[int] = []
+    turns: list[tuple[sink_target.LocalTarget, list[int]]] = []  # each turn's target, its chunks' rows
     append_chunk = sink_target.LocalTarget.append_chunk
+    idle = after_turns(monkeypatch)
 
     def append_then_cut(self: sink_target.LocalTarget, topic: str, partition: int, chunk: Chunk) -> int:
         first = append_chunk(self, topic, partition, chunk)
-        appended.append(len(chunk))
-        if len(appended) == 4:
+        if not turns or turns[-1][0] is not self:  # each turn opens the directory anew
+            turns.append((self, []))
+        turns[-1][1].append(len(chunk))
+        if len(turns) == 3:
             debug.power_cut(self.wal, seed=seed, keep_permille=0)
             raise RuntimeError("the power went out")
         return first
 
+    def check(k: int) -> None:
+        if k in (24, 36):
+            assert idle.wait(60)
+            idle.clear()
+
     monkeypatch.setattr(sink_target.LocalTarget, "append_chunk", append_then_cut)
     with pytest.raises(RuntimeError, match="the power went out"):
-        writer.write_task(0, 0, batches(lambda k: None))
-    assert target.end() == sum(appended[:3])
-    assert [r.value for r in target.stored()] == [value(i) for i in range(sum(appended[:3]))]
+        writer.write_task(0, 0, batches(check))
+    kept = sum(turns[0][1]) + sum(turns[1][1])
+    assert len(turns) == 3 and kept > 0
+    assert target.end() == kept
+    assert [r.value for r in target.stored()] == [value(i) for i in range(kept)]
     monkeypatch.setattr(sink_target.LocalTarget, "append_chunk", append_chunk)
     done = writer.write_task(0, 1, batches(lambda k: None))
     n = BATCHES * BATCH_ROWS

@@ -7,13 +7,18 @@ Phases: `feed` (waiting for Spark's next Arrow batch: the JVM's side), `normaliz
 (checking and normalizing a batch's columns), `encode` (building the stored layout of a
 chunk), `lock` (with a path: waiting for the data directory's lock and opening it),
 `append` (the engine's append, or building and sending a Produce request), `wait`
-(through a daemon: waiting for a Produce's answer), `sync` and `close`.
+(through a daemon: waiting for a Produce's answer), `sync` and `close`. With a path,
+`lock`, `append`, `sync` and `close` are the task's appender thread's (they overlap the
+task's own phases) and two more are the task's thread's: `backlog` (waiting while
+sink_task.TASK_BUFFER_BYTES are queued for the appender) and `drain` (at the input's
+end, waiting for the appender's last turn).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +30,7 @@ class Phases:
         self.task = task
         self.start = time.time()
         self.spent: dict[str, float] = {}
+        self.lock = threading.Lock()  # a task's appender thread times its phases too
 
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
@@ -35,7 +41,9 @@ class Phases:
         try:
             yield
         finally:
-            self.spent[phase] = self.spent.get(phase, 0.0) + time.perf_counter() - t
+            took = time.perf_counter() - t
+            with self.lock:
+                self.spent[phase] = self.spent.get(phase, 0.0) + took
 
     def done(self, **extra: object) -> None:
         if self.where is None:

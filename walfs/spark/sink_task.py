@@ -13,30 +13,38 @@ appended by their markers.
 
 Outlets:
 - `path` (_LocalOutlet): the data directory's lock belongs to one process, so tasks
-  append in turns: a task takes the lock (opens the directory) when it has at least
-  TASK_TURN_BYTES of chunks queued (or its input has ended) and no other task holds it,
-  appends them all, syncs them and releases the lock (closes): it never holds the lock
-  while it waits for its next rows, so the job's other tasks append meanwhile. A task
-  that finds the lock taken keeps its chunks (trying again at each one) up to
-  TASK_BUFFER_BYTES, then waits for the lock. Each turn's chunks are durable (synced)
-  before the lock is released: closing without the sync would be faster, but the next
-  opener's recovery takes the records it finds for durable and writes durable-end marks
-  for them, which a power cut before the first task's own fsync would leave pointing
-  past the disk's contents.
+  append in turns, and a task's turns run in its own appender thread while the task's
+  thread goes on taking and encoding rows (the engine's calls release the GIL). The
+  task's thread queues its chunks; the appender takes the lock (opens the directory)
+  once TASK_TURN_BYTES of chunks are queued (or the task waits for its queue, or its
+  input has ended), waiting for it if another task holds it, appends every chunk
+  queued (those queued during the turn too, never waiting for more), syncs them and
+  releases the lock (closes): it never holds
+  the lock while it waits for the task's next rows, so the job's other tasks append
+  meanwhile. The task's thread waits only while more than TASK_BUFFER_BYTES are queued.
+  An error in the appender thread ends it (what it appended in that turn synced by the
+  close) and is raised in the task's thread, at its next chunk or at its end; the task
+  reports to the driver only after the appender has appended and synced every chunk.
+  Each turn's chunks are durable (synced) before the lock is released: closing
+  without the sync would be faster, but the next opener's recovery takes the records
+  it finds for durable and writes durable-end marks for them, which a power cut before
+  the first task's own fsync would leave pointing past the disk's contents.
 - `bootstrap` (_RemoteOutlet): chunks (one Kafka record batch each) go out in Produce
   requests of up to SEND_BYTES as soon as one is full, up to IN_FLIGHT of them
   unanswered on the connection, so the daemon appends and syncs the task's rows while
   the task receives the next ones.
 
 Memory a task holds: per stream, less than a chunk of pending rows (plus the batch that
-filled it); up to TASK_HOLD_BYTES of held chunks; then with `path`, TASK_TURN_BYTES of
-encoded chunks between turns and at most TASK_BUFFER_BYTES plus one chunk while another
-task holds the lock; with
-`bootstrap`, at most IN_FLIGHT + 1 requests of SEND_BYTES per stream.
+filled it); up to TASK_HOLD_BYTES of held chunks; then with `path`, at most
+TASK_BUFFER_BYTES plus one chunk queued and the one chunk being appended (when its
+held chunks go to the queue at once, up to TASK_HOLD_BYTES plus one chunk, and the task
+waits until the queue is back under TASK_BUFFER_BYTES); with `bootstrap`, at most
+IN_FLIGHT + 1 requests of SEND_BYTES per stream.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Collection, Iterator
@@ -64,15 +72,16 @@ TASK_CHUNK_BYTES = 8 << 20
 # trading that atomicity for bounded memory: a larger task that fails leaves whole chunks,
 # a prefix of its rows, which its retry completes (docs/spark.md).
 TASK_HOLD_BYTES = 64 << 20
-# With a path: the most encoded bytes a task keeps while another task holds the lock.
+# With a path: the most encoded bytes a task queues for its appender thread; past them
+# the task waits (for another task's turn, and its own appends) before taking more rows.
 TASK_BUFFER_BYTES = 64 << 20
 # Through a daemon: the most record batch bytes of one Produce request, and how many
 # requests a task has unanswered at once.
 SEND_BYTES = 8 << 20
 IN_FLIGHT = 4
-# With a path, past the hold: a task appends its chunks in turns of at least this many
-# encoded bytes (or what is left at its end), taking the data directory's lock for each
-# turn and releasing it after (an open and a close, with its sync, per turn).
+# With a path, past the hold: a task's appender thread appends its chunks in turns of at
+# least this many encoded bytes (or what is left at its end), taking the data directory's
+# lock for each turn and releasing it after (an open and a close, with its sync, per turn).
 TASK_TURN_BYTES = 32 << 20
 # How long a task waits for the data directory's lock: the job's other tasks hold it in
 # turn (the writer found no daemon holding it before any task ran).
@@ -98,84 +107,162 @@ class TaskStream:
 
 
 class _LocalOutlet:
-    """Chunks into the data directory, in turns: the directory's lock is taken for each
-    turn of appends and released after it (module doc)."""
+    """Chunks into the data directory, in turns, by the task's appender thread: the
+    directory's lock is taken for each turn of appends and released after it, while the
+    task's own thread goes on reading and encoding rows (module doc)."""
 
     def __init__(self, opts: SinkOptions, ph: Phases) -> None:
         self.opts = opts
         self.ph = ph
-        self.target: LocalTarget | None = None
         self.queue: deque[tuple[TaskStream, Chunk]] = deque()
-        self.queued = 0
-
-    def _take(self, wait: bool) -> bool:
-        """Takes the lock: waits for it with `wait`, else only if it is free now."""
-        from walfs import WalLockedError
-        from walfs.spark.sink_target import LocalTarget, open_local, open_target
-
-        with self.ph("lock"):
-            if wait:
-                target = open_target(self.opts, TASK_LOCK_WAIT_S, max_pause=0.01)
-                assert isinstance(target, LocalTarget)
-                self.target = target
-            else:
-                try:
-                    self.target = open_local(self.opts, 0.0)
-                except WalLockedError:
-                    return False
-        return True
+        self.queued = 0  # encoded bytes in `queue`
+        self.ended = False  # no more chunks: the last turn appends what is queued
+        self.stopping = False  # the task failed: append nothing more
+        self.error: BaseException | None = None  # what ended the appender thread
+        self.cond = threading.Condition()
+        # Held by whichever thread has the data directory open: a turn, or a retry's scan.
+        self.dir = threading.Lock()
+        self.thread: threading.Thread | None = None
 
     @contextmanager
     def holding(self) -> Iterator[LocalTarget]:
-        """The target for a retry's scan, its lock waited for if need be and released
-        after."""
-        if self.target is None:
-            self._take(wait=True)
-        assert self.target is not None
-        try:
-            yield self.target
-        finally:
-            self._release()
+        """The target for a retry's scan (in the task's thread, between turns), its lock
+        waited for if need be and released after."""
+        with self.dir:
+            target = self._open()
+            try:
+                yield target
+            finally:
+                with self.ph("close"):
+                    target.close()
+
+    def _open(self) -> LocalTarget:
+        """Opens the data directory once its lock is free (another task's turn may hold
+        it): tried every 10 ms at most, up to TASK_LOCK_WAIT_S; given up as soon as the
+        task fails."""
+        from walfs import WalLockedError
+        from walfs.spark.sink_target import LocalTarget, open_local, open_target
+
+        deadline = time.monotonic() + TASK_LOCK_WAIT_S
+        pause = 0.001
+        with self.ph("lock"):
+            while True:
+                try:
+                    return open_local(self.opts, 0.0)
+                except WalLockedError:
+                    if time.monotonic() >= deadline:
+                        # the error naming option("bootstrap"), as a driver's open gives
+                        target = open_target(self.opts, 0.0)
+                        assert isinstance(target, LocalTarget)
+                        return target
+                with self.cond:
+                    if self.stopping:
+                        raise _Stopped from None
+                    self.cond.wait(pause)
+                pause = min(0.01, pause * 2)
 
     def put(self, st: TaskStream, chunk: Chunk) -> None:
-        """Queues a chunk; offer() appends the queue."""
-        self.queue.append((st, chunk))
-        self.queued += chunk.nbytes
+        """Queues a chunk for the appender thread (started at the first one)."""
+        with self.cond:
+            self._raise()
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="walfs-sink-appender", daemon=True)
+                self.thread.start()
+            self.queue.append((st, chunk))
+            self.queued += chunk.nbytes
+            if self.queued >= TASK_TURN_BYTES:
+                self.cond.notify_all()
 
     def offer(self) -> None:
-        """Appends the queued chunks in one turn once they fill TASK_TURN_BYTES: takes the
-        lock if it is free; waits for it only past TASK_BUFFER_BYTES."""
-        if self.queued >= TASK_TURN_BYTES:
-            self._turn(wait=self.queued > TASK_BUFFER_BYTES)
+        """Waits while more than TASK_BUFFER_BYTES are queued (the appender thread takes
+        its turns by itself); raises what failed the appender."""
+        with self.cond:
+            if self.queued > TASK_BUFFER_BYTES and self.error is None:
+                self.cond.notify_all()  # a turn is due now, whatever TASK_TURN_BYTES says
+                with self.ph("backlog"):
+                    while self.queued > TASK_BUFFER_BYTES and self.error is None:
+                        self.cond.wait()
+            self._raise()
 
-    def _turn(self, wait: bool) -> None:
-        if self.target is None and not self._take(wait):
-            return
-        assert self.target is not None
-        while self.queue:
-            st, chunk = self.queue.popleft()
-            self.queued -= chunk.nbytes
-            with self.ph("append"):
-                st.appended(self.target.append_chunk(st.topic, st.partition, chunk))
-        # The turn's chunks are durable before the lock goes to the next task: a close
-        # that skipped its sync would let the next opener take the records in the page
-        # cache for durable ones and write durable-end marks past them (docs/spark.md).
-        with self.ph("sync"):
-            self.target.wal.sync()
-        self._release()
+    def _raise(self) -> None:
+        if self.error is not None:
+            raise self.error
 
-    def _release(self) -> None:
-        target, self.target = self.target, None
-        if target is not None:
-            with self.ph("close"):
-                target.close()
+    def _run(self) -> None:
+        """The appender thread: a turn each time TASK_TURN_BYTES are queued, the task
+        waits for the queue (past TASK_BUFFER_BYTES), or its input has ended; ends after
+        the last turn, or at the first error (kept for the task's thread to raise)."""
+        try:
+            while True:
+                with self.cond:
+                    while not (
+                        self.stopping
+                        or self.ended
+                        or self.queued >= TASK_TURN_BYTES
+                        or self.queued > TASK_BUFFER_BYTES
+                    ):
+                        self.cond.wait()
+                    if self.stopping or not self.queue:
+                        return
+                self._turn()
+        except _Stopped:
+            pass
+        except BaseException as e:  # raised in the task's thread (_raise)
+            with self.cond:
+                self.error = e
+        finally:
+            with self.cond:
+                self.cond.notify_all()
+
+    def _turn(self) -> None:
+        """Takes the lock, appends every chunk queued (those queued meanwhile too, never
+        waiting for more), syncs them and releases the lock."""
+        with self.dir:
+            target = self._open()
+            try:
+                while True:
+                    with self.cond:
+                        if self.stopping or not self.queue:
+                            break
+                        st, chunk = self.queue.popleft()
+                        self.queued -= chunk.nbytes
+                        self.cond.notify_all()
+                    with self.ph("append"):
+                        st.appended(target.append_chunk(st.topic, st.partition, chunk))
+                    del chunk
+                # The turn's chunks are durable before the lock goes to the next task: a
+                # close that skipped its sync would let the next opener take the records
+                # in the page cache for durable ones and write durable-end marks past
+                # them (docs/spark.md). (On an error, the close syncs what was appended.)
+                with self.ph("sync"):
+                    target.wal.sync()
+            finally:
+                with self.ph("close"):
+                    target.close()
 
     def finish(self) -> None:
-        if self.queue:
-            self._turn(wait=True)
+        """Lets the last turn append what is queued; returns once every chunk is
+        appended and synced, or raises what failed the appender."""
+        with self.cond:
+            self.ended = True
+            self.cond.notify_all()
+        if self.thread is not None:
+            with self.ph("drain"):
+                self.thread.join()
+        self._raise()
 
     def close(self) -> None:
-        self._release()
+        """Stops the appender thread (after the chunk it is appending, with its turn's
+        sync and close) and waits for it; chunks still queued are dropped."""
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+        if self.thread is not None:
+            self.thread.join()
+
+
+class _Stopped(Exception):
+    """The task failed while its appender waited for the data directory's lock."""
 
 
 Counts = list[tuple[TaskStream, int]]
