@@ -33,8 +33,6 @@ from procstat import process_cpu_seconds as cpu_seconds
 
 import walfs
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 def cpu_of(server: int, client: int | None = None) -> tuple[float, float]:
     return cpu_seconds(server), cpu_seconds(client if client is not None else os.getpid())
@@ -82,7 +80,7 @@ def start_server(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
         ],
         stdout=subprocess.PIPE,
         text=True,
-        cwd=REPO,
+        cwd=Path(walfs.__file__).resolve().parent.parent,  # `-m` imports walfs from the cwd first
     )
     assert proc.stdout is not None
     m = re.search(r"listening on (\S+)", proc.stdout.readline())

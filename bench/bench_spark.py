@@ -33,7 +33,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+import walfs
+
+# The tree whose walfs this bench imports (PYTHONPATH's under bench/ab_trees.py), for the
+# daemons it starts with `python -m`, which imports walfs from its working directory first.
+WALFS_TREE = Path(walfs.__file__).resolve().parent.parent
 LINE_BYTES = 100
 NEEDLE_EVERY = 100  # one line in 100 holds the word "needle"
 
@@ -90,7 +94,7 @@ def mount_vs_plain(spark: Any, base: Path, size_mib: int) -> dict[str, Any]:
     subprocess.run(
         [sys.executable, "-m", "walfs.cli.mount", str(data), str(mnt), "--log-file", str(base / "mount.log")],
         check=True,
-        cwd=REPO,
+        cwd=WALFS_TREE,  # `-m` imports walfs from the cwd first: the tree this bench imports
         timeout=120,  # a daemon that never starts serving must not hang the benchmark
     )
     try:
@@ -130,7 +134,7 @@ def mount_vs_plain(spark: Any, base: Path, size_mib: int) -> dict[str, Any]:
         out["mount_vs_plain_filter"] = round(out["plain"]["filter_s"] / out["mount"]["filter_s"], 2)
         return out
     finally:
-        subprocess.run([sys.executable, "-m", "walfs.cli.umount", str(mnt)], check=False, cwd=REPO)
+        subprocess.run([sys.executable, "-m", "walfs.cli.umount", str(mnt)], check=False, cwd=WALFS_TREE)
 
 
 def source_vs_text(spark: Any, base: Path, records: int, record_bytes: int, repeat: int) -> dict[str, Any]:
