@@ -266,20 +266,23 @@ static void write_batch(const batch_src_t *src, uint32_t n, const batch_plan_t *
     put_batch_head(out, plan->total, first_off, src_rec(src, n - 1).offset, plan->base_ts, plan->max_ts, n);
 }
 
-int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t n, uint8_t *out,
-                          uint64_t outlen, uint64_t *needed)
+/* The batch planned, then written into memory allocated for it: its length, or -errno. */
+static int64_t encode_batch(const batch_src_t *src, uint32_t n, uint8_t **out)
 {
+    batch_plan_t plan;
+    int rc = plan_batch(src, n, &plan);
+    if (rc) return rc;
+    if (!(*out = malloc((size_t)plan.total))) return -ENOMEM;
+    write_batch(src, n, &plan, *out);
+    return (int64_t)plan.total;
+}
+
+int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t n, uint8_t **out)
+{
+    *out = NULL;
     if (n == 0) return 0;
     batch_src_t src = {.buf = buf, .recs = recs};
-    batch_plan_t plan;
-    int rc = plan_batch(&src, n, &plan);
-    if (rc == -EBADMSG) return rc;
-    if (rc || plan.total > outlen) {
-        if (needed) *needed = plan.total;
-        return -ENOBUFS;
-    }
-    write_batch(&src, n, &plan, out);
-    return (int64_t)plan.total;
+    return encode_batch(&src, n, out);
 }
 
 int64_t walfs_kafka_batch_pieces(uint32_t n, uint32_t n_pieces, const uint8_t *const *pieces,
@@ -295,13 +298,7 @@ int64_t walfs_kafka_batch_pieces(uint32_t n, uint32_t n_pieces, const uint8_t *c
     int64_t rc = bodies_from_pieces(n, n_pieces, pieces, piece_lens, meta_lens, value_lens, bodies, &joined);
     if (!rc) {
         batch_src_t src = {.bodies = bodies, .meta_lens = meta_lens, .value_lens = value_lens, .ts = timestamp_ms};
-        batch_plan_t plan;
-        rc = plan_batch(&src, n, &plan);
-        if (!rc && !(*out = malloc((size_t)plan.total))) rc = -ENOMEM;
-        if (!rc) {
-            write_batch(&src, n, &plan, *out);
-            rc = (int64_t)plan.total;
-        }
+        rc = encode_batch(&src, n, out);
     }
     free(joined);
     free(bodies);

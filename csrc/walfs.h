@@ -166,24 +166,22 @@ int walfs_bytes_resident(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint64_
 uint32_t walfs_crc32c(uint32_t crc, const uint8_t *buf, uint64_t len);
 /* Kafka wire: encodes n records as walfs_read_offset returned them (bodies in buf,
  * descriptors in recs, contiguous offsets) as one uncompressed Kafka record batch (magic
- * v2) into out. Key, headers and producer timestamp come from each record's meta section
+ * v2), into a buffer it allocates: *out (release it with walfs_free), the returned length
+ * long. Key, headers and producer timestamp come from each record's meta section
  * (walfs/records.py, v1); the append time stands in for a missing producer timestamp.
- * Returns the batch's length; -ENOBUFS with *needed when out is too small; -EBADMSG when
- * a meta section does not parse. Layout at the top of kafka_batch.c. */
-int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t n, uint8_t *out,
-                          uint64_t outlen, uint64_t *needed);
+ * -EBADMSG when a meta section does not parse; -ENOBUFS past Kafka's 2 GiB batch;
+ * -ENOMEM. Layout at the top of kafka_batch.c. */
+int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t n, uint8_t **out);
 /* As walfs_kafka_batch, for a writer (the Spark sink through a daemon): n records whose
  * bodies (meta || value) lie back to back in the concatenation of n_pieces buffers, as
  * walfs_append_pieces takes them (a body that spans pieces is copied, joined; the others
  * are encoded from the pieces), with offsets 0..n-1 and timestamp_ms standing in for a
- * missing producer timestamp, into a buffer it allocates: *out (release it with
- * walfs_free), the returned length long. -EINVAL unless the pieces hold exactly the
- * bodies' bytes; -ENOMEM; -EBADMSG when a meta section does not parse; -ENOBUFS past
- * Kafka's 2 GiB batch. */
+ * missing producer timestamp, as walfs_kafka_batch allocates and returns it. -EINVAL
+ * unless the pieces hold exactly the bodies' bytes; otherwise as walfs_kafka_batch. */
 int64_t walfs_kafka_batch_pieces(uint32_t n, uint32_t n_pieces, const uint8_t *const *pieces,
                                  const uint64_t *piece_lens, const uint32_t *meta_lens, const uint32_t *value_lens,
                                  int64_t timestamp_ms, uint8_t **out);
-/* Releases what a walfs_* call allocated for its caller (walfs_kafka_batch_pieces). */
+/* Releases what a walfs_* call allocated for its caller (the Kafka batch encoders). */
 void walfs_free(void *p);
 /* Kafka wire, a fetch in one pass: the records from `offset` on (at least one when any
  * exists, then up to max_records and max_bytes of stored bodies, and as many as out

@@ -46,22 +46,18 @@ def decode_kafka_records(body: Any, count: int, base_ts: int) -> tuple[bytearray
     return out, metas, values
 
 
-def encode_kafka_batch(buf: Any, recs: Any, n: int) -> bytes | bytearray:
+def encode_kafka_batch(buf: Any, recs: Any, n: int) -> memoryview:
     """n records as Engine.read_into left them, as one Kafka record batch (v2) (C:
-    walfs_kafka_batch), in a buffer of its own (not copied into bytes: a fetch answer
-    sends it as it is). Raises ValueError for a meta section that does not parse."""
+    walfs_kafka_batch), in memory of its own (_allocated_batch: not copied into bytes, a
+    fetch answer sends it as it is). Raises ValueError for a meta section that does not
+    parse."""
     if n == 0:
-        return b""
-    needed = ffi.new("uint64_t *")
+        return memoryview(b"")
+    out = ffi.new("uint8_t **")
     # Released on the way out, as every cffi buffer over a caller's (walfs/engine.py).
     with ffi.from_buffer(buf) as cbuf, ffi.from_buffer("walfs_rec_t[]", recs) as crecs:
-        # A sizing call first (nothing written), then the batch into a buffer of its size.
-        rc = lib.walfs_kafka_batch(cbuf, crecs, n, ffi.NULL, 0, needed)
-        if rc == -errno.ENOBUFS:
-            out = bytearray(int(needed[0]))
-            if lib.walfs_kafka_batch(cbuf, crecs, n, ffi.from_buffer(out), len(out), needed) == len(out):
-                return out
-    raise ValueError("a record's meta section does not parse")
+        rc = int(lib.walfs_kafka_batch(cbuf, crecs, n, out))
+    return _allocated_batch(rc, out)
 
 
 def encode_kafka_batch_pieces(
@@ -70,10 +66,9 @@ def encode_kafka_batch_pieces(
     """Records in the stored layout, their bodies back to back in the concatenation of
     `pieces` (buffers, as LogEngine.append_pieces takes them: a writer's chunk, never
     joined here), as one Kafka record batch (v2) with offsets 0..n-1 and `timestamp_ms`
-    for records without a producer timestamp (C: walfs_kafka_batch_pieces, one pass to
-    size the batch and one to write it into memory the core allocates and walfs_free
-    releases when the view's last reference goes). ValueError when the pieces do not hold
-    exactly the records' bodies or a meta section does not parse."""
+    for records without a producer timestamp (C: walfs_kafka_batch_pieces), in memory of
+    its own (_allocated_batch). ValueError when the pieces do not hold exactly the
+    records' bodies or a meta section does not parse."""
     n = len(meta_lens)
     if n == 0:
         return memoryview(b"")
@@ -88,6 +83,12 @@ def encode_kafka_batch_pieces(
         rc = int(
             lib.walfs_kafka_batch_pieces(n, len(bufs), cpieces, lens, cmetas, cvalues, timestamp_ms, out)
         )
+    return _allocated_batch(rc, out)
+
+
+def _allocated_batch(rc: int, out: Any) -> memoryview:
+    """The batch a C encoder sized, allocated and wrote in one call (rc bytes at *out), as
+    a view that frees it (walfs_free) when its last reference goes; its error as Python's."""
     if rc > 0:
         return memoryview(ffi.buffer(ffi.gc(out[0], lib.walfs_free, size=rc), rc))
     if rc == -errno.ENOMEM:
@@ -104,7 +105,7 @@ _read_buffers = threading.local()
 
 def read_as_kafka_batch(
     engine: Any, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
-) -> bytes | bytearray:
+) -> memoryview:
     """LogEngine.read_kafka_batch for an engine with no stored layout to encode from in
     place (the cluster engine): its read() into this thread's buffers, then
     encode_kafka_batch."""
