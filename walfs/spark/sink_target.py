@@ -14,7 +14,7 @@ records that have headers.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol
 
 import pyarrow as pa
@@ -62,9 +62,14 @@ class SinkTarget(Protocol):
 LOCK_WAIT_S = 20.0
 
 
-def open_target(opts: SinkOptions, lock_wait_s: float = LOCK_WAIT_S, max_pause: float = 0.1) -> SinkTarget:
+def open_target(
+    opts: SinkOptions,
+    lock_wait_s: float = LOCK_WAIT_S,
+    max_pause: float = 0.1,
+    pause: Callable[[float], None] = time.sleep,
+) -> SinkTarget:
     """The target of the options; with a path, the data directory's lock waited for up
-    to `lock_wait_s` (tried every `max_pause` at most)."""
+    to `lock_wait_s` (tried every `max_pause` at most; open_local)."""
     if opts.bootstrap:
         # Imported here: the Kafka client's message classes (kio) take a second or more
         # to import, which a write to the data directory should not pay.
@@ -73,7 +78,7 @@ def open_target(opts: SinkOptions, lock_wait_s: float = LOCK_WAIT_S, max_pause: 
 
         return RemoteTarget(RemoteWal(opts.bootstrap))
     try:
-        return open_local(opts, lock_wait_s, max_pause)
+        return open_local(opts, lock_wait_s, max_pause, pause)
     except WalLockedError as e:
         raise WalfsOptionError(
             f"{opts.path} is owned by a running walfs daemon (walfs mount / walfs serve): write "
@@ -82,19 +87,22 @@ def open_target(opts: SinkOptions, lock_wait_s: float = LOCK_WAIT_S, max_pause: 
         ) from e
 
 
-def open_local(opts: SinkOptions, lock_wait_s: float, max_pause: float = 0.1) -> LocalTarget:
+def open_local(
+    opts: SinkOptions, lock_wait_s: float, max_pause: float = 0.1, pause: Callable[[float], None] = time.sleep
+) -> LocalTarget:
     """The data directory of the options, opened once its lock is free: tried until
-    `lock_wait_s` has passed (once for 0), then WalLockedError."""
+    `lock_wait_s` has passed (once for 0), then WalLockedError; `pause(s)` between tries
+    (a caller's may raise to give up)."""
     deadline = time.monotonic() + lock_wait_s
-    pause = 0.002
+    wait = 0.002
     while True:
         try:
             return LocalTarget(open_engine(opts.path, org_id=opts.org_id))
         except WalLockedError:
             if time.monotonic() >= deadline:
                 raise
-            time.sleep(pause)
-            pause = min(max_pause, pause * 2)
+            pause(wait)
+            wait = min(max_pause, wait * 2)
 
 
 def headed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Sequence[Header]]]:

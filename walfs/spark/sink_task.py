@@ -140,26 +140,18 @@ class _LocalOutlet:
         """Opens the data directory once its lock is free (another task's turn may hold
         it): tried every 10 ms at most, up to TASK_LOCK_WAIT_S; given up as soon as the
         task fails."""
-        from walfs import WalLockedError
-        from walfs.spark.sink_target import LocalTarget, open_local, open_target
+        from walfs.spark.sink_target import LocalTarget, open_target
 
-        deadline = time.monotonic() + TASK_LOCK_WAIT_S
-        pause = 0.001
+        def pause(s: float) -> None:
+            with self.cond:
+                if self.stopping:
+                    raise _Stopped
+                self.cond.wait(s)
+
         with self.ph("lock"):
-            while True:
-                try:
-                    return open_local(self.opts, 0.0)
-                except WalLockedError:
-                    if time.monotonic() >= deadline:
-                        # the error naming option("bootstrap"), as a driver's open gives
-                        target = open_target(self.opts, 0.0)
-                        assert isinstance(target, LocalTarget)
-                        return target
-                with self.cond:
-                    if self.stopping:
-                        raise _Stopped from None
-                    self.cond.wait(pause)
-                pause = min(0.01, pause * 2)
+            target = open_target(self.opts, TASK_LOCK_WAIT_S, max_pause=0.01, pause=pause)
+        assert isinstance(target, LocalTarget)
+        return target
 
     def put(self, st: TaskStream, chunk: Chunk) -> None:
         """Queues a chunk for the appender thread (started at the first one)."""
