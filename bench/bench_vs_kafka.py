@@ -752,17 +752,6 @@ def main() -> int:
     args = ap.parse_args()
     if args.summarize:
         earlier = json.loads(Path(args.summarize).read_text())
-        for r in earlier["runs"]:
-            for phase in ("produce", "consume"):
-                if "other_cpu_pct" not in r[phase]:
-                    others(r[phase], earlier["machine"]["nproc"])
-                top, window = r[phase].get("server_threads_top"), r[phase].get("window_s")
-                if "server_wanted_pct" not in r[phase] and top and window:  # from its busiest threads
-                    work = [t for t in top if t[0] not in JVM_THREADS]
-                    wanted = max((t[1] + t[2] for t in work), default=None)
-                    r[phase]["server_wanted_pct"] = (
-                        None if wanted is None else round(100 * wanted / window, 1)
-                    )
         summary = summarize(earlier["runs"])
         print(table(summary), file=sys.stderr)
         print(bounds_markdown(summary))
