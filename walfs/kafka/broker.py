@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from walfs.kafka.broker_config import BrokerConfig
+from walfs.kafka.fetch_ahead import FetchAhead, on_change
 from walfs.kafka.group_coordinator import GroupCoordinator
 from walfs.kafka.group_sync import GroupSync
 from walfs.kafka.producer_ids import ProducerIds
@@ -42,6 +43,11 @@ class Connection:
     client_id: str | None = None
     # The connection's SASL state on a SASL listener (None on others).
     sasl: SaslSession | None = None
+    # Work a handler leaves for after its answer is out, run by the listener only when
+    # the answer went out whole and no request waits (the fetch's read-ahead).
+    after_answer: Callable[[], None] | None = None
+    # The batches read ahead for this connection's next fetch (walfs/kafka/fetch_ahead.py).
+    fetch_ahead: FetchAhead | None = None
 
 
 @dataclass
@@ -64,11 +70,22 @@ class Broker:
     wait_limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(256))
     # walfs.metrics.Latency of requests by API name when metrics are on (None: off).
     request_latency: Any = None
+    # Bytes every connection's fetch read-ahead may still keep (walfs/kafka/fetch_ahead.py).
+    ahead_budget: int = field(default=64 << 20, init=False)
+    # Topics created or deleted since the read-ahead began watching (it drops what it kept).
+    topic_changes: int = field(default=0, init=False)
+    _stop_watching: Callable[[], None] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.catalog = TopicCatalog(self.wal)
         self.groups = GroupCoordinator(self.wal)
         self.durable = GroupSync(self.wal.sync, self.io_limiter)
+
+    def watch_topic_changes(self) -> int:
+        """topic_changes, counted from the first call on (LogEngine.watch)."""
+        if self._stop_watching is None:
+            self._stop_watching = self.wal.watch(lambda change: on_change(self, change))
+        return self.topic_changes
 
     async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a WAL call that may block (append under fsync=always, sync) in a

@@ -21,6 +21,7 @@ import trio
 from walfs.engine_api import durable_end, wait_for
 from walfs.kafka.api import Api, Written
 from walfs.kafka.broker import Broker, Connection
+from walfs.kafka.fetch_ahead import MAX_RECORDS_PER_READ, FetchAhead, Next, batch_end
 from walfs.kafka.fetch_answer import encode_fetch_answer
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.wal_errors import error_code_for
@@ -28,8 +29,6 @@ from walfs.kafka.wal_errors import error_code_for
 # A long poll watches at most this many partitions (those first in the request);
 # the others are still served by the next fetch, at most max_wait_ms later.
 MAX_WATCHED_PARTITIONS = 16
-# Upper bound on records per partition read; max_bytes is the real limit.
-MAX_RECORDS_PER_READ = 100_000
 # A fetch naming more partitions than this is read in a worker thread: the event loop is
 # not held for the reads of many.
 MAX_INLINE_PARTITIONS = 8
@@ -39,8 +38,11 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 
 
-def _read_partitions(broker: Broker, req: Any) -> tuple[list[Any], int, list[tuple[str, int, int]]]:
-    """Reads every requested partition (worker thread).
+def _read_partitions(
+    broker: Broker, req: Any, ahead: FetchAhead | None = None
+) -> tuple[list[Any], int, list[tuple[str, int, int]]]:
+    """Reads every requested partition (worker thread, or the event loop: _read), taking
+    the batches ``ahead`` kept for exactly these reads instead of reading them again.
 
     Returns per topic (name, [(partition, error, hwm, lwm, records bytes)]), the
     bytes found, and the (topic, partition, offset) of partitions at their end."""
@@ -74,8 +76,9 @@ def _read_partitions(broker: Broker, req: Any) -> tuple[list[Any], int, list[tup
                     # At least one record comes back even above the limit, so a
                     # record larger than max_bytes cannot stall its consumer (KIP-74).
                     # Encoded in C straight from the log (LogEngine.read_kafka_batch).
-                    n = min(MAX_RECORDS_PER_READ, hwm - offset)
-                    data = wal.read_kafka_batch(topic, p, offset, n, max(limit, 1))
+                    n, limit = min(MAX_RECORDS_PER_READ, hwm - offset), max(limit, 1)
+                    kept = ahead.take(topic, p, offset, limit) if ahead is not None else None
+                    data = kept if kept is not None else wal.read_kafka_batch(topic, p, offset, n, limit)
                 except Exception as e:
                     parts.append((p, error_code_for(e, f"fetch {topic}/{p}@{offset}"), hwm, lwm, b""))
                     continue
@@ -85,10 +88,11 @@ def _read_partitions(broker: Broker, req: Any) -> tuple[list[Any], int, list[tup
     return topics, total, at_end
 
 
-def _readable_inline(broker: Broker, req: Any) -> bool:
+def _readable_inline(broker: Broker, req: Any, ahead: FetchAhead | None = None) -> bool:
     """Whether _read_partitions can run on the event loop without waiting: few partitions,
     none with a sync due (durable_end would fsync), and every one's records from its fetch
-    offset on (up to its byte limit) in the page cache (LogEngine.resident, a mincore)."""
+    offset on (up to its byte limit) in the page cache (LogEngine.resident, a mincore), or
+    read ahead already."""
     wal = broker.wal
     budget = getattr(req, "max_bytes", 0x7FFFFFFF)
     n = 0
@@ -102,6 +106,8 @@ def _readable_inline(broker: Broker, req: Any) -> bool:
                 offset = fp.fetch_offset
                 if info.durable_watermark <= offset < info.high_watermark:
                     return False  # records past the durable mark: a sync first
+                if ahead is not None and ahead.has(ft.topic, fp.partition, offset):
+                    continue
                 if info.low_watermark <= offset < info.durable_watermark:
                     pos = wal.locate(ft.topic, fp.partition, offset=offset)
                     size = max(1, min(fp.partition_max_bytes, budget))
@@ -112,10 +118,32 @@ def _readable_inline(broker: Broker, req: Any) -> bool:
     return True
 
 
-async def _read(broker: Broker, req: Any) -> tuple[list[Any], int, list[tuple[str, int, int]]]:
-    if _readable_inline(broker, req):
-        return _read_partitions(broker, req)
-    return await broker.blocking(_read_partitions, broker, req)
+async def _read(
+    broker: Broker, req: Any, ahead: FetchAhead | None
+) -> tuple[list[Any], int, list[tuple[str, int, int]]]:
+    if _readable_inline(broker, req, ahead):
+        return _read_partitions(broker, req, ahead)
+    return await broker.blocking(_read_partitions, broker, req, ahead)
+
+
+def _plan_ahead(req: Any, topics: list[Any]) -> list[Next]:
+    """The reads the next fetch will make if it asks for the same partitions from where
+    this answer ended (the Java consumer's next fetch): one per partition that got
+    records, with the byte limit _read_partitions will give it. A limit is known only
+    while the partitions before it cannot use up the fetch's max_bytes (each may return
+    up to its own limit), so the plan stops at the first it cannot know."""
+    budget = getattr(req, "max_bytes", 0x7FFFFFFF)
+    most = 0  # the most bytes the partitions so far can return
+    plan: list[Next] = []
+    for ft, (_, parts) in zip(req.topics, topics, strict=True):
+        for fp, (p, error, _hwm, _lwm, data) in zip(ft.partitions, parts, strict=True):
+            limit = fp.partition_max_bytes
+            if most + limit > budget:
+                return plan
+            most += limit
+            if error == ErrorCode.none and len(data) > 0 and limit > 0:
+                plan.append(Next(ft.topic, p, batch_end(data), limit))
+    return plan
 
 
 async def _wait_for_any(broker: Broker, watch: list[tuple[str, int, int]], timeout_s: float) -> None:
@@ -138,11 +166,22 @@ async def _wait_for_any(broker: Broker, watch: list[tuple[str, int, int]], timeo
 
 
 async def handle_fetch(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
-    topics, total, at_end = await _read(broker, req)
-    wait_s = req.max_wait.total_seconds()
-    if total == 0 and at_end and wait_s > 0:
-        await _wait_for_any(broker, at_end, wait_s)
-        topics, total, at_end = await _read(broker, req)
+    ahead = conn.fetch_ahead
+    if ahead is None or ahead.broker is not broker:
+        if ahead is not None:
+            ahead.take_all()
+        ahead = conn.fetch_ahead = FetchAhead(broker)
+    try:
+        topics, total, at_end = await _read(broker, req, ahead)
+        wait_s = req.max_wait.total_seconds()
+        if total == 0 and at_end and wait_s > 0:
+            await _wait_for_any(broker, at_end, wait_s)
+            topics, total, at_end = await _read(broker, req, ahead)
+    finally:
+        ahead.take_all()
+    plan = _plan_ahead(req, topics)
+    if plan:
+        conn.after_answer = lambda: ahead.read(plan)
     # Written straight into its wire pieces (walfs/kafka/fetch_answer.py), not through
     # kio's dataclasses: ~85 us less per fetch.
     return Written(lambda correlation_id: encode_fetch_answer(correlation_id, version, topics))

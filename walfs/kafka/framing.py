@@ -214,6 +214,11 @@ class ReadAhead:
                 if payload is None:
                     return
 
+    @property
+    def idle(self) -> bool:
+        """No frame read ahead waits to be handled."""
+        return self._recv.statistics().current_buffer_used == 0
+
     async def next_frame(self) -> bytes | memoryview | None:
         """As FrameReader.next_frame: the next payload, None at the end, or its error."""
         try:

@@ -179,6 +179,9 @@ async def _serve_connection(
                         del payload
                         await reader.release_frame()
                     await pipe.send(response, api, t0, observe)
+                    job, conn.after_answer = conn.after_answer, None
+                    if job is not None and pipe.idle and frames.idle:
+                        job()  # the answer is out and nothing waits: the fetch's read-ahead
                     if session is not None:
                         if session.failed:
                             refused = f"SASL refused ({session.mechanism or 'no mechanism'})"
@@ -201,6 +204,8 @@ async def _serve_connection(
         # carry on serving everyone else.
         log.exception("%s: internal error, closing connection", conn.peer)
     finally:
+        if conn.fetch_ahead is not None:
+            conn.fetch_ahead.take_all()
         with trio.CancelScope(shield=True):
             await reader.release_all()
             if io is not stream:

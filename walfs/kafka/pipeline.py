@@ -44,6 +44,11 @@ class ResponsePipe:
         self._send, self._recv = trio.open_memory_channel[tuple[Any, str, float, Observe | None]](depth - 1)
         self._owed = 0  # answers queued to the pipe's task or being sent by it
 
+    @property
+    def idle(self) -> bool:
+        """No answer is owed: every answer so far is in the socket's send buffer."""
+        return self._owed == 0
+
     async def send(
         self, response: Encoded | Later | None, api: str = "", t0: float = 0.0, observe: Observe | None = None
     ) -> None:
