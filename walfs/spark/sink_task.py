@@ -123,6 +123,7 @@ class _LocalOutlet:
         # Held by whichever thread has the data directory open: a turn, or a retry's scan.
         self.dir = threading.Lock()
         self.thread: threading.Thread | None = None
+        self.waited = 0.0  # seconds the last _open paused for the lock (phases' turns)
 
     @contextmanager
     def holding(self) -> Iterator[LocalTarget]:
@@ -143,11 +144,14 @@ class _LocalOutlet:
         from walfs.spark.sink_target import LocalTarget, open_target
 
         def pause(s: float) -> None:
+            t = time.perf_counter()
             with self.cond:
                 if self.stopping:
                     raise _Stopped
                 self.cond.wait(s)
+            self.waited += time.perf_counter() - t
 
+        self.waited = 0.0
         with self.ph("lock"):
             target = open_target(self.opts, TASK_LOCK_WAIT_S, max_pause=0.01, pause=pause)
         assert isinstance(target, LocalTarget)
@@ -210,7 +214,11 @@ class _LocalOutlet:
         """Takes the lock, appends every chunk queued (those queued meanwhile too, never
         waiting for more), syncs them and releases the lock."""
         with self.dir:
+            asked = time.time()
             target = self._open()
+            got = time.time()
+            nbytes = 0
+            synced = 0.0
             try:
                 while True:
                     with self.cond:
@@ -219,6 +227,7 @@ class _LocalOutlet:
                         st, chunk = self.queue.popleft()
                         self.queued -= chunk.nbytes
                         self.cond.notify_all()
+                    nbytes += chunk.nbytes
                     with self.ph("append"):
                         st.appended(target.append_chunk(st.topic, st.partition, chunk))
                     del chunk
@@ -226,11 +235,21 @@ class _LocalOutlet:
                 # close that skipped its sync would let the next opener take the records
                 # in the page cache for durable ones and write durable-end marks past
                 # them (docs/spark.md). (On an error, the close syncs what was appended.)
+                synced = time.perf_counter()
                 with self.ph("sync"):
                     target.wal.sync()
+                synced = time.perf_counter() - synced
             finally:
                 with self.ph("close"):
                     target.close()
+            self.ph.turn(
+                asked=asked,
+                got=got,
+                released=time.time(),
+                waited=self.waited,
+                mib=nbytes / (1 << 20),
+                sync=synced,
+            )
 
     def finish(self) -> None:
         """Lets the last turn append what is queued; returns once every chunk is
