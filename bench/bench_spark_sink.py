@@ -116,7 +116,8 @@ def turns_summary(tasks: list[dict[str, Any]]) -> dict[str, Any]:
     got it: how many, the seconds the lock was held in all (got to released, summed),
     from the first turn's got to the last's release, and the handoffs: for each turn that
     asked while the lock was held, the gap between the previous release and its got
-    (the waiter's polling, then its open)."""
+    (the waiter's polling, then its open; `released` is when the holder's close
+    returned, its flock released a little before, so a gap may be negative)."""
     turns = sorted((t for line in tasks for t in line.get("turns", [])), key=lambda t: t["got"])
     if not turns:
         return {}
