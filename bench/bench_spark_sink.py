@@ -43,7 +43,9 @@ each task's seconds per phase (the phases are sink_phases.py's: feed, the wait f
 Spark's next Arrow batch, then the sink's own, some of them in a task's appender
 thread) and its start and end relative to the write's start (`*_phases`);
 `*_phases_most` sums each write up: the most any one task spent in each phase, and when
-its last task ended (`end`).
+its last task ended (`end`); `sink_path_turns` sums up the path writes' turns on the
+data directory's lock (turns_summary: how long it was held, the opens, syncs and
+handoffs between tasks).
 """
 
 from __future__ import annotations
@@ -103,7 +105,35 @@ def task_phases(where: Path, started: float) -> list[dict[str, Any]]:
         line["start"] = round(line["start"] - started, 4)
         line["end"] = round(line["end"] - started, 4)
         line.pop("pid", None)
+        for turn in line.get("turns", []):
+            for k in ("asked", "got", "released"):
+                turn[k] = round(turn[k] - started, 4)
     return sorted(lines, key=lambda x: x["start"])
+
+
+def turns_summary(tasks: list[dict[str, Any]]) -> dict[str, Any]:
+    """One write's turns on the data directory's lock (with a path), in the order they
+    got it: how many, the seconds the lock was held in all (got to released, summed),
+    from the first turn's got to the last's release, and the handoffs: for each turn that
+    asked while the lock was held, the gap between the previous release and its got
+    (the waiter's polling, then its open; `released` is when the holder's close
+    returned, its flock released a little before, so a gap may be negative)."""
+    turns = sorted((t for line in tasks for t in line.get("turns", [])), key=lambda t: t["got"])
+    if not turns:
+        return {}
+    handoffs = [
+        round(b["got"] - a["released"], 4)
+        for a, b in zip(turns, turns[1:], strict=False)
+        if b["asked"] < a["released"]
+    ]
+    return {
+        "turns": len(turns),
+        "held": round(sum(t["released"] - t["got"] for t in turns), 4),
+        "span": round(turns[-1]["released"] - turns[0]["got"], 4),
+        "open": round(sum(t["open"] for t in turns), 4),
+        "sync": round(sum(t["sync"] for t in turns), 4),
+        "handoffs": handoffs,
+    }
 
 
 def phases_most(tasks: list[dict[str, Any]]) -> dict[str, float]:
@@ -326,6 +356,7 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str, rounds
     for k, runs in phases.items():
         run[k + "_phases"] = runs
         run[k + "_phases_most"] = [phases_most(tasks) for tasks in runs]
+    run["sink_path_turns"] = [turns_summary(tasks) for tasks in phases["sink_path"]]
     values = [value_of(i, size, values_kind) for i in range(n)]
     with walfs.Wal(base / f"engine{size}") as wal:
         t = time.perf_counter()

@@ -283,6 +283,41 @@ def test_with_a_path_rows_keep_coming_while_a_turn_appends(
     assert [r.value for r in records] == [value(i) for i in range(n)]
 
 
+def test_with_a_path_the_phases_line_lists_each_turn_on_the_lock(tmp_path: Path) -> None:
+    """With walfs.bench.phases, a task's line lists its turns on the data directory's
+    lock (walfs.spark.sink_phases.Phases.turn): here another holder (this process,
+    through its own open of the directory) has the lock when the task's input ends, so
+    its one turn asks before that holder releases it and gets it only after; the turn's
+    `open` leaves out the wait, and its MiB are the task's encoded chunks."""
+    target = Target(tmp_path, remote=False)
+    log = tmp_path / "phases.jsonl"
+    opts = parse_sink_options({"path": str(target.data), "walfs.bench.phases": str(log)})
+    writer = WalfsBatchWriter(opts)
+    released: list[float] = []
+
+    def hold_then_release(wal: walfs.Wal) -> None:
+        time.sleep(0.5)
+        released.append(time.time())
+        wal.close()
+
+    def check(k: int) -> None:
+        if k == BATCHES - 1:  # under the hold: the task's one turn comes at its input's end
+            threading.Thread(target=hold_then_release, args=(walfs.Wal(target.data),)).start()
+
+    done = writer.write_task(0, 0, batches(check))
+    records = target.stored()
+    assert done.streams == [("t", 0, 0, BATCHES * BATCH_ROWS)] and len(records) == BATCHES * BATCH_ROWS
+    [line] = [json.loads(x) for x in log.read_text().splitlines()]
+    [turn] = line["turns"]
+    assert set(turn) == {"asked", "got", "released", "open", "mib", "sync"}
+    assert turn["asked"] < released[0] < turn["got"] + 1e-4  # asked while held, got it after
+    assert turn["got"] <= turn["released"] <= line["end"] + 1e-3
+    assert 0 <= turn["open"] <= turn["got"] - turn["asked"] and turn["sync"] >= 0
+    # The chunks' encoded bytes: the values, each record's stored framing, the markers.
+    assert BATCHES <= turn["mib"] < BATCHES * 1.05
+    assert line["lock"] >= turn["got"] - turn["asked"] - 1e-3  # the phase: the wait and the open
+
+
 @pytest.mark.parametrize("backlog", [False, True], ids=["feeding", "waiting-on-a-full-queue"])
 def test_with_a_path_an_append_failing_in_the_appender_thread_fails_the_task(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backlog: bool

@@ -94,7 +94,7 @@ def open_local(
     `lock_wait_s` has passed (once for 0), then WalLockedError; `pause(s)` between tries
     (a caller's may raise to give up)."""
     deadline = time.monotonic() + lock_wait_s
-    wait = 0.002
+    wait = min(0.002, max_pause)
     while True:
         try:
             return LocalTarget(open_engine(opts.path, org_id=opts.org_id))

@@ -86,6 +86,10 @@ TASK_TURN_BYTES = 32 << 20
 # How long a task waits for the data directory's lock: the job's other tasks hold it in
 # turn (the writer found no daemon holding it before any task ran).
 TASK_LOCK_WAIT_S = 600.0
+# How often at most a task's appender tries the lock while another task holds it: the
+# lock passes between tasks at most this late (a failed try, a LOCK file's flock that
+# another process holds, costs ~25 us of CPU: 2.5% of a core while waiting).
+TASK_LOCK_POLL_S = 0.001
 
 
 @dataclass
@@ -123,6 +127,7 @@ class _LocalOutlet:
         # Held by whichever thread has the data directory open: a turn, or a retry's scan.
         self.dir = threading.Lock()
         self.thread: threading.Thread | None = None
+        self.waited = 0.0  # seconds the last _open paused for the lock (phases' turns)
 
     @contextmanager
     def holding(self) -> Iterator[LocalTarget]:
@@ -138,18 +143,21 @@ class _LocalOutlet:
 
     def _open(self) -> LocalTarget:
         """Opens the data directory once its lock is free (another task's turn may hold
-        it): tried every 10 ms at most, up to TASK_LOCK_WAIT_S; given up as soon as the
-        task fails."""
+        it): tried every TASK_LOCK_POLL_S at most, up to TASK_LOCK_WAIT_S; given up as
+        soon as the task fails."""
         from walfs.spark.sink_target import LocalTarget, open_target
 
         def pause(s: float) -> None:
+            t = time.perf_counter()
             with self.cond:
                 if self.stopping:
                     raise _Stopped
                 self.cond.wait(s)
+            self.waited += time.perf_counter() - t
 
+        self.waited = 0.0
         with self.ph("lock"):
-            target = open_target(self.opts, TASK_LOCK_WAIT_S, max_pause=0.01, pause=pause)
+            target = open_target(self.opts, TASK_LOCK_WAIT_S, max_pause=TASK_LOCK_POLL_S, pause=pause)
         assert isinstance(target, LocalTarget)
         return target
 
@@ -210,7 +218,11 @@ class _LocalOutlet:
         """Takes the lock, appends every chunk queued (those queued meanwhile too, never
         waiting for more), syncs them and releases the lock."""
         with self.dir:
+            asked = time.time()
             target = self._open()
+            got = time.time()
+            nbytes = 0
+            synced = 0.0
             try:
                 while True:
                     with self.cond:
@@ -219,6 +231,7 @@ class _LocalOutlet:
                         st, chunk = self.queue.popleft()
                         self.queued -= chunk.nbytes
                         self.cond.notify_all()
+                    nbytes += chunk.nbytes
                     with self.ph("append"):
                         st.appended(target.append_chunk(st.topic, st.partition, chunk))
                     del chunk
@@ -226,11 +239,21 @@ class _LocalOutlet:
                 # close that skipped its sync would let the next opener take the records
                 # in the page cache for durable ones and write durable-end marks past
                 # them (docs/spark.md). (On an error, the close syncs what was appended.)
+                synced = time.perf_counter()
                 with self.ph("sync"):
                     target.wal.sync()
+                synced = time.perf_counter() - synced
             finally:
                 with self.ph("close"):
                     target.close()
+            self.ph.turn(
+                asked=asked,
+                got=got,
+                released=time.time(),
+                waited=self.waited,
+                mib=nbytes / (1 << 20),
+                sync=synced,
+            )
 
     def finish(self) -> None:
         """Lets the last turn append what is queued; returns once every chunk is
