@@ -9,7 +9,10 @@ For before/after runs of the fetch path (it imports nothing newer than the liste
         --out /tmp/ab-fetch.json -- bench/bench_fetch_dispatch.py
 
 Each size: 8 MiB of records in 1 MiB produce batches, 50 warm-up fetches, then --fetches
-fetches of 1 MiB cycling over the 8 MiB. The machine's other load moves the figures:
+fetches of 1 MiB cycling over the 8 MiB, each one from where the last ended (but the
+first of each cycle), as a consumer asks. After each answer, what the listener runs once
+an answer is out runs too (the read-ahead of walfs/kafka/fetch_ahead.py): `answer_us` is
+the answers' own wall time, what a consumer waits for; `wall_us` and `cpu_us` count both. The machine's other load moves the figures:
 compare trees within one run."""
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import json
 import os
 import resource
+import struct
 import sys
 import tempfile
 import time
@@ -55,13 +59,34 @@ def one_size(size: int, fetches: int) -> dict[str, Any]:
             assert bodies is not None
             wal.append_bodies("t", bodies.data, bodies.meta_lens, bodies.value_lens)
         wal.sync()
-        frames = [fetch_frame("t", k * per_batch, 7, MIB)[4:] for k in range(8)]
+        # Each fetch from where the one before ended (a 1 MiB answer holds fewer records
+        # than a 1 MiB produce batch: the last record that does not fit waits).
+        starts = [0]
+        end = wal.engine.info("t", 0).high_watermark
+        while True:
+            batch = wal.engine.read_kafka_batch("t", 0, starts[-1], end - starts[-1], MIB)
+            nxt = struct.unpack_from(">q", batch, 0)[0] + struct.unpack_from(">i", batch, 23)[0] + 1
+            if nxt >= end:
+                break
+            starts.append(nxt)
+        frames = [fetch_frame("t", off, 7, MIB)[4:] for off in starts]
+
+        answer_s = [0.0]  # the answers' time: what the consumer waits for
 
         async def run(n: int) -> None:
             for i in range(n):
+                t = time.perf_counter()
                 await dispatch(broker, conn, frames[i % len(frames)])
+                answer_s[0] += time.perf_counter() - t
+                # What the listener runs once the answer is out (the read-ahead of
+                # walfs/kafka/fetch_ahead.py; trees before it leave nothing).
+                job = getattr(conn, "after_answer", None)
+                if job is not None:
+                    conn.after_answer = None
+                    job()
 
         trio.run(run, 50)
+        answer_s[0] = 0.0
         c0, t0 = process_cpu(), time.perf_counter()
         trio.run(run, fetches)
         cpu, wall = process_cpu() - c0, time.perf_counter() - t0
@@ -70,6 +95,7 @@ def one_size(size: int, fetches: int) -> dict[str, Any]:
         "fetches": fetches,
         "cpu_us_per_fetch": round(cpu / fetches * 1e6, 1),
         "wall_us_per_fetch": round(wall / fetches * 1e6, 1),
+        "answer_us_per_fetch": round(answer_s[0] / fetches * 1e6, 1),
     }
 
 
@@ -83,7 +109,8 @@ def main() -> int:
     for r in results:
         print(
             f"{r['record_bytes']:6d} B: {r['cpu_us_per_fetch']:8.1f} us CPU, "
-            f"{r['wall_us_per_fetch']:8.1f} us wall per 1 MiB fetch",
+            f"{r['wall_us_per_fetch']:8.1f} us wall per 1 MiB fetch, "
+            f"{r['answer_us_per_fetch']:8.1f} us of it answering",
             file=sys.stderr,
         )
     doc = {"bench": "fetch_dispatch", "loadavg": os.getloadavg(), "results": results}
