@@ -12,8 +12,8 @@ Each size: 8 MiB of records in 1 MiB produce batches, 50 warm-up fetches, then -
 fetches of 1 MiB cycling over the 8 MiB, each one from where the last ended (but the
 first of each cycle), as a consumer asks. After each answer, what the listener runs once
 an answer is out runs too (the read-ahead of walfs/kafka/fetch_ahead.py): `answer_us` is
-the answers' own wall time, what a consumer waits for; `wall_us` and `cpu_us` count both. The machine's other load moves the figures:
-compare trees within one run."""
+the answers' own wall time, what a consumer waits for; `wall_us` and `cpu_us` count both.
+The machine's other load moves the figures: compare trees within one run."""
 
 from __future__ import annotations
 
