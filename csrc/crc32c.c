@@ -141,50 +141,65 @@ static uint32_t shift_bytes(uint64_t nbytes)
 
 /* A buffer of 4 * STRIPE bytes or more is cut in chunks of four stripes whose CRCs run
  * interleaved, each chunk's four joined before the next: the join multiplies by the one
- * constant x^(8 * STRIPE) mod P, which is linear in the register, so it is four lookups
+ * constant x^(8 * stripe) mod P, which is linear in the register, so it is four lookups
  * in a table built once (a few cycles, where a general multmodp is a few hundred). A
  * 16 KiB record body, which a single CRC takes ~3 cycles per 8 bytes over, is four
- * chunks; a 1 MiB fetch batch 256. */
+ * chunks of 1 KiB stripes; a 1 MiB fetch batch sixteen of 16 KiB stripes (LONG_STRIPE,
+ * fewer joins, each of which the next chunk's first stripe waits for). */
 #define STRIPE 1024
+#define LONG_STRIPE (16 * 1024)
 
-static uint32_t stripe_table[4][256]; /* stripe_table[k][b] = (b << 8k) * x^(8 * STRIPE) mod P */
+/* stripe_table[0 or 1][k][b] = (b << 8k) * x^(8 * (STRIPE or LONG_STRIPE)) mod P */
+static uint32_t stripe_table[2][4][256];
 static pthread_once_t stripe_once = PTHREAD_ONCE_INIT;
 
 static void stripe_build(void)
 {
-    uint32_t s = shift_bytes(STRIPE);
-    for (int k = 0; k < 4; k++)
-        for (uint32_t b = 0; b < 256; b++) stripe_table[k][b] = multmodp(s, b << (8 * k));
+    for (int t = 0; t < 2; t++) {
+        uint32_t s = shift_bytes(t ? LONG_STRIPE : STRIPE);
+        for (int k = 0; k < 4; k++)
+            for (uint32_t b = 0; b < 256; b++) stripe_table[t][k][b] = multmodp(s, b << (8 * k));
+    }
 }
 
-static inline uint32_t shift_stripe(uint32_t c)
+static inline uint32_t shift_stripe(const uint32_t (*tab)[256], uint32_t c)
 {
-    return stripe_table[0][c & 0xff] ^ stripe_table[1][(c >> 8) & 0xff] ^ stripe_table[2][(c >> 16) & 0xff] ^
-           stripe_table[3][c >> 24];
+    return tab[0][c & 0xff] ^ tab[1][(c >> 8) & 0xff] ^ tab[2][(c >> 16) & 0xff] ^ tab[3][c >> 24];
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) static uint32_t crc_hw_striped(uint32_t crc, const uint8_t *p, size_t len)
+/* The whole chunks of four stripes of `stripe` bytes at the start of p[0..*len), from the
+ * raw register c; advances p and len past them. */
+__attribute__((target("sse4.2"))) static inline uint32_t crc_hw_chunks(uint32_t c, const uint8_t **pp, size_t *len,
+                                                                      size_t stripe, const uint32_t (*tab)[256])
 {
-    pthread_once(&stripe_once, stripe_build);
-    uint32_t c = crc;
-    for (; len >= 4 * STRIPE; p += 4 * STRIPE, len -= 4 * STRIPE) {
+    const uint8_t *p = *pp;
+    for (; *len >= 4 * stripe; p += 4 * stripe, *len -= 4 * stripe) {
         uint64_t c0 = c, c1 = 0, c2 = 0, c3 = 0;
-        for (size_t i = 0; i < STRIPE; i += 8) {
+        for (size_t i = 0; i < stripe; i += 8) {
             uint64_t w0, w1, w2, w3;
             memcpy(&w0, p + i, 8);
-            memcpy(&w1, p + STRIPE + i, 8);
-            memcpy(&w2, p + 2 * STRIPE + i, 8);
-            memcpy(&w3, p + 3 * STRIPE + i, 8);
+            memcpy(&w1, p + stripe + i, 8);
+            memcpy(&w2, p + 2 * stripe + i, 8);
+            memcpy(&w3, p + 3 * stripe + i, 8);
             c0 = _mm_crc32_u64(c0, w0);
             c1 = _mm_crc32_u64(c1, w1);
             c2 = _mm_crc32_u64(c2, w2);
             c3 = _mm_crc32_u64(c3, w3);
         }
-        c = shift_stripe((uint32_t)c0) ^ (uint32_t)c1;
-        c = shift_stripe(c) ^ (uint32_t)c2;
-        c = shift_stripe(c) ^ (uint32_t)c3;
+        c = shift_stripe(tab, (uint32_t)c0) ^ (uint32_t)c1;
+        c = shift_stripe(tab, c) ^ (uint32_t)c2;
+        c = shift_stripe(tab, c) ^ (uint32_t)c3;
     }
+    *pp = p;
+    return c;
+}
+
+__attribute__((target("sse4.2"))) static uint32_t crc_hw_striped(uint32_t crc, const uint8_t *p, size_t len)
+{
+    pthread_once(&stripe_once, stripe_build);
+    uint32_t c = crc_hw_chunks(crc, &p, &len, LONG_STRIPE, stripe_table[1]);
+    c = crc_hw_chunks(c, &p, &len, STRIPE, stripe_table[0]);
     return crc_hw(c, p, len);
 }
 #endif

@@ -13,12 +13,13 @@ from crc32c import crc32c
 from walfs._core import lib
 
 CHUNK = 4 * 1024  # csrc/crc32c.c: 4 * STRIPE
+LONG_CHUNK = 4 * 16 * 1024  # 4 * LONG_STRIPE
 
 
 @pytest.mark.parametrize(
     "n",
     [0, 1, 7, 8, 63, CHUNK - 1, CHUNK, CHUNK + 1, CHUNK + 7, 2 * CHUNK + 31, 16384 + 14,
-     65536 + 5, 1 << 20, (1 << 20) + 3, 3_000_001],
+     LONG_CHUNK - 1, LONG_CHUNK, LONG_CHUNK + CHUNK + 7, 65536 + 5, 1 << 20, (1 << 20) + 3, 3_000_001],
 )
 @pytest.mark.parametrize("seed", [0, 0x12345678, 0xFFFFFFFF])
 def test_core_crc_matches_a_one_pass_crc(n: int, seed: int) -> None:
@@ -26,10 +27,11 @@ def test_core_crc_matches_a_one_pass_crc(n: int, seed: int) -> None:
     assert lib.walfs_crc32c(seed, data, n) == crc32c(data, seed)
 
 
-def test_a_flipped_bit_in_any_stripe_changes_the_crc() -> None:
-    data = bytearray(os.urandom(2 * CHUNK + 13))
+@pytest.mark.parametrize("chunk", [CHUNK, LONG_CHUNK])
+def test_a_flipped_bit_in_any_stripe_changes_the_crc(chunk: int) -> None:
+    data = bytearray(os.urandom(chunk + 2 * CHUNK + 13))
     good = lib.walfs_crc32c(0, bytes(data), len(data))
-    for at in (0, CHUNK // 4 + 1, CHUNK // 2 + 3, 3 * CHUNK // 4 + 5, CHUNK + 9, len(data) - 1):
+    for at in (0, chunk // 4 + 1, chunk // 2 + 3, 3 * chunk // 4 + 5, chunk + 9, chunk + CHUNK + 1, len(data) - 1):
         data[at] ^= 0x10
         assert lib.walfs_crc32c(0, bytes(data), len(data)) != good
         data[at] ^= 0x10
