@@ -31,7 +31,7 @@ def test_core_crc_matches_a_one_pass_crc(n: int, seed: int) -> None:
 def test_a_flipped_bit_in_any_stripe_changes_the_crc(chunk: int) -> None:
     data = bytearray(os.urandom(chunk + 2 * CHUNK + 13))
     good = lib.walfs_crc32c(0, bytes(data), len(data))
-    for at in (0, chunk // 4 + 1, chunk // 2 + 3, 3 * chunk // 4 + 5, chunk + 9, chunk + CHUNK + 1, len(data) - 1):
+    for at in (0, chunk // 4 + 1, chunk // 2 + 3, 3 * chunk // 4 + 5, chunk + CHUNK + 1, len(data) - 1):
         data[at] ^= 0x10
         assert lib.walfs_crc32c(0, bytes(data), len(data)) != good
         data[at] ^= 0x10

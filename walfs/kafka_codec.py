@@ -13,7 +13,6 @@ from walfs._core import ffi, lib
 from walfs.engine_api import REC_SIZE
 from walfs.errors import BufferTooSmallError
 
-
 # Memory the split writes every byte of before it is read: not zero-filled first (a
 # bytearray(n) is, a memset as long as the copy at 16 KiB records; docs/benchmarks.md).
 _uncleared = ffi.new_allocator(should_clear_after_alloc=False)
