@@ -13,6 +13,14 @@ from walfs._core import ffi, lib
 from walfs.engine_api import REC_SIZE
 from walfs.errors import BufferTooSmallError
 
+
+def crc32c(data: Any, crc: int = 0) -> int:
+    """CRC-32C of any buffer, continuing from ``crc`` (the core's: csrc/crc32c.c, about
+    twice the crc32c package's rate on a 1 MiB produce batch)."""
+    with ffi.from_buffer(data) as c:
+        return int(lib.walfs_crc32c(crc, c, len(c)))
+
+
 # Memory the split writes every byte of before it is read: not zero-filled first (a
 # bytearray(n) is, a memset as long as the copy at 16 KiB records; docs/benchmarks.md).
 _uncleared = ffi.new_allocator(should_clear_after_alloc=False)

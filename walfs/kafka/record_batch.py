@@ -28,8 +28,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crc32c import crc32c
-
 from walfs.kafka.compression import (
     MAX_DECOMPRESSED_BYTES,
     CompressionError,
@@ -37,7 +35,7 @@ from walfs.kafka.compression import (
     compress,
     decompress,
 )
-from walfs.kafka_codec import decode_kafka_records
+from walfs.kafka_codec import crc32c, decode_kafka_records
 from walfs.records import PRODUCER_GROWTH, Producer, with_producer
 
 _BATCH_HEAD = struct.Struct(">qiibIhiqqqhii")
