@@ -18,7 +18,10 @@ byte": on this machine the first write into never-used memory costs ~1-2 ms per 
 system time, a recycled page ~0.09 ms). --perf PREFIX records each run with
 `perf record -g` (PREFIX.N). --page-cache MiB runs no server: it writes that many MiB with
 pwrite into four new files, then again after deleting them, and prints the system time per
-MiB of each (fresh memory, then recycled). JSON with --out."""
+MiB of each (fresh memory, then recycled). --breakdown PERF_FILE... runs nothing either:
+it puts each sample of those `perf record -g` files in one bucket (BUCKETS: the first
+bucket of the first six that any frame of its call chain names (system calls, faults, waits); else
+the leaf function's) and prints each bucket's share. JSON with --out."""
 
 from __future__ import annotations
 
@@ -36,6 +39,51 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_vs_kafka as bvk  # noqa: E402
 from procstat import process_cpu_seconds, process_user_system_seconds  # noqa: E402
+
+# (bucket, names): a sample whose call chain holds one of the names of the first six
+# buckets is theirs (system calls, faults, waits); else the bucket of its leaf function.
+BUCKETS = [
+    (
+        "page-cache write (kernel, pwritev)",
+        ["generic_perform_write", "ext4_buffered_write_iter", "do_pwritev"],
+    ),
+    ("writeback (kernel, sync_file_range)", ["sync_file_range", "ext4_writepages", "do_writepages"]),
+    ("socket receive (kernel)", ["tcp_recvmsg", "__sys_recvfrom", "sock_recvmsg"]),
+    ("socket send (kernel)", ["tcp_sendmsg", "__sys_sendmsg"]),
+    ("page faults", ["exc_page_fault", "do_user_addr_fault"]),
+    ("epoll / scheduling", ["do_epoll_wait", "__schedule", "futex"]),
+    ("CRC-32C (batch check and record seal)", ["crc_hw", "_crc32c_hw", "crc32c"]),
+    ("record split (C)", ["walfs_kafka_records"]),
+    ("append (C: staging, index)", ["write_chunk", "append_bodies"]),
+    ("memset", ["__memset"]),
+    ("memmove / memcpy", ["__memmove", "__memcpy"]),
+    ("Python (interpreter, objects)", ["_Py", "Py", "libpython"]),
+]
+
+
+def breakdown(paths: list[str]) -> dict[str, float]:
+    """Share of the samples of perf.data files per bucket (BUCKETS), in %."""
+    counts: dict[str, int] = {}
+    for path in paths:
+        out = subprocess.run(
+            ["perf", "script", "-i", path, "-F", "ip,sym,dso"], capture_output=True, text=True, check=True
+        ).stdout
+        for block in out.split("\n\n"):
+            frames = [line.strip() for line in block.strip().splitlines() if line.strip()]
+            if not frames:
+                continue
+            name = next((b for b, keys in BUCKETS[:6] if any(k in f for f in frames for k in keys)), None)
+            if name is None:
+                name = next((b for b, keys in BUCKETS[6:] if any(k in frames[0] for k in keys)), None)
+            if name is None:
+                name = "other kernel" if "[kernel" in frames[0] else "other user"
+            counts[name] = counts.get(name, 0) + 1
+    total = sum(counts.values()) or 1
+    shares = {k: round(100 * v / total, 1) for k, v in sorted(counts.items(), key=lambda kv: -kv[1])}
+    for k, v in shares.items():
+        print(f"{v:5.1f}%  {k}")
+    print(f"{total} samples")
+    return shares
 
 
 def page_cache(mib: int, where: Path) -> list[dict[str, Any]]:
@@ -69,9 +117,15 @@ def main() -> int:
     ap.add_argument("--recycle", type=int, default=0, metavar="MiB")
     ap.add_argument("--perf", default=None, metavar="PREFIX")
     ap.add_argument("--page-cache", type=int, default=0, metavar="MiB")
+    ap.add_argument("--breakdown", nargs="+", default=None, metavar="PERF_FILE")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     result: dict[str, Any] = {"args": vars(args), "loadavg_before": os.getloadavg(), "runs": []}
+    if args.breakdown:
+        result["breakdown"] = breakdown(args.breakdown)
+        if args.out:
+            Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        return 0
     with tempfile.TemporaryDirectory(prefix="walfs-produce-cpu-") as tmp:
         if args.page_cache:
             result["page_cache"] = page_cache(args.page_cache, Path(tmp))
