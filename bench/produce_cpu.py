@@ -19,9 +19,9 @@ system time, a recycled page ~0.09 ms). --perf PREFIX records each run with
 `perf record -g` (PREFIX.N). --page-cache MiB runs no server: it writes that many MiB with
 pwrite into four new files, then again after deleting them, and prints the system time per
 MiB of each (fresh memory, then recycled). --breakdown PERF_FILE... runs nothing either:
-it puts each sample of those `perf record -g` files in one bucket (BUCKETS: the first
-bucket of the first six that any frame of its call chain names (system calls, faults, waits); else
-the leaf function's) and prints each bucket's share. JSON with --out."""
+it puts each sample of those `perf record -g` files in one bucket (BUCKETS: the first of
+the first six that any frame of its call chain names, system calls, faults and waits;
+else the leaf function's) and prints each bucket's share. JSON with --out."""
 
 from __future__ import annotations
 
