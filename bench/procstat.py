@@ -31,11 +31,16 @@ def _stat_fields(text: str) -> tuple[str, list[str]]:
     return head.split("(", 1)[1], tail.split()
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """utime + stime of every thread of pid (fields 14 and 15 of /proc/PID/stat)."""
+def process_user_system_seconds(pid: int) -> tuple[float, float]:
+    """(utime, stime) of every thread of pid, in seconds (fields 14 and 15 of /proc/PID/stat)."""
     with open(f"/proc/{pid}/stat") as f:
         _, fields = _stat_fields(f.read())
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of every thread of pid."""
+    return sum(process_user_system_seconds(pid))
 
 
 def thread_cpu(pid: int) -> dict[int, tuple[str, float, float, int]] | None:

@@ -7,12 +7,16 @@ and each stage of the listener's path is timed on its own, then the whole `dispa
     .venv/bin/python bench/profile_kafka_paths.py --json     # the same as JSON
 
 Produce stages: frame copy (the listener's read buffer into the request), request
-decode (kio), batch CRC, record split (C), append, sync (the acks=all fsync), response
-encode. Fetch stages: request decode, read + batch build (C), response encode, frame,
+decode (kio), batch CRC, record split (C), the whole check and split of an idempotent
+producer's batch as the produce handler does it (`decode_for_append` and the producer
+section added to the first record), append, sync (the acks=all fsync), response encode.
+Fetch stages: request decode, read + batch build (C), response encode, frame,
 the whole dispatch (wall time, and CPU of all threads: the read runs on the event loop
 or in a worker thread, walfs/kafka/fetch.py). Each figure is the median of --repeat
 calls (the CPU figure a mean), in microseconds per request and nanoseconds per record;
-the machine's other load moves them, so compare stages within one run.
+the machine's other load moves them, so compare stages within one run. malloc is set as
+`walfs serve` sets it (walfs/cli/malloc_tuning.py). --out writes the JSON to a file (for
+bench/ab_trees.py).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import trio
 from crc32c import crc32c
 
 import walfs
+from walfs.cli.malloc_tuning import keep_freed_buffers
 from walfs.kafka.api import Later
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.dispatch import SUPPORTED, dispatch
@@ -39,6 +44,7 @@ from walfs.kafka.framing import frame
 from walfs.kafka.messages import decode_request
 from walfs.kafka.record_batch import WireRecord, decode_for_append, encode_records_for_test
 from walfs.kafka_codec import decode_kafka_records
+from walfs.records import with_producer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_kafka_wire import FETCH_V, PRODUCE_V, fetch_frame, produce_frame  # noqa: E402
@@ -99,6 +105,9 @@ def profile(size: int, batch_bytes: int, repeat: int, data_dir: str) -> dict[str
     value = os.urandom(size)
     now = int(time.time() * 1000)
     batch = encode_records_for_test([WireRecord(None, value, [], now) for _ in range(n)])
+    # What ProducerPerformance sends since Kafka 3.0: an idempotent producer's batch.
+    records = [WireRecord(None, value, [], now) for _ in range(n)]
+    idempotent = encode_records_for_test(records, producer=(7, 0, 0))
     produce = produce_request("prof", batch)
     out: dict[str, Any] = {"record_bytes": size, "records_per_request": n, "request_bytes": len(produce)}
     stages: dict[str, float] = {}
@@ -111,6 +120,7 @@ def profile(size: int, batch_bytes: int, repeat: int, data_dir: str) -> dict[str
         body = batch[61:]
         stages["produce.batch_crc"] = timed(lambda: crc32c(batch[21:]), repeat)
         stages["produce.record_split"] = timed(lambda: decode_kafka_records(body, n, now), repeat)
+        stages["produce.split_idempotent"] = timed(lambda: split_idempotent(idempotent, n), repeat)
         produced = decode_for_append(batch)
         assert produced is not None
         stages["produce.append"] = timed(
@@ -154,19 +164,38 @@ def profile(size: int, batch_bytes: int, repeat: int, data_dir: str) -> dict[str
     return out
 
 
+def split_idempotent(batch: bytes, n: int) -> None:
+    """decode_for_append and the producer section, as walfs/kafka/produce.py adds it."""
+    produced = decode_for_append(batch)
+    assert produced is not None
+    if hasattr(produced, "add_producer"):
+        produced.add_producer((7, 0, 0, n))
+    else:  # a tree before h/kprod (bench/ab_trees.py runs this script against it)
+        m0 = produced.meta_lens[0]
+        meta = with_producer(bytes(produced.data[:m0]), (7, 0, 0, n))
+        produced.data[:m0] = meta
+        produced.meta_lens[0] = len(meta)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="100,16384", help="record sizes in bytes")
     ap.add_argument("--batch-bytes", type=int, default=1 << 20, help="bytes per produce batch (batch.size)")
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--out", default=None, help="write the JSON to this file")
     args = ap.parse_args()
+    keep_freed_buffers()
     results = []
     for size in (int(s) for s in args.sizes.split(",")):
         with tempfile.TemporaryDirectory(prefix="walfs-prof-") as tmp:
             results.append(profile(size, args.batch_bytes, args.repeat, tmp))
+    doc = {"loadavg": os.getloadavg(), "results": results}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=2)
     if args.json:
-        json.dump({"loadavg": os.getloadavg(), "results": results}, sys.stdout, indent=2)
+        json.dump(doc, sys.stdout, indent=2)
         print()
         return 0
     for r in results:

@@ -8,6 +8,7 @@ import random
 import struct
 
 import pytest
+from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +23,7 @@ from walfs.kafka.record_batch import (
     encode_records_for_test,
 )
 from walfs.kafka_codec import decode_kafka_records, read_as_kafka_batch
-from walfs.records import encode_meta
+from walfs.records import encode_meta, producer_of, with_producer
 
 
 def test_c_batches_equal_the_python_encoding(open_wal):
@@ -189,3 +190,42 @@ def test_produce_with_append_bodies_reads_back(open_wal):
     ]
     with pytest.raises(ValueError):
         w.append_bodies("t", b"xx", array.array("I", [0]), array.array("I", [1]))
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [(b"k", b"v" * 20000, [("h", b"x")], 1_700_000_000_123), (None, b"second", [], 5)],
+        [(None, b"no meta at all", [], None), (None, b"x", [], None)],  # an empty first meta
+        [(None, None, [], 7)],  # a tombstone: a version-2 meta already
+    ],
+)
+@pytest.mark.parametrize("batches", [1, 2])
+def test_producer_section_added_in_the_room_before_the_bodies(rows: list, batches: int) -> None:
+    # add_producer writes the first record's grown meta section into the room the split
+    # left before the bodies: the same bytes as with_producer on a copy, nothing after it
+    # moved, and the section reads back (producer_of).
+    records = [WireRecord(*r) for r in rows]
+    untimed = all(r[3] is None for r in rows)
+    batch = encode_records_for_test(records, producer=(42, 3, 100))
+    if untimed:  # a producer that sends no timestamps: base timestamp -1, empty metas
+        batch = _untimed(batch)
+    produced = decode_for_append(batch * batches)
+    assert produced is not None
+    before = bytes(produced.data)
+    m0, n = produced.meta_lens[0], len(produced.meta_lens)
+    if untimed:
+        assert m0 == 0
+    produced.add_producer((42, 3, 100, n))
+    meta = with_producer(before[:m0], (42, 3, 100, n))
+    assert bytes(produced.data) == meta + before[m0:]
+    assert produced.meta_lens[0] == len(meta)
+    assert producer_of(meta) == (42, 3, 100, n)
+
+
+def _untimed(batch: bytes) -> bytes:
+    """The batch with base timestamp -1 (the records' deltas are 0), CRC made again."""
+    b = bytearray(batch)
+    struct.pack_into(">q", b, 27, -1)
+    struct.pack_into(">I", b, 17, crc32c(bytes(b[21:])))
+    return bytes(b)

@@ -73,7 +73,7 @@ def encode_meta(
 
 
 def stamp_timestamps(
-    data: bytearray, meta_lens: Sequence[int], value_lens: Sequence[int], ts_ms: int
+    data: bytearray | memoryview, meta_lens: Sequence[int], value_lens: Sequence[int], ts_ms: int
 ) -> None:
     """Sets the producer timestamp of every record in ``data`` (bodies back to back, as
     Wal.append_bodies takes them) to ``ts_ms``, in place: a topic with
@@ -132,6 +132,11 @@ def producer_of(meta: bytes) -> Producer | None:
     if len(meta) < 2 + 4 + _PRODUCER_SECTION.size or meta[0] != 2 or not meta[1] & _PRODUCER:
         return None
     return _PRODUCER_SECTION.unpack_from(meta, len(meta) - _PRODUCER_SECTION.size)
+
+
+# The most with_producer makes a meta section grow by: an empty one becomes a version-1
+# section without fields (6 bytes) plus the producer section.
+PRODUCER_GROWTH = 6 + _PRODUCER_SECTION.size
 
 
 def with_producer(meta: bytes, producer: Producer) -> bytes:

@@ -39,7 +39,7 @@ from walfs.kafka.record_batch import (
 )
 from walfs.kafka.topic_configs import log_append_time, max_message_bytes
 from walfs.kafka.wal_errors import error_code_for
-from walfs.records import stamp_timestamps, with_producer
+from walfs.records import stamp_timestamps
 
 # Record bytes of one request tried in place (their CRC check, split and copy hold the event
 # loop for about a millisecond per MiB); the partitions past it go to a worker thread.
@@ -123,10 +123,7 @@ def _append_partition(
             return ErrorCode.out_of_order_sequence_number, -1, -1
         if verdict == STALE_EPOCH:
             return ErrorCode.invalid_producer_epoch, -1, -1
-        m0 = produced.meta_lens[0]
-        meta = with_producer(bytes(produced.data[:m0]), (pid, epoch, first, n))
-        produced.data[:m0] = meta  # in place: one move of the records after it, no copy
-        produced.meta_lens[0] = len(meta)
+        produced.add_producer((pid, epoch, first, n))
         code, base, start = _append(wal, topic, partition, produced, unsynced, in_place)
         if code is ErrorCode.none:
             ids.remember(pid, epoch, topic, partition, first, n, base)

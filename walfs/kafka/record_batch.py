@@ -28,8 +28,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from crc32c import crc32c
-
 from walfs.kafka.compression import (
     MAX_DECOMPRESSED_BYTES,
     CompressionError,
@@ -37,7 +35,8 @@ from walfs.kafka.compression import (
     compress,
     decompress,
 )
-from walfs.kafka_codec import decode_kafka_records
+from walfs.kafka_codec import crc32c, decode_kafka_records
+from walfs.records import PRODUCER_GROWTH, Producer, with_producer
 
 _BATCH_HEAD = struct.Struct(">qiibIhiqqqhii")
 BATCH_OVERHEAD = _BATCH_HEAD.size  # 61 bytes before the first record
@@ -124,14 +123,33 @@ def _decompress(codec: int, data: bytes) -> bytes:
 
 @dataclass(slots=True)
 class ProducedBodies:
-    """A produce request's records in the stored layout (see ``LogEngine.append``)."""
+    """A produce request's records in the stored layout (see ``LogEngine.append``): the
+    bodies are ``buf[start:]``, and the PRODUCER_GROWTH bytes before them are room for
+    ``add_producer``."""
 
     producer_id: int
     producer_epoch: int
     base_sequence: int
-    data: bytearray
+    buf: memoryview | bytearray
+    start: int
     meta_lens: array.array
     value_lens: array.array
+
+    @property
+    def data(self) -> memoryview:
+        return memoryview(self.buf)[self.start :]
+
+    def add_producer(self, producer: Producer) -> None:
+        """The first record's meta section with ``producer`` added (with_producer), in the
+        room before it: the records after it are not moved."""
+        m0 = self.meta_lens[0]
+        meta = with_producer(bytes(self.buf[self.start : self.start + m0]), producer)
+        start = self.start + m0 - len(meta)
+        if start < 0:  # with_producer grew the section by more than PRODUCER_GROWTH
+            raise AssertionError("no room for the producer section")
+        self.buf[start : start + len(meta)] = meta
+        self.start = start
+        self.meta_lens[0] = len(meta)
 
 
 def decode_for_append(data: bytes) -> ProducedBodies | None:
@@ -139,12 +157,13 @@ def decode_for_append(data: bytes) -> ProducedBodies | None:
     (walfs_kafka_records) straight into walfs bodies. None when there are no records.
     Producer fields are the first batch's. ``decode_batches`` is the reference decoder."""
     first: tuple[int, int, int] | None = None
-    parts: list[bytearray] = []
+    parts: list[memoryview] = []
     metas = array.array("I")
     values = array.array("I")
     for producer_id, producer_epoch, base_sequence, base_ts, count, body in _batches(data):
         try:
-            joined, m, v = decode_kafka_records(body, count, base_ts)
+            # The first batch's bodies come with room for add_producer before them.
+            joined, m, v = decode_kafka_records(body, count, base_ts, 0 if parts else PRODUCER_GROWTH)
         except ValueError as e:
             # The reference decoder says why (and which records, for per-record errors).
             _decode_records(bytes(body), count, base_ts)
@@ -157,7 +176,8 @@ def decode_for_append(data: bytes) -> ProducedBodies | None:
     if first is None or not metas:
         return None
     # One batch (what producers send per partition) is appended from the buffer C wrote.
-    return ProducedBodies(*first, parts[0] if len(parts) == 1 else bytearray().join(parts), metas, values)
+    buf = parts[0] if len(parts) == 1 else bytearray().join(parts)
+    return ProducedBodies(*first, buf, PRODUCER_GROWTH, metas, values)
 
 
 def decode_batches(data: bytes) -> list[ProducedBatch]:
