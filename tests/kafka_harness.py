@@ -188,6 +188,40 @@ def encode_request(api_key: int, version: int, correlation_id: int, body: Any) -
     return struct.pack(">i", len(payload)) + payload
 
 
+def fetch_request(
+    topic: str,
+    offsets: dict[int, int],
+    limit: int = 1 << 20,
+    max_bytes: int = 50 << 20,
+    max_wait_ms: int = 100,
+) -> Any:
+    """A Fetch v12 request body (kio) for partitions of one topic: {partition: offset},
+    each with the byte limit ``limit``, ``max_bytes`` for the whole answer."""
+    import datetime
+
+    from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+
+    from walfs.kafka.messages import build
+
+    return build(
+        FetchRequest,
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        min_bytes=1,
+        max_bytes=max_bytes,
+        topics=(
+            build(
+                FetchTopic,
+                topic=topic,
+                partitions=tuple(
+                    build(FetchPartition, partition=p, fetch_offset=o, partition_max_bytes=limit)
+                    for p, o in offsets.items()
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+    )
+
+
 def produce_request(
     topic: str, records: bytes, *, acks: int = -1, correlation_id: int = 5, timeout_s: float = 30.0
 ) -> bytes:

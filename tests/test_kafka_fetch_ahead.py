@@ -11,7 +11,6 @@ the connection's next fetch. What it must keep true, on a real engine:
 
 from __future__ import annotations
 
-import datetime
 import os
 import threading
 from pathlib import Path
@@ -19,8 +18,7 @@ from typing import Any
 
 import pytest
 from kafka import KafkaConsumer
-from kafka_harness import Listener, consume, rdkafka_consumer
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kafka_harness import Listener, consume, fetch_request, rdkafka_consumer
 from test_kafka_fetch_damage import GEOMETRY as SEALED_GEOMETRY
 from test_kafka_fetch_damage import find, flip
 
@@ -29,7 +27,7 @@ from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.dispatch import SUPPORTED
 from walfs.kafka.fetch import handle_fetch
 from walfs.kafka.fetch_ahead import MAX_BYTES, FetchAhead, Next, batch_end
-from walfs.kafka.messages import ErrorCode, build
+from walfs.kafka.messages import ErrorCode
 from walfs.kafka.record_batch import decode_batches
 
 GEOMETRY = {"segment_size": 16 << 20, "block_size": 1 << 20}
@@ -37,24 +35,8 @@ LIMIT = 64 << 10  # each partition's byte limit: ~60 records of 1 KiB per answer
 VERSION = 12
 
 
-def request(topic: str, offsets: dict[int, int], limit: int = LIMIT, max_bytes: int = 50 << 20) -> Any:
-    return build(
-        FetchRequest,
-        max_wait=datetime.timedelta(milliseconds=0),
-        min_bytes=1,
-        max_bytes=max_bytes,
-        topics=(
-            build(
-                FetchTopic,
-                topic=topic,
-                partitions=tuple(
-                    build(FetchPartition, partition=p, fetch_offset=off, partition_max_bytes=limit)
-                    for p, off in offsets.items()
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-    )
+def request(topic: str, offsets: dict[int, int], limit: int = LIMIT) -> Any:
+    return fetch_request(topic, offsets, limit, max_wait_ms=0)
 
 
 def wire(out: Any) -> bytes:

@@ -7,19 +7,16 @@ consumer gets the same records (checked through the real listener)."""
 
 from __future__ import annotations
 
-import datetime
 import os
 from pathlib import Path
 from typing import Any
 
-from kafka_harness import Listener, consume, rdkafka_consumer
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kafka_harness import Listener, consume, fetch_request, rdkafka_consumer
 
 import walfs
 from walfs.kafka.broker import Broker
 from walfs.kafka.dispatch import SUPPORTED
 from walfs.kafka.fetch import MAX_INLINE_PARTITIONS, _readable_inline
-from walfs.kafka.messages import build
 
 # Runs of 1 MiB: the open maps each run's header and index (and the kernel maps 64 KiB
 # around each page it faults in), which posix_fadvise cannot then drop; the records
@@ -29,23 +26,7 @@ HOUR_MS = 3_600_000  # an interval syncer that never runs during a test
 
 
 def request(topic: str, partitions: list[int], offset: int) -> Any:
-    return build(
-        FetchRequest,
-        max_wait=datetime.timedelta(milliseconds=100),
-        min_bytes=1,
-        max_bytes=50 << 20,
-        topics=(
-            build(
-                FetchTopic,
-                topic=topic,
-                partitions=tuple(
-                    build(FetchPartition, partition=p, fetch_offset=offset, partition_max_bytes=1 << 20)
-                    for p in partitions
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-    )
+    return fetch_request(topic, dict.fromkeys(partitions, offset))
 
 
 def drop_page_cache(data: Path) -> None:

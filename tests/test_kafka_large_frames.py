@@ -7,7 +7,6 @@ slowly, a request sent in dribbles, a small request right behind a large one).""
 
 from __future__ import annotations
 
-import datetime
 import os
 import socket
 import struct
@@ -18,17 +17,16 @@ from confluent_kafka import Consumer, Producer
 from kafka_harness import (
     api_versions_request,
     encode_request,
+    fetch_request,
     listener,
     produce_request,
     raw_connect,
     recv_exact,
 )
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.fetch.v12.response import FetchResponse
 from kio.schema.produce.v9.response import ProduceResponse
 from kio.serial import entity_reader
 
-from walfs.kafka.messages import build
 from walfs.kafka.record_batch import WireRecord, decode_batches, encode_records_for_test
 
 
@@ -42,22 +40,7 @@ def _produce_frame(topic: str, batch: bytes, correlation_id: int) -> bytes:
 
 
 def _fetch_frame(topic: str, offset: int, correlation_id: int, max_bytes: int) -> bytes:
-    body = build(
-        FetchRequest,
-        max_wait=datetime.timedelta(milliseconds=100),
-        min_bytes=1,
-        max_bytes=max_bytes,
-        topics=(
-            build(
-                FetchTopic,
-                topic=topic,
-                partitions=(
-                    build(FetchPartition, partition=0, fetch_offset=offset, partition_max_bytes=max_bytes),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-    )
+    body = fetch_request(topic, {0: offset}, max_bytes, max_bytes)
     return encode_request(1, 12, correlation_id, body)
 
 
