@@ -60,7 +60,8 @@ def one_size(size: int, fetches: int) -> dict[str, Any]:
             wal.append_bodies("t", bodies.data, bodies.meta_lens, bodies.value_lens)
         wal.sync()
         # Each fetch from where the one before ended (a 1 MiB answer holds fewer records
-        # than a 1 MiB produce batch: the last record that does not fit waits).
+        # than a 1 MiB produce batch: the last record that does not fit waits). The batch
+        # header is read here, not with record_batch.batch_end, which older trees lack.
         starts = [0]
         end = wal.engine.info("t", 0).high_watermark
         while True:

@@ -13,6 +13,7 @@ from walfs.kafka.record_batch import (
     BatchError,
     UnsupportedCompression,
     WireRecord,
+    batch_end,
     decode_batches,
     encode_batch,
     encode_records_for_test,
@@ -92,3 +93,13 @@ def test_several_batches_in_one_record_set() -> None:
     a = encode_records_for_test([WireRecord(None, b"a")])
     b = encode_records_for_test([WireRecord(None, b"b"), WireRecord(None, b"c")])
     assert [r.value for bt in decode_batches(a + b) for r in bt.records] == [b"a", b"b", b"c"]
+
+
+@pytest.mark.parametrize("base, count", [(0, 1), (0, 37), (1_000_000, 5)])
+def test_batch_end_is_the_offset_after_the_last_record(base: int, count: int) -> None:
+    records = [WireRecord(None, b"v%d" % i, [], 1) for i in range(count)]
+    batch = encode_records_for_test(records, base_offset=base)
+    assert batch_end(batch) == base + count
+    assert batch_end(memoryview(batch + b"trailing")) == base + count  # only the first batch is read
+    with pytest.raises(BatchError, match="truncated"):
+        batch_end(batch[:60])

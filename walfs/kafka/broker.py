@@ -74,6 +74,8 @@ class Broker:
     ahead_budget: int = field(default=64 << 20, init=False)
     # Topics created or deleted since the read-ahead began watching (it drops what it kept).
     topic_changes: int = field(default=0, init=False)
+    # Set once the read-ahead's watcher is registered (for the broker's life: registered
+    # only then, because a watcher costs every append a call).
     _stop_watching: Callable[[], None] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:

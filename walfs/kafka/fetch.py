@@ -21,9 +21,10 @@ import trio
 from walfs.engine_api import durable_end, wait_for
 from walfs.kafka.api import Api, Written
 from walfs.kafka.broker import Broker, Connection
-from walfs.kafka.fetch_ahead import MAX_RECORDS_PER_READ, FetchAhead, Next, batch_end
+from walfs.kafka.fetch_ahead import MAX_RECORDS_PER_READ, FetchAhead, Next, in_page_cache
 from walfs.kafka.fetch_answer import encode_fetch_answer
 from walfs.kafka.messages import ErrorCode, build, response_module
+from walfs.kafka.record_batch import batch_end
 from walfs.kafka.wal_errors import error_code_for
 
 # A long poll watches at most this many partitions (those first in the request);
@@ -109,9 +110,8 @@ def _readable_inline(broker: Broker, req: Any, ahead: FetchAhead | None = None) 
                 if ahead is not None and ahead.has(ft.topic, fp.partition, offset):
                     continue
                 if info.low_watermark <= offset < info.durable_watermark:
-                    pos = wal.locate(ft.topic, fp.partition, offset=offset)
                     size = max(1, min(fp.partition_max_bytes, budget))
-                    if not wal.resident(ft.topic, fp.partition, pos, size):
+                    if not in_page_cache(wal, ft.topic, fp.partition, offset, size):
                         return False
     except Exception:
         return False  # the worker-thread read reports it
@@ -131,7 +131,8 @@ def _plan_ahead(req: Any, topics: list[Any]) -> list[Next]:
     this answer ended (the Java consumer's next fetch): one per partition that got
     records, with the byte limit _read_partitions will give it. A limit is known only
     while the partitions before it cannot use up the fetch's max_bytes (each may return
-    up to its own limit), so the plan stops at the first it cannot know."""
+    up to its own limit), so the plan stops at the first it cannot know, and at
+    MAX_INLINE_PARTITIONS (the read-ahead runs on the event loop, as the inline read)."""
     budget = getattr(req, "max_bytes", 0x7FFFFFFF)
     most = 0  # the most bytes the partitions so far can return
     plan: list[Next] = []
@@ -143,6 +144,8 @@ def _plan_ahead(req: Any, topics: list[Any]) -> list[Next]:
             most += limit
             if error == ErrorCode.none and len(data) > 0 and limit > 0:
                 plan.append(Next(ft.topic, p, batch_end(data), limit))
+                if len(plan) == MAX_INLINE_PARTITIONS:
+                    return plan
     return plan
 
 

@@ -26,35 +26,29 @@ together too (``Broker.ahead_budget``)."""
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from walfs.kafka.record_batch import batch_end
+
 if TYPE_CHECKING:
-    from walfs.engine_api import Change
+    from walfs.engine_api import Change, LogEngine
     from walfs.kafka.broker import Broker
 
 # What one connection may keep between two fetches (its partitions' next batches).
 MAX_BYTES = 4 << 20
-# How many of a fetch's partitions get a read-ahead (the fetch's inline read's limit).
-MAX_PARTITIONS = 8
 # Upper bound on records per partition read (a fetch's, walfs/kafka/fetch.py, and this
 # one's); max_bytes is the real limit.
 MAX_RECORDS_PER_READ = 100_000
 
-# A v2 record batch: baseOffset i64 at 0, lastOffsetDelta i32 at 23.
-_BASE = struct.Struct(">q")
-_LAST_DELTA = struct.Struct(">i")
-BATCH_HEAD = 61
-
 Data = bytes | bytearray | memoryview
 
 
-def batch_end(data: Data) -> int:
-    """The offset after the last record of one v2 record batch."""
-    if len(data) < BATCH_HEAD:
-        raise ValueError("not a record batch")
-    return _BASE.unpack_from(data, 0)[0] + _LAST_DELTA.unpack_from(data, 23)[0] + 1
+def in_page_cache(wal: LogEngine, topic: str, partition: int, offset: int, size: int) -> bool:
+    """Whether reading ``size`` bytes of records from ``offset`` on waits for no disk (a
+    mincore: LogEngine.resident), so that the read may run on the event loop (the fetch's
+    inline read and the read-ahead)."""
+    return wal.resident(topic, partition, wal.locate(topic, partition, offset=offset), size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +98,15 @@ class FetchAhead:
         self._bytes = 0
 
     def read(self, plan: list[Next]) -> None:
-        """Reads and keeps each planned partition's next batch (event loop; see
-        FetchAhead: only what the inline read would read, only a batch that stopped on
-        its byte limit below the durable watermark)."""
+        """Reads and keeps each planned partition's next batch (event loop; the plan names
+        no more partitions than the fetch's inline read may read, fetch._plan_ahead; see
+        the module: only records in the page cache, only a batch that stopped on its byte
+        limit below the durable watermark)."""
         self.take_all()
         broker = self.broker
         wal = broker.wal
         changes = broker.watch_topic_changes()
-        for nxt in plan[:MAX_PARTITIONS]:
+        for nxt in plan:
             room = min(MAX_BYTES - self._bytes, broker.ahead_budget)
             if nxt.limit > room:
                 break
@@ -120,8 +115,7 @@ class FetchAhead:
                 durable = info.durable_watermark
                 if not info.low_watermark <= nxt.offset < durable:
                     continue
-                pos = wal.locate(nxt.topic, nxt.partition, offset=nxt.offset)
-                if not wal.resident(nxt.topic, nxt.partition, pos, nxt.limit):
+                if not in_page_cache(wal, nxt.topic, nxt.partition, nxt.offset, nxt.limit):
                     continue
                 n = min(MAX_RECORDS_PER_READ, durable - nxt.offset)
                 data = wal.read_kafka_batch(nxt.topic, nxt.partition, nxt.offset, n, nxt.limit)

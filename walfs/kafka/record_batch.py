@@ -188,6 +188,15 @@ def decode_batches(data: bytes) -> list[ProducedBatch]:
     ]
 
 
+def batch_end(data: bytes | bytearray | memoryview) -> int:
+    """The offset after the last record of the v2 batch at the start of ``data`` (its base
+    offset plus its last offset delta, plus one). BatchError when no header fits."""
+    if len(data) < BATCH_OVERHEAD:
+        raise BatchError("truncated batch header")
+    head = _BATCH_HEAD.unpack_from(data, 0)
+    return int(head[0]) + int(head[6]) + 1
+
+
 def _batches(data: bytes) -> Iterator[tuple[int, int, int, int, int, bytes | memoryview]]:
     """(producer id, producer epoch, base sequence, base timestamp, record count, records
     section) per data batch, checked (length, magic, CRC) and decompressed."""
