@@ -20,22 +20,33 @@ For each value size, with one local[*] SparkSession and N rows cached in memory 
   defined here) whose tasks take Spark's Arrow batches and drop them and whose commit
   does nothing: what any PySpark Python sink pays (the JVM feeding Arrow to Python
   workers), the ceiling of a sink written with PySpark's data source API.
+- file floors: df.write.format("walfs-bench-file"), a Python data source (FileFloorDataSource,
+  defined here) whose tasks write each Arrow batch's value bytes, back to back, into a
+  file of their own in a plain directory, as write.text writes one file per task
+  (file_floor), and the same with one fdatasync per task before it reports
+  (file_floor_sync): what a PySpark sink that only stores the bytes costs, and one that
+  also makes them durable when its task ends, as the sink's tasks do. Neither frames,
+  checksums nor holds anything.
 - read: spark.read.format("walfs").count() of the topic written, from the data
   directory (path) vs through the daemon (bootstrap): rows/s each, remote / local.
 
-The four writes run --rounds times in turn (write.text, floor, sink path, sink
-bootstrap, again...). Each write's *_s is the median of its runs, *_spread its [fastest,
-slowest] and *_runs every run in seconds. The ratios (sink_vs_write_text, ...) are
-medians too, of each round's own ratio (the runs of one round are a minute apart, so
-they share the machine's load), with every round's in *_by_round. On a busy machine use
-more rounds (--rounds 5).
+The six writes run --rounds times in turn (write.text, floor, file floor, file floor
+with sync, sink path, sink bootstrap, again...). Each write's *_s is the median of its
+runs, *_spread its [fastest, slowest] and *_runs every run in seconds. The ratios
+(sink_vs_write_text, ...) are medians too, of each round's own ratio (the runs of one
+round are a minute apart, so they share the machine's load), with every round's in
+*_by_round. On a busy machine use more rounds (--rounds 5).
 
 Values: the row id, then hex digits of SHA-256 hashes (--values hex, the default: rows
 that compress as little as most real data would, since the streaming sink compresses
 the rows its tasks hand the driver) or "x"s (--values padded: what runs before 2026-11-24 used).
 
-Before timing, one small untimed write and read per path warm the JVM and Spark's Python
-workers. Reads are one timed run each; the machine is in the JSON.
+Before each timed write, --recycle MiB (1024 by default) are written and deleted
+(bench/pagecache.py), so that every write takes page-cache pages the kernel has just
+freed, not memory this virtual machine hands back to its host and faults in again (the
+JSON has the cost per MiB each recycling met). Before timing, one small untimed write
+and read per path warm the JVM and Spark's Python workers. Reads are one timed run each;
+the machine is in the JSON.
 
 Where the sink's tasks spend their time: every sink write runs with the option
 walfs.bench.phases (walfs/spark/sink_phases.py), and the JSON has, per write and run,
@@ -72,6 +83,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSource
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
 
+import pagecache  # noqa: E402
 from bench_spark import machine  # noqa: E402
 
 SEGMENT = str(256 << 20)
@@ -82,12 +94,15 @@ RATIOS = {
     "sink_vs_write_text": ("write_text", "sink_path"),
     "sink_bootstrap_vs_write_text": ("write_text", "sink_bootstrap"),
     "noop_floor_vs_write_text": ("write_text", "noop_floor"),
+    "file_floor_vs_write_text": ("write_text", "file_floor"),
+    "file_floor_sync_vs_write_text": ("write_text", "file_floor_sync"),
+    "sink_path_vs_file_floor_sync": ("file_floor_sync", "sink_path"),
     "sink_path_vs_noop_floor": ("noop_floor", "sink_path"),
     "sink_bootstrap_vs_noop_floor": ("noop_floor", "sink_bootstrap"),
 }
 
 
-def timed(fn: Any) -> float:
+def timed_alone(fn: Any) -> float:
     t = time.perf_counter()
     fn()
     return time.perf_counter() - t
@@ -214,6 +229,48 @@ class NoopDataSource(DataSource):
         return NoopWriter()
 
 
+class FileFloorWriter(DataSourceArrowWriter):
+    """Writes the value bytes of every Arrow batch into the task's own file, and with
+    `sync` fdatasyncs it before the task reports."""
+
+    def __init__(self, where: str, sync: bool) -> None:
+        self.where, self.sync = where, sync
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        from pyspark import TaskContext
+
+        from walfs.spark.sink_rows import _data
+
+        ctx = TaskContext.get()
+        name = f"part-{ctx.partitionId() if ctx else 0}-{ctx.attemptNumber() if ctx else 0}"
+        fd = os.open(os.path.join(self.where, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            for batch in iterator:
+                data = memoryview(_data(batch.column(batch.schema.get_field_index("value"))))
+                while data:
+                    data = data[os.write(fd, data) :]
+            if self.sync:
+                os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        return NoopCommit()
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        pass
+
+
+class FileFloorDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "walfs-bench-file"
+
+    def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
+        return FileFloorWriter(self.options["dir"], self.options.get("sync") == "1")
+
+
 def engine_chunks(where: Path, blob: bytes, size: int) -> dict[str, float]:
     """The engine's own cost of the sink's appends, no Spark and no Python encoding: the
     values (already in the stored layout, one buffer) appended in TASK_CHUNK_BYTES
@@ -308,7 +365,9 @@ def disk_floor(where: Path, blob: bytes) -> dict[str, float]:
     return {"disk_floor_write_s": written - t, "disk_floor_sync_s": synced - written}
 
 
-def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str, rounds: int) -> dict[str, Any]:
+def one_size(
+    spark: Any, base: Path, size: int, n: int, values_kind: str, rounds: int, recycle: int
+) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     import walfs
@@ -319,13 +378,22 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str, rounds
     run: dict[str, Any] = {"value_bytes": size, "values": values_kind}
     local, remote = base / f"local{size}", base / f"remote{size}"
     writes: dict[str, list[float]] = {
-        k: [] for k in ("write_text", "noop_floor", "sink_path", "sink_bootstrap")
+        k: []
+        for k in ("write_text", "noop_floor", "file_floor", "file_floor_sync", "sink_path", "sink_bootstrap")
     }
     phases: dict[str, list[list[dict[str, Any]]]] = {"sink_path": [], "sink_bootstrap": []}
     log = base / f"phases{size}.jsonl"
 
     def sink() -> Any:  # a fresh writer each time (DataFrameWriter.option changes it)
         return df.write.format("walfs").mode("append").option("walfs.bench.phases", str(log))
+
+    recycled: list[float] = []
+    started = [0.0]  # when the last timed write began
+
+    def timed(fn: Any) -> float:  # each write meets recycled pages (bench/pagecache.py)
+        recycled.append(pagecache.recycle(base, recycle))
+        started[0] = time.time()
+        return timed_alone(fn)
 
     proc, bootstrap = start_serve(remote)
     try:
@@ -337,15 +405,19 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str, rounds
             writes["noop_floor"].append(
                 timed(lambda: df.write.format("walfs-bench-noop").mode("append").save())
             )
+            for key, sync in (("file_floor", "0"), ("file_floor_sync", "1")):
+                files_r = base / f"{key}{size}-{r}"
+                files_r.mkdir()
+                writer = df.write.format("walfs-bench-file").mode("append").option("dir", str(files_r))
+                writes[key].append(timed(lambda w=writer, s=sync: w.option("sync", s).save()))
+                shutil.rmtree(files_r, ignore_errors=True)
             local_r = local if r == 0 else base / f"local{size}-{r}"  # round 0's is read below
-            started = time.time()
             writes["sink_path"].append(timed(lambda d=local_r: sink().save(str(d))))
-            phases["sink_path"].append(task_phases(log, started))
+            phases["sink_path"].append(task_phases(log, started[0]))
             if r:
                 shutil.rmtree(local_r, ignore_errors=True)
-            started = time.time()
             writes["sink_bootstrap"].append(timed(lambda: sink().option("bootstrap", bootstrap).save()))
-            phases["sink_bootstrap"].append(task_phases(log, started))
+            phases["sink_bootstrap"].append(task_phases(log, started[0]))
     finally:
         proc.terminate()
         proc.communicate(timeout=60)
@@ -357,6 +429,8 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str, rounds
         run[k + "_phases"] = runs
         run[k + "_phases_most"] = [phases_most(tasks) for tasks in runs]
     run["sink_path_turns"] = [turns_summary(tasks) for tasks in phases["sink_path"]]
+    run["recycle_mib"] = recycle
+    run["recycle_sys_ms_per_mib"] = recycled
     values = [value_of(i, size, values_kind) for i in range(n)]
     with walfs.Wal(base / f"engine{size}") as wal:
         t = time.perf_counter()
@@ -377,8 +451,8 @@ def one_size(spark: Any, base: Path, size: int, n: int, values_kind: str, rounds
         def count(key: str, **opts: str) -> None:
             counts[key] = spark.read.format("walfs").options(**opts).load().count()
 
-        run["read_path_s"] = timed(lambda: count("path", path=str(local)))
-        run["read_bootstrap_s"] = timed(lambda: count("bootstrap", bootstrap=bootstrap))
+        run["read_path_s"] = timed_alone(lambda: count("path", path=str(local)))
+        run["read_bootstrap_s"] = timed_alone(lambda: count("bootstrap", bootstrap=bootstrap))
         assert counts == {"path": n, "bootstrap": n}, counts
         with walfs.Wal(local, read_only=True) as wal:  # the sink wrote every row, once
             # (the tasks' rows follow each other in the order the tasks appended)
@@ -417,6 +491,13 @@ def main() -> None:
     ap.add_argument("--values", choices=("hex", "padded"), default="hex", help="value_column")
     ap.add_argument("--rounds", type=int, default=3, help="runs of each write; the median counts")
     ap.add_argument("--dir", default=None)
+    ap.add_argument(
+        "--recycle",
+        type=int,
+        default=1024,
+        metavar="MiB",
+        help="write and delete this much before each timed write (bench/pagecache.py); 0: never",
+    )
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -438,16 +519,26 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(WalfsDataSource)
     spark.dataSource.register(NoopDataSource)
-    result: dict[str, Any] = {"machine": machine(base), "records": args.records, "runs": []}
+    spark.dataSource.register(FileFloorDataSource)
+    result: dict[str, Any] = {
+        "machine": machine(base),
+        "page_reporting": pagecache.state(),
+        "records": args.records,
+        "runs": [],
+    }
     try:
         warm = base / "warm"
         small = spark.range(1000).select(F.lit("w").alias("topic"), F.col("id").cast("string").alias("value"))
         small.select("value").write.text(str(base / "warm-text"))
         small.write.format("walfs").mode("append").save(str(warm))
         small.write.format("walfs-bench-noop").mode("append").save()
+        (base / "warm-file").mkdir()
+        small.write.format("walfs-bench-file").mode("append").option("dir", str(base / "warm-file")).save()
         spark.read.format("walfs").load(str(warm)).count()
         for size in [int(x) for x in args.sizes.split(",")]:
-            result["runs"].append(one_size(spark, base, size, args.records, args.values, args.rounds))
+            result["runs"].append(
+                one_size(spark, base, size, args.records, args.values, args.rounds, args.recycle)
+            )
     finally:
         spark.stop()
         shutil.rmtree(base, ignore_errors=True)

@@ -26,7 +26,11 @@ leaves out its group join), p50/p99 produce latency as ProducerPerformance print
 and CPU seconds per million records of the server process (utime + stime of all its
 threads from /proc/PID/stat, before and after each phase). Per cell: median, min and max
 over the rounds, and the median of the per-round walfs/Kafka ratios. JSON goes to
-bench/results/ (or --out), a summary table to stderr.
+bench/results/ (or --out), a summary table to stderr. Before each server's run, --recycle
+MiB (1024 by default) are written and deleted (bench/pagecache.py), so that both servers
+write into page-cache pages the kernel has just freed, not into memory this virtual
+machine has handed back to its host (15-25 times dearer per MiB, and met by whichever
+server's run comes when the page cache grows).
 
 Where each phase's time went (bench/procstat.py samples every 50 ms the threads of the perf
 tools and of the server, /proc/PID/task/TID/stat and schedstat, and the machine's
@@ -64,6 +68,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from real_kafka import KafkaBroker, classpath  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
+import pagecache  # noqa: E402
 from procstat import Sampler, process_cpu_seconds  # noqa: E402
 
 SIZES = {"100B": 100, "1KiB": 1024, "16KiB": 16384}
@@ -742,6 +747,13 @@ def main() -> int:
         metavar="GIT_REF",
         help="also run `walfs serve` of this commit (before/after ratios from the same run)",
     )
+    ap.add_argument(
+        "--recycle",
+        type=int,
+        default=1024,
+        metavar="MiB",
+        help="write and delete this much before each server's run (bench/pagecache.py); 0: never",
+    )
     ap.add_argument("--out", default=None, help="JSON file (default bench/results/vs_kafka-TIME.json)")
     ap.add_argument(
         "--summarize",
@@ -784,11 +796,13 @@ def main() -> int:
             "kernel": platform.release(),
             "python": platform.python_version(),
             "loadavg_before": os.getloadavg(),
+            "page_reporting": pagecache.state(),
         },
         "settings": {
             "quick": args.quick,
             "standard": args.standard,
             "rounds": rounds,
+            "recycle_mib": args.recycle,
             "records": counts,
             "producer_props": PRODUCER_PROPS,
             "tool_jvm": TOOL_JVM,
@@ -835,6 +849,7 @@ def main() -> int:
                                 create_topic(
                                     bootstrap, topic, (kafka_conf or {}) if server == "kafka" else {}
                                 )
+                                recycled = pagecache.recycle(Path(tmp), args.recycle)
                                 run = one_run(
                                     cp,
                                     f"{server}/{pair}",
@@ -854,6 +869,7 @@ def main() -> int:
                                         "producers": producers,
                                         "server": server,
                                         "records": counts[size],
+                                        "recycle_sys_ms_per_mib": recycled,
                                         **run,
                                     }
                                 )

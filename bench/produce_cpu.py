@@ -38,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_vs_kafka as bvk  # noqa: E402
+import pagecache  # noqa: E402
 from procstat import process_cpu_seconds, process_user_system_seconds  # noqa: E402
 
 # (bucket, names): a sample whose call chain holds one of the names of the first six
@@ -139,13 +140,7 @@ def main() -> int:
                 for r in range(args.runs):
                     topic = f"t{r}"
                     bvk.create_topic(server.bootstrap, topic, {})
-                    if args.recycle:
-                        junk = Path(tmp) / "recycle"
-                        with open(junk, "wb") as f:
-                            block = os.urandom(1 << 20)
-                            for _ in range(args.recycle):
-                                f.write(block)
-                        junk.unlink()
+                    pagecache.recycle(Path(tmp), args.recycle)
                     perf = None
                     if args.perf:
                         perf = subprocess.Popen(
