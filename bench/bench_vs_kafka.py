@@ -825,11 +825,16 @@ def main() -> int:
             broker.start()
             for s in [*walfs_servers.values(), *base_servers.values()]:
                 s.start()
-            # Kafka gets a warm-up run as well as the JIT's own rounds: a new JVM's first
-            # minutes would be counted against it otherwise.
-            warm = "warmup"
-            create_topic(broker.bootstrap, warm, {})
-            produce(cp, broker.bootstrap, warm, counts["100B"] // 4, 100, 1)
+            # Every server gets a warm-up run, produce and consume, before the rounds: a new
+            # JVM's first minutes (Kafka's JIT, of the fetch path as well as the produce
+            # path) and walfs's first use of each path would be counted otherwise.
+            for bootstrap in [
+                broker.bootstrap,
+                *(s.bootstrap for s in [*walfs_servers.values(), *base_servers.values()]),
+            ]:
+                create_topic(bootstrap, "warmup", {})
+                produce(cp, bootstrap, "warmup", counts["100B"] // 4, 100, 1)
+                consume(cp, bootstrap, "warmup", counts["100B"] // 4, 100)
             for rnd in range(rounds):
                 for size in sizes:
                     for producers in producer_counts:
