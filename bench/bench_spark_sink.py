@@ -229,9 +229,9 @@ class NoopDataSource(DataSource):
         return NoopWriter()
 
 
-class FileFloorWriter(DataSourceArrowWriter):
+class FileFloorWriter(NoopWriter):
     """Writes the value bytes of every Arrow batch into the task's own file, and with
-    `sync` fdatasyncs it before the task reports."""
+    `sync` fdatasyncs it before the task reports (commit and abort: NoopWriter's)."""
 
     def __init__(self, where: str, sync: bool) -> None:
         self.where, self.sync = where, sync
@@ -254,12 +254,6 @@ class FileFloorWriter(DataSourceArrowWriter):
         finally:
             os.close(fd)
         return NoopCommit()
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        pass
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        pass
 
 
 class FileFloorDataSource(DataSource):
