@@ -11,7 +11,7 @@ START     ?= 1
 APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd strace iproute2 \
 	openjdk-17-jre-headless openssl
 
-.PHONY: install deps venv start testdeps kafka test lint ctest bench walrus-baseline bench-single cluster cluster-stop bench-kafka torture fuzz-mount clean
+.PHONY: install deps venv start testdeps kafka test lint ctest bench nullkafka walrus-baseline bench-single cluster cluster-stop bench-kafka torture fuzz-mount clean
 
 install: deps venv
 	install -m 755 mount/mount.fuse.walfs /sbin/mount.fuse.walfs
@@ -74,6 +74,12 @@ bench:
 walrus-baseline:
 	@command -v cargo >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cargo)
 	cargo build --quiet --release --manifest-path bench/walrus_baseline/Cargo.toml
+
+# A Kafka-wire server that keeps records in memory and costs almost nothing (Go, franz-go's
+# kmsg from the module proxy): bench/bench_vs_kafka.py --ceiling's measured ceiling.
+nullkafka:
+	@command -v go >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go)
+	cd bench/nullkafka && go build -o nullkafka .
 
 bench-single: walrus-baseline
 	$(PY) bench/bench_single_append.py
