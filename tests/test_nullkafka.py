@@ -9,7 +9,6 @@ the connection. No speed is asserted.
 
 from __future__ import annotations
 
-import datetime
 import socket
 import struct
 import subprocess
@@ -21,7 +20,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 from kafka import KafkaProducer
-from kafka_wire import Wire, make
+from kafka_answers import _produce_raw
+from kafka_harness import fetch_request
+from kafka_wire import Wire
 
 from walfs.kafka.record_batch import WireRecord, encode_records_for_test
 
@@ -31,6 +32,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import bench_vs_kafka  # noqa: E402
 from real_kafka import classpath  # noqa: E402
 
+OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
 
 
@@ -109,38 +111,32 @@ def test_producer_performance_records_come_back(nullkafka: str) -> None:
     bench_vs_kafka.consume(cp, nullkafka, "perf", n, size)
 
 
-def _produce_raw(w: Wire, records: bytes) -> object:
-    version = 9
-    req = make(
-        0,
-        version,
-        "ProduceRequest",
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=30),
-        topic_data=(
-            make(
-                0,
-                version,
-                "TopicProduceData",
-                name="raw",
-                partition_data=(make(0, version, "PartitionProduceData", index=0, records=records),),
-            ),
-        ),
-    )
-    return w.call(0, version, req).responses[0].partition_responses[0]
-
-
-def test_bad_crc_refused_and_big_frame_closes(nullkafka: str) -> None:
+def test_fetch_answers_whole_stored_batches_and_bad_input(nullkafka: str) -> None:
+    """Fetch v12 (flexible, decoded by kio): the stored batches as produced, base offsets
+    patched; the first batch whole even over the limit; nothing at the high watermark; out of
+    range beyond it. A bad CRC is refused, nothing of it kept; a frame over 100 MiB closes."""
     bench_vs_kafka.create_topic(nullkafka, "raw", {})
-    good = encode_records_for_test([WireRecord(b"k", b"v", [], 1_000)])
+    good = encode_records_for_test([WireRecord(b"k", b"v", [("h", b"1")], 1_000)])
     bad = good[:-1] + bytes([good[-1] ^ 1])  # a record byte: the CRC no longer matches
     with Wire(nullkafka) as w:
-        assert _produce_raw(w, bad).error_code == CORRUPT_MESSAGE
-        first = _produce_raw(w, good)
-        assert (first.error_code, first.base_offset) == (0, 0)  # nothing of the bad batch kept
-        second = _produce_raw(w, good)
-        assert (second.error_code, second.base_offset) == (0, 1)
+        assert _produce_raw(w, "raw", bad) == (CORRUPT_MESSAGE, -1)
+        assert _produce_raw(w, "raw", good) == (0, 0)  # nothing of the bad batch kept
+        assert _produce_raw(w, "raw", good) == (0, 1)
+
+        def fetch(offset: int, limit: int) -> tuple[int, int, bytes]:
+            p = w.call(1, 12, fetch_request("raw", {0: offset}, limit=limit)).responses[0].partitions[0]
+            return int(p.error_code), int(p.high_watermark), bytes(p.records or b"")
+
+        code, hw, records = fetch(0, 1)  # the first batch whole, over a 1-byte limit
+        assert (code, hw, len(records)) == (0, 2, len(good))
+        assert records[16:] == good[16:] and struct.unpack(">q", records[:8]) == (0,)
+        code, hw, records = fetch(1, 1 << 20)
+        assert (code, hw, len(records), records[16:]) == (0, 2, len(good), good[16:])
+        assert struct.unpack(">q", records[:8]) == (1,)
+        code, hw, records = fetch(0, 1 << 20)
+        assert (code, hw, len(records)) == (0, 2, 2 * len(good))
+        assert fetch(2, 1 << 20) == (0, 2, b"")  # caught up: nothing (after max_wait)
+        assert fetch(3, 1 << 20)[0] == OFFSET_OUT_OF_RANGE
     host, port = nullkafka.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as s:
         s.sendall(struct.pack(">i", (100 << 20) + 1) + b"\0" * 64)

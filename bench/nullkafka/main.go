@@ -459,6 +459,9 @@ func (p *partition) slice(offset int64, max int64) ([][]byte, int64, int16) {
 	if offset < 0 || offset > p.next {
 		return nil, p.next, errOffsetOutOfRange
 	}
+	if offset == p.next { // caught up: nothing yet
+		return nil, p.next, errNone
+	}
 	// the last batch whose base offset is <= offset
 	i := sort.Search(len(p.bases), func(i int) bool { return p.bases[i] > offset }) - 1
 	if i < 0 {
