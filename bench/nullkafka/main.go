@@ -451,9 +451,10 @@ func (s *server) produce(q *kmsg.ProduceRequest) kmsg.Response {
 	return resp
 }
 
-// slice: the whole batches from the one holding offset, up to max bytes (the first always
-// whole), and the high watermark.
-func (p *partition) slice(offset int64, max int64) ([][]byte, int64, int16) {
+// slice: the whole batches from the one holding offset, up to max bytes, and the high
+// watermark. With first, the first batch goes whole even over max (the answer's first
+// batch, as Kafka sends it: a consumer always makes progress).
+func (p *partition) slice(offset int64, max int64, first bool) ([][]byte, int64, int16) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if offset < 0 || offset > p.next {
@@ -471,7 +472,7 @@ func (p *partition) slice(offset int64, max int64) ([][]byte, int64, int16) {
 	var n int64
 	for ; i < len(p.batches); i++ {
 		b := p.batches[i]
-		if len(out) > 0 && n+int64(len(b)) > max {
+		if (len(out) > 0 || !first) && n+int64(len(b)) > max {
 			break
 		}
 		out = append(out, b)
@@ -518,13 +519,7 @@ func (s *server) fetch(q *kmsg.FetchRequest, corr []byte, flex bool) net.Buffers
 					if budget < max {
 						max = budget
 					}
-					if total > 0 && max <= 0 {
-						max = 0
-					}
-					fp.batches, fp.hw, fp.code = p.slice(qp.FetchOffset, max)
-					if total > 0 && max <= 0 {
-						fp.batches = nil
-					}
+					fp.batches, fp.hw, fp.code = p.slice(qp.FetchOffset, max, total == 0)
 					for _, b := range fp.batches {
 						fp.size += len(b)
 					}
