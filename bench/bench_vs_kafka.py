@@ -191,15 +191,33 @@ def walfs_tree() -> Path:
     return Path(spec.origin).resolve().parent.parent
 
 
-class WalfsServer:
+class ServerProcess:
+    """A server this bench started: its process and its bootstrap address."""
+
+    proc: subprocess.Popen[str] | None = None
+    bootstrap = ""
+
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+
+
+class WalfsServer(ServerProcess):
     """`walfs serve` of the tree at `code` (this checkout, or a --baseline export)."""
 
     def __init__(self, fsync: str, root: Path, code: Path | None = None, label: str = "walfs") -> None:
         self.fsync = fsync
         self.code = code or walfs_tree()
         self.dir = root / f"{label}-{fsync}"
-        self.proc: subprocess.Popen[str] | None = None
-        self.bootstrap = ""
 
     def start(self) -> WalfsServer:
         self.proc = subprocess.Popen(
@@ -227,26 +245,9 @@ class WalfsServer:
         self.bootstrap = m.group(1)
         return self
 
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
-
-
-class NullKafka:
+class NullKafka(ServerProcess):
     """bench/nullkafka (built by `make nullkafka`) on a free port: the measured ceiling."""
-
-    def __init__(self) -> None:
-        self.proc: subprocess.Popen[str] | None = None
-        self.bootstrap = ""
 
     def start(self) -> NullKafka:
         subprocess.run(["make", "-s", "-C", str(REPO), "nullkafka"], check=True)
@@ -259,15 +260,6 @@ class NullKafka:
             self.proc.kill()
             raise SystemExit("bench/nullkafka did not start")
         return self
-
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
 
 
 def export_tree(ref: str, dest: Path) -> Path:

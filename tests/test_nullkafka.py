@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -38,16 +37,11 @@ CORRUPT_MESSAGE = 2
 
 @pytest.fixture(scope="module")
 def nullkafka() -> Iterator[str]:
-    subprocess.run(["make", "-s", "-C", str(REPO), "nullkafka"], check=True)
-    proc = subprocess.Popen(
-        [str(bench_vs_kafka.NULLKAFKA), "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None
-    bootstrap = proc.stdout.readline().strip()
-    assert bootstrap.startswith("127.0.0.1:")
-    yield bootstrap
-    proc.terminate()
-    assert proc.wait(timeout=30) is not None
+    server = bench_vs_kafka.NullKafka().start()  # `make nullkafka`, then the binary
+    assert server.bootstrap.startswith("127.0.0.1:")
+    yield server.bootstrap
+    server.stop()
+    assert server.proc is not None and server.proc.returncode is not None
 
 
 def read_all(bootstrap: str, topic: str, n: int, group: str) -> list[tuple[int, bytes | None, bytes | None]]:
