@@ -75,10 +75,10 @@ walrus-baseline:
 	@command -v cargo >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cargo)
 	cargo build --quiet --release --manifest-path bench/walrus_baseline/Cargo.toml
 
-# A Kafka-wire server that keeps records in memory and costs almost nothing (Go, franz-go's
-# kmsg from the module proxy): bench/bench_vs_kafka.py --ceiling's measured ceiling.
+# A Kafka-wire server that keeps records in memory and costs almost nothing (Go 1.26, which
+# franz-go's kmsg v1.15.1 needs, from the module proxy): bench/bench_vs_kafka.py --ceiling.
 nullkafka:
-	@command -v go >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go)
+	@command -v go >/dev/null || { echo "make nullkafka needs Go 1.26 or later (https://go.dev/dl/)"; exit 1; }
 	cd bench/nullkafka && go build -o nullkafka .
 
 bench-single: walrus-baseline
