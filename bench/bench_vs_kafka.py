@@ -747,6 +747,10 @@ def bounds_markdown(summary: list[dict[str, Any]]) -> str:
             bound = (row.get("bound") or {}).get(phase)
             ceiling = "-" if not bound or bound.get("ceiling") is None else f"{bound['ceiling']:.2f}x"
             null = row.get("null_over_kafka", {}).get(f"{phase}.records_per_s")
+            span = row.get("null_over_kafka_range", {}).get(f"{phase}.records_per_s")
+            measured = "-" if null is None else f"{null:.2f}x"
+            if span and span[0] != span[1]:
+                measured += f" ({span[0]:.2f}-{span[1]:.2f})"
             lines.append(
                 f"| {row['pair']} | {row['size']} | {row['producers']} | {phase} "
                 f"| {pair(row, phase, 'records_per_s', ',.0f')} "
@@ -760,7 +764,7 @@ def bounds_markdown(summary: list[dict[str, Any]]) -> str:
                 f"| {pair(row, phase, 'server_busiest_pct', '.0f')} "
                 f"| {pair(row, phase, 'server_wanted_pct', '.0f')} "
                 f"| {ceiling} "
-                f"| {'-' if null is None else f'{null:.2f}x'} "
+                f"| {measured} "
                 f"| {bound['class'] if bound else '>= ' + str(GOAL) + 'x'} |"
             )
     return "\n".join(lines)
