@@ -38,7 +38,7 @@ start:
 test: testdeps lint ctest
 	$(PY) -m pytest -q tests
 
-testdeps: kafka tests/js/node_modules
+testdeps: kafka tests/js/node_modules nullkafka
 	$(PY) -m pip install -q -e '.[test]'
 
 # KafkaJS and its codecs for tests/test_kafka_kafkajs.py, at the versions package-lock.json pins.
