@@ -11,7 +11,7 @@ START     ?= 1
 APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd strace iproute2 \
 	openjdk-17-jre-headless openssl
 
-.PHONY: install deps venv start testdeps kafka test lint ctest bench walrus-baseline bench-single cluster cluster-stop bench-kafka torture fuzz-mount clean
+.PHONY: install deps venv start testdeps kafka test lint ctest bench nullkafka walrus-baseline bench-single cluster cluster-stop bench-kafka torture fuzz-mount clean
 
 install: deps venv
 	install -m 755 mount/mount.fuse.walfs /sbin/mount.fuse.walfs
@@ -38,7 +38,7 @@ start:
 test: testdeps lint ctest
 	$(PY) -m pytest -q tests
 
-testdeps: kafka tests/js/node_modules
+testdeps: kafka tests/js/node_modules nullkafka
 	$(PY) -m pip install -q -e '.[test]'
 
 # KafkaJS and its codecs for tests/test_kafka_kafkajs.py, at the versions package-lock.json pins.
@@ -74,6 +74,12 @@ bench:
 walrus-baseline:
 	@command -v cargo >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cargo)
 	cargo build --quiet --release --manifest-path bench/walrus_baseline/Cargo.toml
+
+# A Kafka-wire server that keeps records in memory and costs almost nothing (Go 1.26, which
+# franz-go's kmsg v1.15.1 needs, from the module proxy): bench/bench_vs_kafka.py --ceiling.
+nullkafka:
+	@command -v go >/dev/null || { echo "make nullkafka needs Go 1.26 or later (https://go.dev/dl/)"; exit 1; }
+	cd bench/nullkafka && go build -o nullkafka .
 
 bench-single: walrus-baseline
 	$(PY) bench/bench_single_append.py

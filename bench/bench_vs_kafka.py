@@ -43,6 +43,13 @@ other processes, and the server's busiest thread the same way. Each cell below 1
 class from these (`classify`: client-bound, client-starved, cpu-bound, server; the
 thresholds are CLIENT_BOUND_PCT and CPU_BOUND_IDLE_PCT) and a markdown table after the summary
 `--summarize JSON` prints the tables of an earlier run again.
+
+`--ceiling` adds a third target to every (size, producers) cell: bench/nullkafka (`make
+nullkafka`), a Kafka-wire server that keeps the batches in memory and costs almost nothing
+(no disk, no fsync). It runs once per cell and round, in the first pair's order (which flips
+every round), and its figures are compared with each pair's Kafka: `null_over_kafka`, the
+**measured** free-server ceiling beside classify's modelled one. Below 1.2x, no server can
+reach 1.2x with this tool on this machine.
 """
 
 from __future__ import annotations
@@ -85,6 +92,11 @@ PAIRS: dict[str, tuple[dict[str, str] | None, str]] = {
 }
 PRODUCER_PROPS = ["acks=all", "linger.ms=5", "batch.size=1048576"]
 TOOL_JVM = ["java", "-Xmx512m", "-XX:+UseSerialGC"]
+NULLKAFKA = REPO / "bench" / "nullkafka" / "nullkafka"
+# (numerator, denominator) servers of the per-round ratios a cell reports as NUM_over_DEN:
+# walfs against Kafka and against --baseline's walfs ("base"); --ceiling's nullkafka
+# ("null") against Kafka.
+RATIOS = (("walfs", "kafka"), ("walfs", "base"), ("null", "kafka"))
 
 _PERF = re.compile(
     r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
@@ -179,15 +191,33 @@ def walfs_tree() -> Path:
     return Path(spec.origin).resolve().parent.parent
 
 
-class WalfsServer:
+class ServerProcess:
+    """A server this bench started: its process and its bootstrap address."""
+
+    proc: subprocess.Popen[str] | None = None
+    bootstrap = ""
+
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+
+
+class WalfsServer(ServerProcess):
     """`walfs serve` of the tree at `code` (this checkout, or a --baseline export)."""
 
     def __init__(self, fsync: str, root: Path, code: Path | None = None, label: str = "walfs") -> None:
         self.fsync = fsync
         self.code = code or walfs_tree()
         self.dir = root / f"{label}-{fsync}"
-        self.proc: subprocess.Popen[str] | None = None
-        self.bootstrap = ""
 
     def start(self) -> WalfsServer:
         self.proc = subprocess.Popen(
@@ -215,18 +245,21 @@ class WalfsServer:
         self.bootstrap = m.group(1)
         return self
 
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
 
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
+class NullKafka(ServerProcess):
+    """bench/nullkafka (built by `make nullkafka`) on a free port: the measured ceiling."""
+
+    def start(self) -> NullKafka:
+        subprocess.run(["make", "-s", "-C", str(REPO), "nullkafka"], check=True)
+        self.proc = subprocess.Popen(
+            [str(NULLKAFKA), "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        self.bootstrap = self.proc.stdout.readline().strip()
+        if not self.bootstrap:
+            self.proc.kill()
+            raise SystemExit("bench/nullkafka did not start")
+        return self
 
 
 def export_tree(ref: str, dest: Path) -> Path:
@@ -508,9 +541,13 @@ def spread(values: list[float]) -> dict[str, float | None]:
 
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (pair, size, producers): each metric's spread per server and the median of the
-    per-round walfs/Kafka ratios (the interval pair against the default pair's Kafka)."""
+    per-round ratios of RATIOS (the interval pair against the default pair's Kafka; --ceiling's
+    nullkafka, run once per size, producers and round as pair "null", in every pair's cell)."""
     cells: dict[tuple[str, str, int], dict[int, dict[str, Any]]] = {}
+    null = {(r["size"], r["producers"], r["round"]): r for r in runs if r["server"] == "null"}
     for r in runs:
+        if r["server"] == "null":
+            continue
         cells.setdefault((r["pair"], r["size"], r["producers"]), {}).setdefault(r["round"], {})[
             r["server"]
         ] = r
@@ -556,25 +593,28 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for rnd, by_server in rounds.items():
             if "kafka" not in by_server and (size, producers, rnd) in kafka_default:
                 by_server = {**by_server, "kafka": kafka_default[(size, producers, rnd)]}
+            if (size, producers, rnd) in null:
+                by_server = {**by_server, "null": null[(size, producers, rnd)]}
             for s, r in by_server.items():
                 per_server.setdefault(s, []).append(r)
-            w = by_server.get("walfs")
-            for other in ("kafka", "base"):
-                k = by_server.get(other)
+            for num, den in RATIOS:
+                w, k = by_server.get(num), by_server.get(den)
                 if w and k:
                     for phase, key in metrics:
                         a, b = w[phase].get(key), k[phase].get(key)
                         if a and b:
-                            ratios.setdefault(f"{other}:{phase}.{key}", []).append(a / b)
+                            ratios.setdefault(f"{num}_over_{den}:{phase}.{key}", []).append(a / b)
         for s, rs in per_server.items():
             row[s] = {
                 f"{phase}.{key}": spread([r[phase][key] for r in rs if r[phase].get(key) is not None])
                 for phase, key in metrics + bound_metrics
             }
-        for other in ("kafka", "base"):
-            mine = {k.split(":", 1)[1]: v for k, v in ratios.items() if k.startswith(other + ":")}
+        for num, den in RATIOS:
+            name = f"{num}_over_{den}"
+            mine = {k.split(":", 1)[1]: v for k, v in ratios.items() if k.startswith(name + ":")}
             if mine:
-                row[f"walfs_over_{other}"] = {k: round(statistics.median(v), 3) for k, v in mine.items()}
+                row[name] = {k: round(statistics.median(v), 3) for k, v in mine.items()}
+                row[f"{name}_range"] = {k: [round(min(v), 3), round(max(v), 3)] for k, v in mine.items()}
         if "walfs_over_kafka" in row:
             row["bound"] = {ph: classify(row, ph) for ph in ("produce", "consume")}
         out.append(row)
@@ -659,21 +699,20 @@ def free_server_ceiling(ratio: float, figures: dict[str, float | None], ncpu: in
 def table(summary: list[dict[str, Any]]) -> str:
     """One line per cell and comparison: medians, and the median of per-round ratios."""
     lines = [
-        "pair      size   prod  vs    | produce rec/s walfs / other = ratio "
-        "| consume rec/s walfs / other = ratio | cpu s/M produce w/o, consume w/o"
+        "pair      size   prod  a/b         | produce rec/s a / b = ratio "
+        "| consume rec/s a / b = ratio | server cpu s/M produce a/b, consume a/b"
     ]
 
     def med(d: dict[str, Any], key: str) -> float:
         return float(d.get(key, {}).get("median", 0) or 0)
 
     for row in summary:
-        w = row.get("walfs", {})
-        for other in ("kafka", "base"):
-            if f"walfs_over_{other}" not in row:
+        for num, den in RATIOS:
+            if f"{num}_over_{den}" not in row:
                 continue
-            k, r = row.get(other, {}), row[f"walfs_over_{other}"]
+            w, k, r = row.get(num, {}), row.get(den, {}), row[f"{num}_over_{den}"]
             lines.append(
-                f"{row['pair']:9s} {row['size']:6s} {row['producers']:4d}  {other:5s} | "
+                f"{row['pair']:9s} {row['size']:6s} {row['producers']:4d}  {num + '/' + den:11s} | "
                 f"{med(w, 'produce.records_per_s'):>10,.0f} / {med(k, 'produce.records_per_s'):>10,.0f} = "
                 f"{r.get('produce.records_per_s', 0):5.2f}x | "
                 f"{med(w, 'consume.records_per_s'):>10,.0f} / {med(k, 'consume.records_per_s'):>10,.0f} = "
@@ -697,8 +736,8 @@ def bounds_markdown(summary: list[dict[str, Any]]) -> str:
         "| client thread on CPU or runnable % w/k | client JIT % w/k "
         "| client CPU % w/k | machine idle % w/k | others' CPU % w/k | server busiest thread % w/k "
         "| server thread on CPU or runnable % w/k "
-        "| free-server ceiling | class |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| free-server ceiling | measured ceiling (null/k) | class |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summary:
         if "walfs_over_kafka" not in row:
@@ -707,6 +746,11 @@ def bounds_markdown(summary: list[dict[str, Any]]) -> str:
             ratio = row["walfs_over_kafka"].get(f"{phase}.records_per_s")
             bound = (row.get("bound") or {}).get(phase)
             ceiling = "-" if not bound or bound.get("ceiling") is None else f"{bound['ceiling']:.2f}x"
+            null = row.get("null_over_kafka", {}).get(f"{phase}.records_per_s")
+            span = row.get("null_over_kafka_range", {}).get(f"{phase}.records_per_s")
+            measured = "-" if null is None else f"{null:.2f}x"
+            if span and span[0] != span[1]:
+                measured += f" ({span[0]:.2f}-{span[1]:.2f})"
             lines.append(
                 f"| {row['pair']} | {row['size']} | {row['producers']} | {phase} "
                 f"| {pair(row, phase, 'records_per_s', ',.0f')} "
@@ -720,6 +764,7 @@ def bounds_markdown(summary: list[dict[str, Any]]) -> str:
                 f"| {pair(row, phase, 'server_busiest_pct', '.0f')} "
                 f"| {pair(row, phase, 'server_wanted_pct', '.0f')} "
                 f"| {ceiling} "
+                f"| {measured} "
                 f"| {bound['class'] if bound else '>= ' + str(GOAL) + 'x'} |"
             )
     return "\n".join(lines)
@@ -746,6 +791,11 @@ def main() -> int:
         default=None,
         metavar="GIT_REF",
         help="also run `walfs serve` of this commit (before/after ratios from the same run)",
+    )
+    ap.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="also run bench/nullkafka (in memory, no disk) once per cell: the measured ceiling",
     )
     ap.add_argument(
         "--recycle",
@@ -803,6 +853,7 @@ def main() -> int:
             "standard": args.standard,
             "rounds": rounds,
             "recycle_mib": args.recycle,
+            "ceiling": args.ceiling,
             "records": counts,
             "producer_props": PRODUCER_PROPS,
             "tool_jvm": TOOL_JVM,
@@ -817,6 +868,7 @@ def main() -> int:
         if args.baseline:
             code = export_tree(args.baseline, Path(tmp) / "baseline-tree")
             base_servers = {p: WalfsServer(PAIRS[p][1], Path(tmp), code, "base") for p in pairs}
+        null_server = NullKafka() if args.ceiling else None
         broker = KafkaBroker(heap="1g")
         sampler = Sampler(SAMPLE_INTERVAL)
         own_cpu0 = process_cpu_seconds(os.getpid())
@@ -825,12 +877,15 @@ def main() -> int:
             broker.start()
             for s in [*walfs_servers.values(), *base_servers.values()]:
                 s.start()
+            if null_server is not None:
+                null_server.start()
             # Every server gets a warm-up run, produce and consume, before the rounds: a new
             # JVM's first minutes (Kafka's JIT, of the fetch path as well as the produce
             # path) and walfs's first use of each path would be counted otherwise.
             for bootstrap in [
                 broker.bootstrap,
                 *(s.bootstrap for s in [*walfs_servers.values(), *base_servers.values()]),
+                *([null_server.bootstrap] if null_server is not None else []),
             ]:
                 create_topic(bootstrap, "warmup", {})
                 produce(cp, bootstrap, "warmup", counts["100B"] // 4, 100, 1)
@@ -847,17 +902,21 @@ def main() -> int:
                                 )
                             if kafka_conf is not None:
                                 targets.append(("kafka", broker.bootstrap, broker.pid()))
+                            # nullkafka never syncs: once per cell, in the first pair's order
+                            if null_server is not None and pair == pairs[0]:
+                                targets.append(("null", null_server.bootstrap, null_server.pid()))
                             if rnd % 2 == 0:
                                 targets.reverse()
                             for server, bootstrap, pid in targets:
-                                topic = f"r{rnd}-{size}-{producers}p-{pair}"
+                                run_pair = "null" if server == "null" else pair
+                                topic = f"r{rnd}-{size}-{producers}p-{run_pair}"
                                 create_topic(
                                     bootstrap, topic, (kafka_conf or {}) if server == "kafka" else {}
                                 )
                                 recycled = pagecache.recycle(Path(tmp), args.recycle)
                                 run = one_run(
                                     cp,
-                                    f"{server}/{pair}",
+                                    f"{server}/{run_pair}",
                                     bootstrap,
                                     pid,
                                     topic,
@@ -869,7 +928,7 @@ def main() -> int:
                                 result["runs"].append(
                                     {
                                         "round": rnd,
-                                        "pair": pair,
+                                        "pair": run_pair,
                                         "size": size,
                                         "producers": producers,
                                         "server": server,
@@ -886,6 +945,8 @@ def main() -> int:
             result["machine"]["bench_process_cpu_s"] = round(process_cpu_seconds(os.getpid()) - own_cpu0, 2)
             for s in [*walfs_servers.values(), *base_servers.values()]:
                 s.stop()
+            if null_server is not None:
+                null_server.stop()
             broker.stop()
     result["machine"]["loadavg_after"] = os.getloadavg()
     result["summary"] = summarize(result["runs"])

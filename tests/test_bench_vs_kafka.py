@@ -220,3 +220,40 @@ def test_others_share_is_what_neither_side_used():
     partial = {"machine_idle_pct": 10.0, "client_cpu_pct": 100.0}
     bench_vs_kafka.others(partial, 2)
     assert "other_cpu_pct" not in partial
+
+
+def test_the_measured_ceiling_is_compared_with_each_pairs_kafka():
+    """--ceiling's nullkafka runs once per (size, producers, round) as pair "null"; every
+    pair's cell gets null_over_kafka from that run and its own Kafka (median of the rounds'
+    ratios, their range beside), and no cell of its own."""
+
+    def run(rnd, pair, server, produce, consume):
+        return {
+            "round": rnd,
+            "pair": pair,
+            "size": "100B",
+            "producers": 1,
+            "server": server,
+            "produce": {"records_per_s": produce},
+            "consume": {"records_per_s": consume},
+        }
+
+    runs = []
+    for rnd, null in enumerate((300, 330, 360)):
+        runs += [
+            run(rnd, "null", "null", null, 2 * null),
+            run(rnd, "default", "kafka", 100, 100),
+            run(rnd, "default", "walfs", 110, 120),
+            run(rnd, "flush1", "kafka", 200, 100),
+            run(rnd, "flush1", "walfs", 190, 150),
+        ]
+    summary = {row["pair"]: row for row in bench_vs_kafka.summarize(runs)}
+    assert set(summary) == {"default", "flush1"}
+    assert summary["default"]["null_over_kafka"]["produce.records_per_s"] == 3.3
+    assert summary["default"]["null_over_kafka_range"]["produce.records_per_s"] == [3.0, 3.6]
+    assert summary["flush1"]["null_over_kafka"]["produce.records_per_s"] == 1.65
+    assert summary["flush1"]["null_over_kafka"]["consume.records_per_s"] == 6.6
+    assert summary["default"]["walfs_over_kafka"]["produce.records_per_s"] == 1.1
+    assert summary["flush1"]["null"]["produce.records_per_s"]["median"] == 330
+    md = bench_vs_kafka.bounds_markdown(list(summary.values()))
+    assert "measured ceiling" in md and "| 1.65x (1.50-1.80) |" in md
