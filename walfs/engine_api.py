@@ -454,11 +454,17 @@ def durable_end(engine: LogEngine, topic: str, partition: int, offset: int) -> i
     if records were published beyond a durable mark at or below `offset` (one shared
     fsync), so a consumer never waits for the interval syncer and never sees a record
     that a power cut could take back."""
+    return durable_info(engine, topic, partition, offset).durable_watermark
+
+
+def durable_info(engine: LogEngine, topic: str, partition: int, offset: int) -> StreamInfo:
+    """The partition's info once durable_end's sync (if one is due) is done: its
+    durable_watermark is durable_end's answer, read with the other marks in one call."""
     i = engine.info(topic, partition)
     if i.durable_watermark <= offset < i.high_watermark:
         engine.sync()
         i = engine.info(topic, partition)
-    return i.durable_watermark
+    return i
 
 
 def encode_records(records: Iterable[Any]) -> tuple[bytes, array, array]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from walfs.engine_api import durable_end, wait_for
+from walfs.engine_api import durable_info, wait_for
 from walfs.kafka.api import Api, Written
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.fetch_ahead import MAX_RECORDS_PER_READ, FetchAhead, Next, in_page_cache
@@ -62,9 +62,8 @@ def _read_partitions(
             # The high watermark Kafka clients see is the durable one (Kafka's for acks=all):
             # a record a power cut could take back is never handed out. Records published
             # past it at this offset are made durable first (one group-committed sync).
-            hwm = durable_end(wal, topic, p, offset)
-            info = wal.info(topic, p)
-            lwm = info.low_watermark
+            info = durable_info(wal, topic, p, offset)
+            hwm, lwm = info.durable_watermark, info.low_watermark
             if offset < lwm or offset > info.high_watermark:
                 parts.append((p, ErrorCode.offset_out_of_range, hwm, lwm, b""))
                 continue

@@ -51,12 +51,19 @@ def build(cls: type, **values: Any) -> Any:
     return cls(**kwargs)
 
 
+@cache
+def _request_readers(api_key: int, version: int) -> tuple[Any, Any]:
+    """kio's readers of a request's header and body (kio's lookup of the schema imports
+    its module by name on each call: ~2 us a request)."""
+    cls = load_request_schema(api_key, version)
+    return entity_reader(cls.__header_schema__), entity_reader(cls)
+
+
 def decode_request(api_key: int, version: int, payload: bytes | memoryview) -> tuple[Any, Any]:
     """(header, body) of a request whose key and version kio knows."""
-    cls = load_request_schema(api_key, version)
-    header_cls = cls.__header_schema__
-    header, used = entity_reader(header_cls)(payload, 0)
-    body, size = entity_reader(cls)(payload, used)
+    read_header, read_body = _request_readers(api_key, version)
+    header, used = read_header(payload, 0)
+    body, size = read_body(payload, used)
     # Trailing bytes are tolerated, as Kafka brokers do: librdkafka 2.x sends three
     # bytes past the end of a Metadata v12 request (fields of an older layout).
     return header, body
