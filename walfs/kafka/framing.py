@@ -225,7 +225,12 @@ class ReadAhead:
                     # Raised where the frame would have been read: after the frames before it.
                     await self._send.send((None, e))
                     return
-                await self._send.send((payload, None))
+                try:
+                    # Room in the channel: handed over without a loop turn (the handling
+                    # task wakes; this one yields when it next waits for the socket).
+                    self._send.send_nowait((payload, None))
+                except trio.WouldBlock:
+                    await self._send.send((payload, None))
                 if payload is None:
                     return
 
