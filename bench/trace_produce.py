@@ -300,11 +300,11 @@ def instrument() -> None:
 
     orig_send_frame = pipeline.send_frame
 
-    async def send_frame(stream: Any, payload: Any) -> None:
+    async def send_frame(stream: Any, payload: Any, *direct: Any) -> None:
         q = pipe_queue.get()
         rec = q[0] if q else None
         t = now()
-        await orig_send_frame(stream, payload)
+        await orig_send_frame(stream, payload, *direct)
         if rec is not None:
             q.popleft()  # type: ignore[union-attr]
             rec["send_start"], rec["sent"] = t, now()

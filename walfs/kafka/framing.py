@@ -3,6 +3,7 @@ int32 length followed by that many bytes."""
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 from collections import deque
@@ -287,16 +288,52 @@ SEPARATE_SIZE_FROM = 64 * 1024
 _IOV_MAX = 1024  # Linux's limit on the pieces of one sendmsg
 
 
-async def send_frame(stream: trio.abc.SendStream, payload: bytes | list[Any]) -> None:
+def direct_socket(stream: trio.abc.SendStream) -> socket.socket | None:
+    """A second handle on a plain TCP stream's socket (a dup of its descriptor, non-blocking
+    as the first) through which send_frame writes an answer the socket buffer takes at
+    once, without the loop turn trio's send takes after each call; None for other streams
+    (TLS). Its owner closes it before the stream (ResponsePipe)."""
+    if not isinstance(stream, trio.SocketStream):
+        return None
+    try:
+        raw = socket.socket(fileno=os.dup(stream.socket.fileno()))
+    except OSError:
+        return None
+    raw.setblocking(False)
+    return raw
+
+
+def _sent(views: list[memoryview], sent: int) -> None:
+    """Drops the first ``sent`` bytes of ``views``."""
+    while sent:
+        first = len(views[0])
+        if sent < first:
+            views[0] = views[0][sent:]
+            return
+        sent -= first
+        del views[0]
+
+
+async def send_frame(
+    stream: trio.abc.SendStream, payload: bytes | list[Any], direct: socket.socket | None = None
+) -> None:
     """Writes one size-prefixed frame: payload is bytes or the pieces of one answer
     (messages.encode_response). A small answer goes out joined in one send; a large one
     is not copied: on a plain TCP stream its size and pieces go out with sendmsg (one
     system call for the whole answer when the socket buffer takes it), on others (TLS)
-    piece by piece."""
+    piece by piece. With ``direct`` (direct_socket(stream)) what the socket buffer takes
+    at once is written through it, and only the rest waits through trio."""
     pieces = [payload] if isinstance(payload, bytes | bytearray | memoryview) else payload
     size = sum(len(p) for p in pieces)
     if size < SEPARATE_SIZE_FROM:
-        await stream.send_all(_SIZE.pack(size) + b"".join(pieces))
+        data = _SIZE.pack(size) + b"".join(pieces)
+        if direct is not None:
+            views = [memoryview(data)]
+            _sent(views, _send_now(direct, views))
+            if not views:
+                return
+            data = bytes(views[0])
+        await stream.send_all(data)
         return
     head = _SIZE.pack(size)
     if not isinstance(stream, trio.SocketStream):
@@ -305,17 +342,22 @@ async def send_frame(stream: trio.abc.SendStream, payload: bytes | list[Any]) ->
             await stream.send_all(p)
         return
     views = [memoryview(head)] + [memoryview(p).cast("B") for p in pieces if len(p)]
+    if direct is not None:
+        _sent(views, _send_now(direct, views))
     sock = stream.socket
     try:
         while views:
-            sent = await sock.sendmsg(views[:_IOV_MAX])
-            while sent:
-                first = len(views[0])
-                if sent < first:
-                    views[0] = views[0][sent:]
-                    break
-                sent -= first
-                del views[0]
+            _sent(views, await sock.sendmsg(views[:_IOV_MAX]))
+    except OSError as e:  # as trio's own send_all reports a dead peer
+        raise trio.BrokenResourceError(e) from e
+
+
+def _send_now(direct: socket.socket, views: list[memoryview]) -> int:
+    """What one non-blocking sendmsg of ``views`` writes (0: the buffer is full)."""
+    try:
+        return direct.sendmsg(views[:_IOV_MAX])
+    except BlockingIOError:
+        return 0
     except OSError as e:  # as trio's own send_all reports a dead peer
         raise trio.BrokenResourceError(e) from e
 

@@ -26,7 +26,7 @@ from typing import Any
 import trio
 
 from walfs.kafka.api import Later
-from walfs.kafka.framing import only_error, send_frame
+from walfs.kafka.framing import direct_socket, only_error, send_frame
 from walfs.kafka.messages import Encoded
 
 # Answers a connection may owe at once (requests read ahead of their answers).
@@ -41,6 +41,8 @@ Observe = Callable[[str, float, bool], None]
 class ResponsePipe:
     def __init__(self, stream: trio.abc.SendStream, depth: int = PIPELINE_DEPTH) -> None:
         self._stream = stream
+        # Answers the socket buffer takes at once go out without a loop turn (send_frame).
+        self._direct = direct_socket(stream)
         self._send, self._recv = trio.open_memory_channel[tuple[Any, str, float, Observe | None]](depth - 1)
         self._owed = 0  # answers queued to the pipe's task or being sent by it
 
@@ -59,7 +61,7 @@ class ResponsePipe:
         if response is None:
             return
         if self._owed == 0 and not isinstance(response, Later):
-            await send_frame(self._stream, response)
+            await send_frame(self._stream, response, self._direct)
             return
         self._owed += 1
         await self._send.send((response, api, t0, observe))
@@ -79,7 +81,7 @@ class ResponsePipe:
                     if response is None:
                         continue
                     # A large answer (a fetch) is not copied to put its size in front.
-                    await send_frame(self._stream, response)
+                    await send_frame(self._stream, response, self._direct)
                 finally:
                     self._owed -= 1
 
@@ -115,5 +117,8 @@ async def response_pipe(
         if err is group:
             raise
         raise err from err.__cause__  # as itself, its own cause kept
+    finally:
+        if pipe._direct is not None:
+            pipe._direct.close()  # before the stream: its descriptor is a dup of the stream's
     if closing is not None:
         raise closing
