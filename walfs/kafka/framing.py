@@ -107,9 +107,16 @@ class FrameReader:
     """Reads whole frames from a trio stream, buffering partial reads."""
 
     def __init__(
-        self, stream: trio.abc.ReceiveStream, max_bytes: int, budget: ByteBudget | None = None
+        self,
+        stream: trio.abc.ReceiveStream,
+        max_bytes: int,
+        budget: ByteBudget | None = None,
+        direct: socket.socket | None = None,
     ) -> None:
         self._stream = stream
+        # direct_socket(stream): bytes already in the kernel are read through it, without
+        # the loop turn trio's receive takes after each call; it waits through trio.
+        self._direct = direct
         self._max = max_bytes
         self._buf = bytearray()
         self._budget = budget
@@ -120,7 +127,19 @@ class FrameReader:
     async def _fill(self, n: int) -> bool:
         """Buffer at least n bytes; False on EOF before that."""
         while len(self._buf) < n:
-            chunk = await self._stream.receive_some(max(65536, n - len(self._buf)))
+            want = max(65536, n - len(self._buf))
+            chunk: bytes | bytearray
+            if self._direct is not None:
+                try:
+                    chunk = self._direct.recv(want)
+                except BlockingIOError:
+                    assert isinstance(self._stream, trio.SocketStream)
+                    await trio.lowlevel.wait_readable(self._stream.socket)
+                    continue
+                except OSError as e:  # as trio's own receive_some reports a dead peer
+                    raise trio.BrokenResourceError(e) from e
+            else:
+                chunk = await self._stream.receive_some(want)
             if not chunk:
                 return False
             self._buf += chunk
@@ -288,11 +307,13 @@ SEPARATE_SIZE_FROM = 64 * 1024
 _IOV_MAX = 1024  # Linux's limit on the pieces of one sendmsg
 
 
-def direct_socket(stream: trio.abc.SendStream) -> socket.socket | None:
+def direct_socket(stream: trio.abc.Stream) -> socket.socket | None:
     """A second handle on a plain TCP stream's socket (a dup of its descriptor, non-blocking
-    as the first) through which send_frame writes an answer the socket buffer takes at
-    once, without the loop turn trio's send takes after each call; None for other streams
-    (TLS). Its owner closes it before the stream (ResponsePipe)."""
+    as the first) through which FrameReader reads the bytes already received and
+    send_frame writes an answer the socket buffer takes at once, without the loop turn
+    trio's receive and send take after each call (docs/benchmarks.md, "Fewer CPU per
+    fetch"); waits still go through trio. None for other streams (TLS). Its owner closes
+    it before the stream (the listener's connection)."""
     if not isinstance(stream, trio.SocketStream):
         return None
     try:

@@ -31,6 +31,7 @@ from walfs.kafka.framing import (
     ByteBudget,
     FrameError,
     FrameReader,
+    direct_socket,
     read_ahead,
     read_preamble,
 )
@@ -124,7 +125,9 @@ async def _serve_connection(
     io: trio.abc.Stream = stream
     if ssl_context is not None:
         io = trio.SSLStream(stream, ssl_context, server_side=True)
-    reader = FrameReader(io, max_request_bytes, budget)
+    # Reads and sends that complete at once skip trio's loop turn (plain TCP only).
+    direct = direct_socket(stream) if io is stream else None
+    reader = FrameReader(io, max_request_bytes, budget, direct)
     log.debug("%s: connected", conn.peer)
     observe = broker.request_latency.observe if broker.request_latency is not None else None
     # TLS and SASL must be done within the config's authentication_timeout_ms: a connection
@@ -140,7 +143,8 @@ async def _serve_connection(
             if session is None:
                 gate.deadline = math.inf
             drain_on = (FrameError, CloseConnection)  # the requests before the bad one get their answers
-            async with response_pipe(io, drain_on=drain_on) as pipe, read_ahead(reader) as frames:
+            answers = response_pipe(io, drain_on=drain_on, direct=direct)
+            async with answers as pipe, read_ahead(reader) as frames:
                 while True:
                     payload = await frames.next_frame()
                     if payload is None:
@@ -206,6 +210,8 @@ async def _serve_connection(
     finally:
         if conn.fetch_ahead is not None:
             conn.fetch_ahead.take_all()
+        if direct is not None:
+            direct.close()  # before the stream: its descriptor is a dup of the stream's
         with trio.CancelScope(shield=True):
             await reader.release_all()
             if io is not stream:

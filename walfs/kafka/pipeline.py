@@ -18,6 +18,7 @@ task at once: the hop to the pipe's task cost a loop turn on each fetch's way ou
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -26,7 +27,7 @@ from typing import Any
 import trio
 
 from walfs.kafka.api import Later
-from walfs.kafka.framing import direct_socket, only_error, send_frame
+from walfs.kafka.framing import only_error, send_frame
 from walfs.kafka.messages import Encoded
 
 # Answers a connection may owe at once (requests read ahead of their answers).
@@ -39,10 +40,13 @@ Observe = Callable[[str, float, bool], None]
 
 
 class ResponsePipe:
-    def __init__(self, stream: trio.abc.SendStream, depth: int = PIPELINE_DEPTH) -> None:
+    def __init__(
+        self, stream: trio.abc.SendStream, depth: int = PIPELINE_DEPTH, direct: socket.socket | None = None
+    ) -> None:
         self._stream = stream
-        # Answers the socket buffer takes at once go out without a loop turn (send_frame).
-        self._direct = direct_socket(stream)
+        # framing.direct_socket(stream): answers the socket buffer takes at once go out
+        # without a loop turn (send_frame).
+        self._direct = direct
         self._send, self._recv = trio.open_memory_channel[tuple[Any, str, float, Observe | None]](depth - 1)
         self._owed = 0  # answers queued to the pipe's task or being sent by it
 
@@ -92,6 +96,7 @@ async def response_pipe(
     depth: int = PIPELINE_DEPTH,
     *,
     drain_on: tuple[type[BaseException], ...] = (),
+    direct: socket.socket | None = None,
 ) -> AsyncIterator[ResponsePipe]:
     """A ResponsePipe with its sending task. On a normal exit every queued answer is sent
     first; an error in the reader or in the sender ends both, and is raised as itself (not
@@ -101,7 +106,7 @@ async def response_pipe(
     forbids) ends the reading only: the answers already queued are still sent, within
     DRAIN_S, and then it is raised. Those requests were handled (a produce's records are
     in the log): a producer left without their answers would send the records again."""
-    pipe = ResponsePipe(stream, depth)
+    pipe = ResponsePipe(stream, depth, direct)
     closing: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
@@ -117,8 +122,5 @@ async def response_pipe(
         if err is group:
             raise
         raise err from err.__cause__  # as itself, its own cause kept
-    finally:
-        if pipe._direct is not None:
-            pipe._direct.close()  # before the stream: its descriptor is a dup of the stream's
     if closing is not None:
         raise closing
