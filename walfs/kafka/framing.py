@@ -348,23 +348,22 @@ async def send_frame(
     size = sum(len(p) for p in pieces)
     if size < SEPARATE_SIZE_FROM:
         data = _SIZE.pack(size) + b"".join(pieces)
-        if direct is not None:
-            views = [memoryview(data)]
-            _sent(views, _send_now(direct, views))
-            if not views:
-                return
-            data = bytes(views[0])
-        await stream.send_all(data)
-        return
-    head = _SIZE.pack(size)
-    if not isinstance(stream, trio.SocketStream):
-        await stream.send_all(head)
-        for p in pieces:
-            await stream.send_all(p)
-        return
-    views = [memoryview(head)] + [memoryview(p).cast("B") for p in pieces if len(p)]
+        if direct is None:
+            await stream.send_all(data)
+            return
+        views = [memoryview(data)]
+    else:
+        if not isinstance(stream, trio.SocketStream):
+            await stream.send_all(_SIZE.pack(size))
+            for p in pieces:
+                await stream.send_all(p)
+            return
+        views = [memoryview(_SIZE.pack(size))] + [memoryview(p).cast("B") for p in pieces if len(p)]
     if direct is not None:
         _sent(views, _send_now(direct, views))
+    # Here the stream is a plain TCP one (direct_socket gives a handle for no other):
+    # the rest goes out with sendmsg, waiting through trio.
+    assert isinstance(stream, trio.SocketStream)
     sock = stream.socket
     try:
         while views:
