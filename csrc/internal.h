@@ -196,6 +196,7 @@ struct walfs {
     int wb_waiting;              /* the thread waits on wb_cond: a queued range signals it */
 
     fault_t faults[6];
+    _Atomic uint32_t slow_sync_ms; /* the next round sleeps this long first (walfs_debug_slow_sync) */
     uint64_t tally_mark;     /* budget.c: the last scratch tally's mark; under wal->lock */
     walfs_recovery_report_t report;
     char damage[1024];       /* the first damage recovery found, for walfs_open's error */

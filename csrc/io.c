@@ -251,3 +251,9 @@ int walfs_debug_fail(walfs_t *wal, int op, int err, int64_t after, int64_t count
     atomic_store(&f->err, err);
     return 0;
 }
+
+int walfs_debug_slow_sync(walfs_t *wal, uint32_t ms)
+{
+    atomic_store(&wal->slow_sync_ms, ms);
+    return 0;
+}

@@ -84,6 +84,8 @@ static int fsync_segments(walfs_t *wal, segment_t **segs, size_t n)
     if (n == 0) return 0;
     int rc = fault_hit(wal, WALFS_FAULT_SYNC);
     if (rc) return rc;
+    uint32_t slow = atomic_exchange(&wal->slow_sync_ms, 0); /* walfs_debug_slow_sync */
+    if (slow) usleep((useconds_t)slow * 1000);
     /* One file gains nothing from the ring (the kernel punts the fsync to a worker
      * thread anyway, and the round trip was measured slower): call it directly. */
     if (wal->have_ring && n > 1) return fsync_ring(wal, segs, n);
@@ -160,7 +162,6 @@ int walfs_stream_marks(walfs_t *wal, uint32_t stream_no, walfs_marks_t *out)
     return 0;
 }
 
-/* Called with sync_lock held and no sync running; returns with sync_lock held. */
 /* Milliseconds on the monotonic clock: the interval syncer's schedule must not move with
  * the wall clock (a step back would postpone its rounds). */
 static int64_t mono_ms(void)
@@ -170,6 +171,7 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Called with sync_lock held and no sync running; returns with sync_lock held. */
 static int lead_sync(walfs_t *wal)
 {
     wal->sync_running = 1;
@@ -288,15 +290,15 @@ static int any_dirty(walfs_t *wal)
     return dirty;
 }
 
-/* Waits on syncer_cond (with sync_lock held) for up to ms milliseconds. */
-static void syncer_wait(walfs_t *wal, int64_t ms)
+/* Waits on cond (with sync_lock held) for up to ms milliseconds. */
+static void syncer_wait(walfs_t *wal, pthread_cond_t *cond, int64_t ms)
 {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)ms * 1000000ull;
     until.tv_sec += (time_t)(ns / 1000000000ull);
     until.tv_nsec = (long)(ns % 1000000000ull);
-    pthread_cond_timedwait(&wal->syncer_cond, &wal->sync_lock, &until);
+    pthread_cond_timedwait(cond, &wal->sync_lock, &until);
 }
 
 /* fsync="interval": a round is due one interval after the last round started, whoever led
@@ -316,8 +318,14 @@ static void *syncer_main(void *arg)
         int64_t due = wal->last_round_ms + interval;
         if (due < idle_until) due = idle_until;
         int64_t wait = due - mono_ms();
-        if (wait > 0 || wal->sync_running || atomic_load(&wal->failed)) {
-            syncer_wait(wal, wait > 0 ? wait : interval);
+        if (wait <= 0 && wal->sync_running) {
+            /* Due while another caller's round runs (a slow disk): start the next one as
+             * soon as that one ends (sync_cond), not one interval from now. */
+            syncer_wait(wal, &wal->sync_cond, interval);
+            continue;
+        }
+        if (wait > 0 || atomic_load(&wal->failed)) {
+            syncer_wait(wal, &wal->syncer_cond, wait > 0 ? wait : interval);
             continue;
         }
         pthread_mutex_unlock(&wal->sync_lock);

@@ -290,6 +290,9 @@ int walfs_salvage_start_at(walfs_t *wal, uint32_t stream_no, uint64_t next_offse
 enum walfs_fault_op { WALFS_FAULT_WRITE = 1, WALFS_FAULT_SYNC = 2, WALFS_FAULT_ALLOC = 3, WALFS_FAULT_RECLAIM = 4, WALFS_FAULT_WRITEBACK = 5 };
 /* After `after` more successful ops of that kind, fail the next `count` (-1: all) with -err. */
 int walfs_debug_fail(walfs_t *wal, int op, int err, int64_t after, int64_t count);
+/* A slow disk: the next sync round that has files to sync sleeps ms milliseconds before it
+ * syncs them (once). */
+int walfs_debug_slow_sync(walfs_t *wal, uint32_t ms);
 /* Simulates power loss: every 4 KiB page written since its file's last successful sync
  * reverts to its synced content, except pages kept by chance (keep_permille / 1000);
  * then the handle is freed without syncing. */

@@ -6,6 +6,9 @@ others, and survives a power cut once it is (docs/durability.md)."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 from kafka_harness import wait_until
 
 import walfs
@@ -42,5 +45,27 @@ def test_the_syncer_syncs_on_its_own_when_nobody_else_does(tmp_path):
             w.append("t", b"v%d" % k)
             wait_until(lambda k=k: w.durable_watermark("t") == k + 1, 30, "the syncer's round")
         assert w.engine.report()["syncs"] - before >= 3
+    finally:
+        w.close()
+
+
+def test_a_round_due_while_a_slow_one_runs_starts_when_that_one_ends(tmp_path):
+    # A slow disk: a caller's round takes one and a half intervals. An append made while it
+    # runs is not covered by it. The syncer's round falls due during it and must start as
+    # soon as it ends (1.5 s), not one interval after falling due (2 s), which is what the
+    # syncer did before it waited for the running round's end.
+    w = walfs.Wal(str(tmp_path / "data"), fsync="interval", fsync_interval_ms=1000, test_mode=True, **SMALL)
+    try:
+        w.append("t", b"covered by the slow round")
+        debug.slow_sync(w, 1500)
+        slow = threading.Thread(target=w.sync)
+        start = time.monotonic()
+        slow.start()
+        time.sleep(0.2)  # the slow round has taken its files long before this
+        w.append("t", b"left to the syncer")
+        wait_until(lambda: w.durable_watermark("t") == 2, 30, "the syncer's round")
+        took = time.monotonic() - start
+        slow.join()
+        assert 1.5 <= took < 1.85, took
     finally:
         w.close()

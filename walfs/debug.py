@@ -30,6 +30,12 @@ def inject_fault(wal: Any, op: str, err: int, after: int = 0, count: int = -1) -
     local_engine(wal).core.inject_fault(op, err, after, count)
 
 
+def slow_sync(wal: Any, ms: int) -> None:
+    """A slow disk: the core's next sync round that has files to sync sleeps `ms`
+    milliseconds before it syncs them (once)."""
+    local_engine(wal).core.slow_sync(ms)
+
+
 def writeback_wait(wal: Any) -> dict[str, int]:
     """Waits until the core's writeback thread (csrc/writeback.c) has written back every
     range appends handed to it so far; its counts since open: queued, refused, done,

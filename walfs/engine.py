@@ -654,6 +654,13 @@ class Engine:
         finally:
             self._exit()
 
+    def slow_sync(self, ms: int) -> None:
+        h = self._enter()
+        try:
+            self._check(lib.walfs_debug_slow_sync(h, ms), "slow sync")
+        finally:
+            self._exit()
+
     def writeback_wait(self) -> dict[str, int]:
         """Waits until the core's writeback thread has written back every range handed to
         it so far (csrc/writeback.c); its counts since open (walfs_writeback_stats_t)."""
