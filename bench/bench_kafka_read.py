@@ -18,15 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import struct
 import sys
 import tempfile
 import time
 from typing import Any
 
-import walfs
 from walfs._core import ffi, lib
+
+import walfs
 from walfs.kafka.record_batch import WireRecord, decode_for_append, encode_records_for_test
 
 MIB = 1 << 20
@@ -69,7 +69,8 @@ def one_size(size: int, fetches: int, shape: str) -> dict[str, Any]:
             needed = ffi.new("uint64_t *")
             starts, counts = [0], []
             while True:
-                rc = lib.walfs_read_kafka_batch(h, stream_no, starts[-1], end - starts[-1], MIB, out, outlen, needed)
+                s = starts[-1]
+                rc = lib.walfs_read_kafka_batch(h, stream_no, s, end - s, MIB, out, outlen, needed)
                 assert rc > 0, rc
                 batch = ffi.buffer(out, rc)[:]
                 counts.append(struct.unpack_from(">i", batch, 57)[0])
@@ -115,8 +116,7 @@ def main() -> int:
             f"({r['records_per_fetch']} records), {r['cpu_ns_per_record']:6.1f} ns per record",
             file=sys.stderr,
         )
-    doc = {"bench": "kafka_read", "loadavg": os.getloadavg(), "rusage_maxrss": resource.getrusage(0).ru_maxrss,
-           "results": results}
+    doc = {"bench": "kafka_read", "loadavg": os.getloadavg(), "results": results}
     if args.out:
         with open(args.out, "w") as f:
             json.dump(doc, f, indent=2)
