@@ -57,17 +57,16 @@ static uint64_t zigzag(int64_t v)
 static size_t varint_size(int64_t v)
 {
     uint64_t z = zigzag(v);
-    size_t n = 1;
-    while (z > 0x7f) {
-        z >>= 7;
-        n++;
-    }
-    return n;
+    return z < 0x80 ? 1 : (size_t)(70 - __builtin_clzll(z)) / 7; /* 7 bits a byte */
 }
 
 static uint8_t *put_varint(uint8_t *p, int64_t v)
 {
     uint64_t z = zigzag(v);
+    if (z < 0x80) {
+        *p = (uint8_t)z;
+        return p + 1;
+    }
     while (z > 0x7f) {
         *p++ = (uint8_t)(z | 0x80);
         z >>= 7;
@@ -92,6 +91,10 @@ static int parse_meta(const uint8_t *m, uint32_t len, int64_t append_ts, kmeta_t
     out->n_headers = 0;
     out->null_value = 0;
     if (len == 0) return 0;
+    if (len == 14 && m[0] == 1 && m[1] == 2 && le32(m + 10) == 0) { /* the common one: a producer timestamp */
+        out->ts = (int64_t)le64(m + 2);
+        return 0;
+    }
     if (len < 6 || (m[0] != 1 && m[0] != 2)) return -EBADMSG;
     uint8_t flags = m[1];
     if (flags & (4 | 8)) {
@@ -134,8 +137,9 @@ static int parse_meta(const uint8_t *m, uint32_t len, int64_t append_ts, kmeta_t
 }
 
 /* The record's bytes after its length varint; writes them when out is not NULL. */
-static size_t put_record(uint8_t *out, const kmeta_t *km, int64_t ts_delta, int64_t off_delta,
-                         const uint8_t *value, uint32_t value_len)
+static inline __attribute__((always_inline)) size_t put_record_as(uint8_t *out, const kmeta_t *km, int64_t ts_delta,
+                                                                  int64_t off_delta, const uint8_t *value,
+                                                                  uint32_t value_len)
 {
     size_t n = 1 + varint_size(ts_delta) + varint_size(off_delta);
     n += km->key_len < 0 ? 1 : varint_size(km->key_len) + (size_t)km->key_len;
@@ -174,6 +178,18 @@ static size_t put_record(uint8_t *out, const kmeta_t *km, int64_t ts_delta, int6
         h += 2 + nl + 4 + (vl > 0 ? (size_t)vl : 0);
     }
     return n;
+}
+
+/* put_record_as, with the common record (no key, no header, a value) compiled apart: the
+ * same code with those known, so its size is a few additions and its bytes a few stores. */
+static inline __attribute__((always_inline)) size_t put_record(uint8_t *out, const kmeta_t *km, int64_t ts_delta,
+                                                               int64_t off_delta, const uint8_t *value,
+                                                               uint32_t value_len)
+{
+    static const kmeta_t plain = {.key_len = -1};
+    if (km->key_len < 0 && km->n_headers == 0 && !km->null_value)
+        return put_record_as(out, &plain, ts_delta, off_delta, value, value_len);
+    return put_record_as(out, km, ts_delta, off_delta, value, value_len);
 }
 
 /* The batch header (layout at the top of this file) in front of records already written

@@ -28,7 +28,8 @@ ffibuilder.set_source(
     sources=[f"csrc/{p.name}" for p in sorted(CSRC.glob("*.c"))],
     include_dirs=["csrc"],
     libraries=["uring", "pthread"],
-    extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror"],
+    extra_compile_args=["-std=gnu11", "-O2", "-fvisibility=hidden", "-flto=auto", "-Wall", "-Wextra", "-Werror"],
+    extra_link_args=["-flto=auto", "-O2"],
     depends=[f"csrc/{p.name}" for p in sorted(CSRC.glob("*.h"))],
 )
 
