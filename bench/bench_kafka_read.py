@@ -138,15 +138,16 @@ def main() -> int:
         "--cold-mib",
         type=int,
         default=0,
-        help="instead: a log of this many MiB (in the page cache), read through once in each of three freshly "
-        "opened logs (the map's pages touched first by the read, as a live consumer's fetches do)",
+        help="instead: a log of this many MiB (in the page cache), read through once in each of "
+        "three freshly opened logs (each page of the map first touched by a read, as in a live consume)",
     )
     ap.add_argument("--out", help="write the JSON here (else stdout)")
     args = ap.parse_args()
     results = [one_size(int(s), args.fetches, args.shape, args.cold_mib) for s in args.sizes.split(",")]
     for r in results:
         print(
-            f"{r['record_bytes']:6d} B {r['shape']} {r['map']}: {r['cpu_us_per_fetch']:8.1f} us CPU per 1 MiB read "
+            f"{r['record_bytes']:6d} B {r['shape']} {r['map']}: "
+            f"{r['cpu_us_per_fetch']:8.1f} us CPU per 1 MiB read "
             f"({r['records_per_fetch']} records), {r['cpu_ns_per_record']:6.1f} ns per record",
             file=sys.stderr,
         )

@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import walfs
-
 from walfs.kafka.record_batch import (
     BatchError,
     WireRecord,
@@ -127,7 +126,8 @@ def test_common_records_among_others_equal_the_python_encoding(open_wal):
             value = rnd.randbytes(rnd.choice([0, 1, 63, 64, 100, 127, 128, 300, 1024, 5000, 20000]))
             ts = rnd.choice([None, base, base - 5000, base + 10**9, 0, 1 << 40])
             if burst % 4 == 3 and i % 2:  # a keyed, headed or null record between common ones
-                rows.append(rnd.choice([(b"k", value, [], ts), (None, value, [("h", b"x")], ts), (None, None, [], ts)]))
+                others = [(b"k", value, [], ts), (None, value, [("h", b"x")], ts), (None, None, [], ts)]
+                rows.append(rnd.choice(others))
             else:
                 rows.append((None, value, [], ts))
         w.append_records("t", rows)
