@@ -331,7 +331,11 @@ void walfs_free(void *p)
  * walfs CRC first (four at a time, interleaved), so nothing is copied into a read buffer
  * on the way and nothing unchecked reaches out. Same limits as walfs_read_offset: at
  * least one record when any exists, then up to max_records and max_bytes of stored
- * bodies (meta || value), and as many as out holds. */
+ * bodies (meta || value), and as many as out holds. Per record (h/kread,
+ * docs/benchmarks.md): the common one (no key, no header: an empty meta or the producer's
+ * timestamp alone) is parsed by one comparison and written by put_record's copy with those
+ * known; where records are long the run's next bytes are prefetched as each four are
+ * located, since a consumer's fetch is usually the first to touch them. */
 
 /* How far past the record being located the walk asks for the run's bytes (prefetch):
  * records lie back to back in a run, so these are the next records' headers and bodies.
