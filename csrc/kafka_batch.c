@@ -383,13 +383,15 @@ static int next_checked(walfs_t *wal, const stream_t *s, size_t *bi, uint64_t *i
         (*idx)++;
         nq++;
     }
-    const located_t *last = &q[nq - 1];
-    uintptr_t end = nq ? (uintptr_t)last->at.p + REC_HDR_SIZE + last->at.r.meta_len + last->at.r.value_len : 0;
-    if (nq && end - (uintptr_t)q[0].at.p >= PREFETCH_FROM * (uintptr_t)nq) {
-        uintptr_t a = *ahead;
-        if (a < end || a > end + PREFETCH_AHEAD) a = end; /* the first records, or a new run */
-        for (; a < end + PREFETCH_AHEAD; a += 64) __builtin_prefetch((const void *)a);
-        *ahead = a;
+    if (nq) {
+        const located_t *last = &q[nq - 1];
+        uintptr_t end = (uintptr_t)last->at.p + REC_HDR_SIZE + last->at.r.meta_len + last->at.r.value_len;
+        if (end - (uintptr_t)q[0].at.p >= PREFETCH_FROM * (uintptr_t)nq) {
+            uintptr_t a = *ahead;
+            if (a < end || a > end + PREFETCH_AHEAD) a = end; /* the first records, or a new run */
+            for (; a < end + PREFETCH_AHEAD; a += 64) __builtin_prefetch((const void *)a);
+            *ahead = a;
+        }
     }
     int good = fmt_rec_check_q(q, sizeof(*q), wal->crc_seed, nq);
     if (good < nq) *bad = 1;
