@@ -460,38 +460,29 @@ int fmt_rec_check(const uint8_t *in, uint32_t seed, const rec_hdr_t *r)
     return c == r->crc ? 0 : -EBADMSG;
 }
 
-/* Checks four parsed records at once; returns how many lead the list intact (4: all). */
-static int fmt_rec_check_x4(const uint8_t *const *in, uint32_t seed, const rec_hdr_t *r)
-{
-    const uint8_t *p[4];
-    size_t n[4];
-    uint32_t c[4];
-    for (int k = 0; k < 4; k++) {
-        p[k] = in[k] + 4;
-        n[k] = REC_HDR_SIZE - 4 + (size_t)r[k].meta_len + r[k].value_len;
-    }
-    crc32c_x4(seed, p, n, c);
-    for (int k = 0; k < 4; k++)
-        if (c[k] != r[k].crc) return k;
-    return 4;
-}
-
 /* Checks a queue of n (0-4) located records, entries `stride` bytes apart, each beginning
  * with a rec_at_t: four at once when there are four, one at a time otherwise; returns how
  * many lead the queue intact (n: all). The one check of queued records that every reader
- * uses (the byte view, the Kafka batch). */
+ * uses (the byte view, the Kafka batch); the entries are read in place, not copied. */
 int fmt_rec_check_q(const void *q, size_t stride, uint32_t seed, int n)
 {
-    const uint8_t *in[4];
-    rec_hdr_t r[4];
-    for (int k = 0; k < n; k++) {
-        const rec_at_t *at = (const rec_at_t *)((const char *)q + (size_t)k * stride);
-        in[k] = at->p;
-        r[k] = at->r;
+    const rec_at_t *at[4];
+    for (int k = 0; k < n; k++) at[k] = (const rec_at_t *)((const char *)q + (size_t)k * stride);
+    if (n == 4) {
+        const uint8_t *p[4];
+        size_t len[4];
+        uint32_t c[4];
+        for (int k = 0; k < 4; k++) {
+            p[k] = at[k]->p + 4;
+            len[k] = REC_HDR_SIZE - 4 + (size_t)at[k]->r.meta_len + at[k]->r.value_len;
+        }
+        crc32c_x4(seed, p, len, c);
+        for (int k = 0; k < 4; k++)
+            if (c[k] != at[k]->r.crc) return k;
+        return 4;
     }
-    if (n == 4) return fmt_rec_check_x4(in, seed, r);
     for (int k = 0; k < n; k++)
-        if (fmt_rec_check(in[k], seed, &r[k])) return k;
+        if (fmt_rec_check(at[k]->p, seed, &at[k]->r)) return k;
     return n;
 }
 

@@ -57,17 +57,21 @@ static uint64_t zigzag(int64_t v)
 static size_t varint_size(int64_t v)
 {
     uint64_t z = zigzag(v);
-    size_t n = 1;
-    while (z > 0x7f) {
-        z >>= 7;
-        n++;
-    }
-    return n;
+    /* by_clz[c]: the bytes of a varint of 64 - c significant bits, ceil((64 - c) / 7), at
+     * least 1 (a table load, where the division by 7 was a multiply on the record's path) */
+    static const uint8_t by_clz[64] = {10, 9, 9, 9, 9, 9, 9, 9, 8, 8, 8, 8, 8, 8, 8, 7, 7, 7, 7, 7, 7, 7,
+                                       6, 6, 6, 6, 6, 6, 6, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 3,
+                                       3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1};
+    return by_clz[__builtin_clzll(z | 1)];
 }
 
 static uint8_t *put_varint(uint8_t *p, int64_t v)
 {
     uint64_t z = zigzag(v);
+    if (z < 0x80) {
+        *p = (uint8_t)z;
+        return p + 1;
+    }
     while (z > 0x7f) {
         *p++ = (uint8_t)(z | 0x80);
         z >>= 7;
@@ -92,6 +96,10 @@ static int parse_meta(const uint8_t *m, uint32_t len, int64_t append_ts, kmeta_t
     out->n_headers = 0;
     out->null_value = 0;
     if (len == 0) return 0;
+    if (len == 14 && m[0] == 1 && m[1] == 2 && le32(m + 10) == 0) { /* the common one: a producer timestamp */
+        out->ts = (int64_t)le64(m + 2);
+        return 0;
+    }
     if (len < 6 || (m[0] != 1 && m[0] != 2)) return -EBADMSG;
     uint8_t flags = m[1];
     if (flags & (4 | 8)) {
@@ -134,8 +142,9 @@ static int parse_meta(const uint8_t *m, uint32_t len, int64_t append_ts, kmeta_t
 }
 
 /* The record's bytes after its length varint; writes them when out is not NULL. */
-static size_t put_record(uint8_t *out, const kmeta_t *km, int64_t ts_delta, int64_t off_delta,
-                         const uint8_t *value, uint32_t value_len)
+static inline __attribute__((always_inline)) size_t put_record_as(uint8_t *out, const kmeta_t *km, int64_t ts_delta,
+                                                                  int64_t off_delta, const uint8_t *value,
+                                                                  uint32_t value_len)
 {
     size_t n = 1 + varint_size(ts_delta) + varint_size(off_delta);
     n += km->key_len < 0 ? 1 : varint_size(km->key_len) + (size_t)km->key_len;
@@ -174,6 +183,18 @@ static size_t put_record(uint8_t *out, const kmeta_t *km, int64_t ts_delta, int6
         h += 2 + nl + 4 + (vl > 0 ? (size_t)vl : 0);
     }
     return n;
+}
+
+/* put_record_as, with the common record (no key, no header, a value) compiled apart: the
+ * same code with those known, so its size is a few additions and its bytes a few stores. */
+static inline __attribute__((always_inline)) size_t put_record(uint8_t *out, const kmeta_t *km, int64_t ts_delta,
+                                                               int64_t off_delta, const uint8_t *value,
+                                                               uint32_t value_len)
+{
+    static const kmeta_t plain = {.key_len = -1};
+    if (km->key_len < 0 && km->n_headers == 0 && !km->null_value)
+        return put_record_as(out, &plain, ts_delta, off_delta, value, value_len);
+    return put_record_as(out, km, ts_delta, off_delta, value, value_len);
 }
 
 /* The batch header (layout at the top of this file) in front of records already written
@@ -315,7 +336,18 @@ void walfs_free(void *p)
  * walfs CRC first (four at a time, interleaved), so nothing is copied into a read buffer
  * on the way and nothing unchecked reaches out. Same limits as walfs_read_offset: at
  * least one record when any exists, then up to max_records and max_bytes of stored
- * bodies (meta || value), and as many as out holds. */
+ * bodies (meta || value), and as many as out holds. Per record (h/kread,
+ * docs/benchmarks.md): the common one (no key, no header: an empty meta or the producer's
+ * timestamp alone) is parsed by one comparison and written by put_record's copy with those
+ * known; where records are long the run's next bytes are prefetched as each four are
+ * located, since a consumer's fetch is usually the first to touch them. */
+
+/* How far past the record being located the walk asks for the run's bytes (prefetch):
+ * records lie back to back in a run, so these are the next records' headers and bodies.
+ * The hardware's own prefetch stops at each 4 KiB page; a fetch that reads pages for the
+ * first time (a consumer behind the producer) waited on them in the CRC check. */
+#define PREFETCH_AHEAD 8192
+#define PREFETCH_FROM 256
 
 typedef struct located {
     rec_at_t at; /* first: fmt_rec_check_q */
@@ -324,9 +356,11 @@ typedef struct located {
 
 /* Up to four next records from (*bi, *idx), located (bounds-checked) and CRC-checked;
  * stops early at max_records, max_bytes (past the first record, counted in *planned) or
- * the end. Returns how many lead intact; *bad is set when the one after them failed. */
+ * the end. Returns how many lead intact; *bad is set when the one after them failed.
+ * *ahead: where the prefetch of the bytes after them has got to (0 at first). */
 static int next_checked(walfs_t *wal, const stream_t *s, size_t *bi, uint64_t *idx, uint32_t room,
-                        uint64_t max_bytes, uint64_t *planned, int first, located_t *q, int *bad)
+                        uint64_t max_bytes, uint64_t *planned, int first, located_t *q, int *bad,
+                        uintptr_t *ahead)
 {
     int nq = 0;
     *bad = 0;
@@ -348,6 +382,16 @@ static int next_checked(walfs_t *wal, const stream_t *s, size_t *bi, uint64_t *i
         l->offset = b->first_offset + *idx;
         (*idx)++;
         nq++;
+    }
+    if (nq) {
+        const located_t *last = &q[nq - 1];
+        uintptr_t end = (uintptr_t)last->at.p + REC_HDR_SIZE + last->at.r.meta_len + last->at.r.value_len;
+        if (end - (uintptr_t)q[0].at.p >= PREFETCH_FROM * (uintptr_t)nq) {
+            uintptr_t a = *ahead;
+            if (a < end || a > end + PREFETCH_AHEAD) a = end; /* the first records, or a new run */
+            for (; a < end + PREFETCH_AHEAD; a += 64) __builtin_prefetch((const void *)a);
+            *ahead = a;
+        }
     }
     int good = fmt_rec_check_q(q, sizeof(*q), wal->crc_seed, nq);
     if (good < nq) *bad = 1;
@@ -377,9 +421,10 @@ int64_t walfs_read_kafka_batch(walfs_t *wal, uint32_t stream_no, uint64_t offset
     uint32_t n = 0;
     uint64_t first_off = offset, last_off = offset;
     located_t q[4];
+    uintptr_t ahead = 0;
     int bad = 0, stop = 0;
     while (!stop && n < max_records) {
-        int good = next_checked(wal, s, &bi, &idx, max_records - n, max_bytes, &planned, n == 0, q, &bad);
+        int good = next_checked(wal, s, &bi, &idx, max_records - n, max_bytes, &planned, n == 0, q, &bad, &ahead);
         for (int k = 0; k < good; k++) {
             const located_t *l = &q[k];
             const uint8_t *meta = l->at.p + REC_HDR_SIZE;

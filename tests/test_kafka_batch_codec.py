@@ -6,12 +6,14 @@ on records with and without keys, headers and timestamps, and on damaged input."
 import array
 import random
 import struct
+from pathlib import Path
 
 import pytest
 from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import walfs
 from walfs.kafka.record_batch import (
     BatchError,
     WireRecord,
@@ -106,6 +108,87 @@ def test_a_meta_section_that_does_not_parse_is_refused(open_wal):
         w.engine.read_kafka_batch("t", 0, 1, 10, 1 << 20)
     with pytest.raises(ValueError, match="meta"):
         read_as_kafka_batch(w.engine, "t", 0, 0, 10, 1 << 20)
+
+
+def test_common_records_among_others_equal_the_python_encoding(open_wal):
+    """The common record (no key, no header, a value: a stored meta that is empty or holds
+    only the producer's timestamp) is encoded with those known (kafka_batch.c put_record):
+    byte for byte what the general path and the Python reference give, in runs of its own
+    (four at a time, as the read checks them) and between keyed, headed and null records,
+    with one- to three-byte varints (negative and large timestamp deltas, long values), and
+    long records, whose next bytes the read prefetches, across runs."""
+    w = open_wal()
+    rnd = random.Random(20)
+    base = 1_700_000_000_000
+    for burst in range(40):
+        rows = []
+        for i in range(rnd.choice([1, 3, 4, 5, 9, 17])):
+            value = rnd.randbytes(rnd.choice([0, 1, 63, 64, 100, 127, 128, 300, 1024, 5000, 20000]))
+            ts = rnd.choice([None, base, base - 5000, base + 10**9, 0, 1 << 40])
+            if burst % 4 == 3 and i % 2:  # a keyed, headed or null record between common ones
+                others = [(b"k", value, [], ts), (None, value, [("h", b"x")], ts), (None, None, [], ts)]
+                rows.append(rnd.choice(others))
+            else:
+                rows.append((None, value, [], ts))
+        w.append_records("t", rows)
+    w.append_lines("t", b"no meta\nat all\n")
+    high = w.high_watermark("t")
+    for offset in range(0, high, 7):
+        for n, max_bytes in [(1, 1), (4, 1 << 20), (1000, 3000), (1000, 1 << 20)]:
+            got = bytes(w.engine.read_kafka_batch("t", 0, offset, n, max_bytes))
+            (batch,) = decode_batches(got)
+            k = len(batch.records)
+            read = w.read_records("t", offset, max_records=k)
+            assert len(read) == k
+            assert got == encode_batch(read), (offset, n, max_bytes)
+
+
+@pytest.mark.parametrize(
+    "meta, served",
+    [
+        (b"\x02\x02" + struct.pack("<q", 123) + b"\0\0\0\0", True),  # version 2: the general path
+        (b"\x01\x00\0\0\0\0", True),  # version 1, no flag, no header
+        (b"\x01\x02" + struct.pack("<q", 123) + b"\x01\0\0\0", False),  # a header the section lacks
+        (b"\x01\x06" + struct.pack("<q", 123) + b"\0\0\0\0", False),  # a null value in version 1
+    ],
+)
+def test_metas_near_the_common_one_take_the_general_path(open_wal, meta: bytes, served: bool):
+    """Fourteen bytes like the common meta but not it: parsed in full, served as the
+    Python reference reads them, or refused as before."""
+    w = open_wal()
+    w.append_records("t", [(None, b"first", [], 5)])
+    w.append_bodies("t", meta + b"value", array.array("I", [len(meta)]), array.array("I", [5]))
+    if served:
+        got = bytes(w.engine.read_kafka_batch("t", 0, 0, 10, 1 << 20))
+        assert got == encode_batch(w.read_records("t", 0))
+        return
+    (batch,) = decode_batches(bytes(w.engine.read_kafka_batch("t", 0, 0, 10, 1 << 20)))
+    assert [r.value for r in batch.records] == [b"first"]
+    with pytest.raises(ValueError, match="meta"):
+        w.engine.read_kafka_batch("t", 0, 1, 10, 1 << 20)
+
+
+def test_a_damaged_long_record_ends_the_batch(wal_dir):
+    """1 KiB records (the read prefetches the bytes ahead of them): a flipped byte in one
+    stops the batch right before it from any start, and the record itself is refused."""
+    from test_kafka_fetch_damage import GEOMETRY, find, flip
+
+    vals = [b"long-%05d-" % i + bytes(rnd % 251 for rnd in range(1014)) for i in range(300)]
+    with walfs.Wal(wal_dir, **GEOMETRY) as w:
+        for i in range(0, len(vals), 25):
+            w.append_records("t", [(None, v, [], 1_700_000_000_000 + i) for v in vals[i : i + 25]])
+    bad = 123
+    path, pos = find(Path(wal_dir), b"long-%05d-" % bad)
+    flip(path, pos + 700)
+    with walfs.Wal(wal_dir, **GEOMETRY) as w:
+        for start in (0, 100, 119, 120, 121, 122):
+            got = bytes(w.engine.read_kafka_batch("t", 0, start, 1000, 1 << 20))
+            (batch,) = decode_batches(got)
+            assert [r.value for r in batch.records] == vals[start:bad]
+        with pytest.raises(walfs.WalError, match="corrupt"):
+            w.engine.read_kafka_batch("t", 0, bad, 1000, 1 << 20)
+        (batch,) = decode_batches(bytes(w.engine.read_kafka_batch("t", 0, bad + 1, 1000, 1 << 20)))
+        assert batch.records[0].value == vals[bad + 1]
 
 
 # --- the produce path: walfs_kafka_records against the Python decoder + encode_meta ---
