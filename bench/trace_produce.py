@@ -26,7 +26,7 @@ Per Produce request, in milliseconds:
   total    first bytes -> answer sent
   appended first bytes -> the handler returned (the records in the log)
   durable  first bytes -> the answer's sync returned (= appended under never)
-  rounds   sync rounds that finished while the answer waited for its sync
+  rounds   wal.sync() calls started while the answer waited for its sync
   inflight produce requests of the connection read and not yet answered when this one's
            first bytes arrived (the producer's window as the server sees it; the Java
            producer keeps up to max.in.flight.requests.per.connection=5)
@@ -282,21 +282,24 @@ def instrument() -> None:
 
     GroupSync.__init__ = gs_init  # type: ignore[method-assign]
 
-    orig_sync = GroupSync.sync
+    # The answer's wait: GroupSync.wait(mark); before h/kprod4 (an A/B's old tree)
+    # GroupSync.sync(need).
+    name = "wait" if hasattr(GroupSync, "wait") else "sync"
+    orig_wait = getattr(GroupSync, name)
 
-    async def sync(self: Any, need: Any = None) -> None:
+    async def wait(self: Any, *a: Any) -> None:
         q = pipe_queue.get()
         t = now()
-        finished = getattr(self, "_finished", 0)
+        started = self.rounds
         try:
-            await orig_sync(self, need)
+            await orig_wait(self, *a)
         finally:
             if q:
                 q[0]["sync"] = (now() - t) * 1e3
                 q[0]["synced_at"] = now()
-                q[0]["rounds"] = getattr(self, "_finished", 0) - finished
+                q[0]["rounds"] = self.rounds - started
 
-    GroupSync.sync = sync  # type: ignore[method-assign]
+    setattr(GroupSync, name, wait)
 
     orig_send_frame = pipeline.send_frame
 

@@ -1,9 +1,10 @@
 """When a produce's answer leaves relative to durability (walfs/kafka/group_sync.py,
 Broker.answer_syncs; docs/kafka.md "Durability", docs/durability.md).
 
-- A request appended while a sync round runs has the next round started at once, parked
-  in the core's group commit beside the running one, not when the answer before it has
-  been sent; at most two rounds are under way at once. The WAL's sync is held on a gate
+- The syncs run one at a time in a chain: what is appended while one runs (on any
+  connection, its answer owed behind an earlier one or not) is covered by the next, called
+  as soon as the running one returns, not when the answer before it has been sent, and
+  not by a call made before those appends. The WAL's sync is held on a gate
   (test_kafka_pipeline.GatedWal), so this is seen without any timing.
 - What an answer promises, through a power cut (the core's test mode puts back every page
   written since its file's last sync): under "always" every answered record (acks=all
@@ -14,7 +15,10 @@ Broker.answer_syncs; docs/kafka.md "Durability", docs/durability.md).
 
 from __future__ import annotations
 
+import errno
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka_harness import SMALL_WAL, Listener, raw_connect, recv_frame, wait_until
@@ -29,29 +33,104 @@ from test_kafka_pipeline import (
 
 import walfs
 from walfs import debug
-from walfs.kafka.group_sync import ROUNDS_IN_FLIGHT
+from walfs.errors import WalIOError
 
 
-def test_the_next_round_starts_while_the_running_one_is_held(gated: tuple[GatedWal, Listener]) -> None:  # noqa: F811
+def test_what_is_appended_while_a_sync_runs_is_covered_by_the_next_one(
+    gated: tuple[GatedWal, Listener],  # noqa: F811
+) -> None:
     wal, lst = gated
-    with raw_connect(lst.port) as s:
+    with raw_connect(lst.port) as s, raw_connect(lst.port) as s2:
         s.sendall(produce("t", 5, 1))
-        wait_until(lambda: wal.waiting == 1, 30, "the first request's round")
-        # Appended while that round runs: its own round starts at once (one connection,
-        # its first answer not sent yet), and waits beside the first.
+        wait_until(lambda: wal.waiting == 1, 30, "the first request's sync")
+        # Appended while that sync runs, on the same connection (its answer owed behind the
+        # first) and on another: no second sync is called while the first is held.
         s.sendall(produce("t", 3, 2))
-        wait_until(lambda: wal.waiting == 2, 30, "a second round under way beside the first")
-        # A third request is appended too, but no third round starts while two are under way.
-        s.sendall(produce("t", 2, 3))
-        wait_until(lambda: wal.high_watermark("t") == 10, 30, "the third append")
-        assert wal.calls == ROUNDS_IN_FLIGHT == 2
-        assert nothing_to_read(s)  # no answer before its records are durable
+        s2.sendall(produce("t", 2, 3))
+        wait_until(lambda: wal.high_watermark("t") == 10, 30, "the later appends")
+        assert wal.calls == 1
+        assert nothing_to_read(s) and nothing_to_read(s2)  # no answer before its records are durable
         assert wal.durable_watermark("t") == 0
         wal.gate.set()
-        answers = [produce_answer(recv_frame(s)) for _ in range(3)]
-    assert answers == [(1, 0, 0), (2, 0, 5), (3, 0, 8)]
-    assert wal.calls == 3
+        answers = [produce_answer(recv_frame(s)) for _ in range(2)] + [produce_answer(recv_frame(s2))]
+    assert sorted(answers) == [(1, 0, 0), (2, 0, 5), (3, 0, 8)] or sorted(answers) == [
+        (1, 0, 0),
+        (2, 0, 7),
+        (3, 0, 5),
+    ]
+    # The held sync, then one more for both later requests, called when it returned.
+    assert wal.calls == 2
     assert wal.durable_watermark("t") == 10
+
+
+class SyncThenHoldWal(walfs.Wal):
+    """A WAL whose engine's sync() syncs for real, then waits until the test lets it return
+    (one ``release`` per call): an append the test makes meanwhile came after that sync
+    read what it covers, so only a later sync may answer it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.release = threading.Semaphore(0)
+        self.calls = 0
+        self.holding = 0
+        real = self.engine.sync
+
+        def sync_then_hold() -> None:
+            self.calls += 1
+            try:
+                real()
+            finally:
+                self.holding += 1
+                try:
+                    if not self.release.acquire(timeout=60):
+                        raise TimeoutError("the test never let the sync return")
+                finally:
+                    self.holding -= 1
+
+        self.engine.sync = sync_then_hold  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["next-sync-ok", "next-sync-eio"])
+def test_an_answer_waits_for_a_sync_called_after_its_append(tmp_path: Path, fails: bool) -> None:
+    wal = SyncThenHoldWal(str(tmp_path / "data"), fsync="always", **SMALL_WAL)
+    try:
+        with Listener(wal) as lst, raw_connect(lst.port) as s, raw_connect(lst.port) as s2:
+            s.sendall(produce("t", 5, 1))
+            wait_until(lambda: wal.holding == 1, 30, "the first sync, done and held")
+            assert wal.durable_watermark("t") == 5
+            # Appended after that sync read what it covers: on the same connection and on
+            # another one.
+            s.sendall(produce("t", 3, 2))
+            s2.sendall(produce("t", 2, 3))
+            wait_until(lambda: wal.high_watermark("t") == 10, 30, "the later appends")
+            assert wal.durable_watermark("t") == 5  # in the page cache only
+            if fails:
+                debug.inject_fault(wal, "sync", errno.EIO)
+            wal.release.release()  # the first sync returns: only its own answer may go
+            assert produce_answer(recv_frame(s)) == (1, 0, 0)
+            # The chain calls the next sync at once; until it returns, neither later
+            # answer is sent, though the first sync has returned.
+            wait_until(lambda: wal.calls == 2 and wal.holding == 1, 30, "the next sync, held")
+            assert nothing_to_read(s) and nothing_to_read(s2)
+            assert wal.durable_watermark("t") == (5 if fails else 10)
+            wal.release.release()
+            later = [produce_answer(recv_frame(s)), produce_answer(recv_frame(s2))]
+            if fails:
+                # KAFKA_STORAGE_ERROR (56), no offset: nothing acknowledged as durable.
+                assert [a[:2] for a in later] == [(2, 56), (3, 56)]
+                assert [a[2] for a in later] == [-1, -1]
+            else:
+                assert [a[:2] for a in later] == [(2, 0), (3, 0)]
+                assert sorted(a[2] for a in later) in ([5, 7], [5, 8])
+            assert wal.calls == 2
+    finally:
+        for _ in range(4):
+            wal.release.release()
+        if fails:
+            with pytest.raises(WalIOError):  # a failed WAL reports it at close too
+                wal.close()
+        else:
+            wal.close()
 
 
 def send_all(port: int, requests: list[bytes]) -> list[tuple[int, int, int]]:
