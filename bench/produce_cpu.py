@@ -8,9 +8,10 @@ and the kernel's cost of writing into the page cache on this machine.
 
 Starts `walfs serve` (the tree this process imports, as bench_vs_kafka.py does; --fsync,
 default never) on a temporary directory, warms it with a short run, then per run creates a
-topic and runs one ProducerPerformance (--producers N: N at once, the records split among them) (acks=all, linger.ms=5, batch.size=1 MiB, as
-bench_vs_kafka.py) against it, and prints records/s, p99, and the server's user and system
-CPU seconds per million records (/proc/PID/stat) over the run.
+topic and runs one ProducerPerformance (acks=all, linger.ms=5, batch.size=1 MiB, as
+bench_vs_kafka.py; --producers N: N at once, the records split among them) against it,
+and prints records/s, p99, and the server's user and system CPU seconds per million
+records (/proc/PID/stat) over the run.
 
 --recycle MiB writes a file of that size in the data directory's parent and deletes it
 before each run, so that the run's page-cache pages are ones the kernel just had, not memory
