@@ -110,6 +110,7 @@ pipe_queue: contextvars.ContextVar[deque[dict[str, Any]] | None] = contextvars.C
 requests: list[dict[str, Any]] = []
 unanswered = [0]  # produce requests read and not yet answered (one connection produces)
 sync_calls: list[float] = []  # ms inside each wal.sync() the listener's group sync made
+group_syncs: list[Any] = []  # the listener's GroupSync objects (their thread hops: `chains`)
 by_payload: dict[int, dict[str, Any]] = {}  # frames read, not yet dispatched
 recv_counts: dict[int, int] = {}  # receive calls per socket since its last frame ended
 
@@ -279,6 +280,7 @@ def instrument() -> None:
                 sync_calls.append((now() - t) * 1e3)
 
         orig_gs_init(self, timed, *a, **k)
+        group_syncs.append(self)
 
     GroupSync.__init__ = gs_init  # type: ignore[method-assign]
 
@@ -454,6 +456,9 @@ async def run(args: argparse.Namespace, cp: str) -> dict[str, Any]:
         "busy_share": round(sum(r["handled"] for r in rows) / 1e3 / (t1 - t0), 3),
         "phases_ms": summary(rows) if rows else {},
         "sync_calls": len(sync_calls),
+        # Worker threads the group sync started (one per chain of calls, h/kprod4; before
+        # it one per call).
+        "sync_threads": sum(getattr(g, "chains", g.rounds) for g in group_syncs),
         "fsync_rounds": fsync_rounds,
         "sync_call_ms": {
             "median": round(statistics.median(sync_calls), 3),
@@ -513,7 +518,8 @@ def main() -> None:
     if res["sync_call_ms"]:
         c = res["sync_call_ms"]
         print(
-            f"  {res['sync_calls']} wal.sync() calls by the group sync, {res['fsync_rounds']} fsync rounds "
+            f"  {res['sync_calls']} wal.sync() calls by the group sync (in {res['sync_threads']} worker "
+            f"thread runs), {res['fsync_rounds']} fsync rounds "
             "in the core (every leader), ms inside each call: "
             f"median {c['median']:.2f}, p90 {c['p90']:.2f}, p99 {c['p99']:.2f}",
             file=sys.stderr,

@@ -42,7 +42,8 @@ class GroupSync:
         self._covered = 0  # (event loop) every mark up to this is durable
         self._error: Exception | None = None  # (event loop) a failed sync: the WAL refuses appends
         self._round_done = trio.Event()
-        self.rounds = 0  # wal.sync() calls made (a figure for tests)
+        self.rounds = 0  # wal.sync() calls made (a figure for tests and benches)
+        self.chains = 0  # chains run (each one hop to a worker thread and back)
         self.callers = 0  # wait() calls they served
 
     def mark(self) -> int:
@@ -92,6 +93,7 @@ class GroupSync:
                 self._chain = False
 
     async def _run(self) -> None:
+        self.chains += 1
         token = trio.lowlevel.current_trio_token()
         await trio.to_thread.run_sync(self._rounds, token, limiter=self._limiter)
 
