@@ -46,24 +46,36 @@ from walfs.kafka.record_batch import WireRecord, encode_records_for_test
 
 class GatedWal(walfs.Wal):
     """A WAL whose engine's sync() waits for the test to open the gate, then syncs for
-    real (the listener holds the engine, walfs.engine_api, not this Wal)."""
+    real (the listener holds the engine, walfs.engine_api, not this Wal). With
+    ``sync_first`` it syncs for real first, then waits for one ``release`` per call: an
+    append the test makes meanwhile came after that sync read what it covers."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, sync_first: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.gate = threading.Event()
-        self.waiting = 0  # syncs held at the gate right now
+        self.release = threading.Semaphore(0)
+        self.waiting = 0  # syncs held right now
         self.calls = 0  # sync() calls
         real = self.engine.sync
 
-        def gated_sync() -> None:
-            self.calls += 1
+        def hold() -> None:
             self.waiting += 1
             try:
-                if not self.gate.wait(timeout=60):
-                    raise TimeoutError("the test never opened the sync gate")
+                if not (self.release.acquire(timeout=60) if sync_first else self.gate.wait(timeout=60)):
+                    raise TimeoutError("the test never let the sync go on")
             finally:
                 self.waiting -= 1
-            real()
+
+        def gated_sync() -> None:
+            self.calls += 1
+            if not sync_first:
+                hold()
+                real()
+                return
+            try:
+                real()
+            finally:
+                hold()
 
         self.engine.sync = gated_sync  # type: ignore[method-assign]
 

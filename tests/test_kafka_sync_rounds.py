@@ -16,9 +16,7 @@ Broker.answer_syncs; docs/kafka.md "Durability", docs/durability.md).
 from __future__ import annotations
 
 import errno
-import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kafka_harness import SMALL_WAL, Listener, raw_connect, recv_frame, wait_until
@@ -63,40 +61,13 @@ def test_what_is_appended_while_a_sync_runs_is_covered_by_the_next_one(
     assert wal.durable_watermark("t") == 10
 
 
-class SyncThenHoldWal(walfs.Wal):
-    """A WAL whose engine's sync() syncs for real, then waits until the test lets it return
-    (one ``release`` per call): an append the test makes meanwhile came after that sync
-    read what it covers, so only a later sync may answer it."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.release = threading.Semaphore(0)
-        self.calls = 0
-        self.holding = 0
-        real = self.engine.sync
-
-        def sync_then_hold() -> None:
-            self.calls += 1
-            try:
-                real()
-            finally:
-                self.holding += 1
-                try:
-                    if not self.release.acquire(timeout=60):
-                        raise TimeoutError("the test never let the sync return")
-                finally:
-                    self.holding -= 1
-
-        self.engine.sync = sync_then_hold  # type: ignore[method-assign]
-
-
 @pytest.mark.parametrize("fails", [False, True], ids=["next-sync-ok", "next-sync-eio"])
 def test_an_answer_waits_for_a_sync_called_after_its_append(tmp_path: Path, fails: bool) -> None:
-    wal = SyncThenHoldWal(str(tmp_path / "data"), fsync="always", **SMALL_WAL)
+    wal = GatedWal(str(tmp_path / "data"), sync_first=True, fsync="always", **SMALL_WAL)
     try:
         with Listener(wal) as lst, raw_connect(lst.port) as s, raw_connect(lst.port) as s2:
             s.sendall(produce("t", 5, 1))
-            wait_until(lambda: wal.holding == 1, 30, "the first sync, done and held")
+            wait_until(lambda: wal.waiting == 1, 30, "the first sync, done and held")
             assert wal.durable_watermark("t") == 5
             # Appended after that sync read what it covers: on the same connection and on
             # another one.
@@ -110,7 +81,7 @@ def test_an_answer_waits_for_a_sync_called_after_its_append(tmp_path: Path, fail
             assert produce_answer(recv_frame(s)) == (1, 0, 0)
             # The chain calls the next sync at once; until it returns, neither later
             # answer is sent, though the first sync has returned.
-            wait_until(lambda: wal.calls == 2 and wal.holding == 1, 30, "the next sync, held")
+            wait_until(lambda: wal.calls == 2 and wal.waiting == 1, 30, "the next sync, held")
             assert nothing_to_read(s) and nothing_to_read(s2)
             assert wal.durable_watermark("t") == (5 if fails else 10)
             wal.release.release()
