@@ -104,11 +104,20 @@ def test_an_answer_waits_for_a_sync_called_after_its_append(tmp_path: Path, fail
             wal.close()
 
 
-def send_all(port: int, requests: list[bytes]) -> list[tuple[int, int, int]]:
-    """Sends the requests pipelined on one connection and reads every answer."""
-    with raw_connect(port) as s:
-        s.sendall(b"".join(requests))
-        return [produce_answer(recv_frame(s)) for _ in requests]
+def send_all(port: int, requests: list[bytes], connections: int = 1) -> list[tuple[int, int, int]]:
+    """Sends the requests pipelined over ``connections`` connections at once (request k on
+    connection k % connections) and reads every answer, in request order per connection."""
+    socks = [raw_connect(port) for _ in range(connections)]
+    try:
+        for i, s in enumerate(socks):
+            s.sendall(b"".join(requests[i::connections]))
+        answers = {
+            i: [produce_answer(recv_frame(s)) for _ in requests[i::connections]] for i, s in enumerate(socks)
+        }
+    finally:
+        for s in socks:
+            s.close()
+    return [answers[k % connections][k // connections] for k in range(len(requests))]
 
 
 def values(cid: int, n: int) -> list[bytes]:
@@ -125,8 +134,9 @@ def reopen(path: Path, policy: dict[str, object]) -> walfs.Wal:
     ids=["always-all", "always-1", "interval-all"],
 )
 @pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("connections", [1, 4])
 def test_every_answered_record_survives_a_power_cut(
-    tmp_path: Path, policy: str, acks: int, seed: int
+    tmp_path: Path, policy: str, acks: int, seed: int, connections: int
 ) -> None:
     conf = SYNCING_WALS[policy]
     wal = reopen(tmp_path / "data", conf)
@@ -135,10 +145,14 @@ def test_every_answered_record_survives_a_power_cut(
         sizes = [1 + (seed * 7 + cycle * 3 + k) % 5 for k in range(12)]
         with Listener(wal) as lst:
             cid = 100 * cycle
-            answers = send_all(lst.port, [produce("t", n, cid + k, acks=acks) for k, n in enumerate(sizes)])
+            answers = send_all(
+                lst.port, [produce("t", n, cid + k, acks=acks) for k, n in enumerate(sizes)], connections
+            )
         assert [code for _, code, _ in answers] == [0] * len(sizes)
-        for k, n in enumerate(sizes):
-            expect += values(cid + k, n)
+        # In the log in the order of the base offsets (connections interleave).
+        for base, k in sorted((a[2], k) for k, a in enumerate(answers)):
+            assert base == len(expect)
+            expect += values(cid + k, sizes[k])
         # Nothing synced after the answers: every page written since the last sync reverts.
         debug.power_cut(wal, seed=seed * 10 + cycle, keep_permille=0)
         wal = reopen(tmp_path / "data", conf)
