@@ -19,6 +19,7 @@ import errno
 from pathlib import Path
 
 import pytest
+import trio
 from kafka_harness import SMALL_WAL, Listener, raw_connect, recv_frame, wait_until
 from test_kafka_pipeline import (
     SYNCING_WALS,
@@ -32,6 +33,7 @@ from test_kafka_pipeline import (
 import walfs
 from walfs import debug
 from walfs.errors import WalIOError
+from walfs.kafka.group_sync import GroupSync
 
 
 def test_what_is_appended_while_a_sync_runs_is_covered_by_the_next_one(
@@ -186,4 +188,32 @@ def test_under_interval_an_acks_1_answer_survives_a_power_cut_once_a_later_round
     wal = reopen(tmp_path / "data", conf)
     # The acks=all answer's round covered the acks=1 records appended before it.
     assert wal.read("t", 0, max_records=10) == values(1, 3) + values(3, 2) + values(4, 1)
+    wal.close()
+
+
+def test_a_chain_cancelled_before_its_thread_ran_does_not_hold_later_marks(tmp_path: Path) -> None:
+    # The listener's nursery cancelled (its shutdown) while a chain waited for a worker
+    # thread: the next mark, in a new nursery, still gets its sync.
+    wal = walfs.Wal(str(tmp_path / "data"), fsync="always", **SMALL_WAL)
+    wal.append_batch("t", [b"a"])
+    limiter = trio.CapacityLimiter(1)
+    gs = GroupSync(wal.engine.sync, limiter)
+
+    async def main() -> None:
+        await limiter.acquire()  # every worker thread taken: the chain waits for one
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                gs.nursery = nursery
+                gs.mark()
+                await trio.sleep(0.05)
+                assert gs.rounds == 0
+                scope.cancel()
+        limiter.release()
+        async with trio.open_nursery() as nursery:
+            gs.nursery = nursery
+            with trio.fail_after(30):
+                await gs.wait(gs.mark())
+        assert gs.rounds == 1
+
+    trio.run(main)
     wal.close()

@@ -95,7 +95,16 @@ class GroupSync:
     async def _run(self) -> None:
         self.chains += 1
         token = trio.lowlevel.current_trio_token()
-        await trio.to_thread.run_sync(self._rounds, token, limiter=self._limiter)
+        try:
+            await trio.to_thread.run_sync(self._rounds, token, limiter=self._limiter)
+        except BaseException:
+            # Cancelled while waiting for a thread (the limiter), before the chain ran (once
+            # it runs it is not cancellable, and it clears _chain itself when it ends): none
+            # is under way, and the waiters look again.
+            with self._lock:
+                self._chain = False
+            self._wake()
+            raise
 
     def _rounds(self, token: trio.lowlevel.TrioToken) -> None:
         """(In a worker thread) wal.sync() while anything is marked and not synced. Each
@@ -130,6 +139,9 @@ class GroupSync:
             self._covered = max(self._covered, mark)
         elif self._error is None:
             self._error = error
+        self._wake()
+
+    def _wake(self) -> None:
         done, self._round_done = self._round_done, trio.Event()
         done.set()
 
