@@ -12,7 +12,9 @@ produce and fetch paths move, and the one that stays steady on a shared machine.
 
 The server is `python -m walfs.cli.serve` of the tree under test (PYTHONPATH), with
 `--fsync never` and acks=1 by default, so that no fsync is timed (--acks all adds the
-listener's sync rounds)."""
+listener's sync rounds). --connections N produces over N connections at once, each with
+five in flight and its share of the requests (four ProducerPerformance processes, without
+their CPU)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -174,7 +177,34 @@ class Server:
         self.proc.wait(timeout=30)
 
 
-def run_size(size: int, mib: int, acks: int, fsync: str) -> dict[str, Any]:
+def produce_on(s: socket.socket, frames: list[bytes], acks: int) -> None:
+    """Sends the frames on one connection with IN_FLIGHT in flight and reads every answer."""
+    sent = answered = 0
+    while answered < len(frames):
+        while sent < len(frames) and sent - answered < IN_FLIGHT:
+            s.sendall(frames[sent])
+            sent += 1
+        if acks == 0:
+            answered = sent
+            continue
+        resp = decode_response(0, PRODUCE_V, recv_frame(s))
+        code = int(resp.responses[0].partition_responses[0].error_code)
+        if code:
+            raise RuntimeError(f"produce failed with error {code}")
+        answered += 1
+
+
+def produce_share(port: int, frames: list[bytes], acks: int, errors: list[BaseException]) -> None:
+    """produce_on over a connection of its own (a thread of --connections)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            produce_on(s, frames, acks)
+    except BaseException as e:
+        errors.append(e)
+
+
+def run_size(size: int, mib: int, acks: int, fsync: str, connections: int = 1) -> dict[str, Any]:
     n = max(1, (1 << 20) // (size + 12))  # records per ~1 MiB batch
     requests = max(1, (mib << 20) // (n * size))
     value = os.urandom(size)
@@ -191,19 +221,21 @@ def run_size(size: int, mib: int, acks: int, fsync: str) -> dict[str, Any]:
                 s.sendall(produce_frame(topic, batch, 1, 0))
                 decode_response(0, PRODUCE_V, recv_frame(s))
                 c0, t0 = cpu_seconds(srv.proc.pid), time.perf_counter()
-                sent = answered = 0
-                while answered < requests:
-                    while sent < requests and sent - answered < IN_FLIGHT:
-                        s.sendall(frames[sent])
-                        sent += 1
-                    if acks == 0:
-                        answered = sent
-                        continue
-                    resp = decode_response(0, PRODUCE_V, recv_frame(s))
-                    code = int(resp.responses[0].partition_responses[0].error_code)
-                    if code:
-                        raise RuntimeError(f"produce failed with error {code}")
-                    answered += 1
+                if connections == 1:
+                    produce_on(s, frames, acks)
+                else:  # each connection its share of the requests, all at once
+                    shares = [frames[i::connections] for i in range(connections)]
+                    errors: list[BaseException] = []
+                    threads = [
+                        threading.Thread(target=produce_share, args=(srv.port, share, acks, errors))
+                        for share in shares
+                    ]
+                    for t in threads:
+                        t.start()
+                    for t in threads:
+                        t.join()
+                    if errors:
+                        raise errors[0]
                 produce_s, produce_cpu = time.perf_counter() - t0, cpu_seconds(srv.proc.pid) - c0
                 end = total + n  # with the warm-up batch
                 offset, fetched, cid = 0, 0, 1
@@ -229,6 +261,7 @@ def run_size(size: int, mib: int, acks: int, fsync: str) -> dict[str, Any]:
         "record_bytes": size,
         "records_per_request": n,
         "produce": {
+            "connections": connections,
             "requests": requests,
             "records": total,
             "mb_per_s": round(produced_bytes / produce_s / 1e6, 1),
@@ -249,10 +282,13 @@ def main() -> int:
     ap.add_argument("--mib", type=int, default=256, help="MiB of records produced (and fetched) per size")
     ap.add_argument("--acks", choices=("0", "1", "all"), default="1")
     ap.add_argument("--fsync", choices=("never", "interval", "always"), default="never")
+    ap.add_argument(
+        "--connections", type=int, default=1, help="produce over this many connections at once (fetch: one)"
+    )
     ap.add_argument("--out", help="write the JSON here (else stdout)")
     args = ap.parse_args()
     acks = -1 if args.acks == "all" else int(args.acks)
-    results = [run_size(int(s), args.mib, acks, args.fsync) for s in args.sizes.split(",")]
+    results = [run_size(int(s), args.mib, acks, args.fsync, args.connections) for s in args.sizes.split(",")]
     out = {
         "bench": "kafka_wire",
         "loadavg": os.getloadavg(),

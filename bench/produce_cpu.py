@@ -3,13 +3,15 @@ and the kernel's cost of writing into the page cache on this machine.
 
     .venv/bin/python bench/produce_cpu.py --size 16KiB --records 60000 --runs 3
     .venv/bin/python bench/produce_cpu.py --size 1KiB --records 300000 --recycle 1500 --perf /tmp/p
+    .venv/bin/python bench/produce_cpu.py --size 1KiB --records 300000 --fsync always --producers 4
     .venv/bin/python bench/produce_cpu.py --page-cache 1024     # no server: the kernel alone
 
 Starts `walfs serve` (the tree this process imports, as bench_vs_kafka.py does; --fsync,
 default never) on a temporary directory, warms it with a short run, then per run creates a
 topic and runs one ProducerPerformance (acks=all, linger.ms=5, batch.size=1 MiB, as
-bench_vs_kafka.py) against it, and prints records/s, p99, and the server's user and system
-CPU seconds per million records (/proc/PID/stat) over the run.
+bench_vs_kafka.py; --producers N: N at once, the records split among them) against it,
+and prints records/s, p99, and the server's user and system CPU seconds per million
+records (/proc/PID/stat) over the run.
 
 --recycle MiB writes a file of that size in the data directory's parent and deletes it
 before each run, so that the run's page-cache pages are ones the kernel just had, not memory
@@ -115,6 +117,7 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=60000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--fsync", default="never", choices=["never", "interval", "always"])
+    ap.add_argument("--producers", type=int, default=1, help="ProducerPerformance processes at once")
     ap.add_argument("--recycle", type=int, default=0, metavar="MiB")
     ap.add_argument("--perf", default=None, metavar="PREFIX")
     ap.add_argument("--page-cache", type=int, default=0, metavar="MiB")
@@ -159,7 +162,7 @@ def main() -> int:
                         )
                         time.sleep(0.5)
                     u0, s0 = process_user_system_seconds(server.pid())
-                    row = bvk.produce(cp, server.bootstrap, topic, args.records, size, 1)
+                    row = bvk.produce(cp, server.bootstrap, topic, args.records, size, args.producers)
                     u1, s1 = process_user_system_seconds(server.pid())
                     if perf is not None:
                         perf.send_signal(2)

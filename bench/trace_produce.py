@@ -26,7 +26,7 @@ Per Produce request, in milliseconds:
   total    first bytes -> answer sent
   appended first bytes -> the handler returned (the records in the log)
   durable  first bytes -> the answer's sync returned (= appended under never)
-  rounds   sync rounds that finished while the answer waited for its sync
+  rounds   wal.sync() calls started while the answer waited for its sync
   inflight produce requests of the connection read and not yet answered when this one's
            first bytes arrived (the producer's window as the server sees it; the Java
            producer keeps up to max.in.flight.requests.per.connection=5)
@@ -110,6 +110,7 @@ pipe_queue: contextvars.ContextVar[deque[dict[str, Any]] | None] = contextvars.C
 requests: list[dict[str, Any]] = []
 unanswered = [0]  # produce requests read and not yet answered (one connection produces)
 sync_calls: list[float] = []  # ms inside each wal.sync() the listener's group sync made
+group_syncs: list[Any] = []  # the listener's GroupSync objects (their thread hops: `chains`)
 by_payload: dict[int, dict[str, Any]] = {}  # frames read, not yet dispatched
 recv_counts: dict[int, int] = {}  # receive calls per socket since its last frame ended
 
@@ -279,24 +280,28 @@ def instrument() -> None:
                 sync_calls.append((now() - t) * 1e3)
 
         orig_gs_init(self, timed, *a, **k)
+        group_syncs.append(self)
 
     GroupSync.__init__ = gs_init  # type: ignore[method-assign]
 
-    orig_sync = GroupSync.sync
+    # The answer's wait: GroupSync.wait(mark); before h/kprod4 (an A/B's old tree)
+    # GroupSync.sync(need).
+    name = "wait" if hasattr(GroupSync, "wait") else "sync"
+    orig_wait = getattr(GroupSync, name)
 
-    async def sync(self: Any, need: Any = None) -> None:
+    async def wait(self: Any, *a: Any) -> None:
         q = pipe_queue.get()
         t = now()
-        finished = getattr(self, "_finished", 0)
+        started = self.rounds
         try:
-            await orig_sync(self, need)
+            await orig_wait(self, *a)
         finally:
             if q:
                 q[0]["sync"] = (now() - t) * 1e3
                 q[0]["synced_at"] = now()
-                q[0]["rounds"] = getattr(self, "_finished", 0) - finished
+                q[0]["rounds"] = self.rounds - started
 
-    GroupSync.sync = sync  # type: ignore[method-assign]
+    setattr(GroupSync, name, wait)
 
     orig_send_frame = pipeline.send_frame
 
@@ -451,6 +456,9 @@ async def run(args: argparse.Namespace, cp: str) -> dict[str, Any]:
         "busy_share": round(sum(r["handled"] for r in rows) / 1e3 / (t1 - t0), 3),
         "phases_ms": summary(rows) if rows else {},
         "sync_calls": len(sync_calls),
+        # Worker threads the group sync started (one per chain of calls, h/kprod4; before
+        # it one per call).
+        "sync_threads": sum(getattr(g, "chains", g.rounds) for g in group_syncs),
         "fsync_rounds": fsync_rounds,
         "sync_call_ms": {
             "median": round(statistics.median(sync_calls), 3),
@@ -510,7 +518,8 @@ def main() -> None:
     if res["sync_call_ms"]:
         c = res["sync_call_ms"]
         print(
-            f"  {res['sync_calls']} wal.sync() calls by the group sync, {res['fsync_rounds']} fsync rounds "
+            f"  {res['sync_calls']} wal.sync() calls by the group sync (in {res['sync_threads']} worker "
+            f"thread runs), {res['fsync_rounds']} fsync rounds "
             "in the core (every leader), ms inside each call: "
             f"median {c['median']:.2f}, p90 {c['p90']:.2f}, p99 {c['p99']:.2f}",
             file=sys.stderr,

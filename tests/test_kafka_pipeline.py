@@ -40,31 +40,42 @@ from kio.serial import entity_reader
 import walfs
 from walfs import debug
 from walfs.errors import WalIOError
-from walfs.kafka.group_sync import ROUNDS_IN_FLIGHT
 from walfs.kafka.pipeline import PIPELINE_DEPTH
 from walfs.kafka.record_batch import WireRecord, encode_records_for_test
 
 
 class GatedWal(walfs.Wal):
     """A WAL whose engine's sync() waits for the test to open the gate, then syncs for
-    real (the listener holds the engine, walfs.engine_api, not this Wal)."""
+    real (the listener holds the engine, walfs.engine_api, not this Wal). With
+    ``sync_first`` it syncs for real first, then waits for one ``release`` per call: an
+    append the test makes meanwhile came after that sync read what it covers."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, sync_first: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.gate = threading.Event()
-        self.waiting = 0  # syncs held at the gate right now
+        self.release = threading.Semaphore(0)
+        self.waiting = 0  # syncs held right now
         self.calls = 0  # sync() calls
         real = self.engine.sync
 
-        def gated_sync() -> None:
-            self.calls += 1
+        def hold() -> None:
             self.waiting += 1
             try:
-                if not self.gate.wait(timeout=60):
-                    raise TimeoutError("the test never opened the sync gate")
+                if not (self.release.acquire(timeout=60) if sync_first else self.gate.wait(timeout=60)):
+                    raise TimeoutError("the test never let the sync go on")
             finally:
                 self.waiting -= 1
-            real()
+
+        def gated_sync() -> None:
+            self.calls += 1
+            if not sync_first:
+                hold()
+                real()
+                return
+            try:
+                real()
+            finally:
+                hold()
 
         self.engine.sync = gated_sync  # type: ignore[method-assign]
 
@@ -215,12 +226,12 @@ def test_waiting_answers_share_one_sync_round(gated: tuple[GatedWal, Listener]) 
             s.close()
     assert sorted(a[0] for a in answers) == sorted([0] + [10 * i + k for i in range(4) for k in range(1, 4)])
     assert all(code == 0 for _, code, _ in answers)
-    # One wal.sync() per answer before; now the round held at the gate, the next one
-    # already waiting beside it (group_sync.ROUNDS_IN_FLIGHT), and one more for those
-    # that came after that one started; in the core at most two fsyncs for all thirteen
-    # (the core's group commit: a call that the fsync before it covered syncs nothing).
-    assert wal.calls <= ROUNDS_IN_FLIGHT + 1
-    assert 1 <= wal.engine.report()["syncs"] - fsyncs <= 2
+    # One wal.sync() per answer before; now the one held at the gate and the next, which
+    # its chain called as soon as it returned, for the twelve appended meanwhile
+    # (group_sync.py). In the core one fsync for all thirteen: the held call syncs once
+    # the gate opens, after every append, so the next one finds them durable.
+    assert wal.calls == 2
+    assert wal.engine.report()["syncs"] - fsyncs == 1
     assert wal.durable_watermark("t") == 13
 
 

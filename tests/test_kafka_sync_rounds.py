@@ -1,9 +1,10 @@
 """When a produce's answer leaves relative to durability (walfs/kafka/group_sync.py,
 Broker.answer_syncs; docs/kafka.md "Durability", docs/durability.md).
 
-- A request appended while a sync round runs has the next round started at once, parked
-  in the core's group commit beside the running one, not when the answer before it has
-  been sent; at most two rounds are under way at once. The WAL's sync is held on a gate
+- The syncs run one at a time in a chain: what is appended while one runs (on any
+  connection, its answer owed behind an earlier one or not) is covered by the next, called
+  as soon as the running one returns, not when the answer before it has been sent, and
+  not by a call made before those appends. The WAL's sync is held on a gate
   (test_kafka_pipeline.GatedWal), so this is seen without any timing.
 - What an answer promises, through a power cut (the core's test mode puts back every page
   written since its file's last sync): under "always" every answered record (acks=all
@@ -14,9 +15,11 @@ Broker.answer_syncs; docs/kafka.md "Durability", docs/durability.md).
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
+import trio
 from kafka_harness import SMALL_WAL, Listener, raw_connect, recv_frame, wait_until
 from test_kafka_pipeline import (
     SYNCING_WALS,
@@ -29,36 +32,94 @@ from test_kafka_pipeline import (
 
 import walfs
 from walfs import debug
-from walfs.kafka.group_sync import ROUNDS_IN_FLIGHT
+from walfs.errors import WalIOError
+from walfs.kafka.group_sync import GroupSync
 
 
-def test_the_next_round_starts_while_the_running_one_is_held(gated: tuple[GatedWal, Listener]) -> None:  # noqa: F811
+def test_what_is_appended_while_a_sync_runs_is_covered_by_the_next_one(
+    gated: tuple[GatedWal, Listener],  # noqa: F811
+) -> None:
     wal, lst = gated
-    with raw_connect(lst.port) as s:
+    with raw_connect(lst.port) as s, raw_connect(lst.port) as s2:
         s.sendall(produce("t", 5, 1))
-        wait_until(lambda: wal.waiting == 1, 30, "the first request's round")
-        # Appended while that round runs: its own round starts at once (one connection,
-        # its first answer not sent yet), and waits beside the first.
+        wait_until(lambda: wal.waiting == 1, 30, "the first request's sync")
+        # Appended while that sync runs, on the same connection (its answer owed behind the
+        # first) and on another: no second sync is called while the first is held.
         s.sendall(produce("t", 3, 2))
-        wait_until(lambda: wal.waiting == 2, 30, "a second round under way beside the first")
-        # A third request is appended too, but no third round starts while two are under way.
-        s.sendall(produce("t", 2, 3))
-        wait_until(lambda: wal.high_watermark("t") == 10, 30, "the third append")
-        assert wal.calls == ROUNDS_IN_FLIGHT == 2
-        assert nothing_to_read(s)  # no answer before its records are durable
+        s2.sendall(produce("t", 2, 3))
+        wait_until(lambda: wal.high_watermark("t") == 10, 30, "the later appends")
+        assert wal.calls == 1
+        assert nothing_to_read(s) and nothing_to_read(s2)  # no answer before its records are durable
         assert wal.durable_watermark("t") == 0
         wal.gate.set()
-        answers = [produce_answer(recv_frame(s)) for _ in range(3)]
-    assert answers == [(1, 0, 0), (2, 0, 5), (3, 0, 8)]
-    assert wal.calls == 3
+        answers = [produce_answer(recv_frame(s)) for _ in range(2)] + [produce_answer(recv_frame(s2))]
+    assert sorted(answers) == [(1, 0, 0), (2, 0, 5), (3, 0, 8)] or sorted(answers) == [
+        (1, 0, 0),
+        (2, 0, 7),
+        (3, 0, 5),
+    ]
+    # The held sync, then one more for both later requests, called when it returned.
+    assert wal.calls == 2
     assert wal.durable_watermark("t") == 10
 
 
-def send_all(port: int, requests: list[bytes]) -> list[tuple[int, int, int]]:
-    """Sends the requests pipelined on one connection and reads every answer."""
-    with raw_connect(port) as s:
-        s.sendall(b"".join(requests))
-        return [produce_answer(recv_frame(s)) for _ in requests]
+@pytest.mark.parametrize("fails", [False, True], ids=["next-sync-ok", "next-sync-eio"])
+def test_an_answer_waits_for_a_sync_called_after_its_append(tmp_path: Path, fails: bool) -> None:
+    wal = GatedWal(str(tmp_path / "data"), sync_first=True, fsync="always", **SMALL_WAL)
+    try:
+        with Listener(wal) as lst, raw_connect(lst.port) as s, raw_connect(lst.port) as s2:
+            s.sendall(produce("t", 5, 1))
+            wait_until(lambda: wal.waiting == 1, 30, "the first sync, done and held")
+            assert wal.durable_watermark("t") == 5
+            # Appended after that sync read what it covers: on the same connection and on
+            # another one.
+            s.sendall(produce("t", 3, 2))
+            s2.sendall(produce("t", 2, 3))
+            wait_until(lambda: wal.high_watermark("t") == 10, 30, "the later appends")
+            assert wal.durable_watermark("t") == 5  # in the page cache only
+            if fails:
+                debug.inject_fault(wal, "sync", errno.EIO)
+            wal.release.release()  # the first sync returns: only its own answer may go
+            assert produce_answer(recv_frame(s)) == (1, 0, 0)
+            # The chain calls the next sync at once; until it returns, neither later
+            # answer is sent, though the first sync has returned.
+            wait_until(lambda: wal.calls == 2 and wal.waiting == 1, 30, "the next sync, held")
+            assert nothing_to_read(s) and nothing_to_read(s2)
+            assert wal.durable_watermark("t") == (5 if fails else 10)
+            wal.release.release()
+            later = [produce_answer(recv_frame(s)), produce_answer(recv_frame(s2))]
+            if fails:
+                # KAFKA_STORAGE_ERROR (56), no offset: nothing acknowledged as durable.
+                assert [a[:2] for a in later] == [(2, 56), (3, 56)]
+                assert [a[2] for a in later] == [-1, -1]
+            else:
+                assert [a[:2] for a in later] == [(2, 0), (3, 0)]
+                assert sorted(a[2] for a in later) in ([5, 7], [5, 8])
+            assert wal.calls == 2
+    finally:
+        for _ in range(4):
+            wal.release.release()
+        if fails:
+            with pytest.raises(WalIOError):  # a failed WAL reports it at close too
+                wal.close()
+        else:
+            wal.close()
+
+
+def send_all(port: int, requests: list[bytes], connections: int = 1) -> list[tuple[int, int, int]]:
+    """Sends the requests pipelined over ``connections`` connections at once (request k on
+    connection k % connections) and reads every answer, in request order per connection."""
+    socks = [raw_connect(port) for _ in range(connections)]
+    try:
+        for i, s in enumerate(socks):
+            s.sendall(b"".join(requests[i::connections]))
+        answers = {
+            i: [produce_answer(recv_frame(s)) for _ in requests[i::connections]] for i, s in enumerate(socks)
+        }
+    finally:
+        for s in socks:
+            s.close()
+    return [answers[k % connections][k // connections] for k in range(len(requests))]
 
 
 def values(cid: int, n: int) -> list[bytes]:
@@ -75,8 +136,9 @@ def reopen(path: Path, policy: dict[str, object]) -> walfs.Wal:
     ids=["always-all", "always-1", "interval-all"],
 )
 @pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("connections", [1, 4])
 def test_every_answered_record_survives_a_power_cut(
-    tmp_path: Path, policy: str, acks: int, seed: int
+    tmp_path: Path, policy: str, acks: int, seed: int, connections: int
 ) -> None:
     conf = SYNCING_WALS[policy]
     wal = reopen(tmp_path / "data", conf)
@@ -85,10 +147,14 @@ def test_every_answered_record_survives_a_power_cut(
         sizes = [1 + (seed * 7 + cycle * 3 + k) % 5 for k in range(12)]
         with Listener(wal) as lst:
             cid = 100 * cycle
-            answers = send_all(lst.port, [produce("t", n, cid + k, acks=acks) for k, n in enumerate(sizes)])
+            answers = send_all(
+                lst.port, [produce("t", n, cid + k, acks=acks) for k, n in enumerate(sizes)], connections
+            )
         assert [code for _, code, _ in answers] == [0] * len(sizes)
-        for k, n in enumerate(sizes):
-            expect += values(cid + k, n)
+        # In the log in the order of the base offsets (connections interleave).
+        for base, k in sorted((a[2], k) for k, a in enumerate(answers)):
+            assert base == len(expect)
+            expect += values(cid + k, sizes[k])
         # Nothing synced after the answers: every page written since the last sync reverts.
         debug.power_cut(wal, seed=seed * 10 + cycle, keep_permille=0)
         wal = reopen(tmp_path / "data", conf)
@@ -122,4 +188,32 @@ def test_under_interval_an_acks_1_answer_survives_a_power_cut_once_a_later_round
     wal = reopen(tmp_path / "data", conf)
     # The acks=all answer's round covered the acks=1 records appended before it.
     assert wal.read("t", 0, max_records=10) == values(1, 3) + values(3, 2) + values(4, 1)
+    wal.close()
+
+
+def test_a_chain_cancelled_before_its_thread_ran_does_not_hold_later_marks(tmp_path: Path) -> None:
+    # The listener's nursery cancelled (its shutdown) while a chain waited for a worker
+    # thread: the next mark, in a new nursery, still gets its sync.
+    wal = walfs.Wal(str(tmp_path / "data"), fsync="always", **SMALL_WAL)
+    wal.append_batch("t", [b"a"])
+    limiter = trio.CapacityLimiter(1)
+    gs = GroupSync(wal.engine.sync, limiter)
+
+    async def main() -> None:
+        await limiter.acquire()  # every worker thread taken: the chain waits for one
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                gs.nursery = nursery
+                gs.mark()
+                await trio.sleep(0.05)
+                assert gs.rounds == 0
+                scope.cancel()
+        limiter.release()
+        async with trio.open_nursery() as nursery:
+            gs.nursery = nursery
+            with trio.fail_after(30):
+                await gs.wait(gs.mark())
+        assert gs.rounds == 1
+
+    trio.run(main)
     wal.close()

@@ -2,122 +2,152 @@
 
 Produce with acks=all must answer after a ``wal.sync()``. The WAL already shares one
 fsync among threads that call sync() together (group commit in the core), but each
-caller used to need its own worker thread to wait in: one thread hop per request,
-which on a busy two-core machine costs more CPU than the produce itself (waking a
-thread, handing the GIL back and forth). Here the waiting is done in trio: a round is one
-``wal.sync()`` in a worker thread, and every answer waits for a round started after its
-appends. A round covers every append that returned before the round started.
+caller used to need its own worker thread to wait in: one thread hop per request. Here
+the waiting is done in trio, and the syncs run in one chain: a worker thread calls
+``wal.sync()``, and when it returns calls it again at once if anything was appended (and
+marked) meanwhile, and so on until nothing is left to sync; then it ends, and the next
+mark starts a new chain. Each ``wal.sync()`` covers every append that returned before it
+was called (walfs/wal.py), so a mark is covered by the first sync called after it.
 
-Rounds start when the answers' appends are done (``start``), not when their turn to be
-sent comes: a connection's answers leave in request order, so a request appended while
-the answer before it waits would otherwise start its round only after that answer's
-round ended. And two rounds may be under way at once: while one round's fsync runs, the
-next one is already started, its thread waiting inside the core's group commit, which
-leads it the moment the running fsync ends (or returns at once if that fsync covered it).
-So an answer appended during a round waits for the rest of that round and one more
-fsync, without hops back to the event loop and out to a new thread in between. The core
-decides what each fsync covers (csrc/sync.c); this class keeps at most two callers of
-``wal.sync()`` at once, so that every answer pending on a listener shares them.
+A mark (``mark()``) is taken right after a request's appends have returned, on the event
+loop, and ``wait(mark)`` later returns once a sync called after that mark has succeeded.
+The chain reads the latest mark just before each call, so an answer appended while a
+sync runs waits for the rest of that sync and the next one: no hop back to the event
+loop and out to a new thread between the two, and no round started early that covers
+less (before h/kprod4 two ``wal.sync()`` calls could be under way, the second parked in
+the core beside the running fsync; it had been called before the appends made while
+that fsync ran, so those waited for a third). The core decides what each fsync covers
+(csrc/sync.c); a sync that the fsync before it covered returns without one.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import trio
-
-# wal.sync() calls under way at once: the one whose fsync runs and the next one, parked in
-# the core until it ends. A third could only start after the second's, with nothing more
-# to cover.
-ROUNDS_IN_FLIGHT = 2
 
 
 class GroupSync:
     def __init__(self, sync: Callable[[], None], limiter: trio.CapacityLimiter | None = None) -> None:
         self._sync = sync
         self._limiter = limiter
-        # Where rounds run ahead of their answers (the listener's nursery, set by
-        # walfs/kafka/tenants.py). Without one, a round runs in the task that waits for it.
+        # Where chains run ahead of their answers (the listener's nursery, set by
+        # walfs/kafka/tenants.py). Without one, a chain runs in the task that waits for it.
         self.nursery: trio.Nursery | None = None
-        self._started = 0  # rounds started
-        self._finished = 0  # rounds finished (successfully or not)
-        self._covered = 0  # the latest round that succeeded: every round up to it is covered
-        self._wanted = 0  # the latest round a caller needs
-        self._in_flight = 0
+        self._lock = threading.Lock()  # _chain and _synced, shared with the chain's thread
+        self._marked = 0  # marks handed out
+        self._synced = 0  # (chain's thread) the latest mark a successful sync was called after
+        self._chain = False  # a chain is under way or about to start
+        self._covered = 0  # (event loop) every mark up to this is durable
+        self._error: Exception | None = None  # (event loop) a failed sync: the WAL refuses appends
         self._round_done = trio.Event()
-        # The first failed round and its error. A failed sync fails the WAL for good (it
-        # refuses appends until reopened), so every later round fails as well.
-        self._failed_round = 0
-        self._error: Exception | None = None
-        self.rounds = 0  # wal.sync() calls made (a figure for tests)
-        self.callers = 0  # sync() calls they served
+        self.rounds = 0  # wal.sync() calls made (a figure for tests and benches)
+        self.chains = 0  # chains run (each one hop to a worker thread and back)
+        self.callers = 0  # wait() calls they served
 
-    def covering_round(self) -> int:
-        """The first round that covers every append that has returned by now: a round
-        already started may have read what it covers before them, so the one after it."""
-        return self._started + 1
+    def mark(self) -> int:
+        """A mark for every append that has returned by now; has a chain of syncs run
+        (in the nursery) if none is under way. ``wait(mark)`` waits for it later."""
+        self._marked += 1
+        if self.nursery is not None:
+            self._start_chain()
+        return self._marked
 
-    def start(self, need: int) -> None:
-        """Has round ``need`` started now, in the nursery, when fewer than two rounds are
-        under way (else as soon as one ends); ``sync(need)`` later waits for it."""
-        self._wanted = max(self._wanted, need)
-        self._start_wanted()
-
-    async def sync(self, need: int | None = None) -> None:
-        """Returns once round ``need`` (default: the covering round of this call) is done,
-        that is, once every append that returned before ``covering_round()`` was asked is
-        durable; raises what the WAL's sync raised for that round. Take the round right
-        after the appends (and ``start`` it) and wait later: waiting in order (the answers
-        of a connection) then does not start a round per answer."""
+    async def wait(self, mark: int) -> None:
+        """Returns once a ``wal.sync()`` called after ``mark`` was taken has succeeded, that is,
+        once every append that returned before the mark is durable; raises what the WAL's
+        sync raised where none did."""
         self.callers += 1
-        if need is None:
-            need = self.covering_round()
-        self._wanted = max(self._wanted, need)
-        while self._covered < need:
-            if self._error is not None and need >= self._failed_round:
+        while self._covered < mark:
+            if self._error is not None:
                 raise self._error
-            if self._started < need and self._in_flight < ROUNDS_IN_FLIGHT:
-                if self.nursery is None:
-                    await self._run(self._begin())
-                    continue
-                self._start_wanted()
-            if self._started >= need or self._in_flight >= ROUNDS_IN_FLIGHT:
-                await self._round_done.wait()
+            if self.nursery is None and self._claim():
+                await self._run()
+                continue
+            if self.nursery is not None:
+                self._start_chain()
+            await self._round_done.wait()
 
-    def _start_wanted(self) -> None:
-        while (
-            self.nursery is not None
-            and self._error is None
-            and self._started < self._wanted
-            and self._in_flight < ROUNDS_IN_FLIGHT
-        ):
-            try:
-                self.nursery.start_soon(self._run, self._started + 1)
-            except RuntimeError:  # the nursery is closing: waiters run their own rounds
-                self.nursery = None
-                return
-            self._begin()
+    async def sync(self) -> None:
+        """Every append that has returned by now made durable."""
+        await self.wait(self.mark())
 
-    def _begin(self) -> int:
-        self._in_flight += 1
-        self._started += 1
-        return self._started
+    def _claim(self) -> bool:
+        """Whether a new chain is to start (none is under way and something is unsynced)."""
+        with self._lock:
+            if self._chain or self._synced >= self._marked:
+                return False
+            self._chain = True
+            return True
 
-    async def _run(self, this_round: int) -> None:
-        """One round (already counted by _begin). A round that succeeds covers every round
-        started before it too: everything appended before it started is durable once its
-        wal.sync() returns."""
+    def _start_chain(self) -> None:
+        if self._error is not None or not self._claim():
+            return
+        assert self.nursery is not None
         try:
-            self.rounds += 1
-            await trio.to_thread.run_sync(self._sync, limiter=self._limiter)
-        except Exception as e:
-            if self._error is None or this_round < self._failed_round:
-                self._failed_round, self._error = this_round, e
-        else:
-            self._covered = max(self._covered, this_round)
-        finally:
-            self._in_flight -= 1
-            self._finished += 1
-            done, self._round_done = self._round_done, trio.Event()
-            done.set()
-            self._start_wanted()
+            self.nursery.start_soon(self._run)
+        except RuntimeError:  # the nursery is closing: waiters run their own chains
+            self.nursery = None
+            with self._lock:
+                self._chain = False
+
+    async def _run(self) -> None:
+        self.chains += 1
+        token = trio.lowlevel.current_trio_token()
+        try:
+            await trio.to_thread.run_sync(self._rounds, token, limiter=self._limiter)
+        except BaseException:
+            # Cancelled while waiting for a thread (the limiter), before the chain ran (once
+            # it runs it is not cancellable, and it clears _chain itself when it ends): none
+            # is under way, and the waiters look again.
+            with self._lock:
+                self._chain = False
+            self._wake()
+            raise
+
+    def _rounds(self, token: trio.lowlevel.TrioToken) -> None:
+        """(In a worker thread) wal.sync() while anything is marked and not synced. Each
+        round's outcome goes to the event loop in order (run_sync_soon is first in, first out)."""
+        try:
+            while True:
+                with self._lock:
+                    mark = self._marked
+                    if self._synced >= mark:
+                        self._chain = False
+                        return
+                self.rounds += 1
+                try:
+                    self._sync()
+                except Exception as e:
+                    _post(token, self._ended, mark, e)
+                    with self._lock:
+                        self._chain = False
+                    return
+                with self._lock:
+                    self._synced = mark
+                _post(token, self._ended, mark, None)
+        except BaseException:
+            with self._lock:
+                self._chain = False
+            raise
+
+    def _ended(self, mark: int, error: Exception | None) -> None:
+        """(On the event loop) a round's outcome: every mark up to ``mark`` durable, or the
+        WAL failed (every mark not covered yet fails; a failed sync is final)."""
+        if error is None:
+            self._covered = max(self._covered, mark)
+        elif self._error is None:
+            self._error = error
+        self._wake()
+
+    def _wake(self) -> None:
+        done, self._round_done = self._round_done, trio.Event()
+        done.set()
+
+
+def _post(token: trio.lowlevel.TrioToken, fn: Callable[..., None], *args: object) -> None:
+    try:
+        token.run_sync_soon(fn, *args)
+    except trio.RunFinishedError:  # the listener has stopped: nobody waits any more
+        pass

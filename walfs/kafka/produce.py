@@ -4,7 +4,7 @@ All batches for one partition in a request become one ``wal.append_bodies`` call
 so they survive a crash together or not at all. The answer waits for durability where
 the engine's fsync policy asks for it (Broker.answer_syncs: acks=-1 under "interval" and
 "always", acks=1 under "always"): the records are appended without the engine's own wait
-(``append_unsynced``) and the answer is a ``Later`` that waits for the shared sync round
+(``append_unsynced``) and the answer is a ``Later`` that waits for the shared chain of syncs
 (group_sync.py), the produce path's one durability wait. Otherwise it is answered once
 the records are in the log (page cache): acks=-1 under "never", as Kafka's single broker
 does, and acks=1 under "interval" and "never". acks=0 has no answer and uses the plain
@@ -185,12 +185,11 @@ async def handle_produce(broker: Broker, conn: Connection, version: int, req: An
         # The answer waits for the sync, the connection does not: it reads and appends the
         # next requests meanwhile, which then share this sync round or the next
         # (pipeline.py, group_sync.py).
-        need = broker.durable.covering_round()
-        broker.durable.start(need)  # under way while the answers before this one wait
+        mark = broker.durable.mark()  # its sync under way while the answers before this one wait
 
         async def synced() -> Any:
             try:
-                await broker.durable.sync(need)
+                await broker.durable.wait(mark)
             except Exception as e:
                 code = error_code_for(e, f"sync for acks={req.acks}")
                 return _response(
