@@ -37,9 +37,10 @@ class GroupSync:
         self.nursery: trio.Nursery | None = None
         self._lock = threading.Lock()  # _chain and _synced, shared with the chain's thread
         self._marked = 0  # marks handed out
-        self._synced = 0  # (chain's thread) the latest mark a successful sync was called after
+        # The latest mark a successful sync was called after: every mark up to it is durable
+        # (set by the chain's thread before it posts the wake-up).
+        self._synced = 0
         self._chain = False  # a chain is under way or about to start
-        self._covered = 0  # (event loop) every mark up to this is durable
         self._error: Exception | None = None  # (event loop) a failed sync: the WAL refuses appends
         self._round_done = trio.Event()
         self.rounds = 0  # wal.sync() calls made (a figure for tests and benches)
@@ -59,7 +60,7 @@ class GroupSync:
         once every append that returned before the mark is durable; raises what the WAL's
         sync raised where none did."""
         self.callers += 1
-        while self._covered < mark:
+        while self._synced < mark:
             if self._error is not None:
                 raise self._error
             if self.nursery is None and self._claim():
@@ -99,8 +100,9 @@ class GroupSync:
             await trio.to_thread.run_sync(self._rounds, token, limiter=self._limiter)
         except BaseException:
             # Cancelled while waiting for a thread (the limiter), before the chain ran (once
-            # it runs it is not cancellable, and it clears _chain itself when it ends): none
-            # is under way, and the waiters look again.
+            # it runs it is not cancellable), or something other than an Exception left the
+            # chain's thread: either way no chain is under way, and the waiters look again.
+            # (A chain that ends by itself clears _chain under the lock.)
             with self._lock:
                 self._chain = False
             self._wake()
@@ -109,35 +111,28 @@ class GroupSync:
     def _rounds(self, token: trio.lowlevel.TrioToken) -> None:
         """(In a worker thread) wal.sync() while anything is marked and not synced. Each
         round's outcome goes to the event loop in order (run_sync_soon is first in, first out)."""
-        try:
-            while True:
-                with self._lock:
-                    mark = self._marked
-                    if self._synced >= mark:
-                        self._chain = False
-                        return
-                self.rounds += 1
-                try:
-                    self._sync()
-                except Exception as e:
-                    _post(token, self._ended, mark, e)
-                    with self._lock:
-                        self._chain = False
-                    return
-                with self._lock:
-                    self._synced = mark
-                _post(token, self._ended, mark, None)
-        except BaseException:
+        while True:
             with self._lock:
-                self._chain = False
-            raise
+                mark = self._marked
+                if self._synced >= mark:
+                    self._chain = False
+                    return
+            self.rounds += 1
+            try:
+                self._sync()
+            except Exception as e:
+                _post(token, self._failed, e)
+                with self._lock:
+                    self._chain = False
+                return
+            with self._lock:
+                self._synced = mark
+            _post(token, self._wake)
 
-    def _ended(self, mark: int, error: Exception | None) -> None:
-        """(On the event loop) a round's outcome: every mark up to ``mark`` durable, or the
-        WAL failed (every mark not covered yet fails; a failed sync is final)."""
-        if error is None:
-            self._covered = max(self._covered, mark)
-        elif self._error is None:
+    def _failed(self, error: Exception) -> None:
+        """(On the event loop) the WAL failed: every mark not synced yet fails (a failed
+        sync is final)."""
+        if self._error is None:
             self._error = error
         self._wake()
 
