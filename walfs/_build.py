@@ -41,7 +41,8 @@ ffibuilder.set_source(
         "-Werror",
     ],
     extra_link_args=["-O2", "-flto=auto"],
-    depends=[f"csrc/{p.name}" for p in sorted(CSRC.glob("*.h"))],
+    # This file too: a change of the flags above rebuilds the core.
+    depends=[f"csrc/{p.name}" for p in sorted(CSRC.glob("*.h"))] + ["walfs/_build.py"],
 )
 
 if __name__ == "__main__":
