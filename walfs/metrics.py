@@ -208,6 +208,9 @@ class CorruptRecords:
             self.total += 1
             return True
 
+    def __len__(self) -> int:
+        return len(self._seen)
+
 
 class Metrics:
     """What one daemon exposes: its engine's figures (walfs.engine_api.LogEngine) plus
