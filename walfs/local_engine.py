@@ -711,6 +711,10 @@ class LocalEngine:
     def report(self) -> dict[str, int]:
         return self.core.recovery_report()
 
+    def disk_stats(self) -> dict[str, Any]:
+        """The fsync histogram and write bytes of walfs.metrics (walfs_disk_stats)."""
+        return self.core.disk_stats()
+
     def verify(self) -> list[tuple[str, int, int, str]]:
         out = []
         for no, offset, what in self.core.verify():

@@ -213,6 +213,7 @@ class Metrics:
             "walfs_records_per_fsync", "records appended per fsync round since open",
             value=total / report["syncs"] if report["syncs"] else 0.0,
         )
+        yield from _disk_families(wal)
         yield _histogram(HistogramMetricFamily, "walfs_durable_wait_seconds",
                          "time appenders and sync() waited for durability", "kind", stats.durable_waits)
         yield _histogram(HistogramMetricFamily, "walfs_fuse_request_seconds", "FUSE requests by op",
@@ -280,6 +281,31 @@ class _Collector:
 
     def collect(self) -> Iterator[Any]:
         return self.metrics.families()
+
+
+# -- the disk as etcd's WAL metrics name it (issue 33) ------------------------------------
+def _disk_families(wal: Any) -> Iterator[Any]:
+    """etcd's etcd_disk_wal_fsync_duration_seconds and etcd_disk_wal_write_bytes_total,
+    as walfs_*: the C core's own counts (walfs_disk_stats), for an engine that has them."""
+    from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+    disk_stats = getattr(wal, "disk_stats", None)
+    if disk_stats is None:
+        return
+    d = disk_stats()
+    cumulative, acc = [], 0
+    for bound, c in zip((*map(str, d["fsync_bounds"]), "+Inf"), d["fsync_counts"], strict=True):
+        acc += c
+        cumulative.append((bound, acc))
+    yield HistogramMetricFamily(
+        "walfs_disk_wal_fsync_duration_seconds",
+        "time each sync round took to fdatasync every dirty segment file",
+        buckets=cumulative,
+        sum_value=d["fsync_sum"],
+    )
+    yield CounterMetricFamily(
+        "walfs_disk_wal_write_bytes", "bytes appends wrote into segment files", value=d["write_bytes"]
+    )
 
 
 def _histogram(family: Any, name: str, doc: str, label: str, hist: Latency) -> Any:
