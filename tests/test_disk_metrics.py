@@ -108,3 +108,59 @@ def test_serve_exposes_the_disk_metrics(tmp_path: Path) -> None:
         assert nbytes >= 10 * len(b"value 0")
     finally:
         srv.stop()
+
+
+# -- the mount root's user.walfs.metrics xattr -----------------------------------------------
+XATTR_MAX = 65536  # Linux's XATTR_SIZE_MAX: no xattr value is longer
+
+
+def test_metrics_xattr_works_on_the_first_call_of_a_fresh_mount(make_mount) -> None:
+    """getfattr asks the size, then reads: the text rendered for the size query is what
+    the read gets (it used to grow in between: `Numerical result out of range`)."""
+    for i in range(3):
+        m: Mount = make_mount(f"m{i}")
+        m.start()
+        try:
+            res = m.sh("getfattr --only-values -n user.walfs.metrics .", check=False)
+            assert res.returncode == 0, res.stderr
+            text = res.stdout.decode()
+            assert value(text, "walfs_fuse_request_seconds_count", op="getxattr") >= 1
+            # The next run renders afresh: it counts the calls of the first one.
+            again = m.out("getfattr --only-values -n user.walfs.metrics .")
+            assert value(again, "walfs_fuse_request_seconds_count", op="getxattr") > value(
+                text, "walfs_fuse_request_seconds_count", op="getxattr"
+            )
+        finally:
+            m.stop()
+
+
+def test_metrics_xattr_stays_bounded_with_600_topics(make_mount) -> None:
+    """600 topics: the xattr sums the per-topic series (it
+    used to carry them all and fail with `Argument list too long` past 64 KiB), the
+    endpoint keeps every one, and `getfattr -d` of the root does not dump the metrics."""
+    port = free_port()
+    m: Mount = make_mount()
+    m.options = ("--segment-size", "4M", "--block-size", "64K")
+    m.start("--metrics-listen", f"127.0.0.1:{port}")
+    try:
+        n = 600
+        m.sh(f"for i in $(seq {n}); do echo line >> topic-$i; done")
+        res = m.sh("getfattr --only-values -n user.walfs.metrics .", check=False)
+        assert res.returncode == 0, res.stderr
+        text = res.stdout.decode()
+        full = scrape(f"http://127.0.0.1:{port}/metrics")
+        assert len(res.stdout) < XATTR_MAX // 4
+        assert value(text, "walfs_appends_total") == n
+        per_topic = [float(line.rsplit(" ", 1)[1]) for line in full.splitlines()
+                     if line.startswith("walfs_append_bytes_total{")]
+        assert len(per_topic) == n
+        assert value(text, "walfs_append_bytes_total") == sum(per_topic)
+        assert "topic-" not in text
+        assert "_bucket" not in text
+        assert len(full) > XATTR_MAX
+        assert value(full, "walfs_appends_total", topic=f"topic-{n}", partition="0") == 1
+        dump = m.sh("getfattr -d .").stdout
+        assert len(dump) < 2048, dump
+        assert b"user.walfs.data_dir" in dump and b"user.walfs.metrics=" not in dump
+    finally:
+        m.stop()
