@@ -118,10 +118,12 @@ class WalOperations(pyfuse3.Operations):
         self._read_buf = bytearray(1 << 20)  # READ replies are built here (see read)
         self.cold_reads = 0  # READs sent to a thread because their data was not in memory
         self.read_bytes = 0  # bytes READs returned (not served by the kernel's page cache)
-        # The daemon's metrics in Prometheus's text format (root xattr user.walfs.metrics),
+        # A summary of the daemon's metrics in Prometheus's text format (root xattr
+        # user.walfs.metrics; walfs.metrics.Metrics.summary_text),
         # and the histogram every request is timed into (walfs.fuse.requests), which the
         # daemon's metrics expose.
         self.metrics_text: Callable[[], bytes] | None = None
+        self.xattr_snapshots = xattrs.Snapshots()  # the metrics text, read by size then value
         self.request_latency = LoopLatency(REQUESTS)
 
         self.tree.refresh_streams()
@@ -557,15 +559,18 @@ class WalOperations(pyfuse3.Operations):
 
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
         node = self.tree.node(inode)
-        getter = self._xattrs(node).get(xattrs.key_of(name))
+        key = xattrs.key_of(name)
+        getter = self._xattrs(node).get(key)
         if getter is None:
             raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
         with wal_errors_as_errno("getxattr"):
+            if key in xattrs.SNAPSHOTTED:
+                return self.xattr_snapshots.value(ctx.pid, inode, key, lambda: getter().encode())
             return getter().encode()
 
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
         node = self.tree.node(inode)
-        return [(xattrs.XATTR_PREFIX + k).encode() for k in self._xattrs(node)]
+        return [(xattrs.XATTR_PREFIX + k).encode() for k in self._xattrs(node) if k not in xattrs.UNLISTED]
 
     async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext) -> None:
         """user.walfs.low_watermark trims a topic (its partition); user.walfs.retention_ms

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import time
 from collections.abc import Callable
 
 import pyfuse3
@@ -22,6 +23,40 @@ XATTR_PREFIX = "user.walfs."
 SETTABLE = ("low_watermark", "retention_ms", "retention_bytes")
 
 Getters = dict[str, Callable[[], str]]
+
+# The root's metrics summary: readable by name, left out of listxattr so that `getfattr -d`
+# stays a short dump of figures (the summary is a few KiB of Prometheus text).
+UNLISTED = frozenset({"metrics"})
+# Values read through Snapshots (below).
+SNAPSHOTTED = frozenset({"metrics"})
+
+
+class Snapshots:
+    """Values that change with every request (the metrics text counts the very getxattr
+    that renders it), read the way getfattr reads an xattr: a size query, then a read into
+    a buffer of that size. Rendered afresh for each size query, they would outgrow it
+    (ERANGE). So the bytes rendered for one call of a process are served to that process's
+    next call for the same file and name, if it comes within TTL seconds, and then dropped:
+    every getfattr run sees a fresh value, served whole."""
+
+    TTL = 1.0
+    MAX_HELD = 256  # callers that asked once and not again are forgotten past this many
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[int, int, str], tuple[float, bytes]] = {}
+
+    def value(self, pid: int, inode: int, key: str, render: Callable[[], bytes]) -> bytes:
+        now = time.monotonic()
+        held = self._held.pop((pid, inode, key), None)
+        if held is not None and now - held[0] < self.TTL:
+            return held[1]
+        value = render()
+        if len(self._held) >= self.MAX_HELD:
+            self._held = {k: v for k, v in self._held.items() if now - v[0] < self.TTL}
+            if len(self._held) >= self.MAX_HELD:
+                self._held.clear()
+        self._held[(pid, inode, key)] = (now, value)
+        return value
 
 
 def key_of(name: bytes) -> str:
