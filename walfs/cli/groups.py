@@ -67,24 +67,29 @@ class MountGroups:
                 out += [(t, partition) for t in os.listdir(os.path.join(self.path, d))]
         return sorted(out)
 
-    def _get(self, group: str, stream: Stream, key: str) -> int | None:
+    def _get(self, path: str, key: str) -> int | None:
         try:
-            return int(os.getxattr(self._file(group, *stream), XATTR + key))
+            return int(os.getxattr(path, XATTR + key))
         except OSError as e:
             if e.errno == errno.ENODATA:
                 return None
             raise
 
+    def _topic(self, stream: Stream) -> str:
+        return os.path.join(self.path, f"{PARTITION_PREFIX}{stream[1]}", stream[0])
+
     def marks(self, group: str, stream: Stream) -> tuple[int, int]:
-        low, high = (self._get(group, stream, k) for k in ("low_watermark", "high_watermark"))
+        low, high = (self._get(self._topic(stream), k) for k in ("low_watermark", "high_watermark"))
         assert low is not None and high is not None
         return low, high
 
     def cursor(self, group: str, stream: Stream) -> int | None:
-        return self._get(group, stream, "cursor")
+        if not self.exists(group):
+            return None
+        return self._get(self._file(group, *stream), "cursor")
 
     def offset_for_time(self, group: str, stream: Stream, ms: int) -> int:
-        offset = self._get(group, stream, f"offset_for_timestamp.{ms}")
+        offset = self._get(self._topic(stream), f"offset_for_timestamp.{ms}")
         assert offset is not None
         return offset
 
