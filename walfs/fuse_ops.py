@@ -586,15 +586,17 @@ class WalOperations(pyfuse3.Operations):
 
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
         node = self.tree.node(inode)
-        getter = xattrs.getter_for(self.wal, node, xattrs.key_of(name), self._xattrs(node))
-        if getter is None:
-            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
-        with wal_errors_as_errno("getxattr"):
+        key = xattrs.key_of(name)
+        with wal_errors_as_errno("getxattr"):  # a consumer file's getters read its cursor
+            getter = xattrs.getter_for(self.wal, node, key, self._xattrs(node))
+            if getter is None:
+                raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
             return getter().encode()
 
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
         node = self.tree.node(inode)
-        return [(xattrs.XATTR_PREFIX + k).encode() for k in self._xattrs(node)]
+        with wal_errors_as_errno("listxattr"):
+            return [(xattrs.XATTR_PREFIX + k).encode() for k in self._xattrs(node)]
 
     async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext) -> None:
         """user.walfs.low_watermark trims a topic (its partition); user.walfs.retention_ms
