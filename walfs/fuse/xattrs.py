@@ -1,7 +1,9 @@
 """The user.walfs.* extended attributes: a topic's figures (watermarks, sizes, its
-retention, a consumer file's committed offset) and the ones a writer may set
-(low_watermark trims, retention_ms/retention_bytes). The root's figures belong to the
-daemon (walfs.fuse_ops)."""
+retention, a consumer file's committed offset and cursor, the offset for a time) and the
+ones a writer may set (a topic's low_watermark trims, retention_ms/retention_bytes; a
+consumer file's committed_offset commits, forwards only, and reset_offset moves the
+cursor anywhere in the retained records). The root's figures belong to the daemon
+(walfs.fuse_ops)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from collections.abc import Callable
 import pyfuse3
 
 from walfs.engine_api import LogEngine
-from walfs.fuse.consumer_files import committed
+from walfs.fuse.consumer_files import commit_offset, committed, reset_offset
 from walfs.fuse.nodes import Node
 from walfs.retention import parse_limit, show_limit
 
@@ -21,6 +23,10 @@ log = logging.getLogger("walfs.fuse")
 
 XATTR_PREFIX = "user.walfs."
 SETTABLE = ("low_watermark", "retention_ms", "retention_bytes")
+CONSUMER_SETTABLE = ("committed_offset", "reset_offset")
+# getfattr -n user.walfs.offset_for_timestamp.<ms>: the first offset appended at or after
+# <ms> (milliseconds since the epoch), the high watermark if none (not listed: a query).
+TIME_QUERY = "offset_for_timestamp."
 
 Getters = dict[str, Callable[[], str]]
 
@@ -94,13 +100,31 @@ def stream_xattrs(wal: LogEngine, node: Node) -> Getters:
     if node.kind == "cfile":
         out["group"] = lambda: node.group
         out["committed_offset"] = lambda: str(committed(wal, node))
+        # The stored cursor, listed only when the group committed on this stream.
+        cursor = wal.committed(node.group, t, p)
+        if cursor is not None:
+            out["cursor"] = lambda: str(cursor)
     return out
+
+
+def getter_for(wal: LogEngine, node: Node, key: str, getters: Getters) -> Callable[[], str] | None:
+    """The getter of `key` on `node`: a listed one, or the offset-for-time query."""
+    getter = getters.get(key)
+    if getter is not None or not key.startswith(TIME_QUERY) or node.kind not in ("topic", "cfile"):
+        return getter
+    text = key[len(TIME_QUERY) :]
+    if not text.isdigit():
+        return None
+    ms = int(text)
+    return lambda: str(wal.locate(node.topic, node.partition, timestamp_ms=ms))
 
 
 def change_for(wal: LogEngine, node: Node, name: bytes, value: bytes) -> tuple[str, Callable[[], None]]:
     """(key, the blocking engine call that sets it). ENOTSUP for anything not settable (not
     EPERM, so that `cp -a` and friends skip xattrs); EINVAL for a bad value."""
     key = name.decode("utf-8", "replace").removeprefix(XATTR_PREFIX)
+    if node.kind == "cfile" and key in CONSUMER_SETTABLE:
+        return key, _consumer_change(wal, node, key, value)
     if node.kind != "topic" or key not in SETTABLE:
         raise pyfuse3.FUSEError(errno.ENOTSUP)
     t, p = node.topic, node.partition
@@ -124,3 +148,25 @@ def change_for(wal: LogEngine, node: Node, name: bytes, value: bytes) -> tuple[s
         log.info("setxattr %s on %r refused: %s", key, t, exc)
         raise pyfuse3.FUSEError(errno.EINVAL) from None
     return key, change
+
+
+def _consumer_change(wal: LogEngine, node: Node, key: str, value: bytes) -> Callable[[], None]:
+    """committed_offset: a commit (forwards only, at most the high watermark, durable
+    when setxattr returns); reset_offset: the cursor moves to any retained offset."""
+    try:
+        text = value.decode("ascii").strip()
+    except UnicodeDecodeError:
+        text = ""
+    if not text.isdigit():
+        log.info("setxattr %s on %r refused: %r is not an offset", key, node.topic, value[:40])
+        raise pyfuse3.FUSEError(errno.EINVAL)
+    offset = int(text)
+
+    def change() -> None:
+        try:
+            (commit_offset if key == "committed_offset" else reset_offset)(wal, node, offset)
+        except ValueError as exc:
+            log.info("setxattr %s of group %r on %r refused: %s", key, node.group, node.topic, exc)
+            raise pyfuse3.FUSEError(errno.EINVAL) from None
+
+    return change
