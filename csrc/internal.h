@@ -111,6 +111,7 @@ typedef struct stream {
     uint64_t check_floor;   /* recovery: the FLOOR its runs must reach (catalog v2; recovery.c) */
     int64_t last_ts;
     uint32_t file_cap;      /* budget.c: at most this many charged segment files (0: no cap); under wal->lock */
+    uint64_t written_bytes; /* under lock: bytes its appends wrote into segment files (walfs_disk_stats) */
 } stream_t;
 
 typedef struct pending_seal {
@@ -174,6 +175,9 @@ struct walfs {
     atomic_ullong ticket;
     atomic_int failed;
     atomic_ullong syncs;
+    /* walfs_disk_stats: each round's fsync time (sync.c); written by the round's leader */
+    atomic_ullong fsync_counts[WALFS_FSYNC_BUCKETS + 1];
+    atomic_ullong fsync_sum_ns;
     struct io_uring ring;
     int have_ring;
 

@@ -341,6 +341,20 @@ static int settle_stream(walfs_t *wal, stream_t *s)
     return 0;
 }
 
+/* settle_stream, and a line naming the stream and where it now ends when its tail was cut
+ * (the totals are in the open's summary line: walfs/local_engine.py). */
+static int settle_stream_noted(walfs_t *wal, stream_t *s)
+{
+    uint64_t records = wal->report.cut_records, bytes = wal->report.cut_bytes;
+    int rc = settle_stream(wal, s);
+    if (!rc && (wal->report.cut_records > records || wal->report.cut_bytes > bytes))
+        wal_log(wal, "stream %u (%.*s, partition %u): cut %" PRIu64 " torn or unfinished records (%" PRIu64
+                     " bytes) from its tail: it ends at offset %" PRIu64,
+                s->no, (int)s->name_len, s->name, s->partition, wal->report.cut_records - records,
+                wal->report.cut_bytes - bytes, s->next_offset);
+    return rc;
+}
+
 /* Recovery reads one header page per block (three per run). On a preallocated file most
  * blocks were never written, and the kernel's readahead would fill a large folio of zeros
  * around each of those pages: 0.3 s of memset for a fresh 1 GiB segment. So the scans
@@ -616,7 +630,7 @@ static int recover_unguarded(walfs_t *wal)
     if (wal->opt.read_only && (rc = cat_refresh(wal))) return rc;
     if (v2 && (rc = check_listed_files(wal))) return rc;
     size_t ns = atomic_load(&wal->n_streams);
-    for (size_t i = 0; i < ns && !rc; i++) rc = settle_stream(wal, stream_get(wal, (uint32_t)i));
+    for (size_t i = 0; i < ns && !rc; i++) rc = settle_stream_noted(wal, stream_get(wal, (uint32_t)i));
     return rc;
 }
 

@@ -78,11 +78,29 @@ typedef struct walfs_recovery_report {
     uint64_t catalog_version;    /* of streams.cat as found at open (1: upgraded at a writer's clean close) */
 } walfs_recovery_report_t;
 
+/* The disk as the WAL's appends and syncs use it, since open (for Prometheus: etcd's
+ * etcd_disk_wal_fsync_duration_seconds and etcd_disk_wal_write_bytes_total). Each sync
+ * round (every dirty segment file fdatasync'ed, in parallel through io_uring when there
+ * are several; csrc/sync.c) is timed once, from its start to its last completion: the
+ * time appenders waiting for durability waited on the disk. fsync_counts[i] counts the
+ * rounds that took at most fsync_le_ns[i] (and more than the bound before); the last
+ * count is the rounds slower than every bound. Counts per bucket, not cumulative. */
+enum { WALFS_FSYNC_BUCKETS = 17 };
+typedef struct walfs_disk_stats {
+    uint64_t fsync_le_ns[WALFS_FSYNC_BUCKETS]; /* 100 us, 250 us, 500 us, then 1 ms * 2^k up to 8.192 s */
+    uint64_t fsync_counts[WALFS_FSYNC_BUCKETS + 1];
+    uint64_t fsync_sum_ns;
+    uint64_t write_bytes;   /* bytes appends wrote into segment files: run headers, record
+                               headers, keys/headers/values and index slots (not seals,
+                               frontier marks or the catalog) */
+} walfs_disk_stats_t;
+
 void walfs_default_options(walfs_options_t *opts);
 int walfs_open(const char *dir, const walfs_options_t *opts, walfs_t **out, char *err, size_t errlen);
 /* Makes everything durable, writes seals and frees the handle (also on error). */
 int walfs_close(walfs_t *wal);
 int walfs_recovery_report(walfs_t *wal, walfs_recovery_report_t *out);
+int walfs_disk_stats(walfs_t *wal, walfs_disk_stats_t *out);
 /* 0 while healthy; the negative errno of the fsync that failed otherwise. */
 int walfs_failed(walfs_t *wal);
 

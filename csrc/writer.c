@@ -362,11 +362,13 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
             }
             b->first_ts = ts;
         }
+        uint64_t data_end = b->data_end;
         for (uint32_t j = 0; j < c->n; j++) {
             uint32_t r = c->first + j;
             b->data_end += REC_HDR_SIZE + (uint64_t)meta_lens[r] + value_lens[r];
             b->byte_len += value_lens[r] + 1ull;
         }
+        s->written_bytes += (c->is_new ? BLK_HDR_SIZE : 0) + (b->data_end - data_end) + (uint64_t)c->n * SLOT_SIZE;
         b->count += c->n;
         b->last_gid = first_gid + c->first + c->n - 1;
         b->last_ts = ts;

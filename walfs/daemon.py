@@ -224,7 +224,7 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
         info={"fsync": config.fsync, "org_id": str(config.org_id)},
     )
     metrics = Metrics(wal, fuse=ops.request_latency)
-    ops.metrics_text = metrics.text
+    ops.metrics_text = metrics.summary_text  # the root's user.walfs.metrics: bounded
     if config.metrics_listen:
         host, port = metrics.serve(config.metrics_listen)
         ops.info["metrics_listen"] = f"{host}:{port}"

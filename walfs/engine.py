@@ -623,6 +623,22 @@ class Engine:
         finally:
             self._exit()
 
+    def disk_stats(self) -> dict[str, Any]:
+        """walfs_disk_stats: the fsync histogram (bucket bounds in seconds, per-bucket
+        counts with +Inf last, sum in seconds) and the bytes appends wrote."""
+        h = self._enter()
+        try:
+            d = ffi.new("walfs_disk_stats_t *")
+            lib.walfs_disk_stats(h, d)
+            return {
+                "fsync_bounds": [ns / 1e9 for ns in d.fsync_le_ns],
+                "fsync_counts": list(d.fsync_counts),
+                "fsync_sum": d.fsync_sum_ns / 1e9,
+                "write_bytes": int(d.write_bytes),
+            }
+        finally:
+            self._exit()
+
     def verify(self) -> list[tuple[int, int, str]]:
         """Checks every stored record; returns (stream_no, offset, problem) for each bad one."""
         problems: list[tuple[int, int, str]] = []

@@ -118,10 +118,12 @@ class WalOperations(pyfuse3.Operations):
         self._read_buf = bytearray(1 << 20)  # READ replies are built here (see read)
         self.cold_reads = 0  # READs sent to a thread because their data was not in memory
         self.read_bytes = 0  # bytes READs returned (not served by the kernel's page cache)
-        # The daemon's metrics in Prometheus's text format (root xattr user.walfs.metrics),
+        # A summary of the daemon's metrics in Prometheus's text format (root xattr
+        # user.walfs.metrics; walfs.metrics.Metrics.summary_text),
         # and the histogram every request is timed into (walfs.fuse.requests), which the
         # daemon's metrics expose.
         self.metrics_text: Callable[[], bytes] | None = None
+        self.xattr_snapshots = xattrs.Snapshots()  # the metrics text, read by size then value
         self.request_latency = LoopLatency(REQUESTS)
 
         self.tree.refresh_streams()
@@ -303,7 +305,33 @@ class WalOperations(pyfuse3.Operations):
         await self.watcher.bytes_changed((text, partition))
 
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
-        raise pyfuse3.FUSEError(errno.EPERM)
+        """`rmdir .consumers/NAME` deletes the group with its cursors (Kafka's DeleteGroups;
+        EBUSY while a consumer file of it that commits is open here, as Kafka refuses a
+        group with members). The kernel has checked write permission on .consumers.
+        Every other rmdir: EPERM."""
+        parent = self.tree.node(parent_inode)
+        if parent.kind != "consumers":
+            raise pyfuse3.FUSEError(errno.EPERM)
+        group = name.decode("utf-8", "replace")
+        if group not in self.tree.known_groups():
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        if self._group_readers(group):
+            raise pyfuse3.FUSEError(errno.EBUSY)
+        with wal_errors_as_errno(f"delete group {group!r}"):
+            await trio.to_thread.run_sync(self.wal.delete_group, group)
+        self.tree.drop_group(group)
+        log.info("deleted consumer group %r", group)
+
+    def _group_readers(self, group: str, stream: tuple[str, int] | None = None) -> bool:
+        """Whether a consumer file of the group (on `stream`, if given) that commits when
+        closed is open in this mount."""
+        return any(
+            h.node.kind == "cfile"
+            and h.may_commit
+            and h.node.group == group
+            and (stream is None or (h.node.topic, h.node.partition) == stream)
+            for h in self.handles.open_handles()
+        )
 
     async def rename(
         self,
@@ -380,7 +408,10 @@ class WalOperations(pyfuse3.Operations):
     async def _open_consumer(self, node: Node, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         with wal_errors_as_errno("open consumer file"):
             base_offset, base_byte = consumer_files.view_start(self.wal, node)
-        h = Handle(node, base_offset=base_offset, base_byte=base_byte, may_commit=self.may_write_dir(ctx))
+        # The peek view never commits; the committing view commits for those who may
+        # write the tree's directories.
+        may_commit = not node.peek and self.may_write_dir(ctx)
+        h = Handle(node, base_offset=base_offset, base_byte=base_byte, may_commit=may_commit)
         # direct_io: the view's start moves with each commit, so cached pages of another
         # open would be stale.
         return pyfuse3.FileInfo(fh=self.handles.add(h), direct_io=True, keep_cache=False)
@@ -557,22 +588,31 @@ class WalOperations(pyfuse3.Operations):
 
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
         node = self.tree.node(inode)
-        getter = self._xattrs(node).get(xattrs.key_of(name))
-        if getter is None:
-            raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
-        with wal_errors_as_errno("getxattr"):
+        key = xattrs.key_of(name)
+        with wal_errors_as_errno("getxattr"):  # a consumer file's getters read its cursor
+            getter = xattrs.getter_for(self.wal, node, key, self._xattrs(node))
+            if getter is None:
+                raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
+            if key in xattrs.SNAPSHOTTED:
+                return self.xattr_snapshots.value(ctx.pid, inode, key, lambda: getter().encode())
             return getter().encode()
 
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
         node = self.tree.node(inode)
-        return [(xattrs.XATTR_PREFIX + k).encode() for k in self._xattrs(node)]
+        with wal_errors_as_errno("listxattr"):
+            return [(xattrs.XATTR_PREFIX + k).encode() for k in self._xattrs(node) if k not in xattrs.UNLISTED]
 
     async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext) -> None:
         """user.walfs.low_watermark trims a topic (its partition); user.walfs.retention_ms
         and user.walfs.retention_bytes set its retention (-1: no limit; "default": the
-        WAL's). The kernel has checked write permission on the file (default_permissions)."""
+        WAL's); on a consumer file, user.walfs.committed_offset commits and
+        user.walfs.reset_offset resets (EBUSY while a consumer file of the group on that
+        stream that commits is open here). The kernel has checked write permission on the
+        file (default_permissions)."""
         node = self.tree.node(inode)
         key, change = xattrs.change_for(self.wal, node, name, value)
+        if key == "reset_offset" and self._group_readers(node.group, (node.topic, node.partition)):
+            raise pyfuse3.FUSEError(errno.EBUSY)
         with wal_errors_as_errno(f"setxattr {key}"):
             await trio.to_thread.run_sync(change)
         if key == "low_watermark":

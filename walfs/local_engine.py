@@ -32,6 +32,8 @@ from walfs.retention import Policy, TopicSettings
 from walfs.topic_index import Stream, TopicIndex, drop_legacy_snapshot
 
 log = logging.getLogger("walfs")
+# The summary line of every open (log_recovery): the daemons show it at their default level.
+RECOVERY_LOG = logging.getLogger("walfs.recovery")
 
 # Geometry of a new WAL (an existing one keeps what it was created with). The environment
 # can change the defaults: WALFS_SEGMENT_SIZE, WALFS_BLOCK_SIZE (bytes).
@@ -106,10 +108,13 @@ class LocalEngine:
         self._generation = [0]
         self._owner: LocalEngine | None = None  # set on for_org views: the engine that closes
         self._index = TopicIndex()
+        live = 0
         for no in range(self.core.stream_count()):
             info = self.core.stream_info(no)
             if not info.deleted:
                 self._index.add(Stream(no, info.org_id, info.partition, info.topic_hash, info.name))
+                live += 1
+        log_recovery(self.path, self.core.recovery_report(), live, self.stats.open_seconds, read_only)
         self._stop = threading.Event()
         # Wakes the background thread early: a stream with a size limit is charged for more
         # segment files than a pass keeps (retention.file_budget), or an append waits.
@@ -735,6 +740,10 @@ class LocalEngine:
     def report(self) -> dict[str, int]:
         return self.core.recovery_report()
 
+    def disk_stats(self) -> dict[str, Any]:
+        """The fsync histogram and write bytes of walfs.metrics (walfs_disk_stats)."""
+        return self.core.disk_stats()
+
     def verify(self) -> list[tuple[str, int, int, str]]:
         out = []
         for no, offset, what in self.core.verify():
@@ -812,6 +821,34 @@ def _check_lengths(size: int, meta_lens: Any, value_lens: Any) -> int:
     if sum(meta_lens) + sum(value_lens) != size:
         raise ValueError("the lengths do not add up to the data")
     return n
+
+
+def log_recovery(path: str, report: dict[str, int], streams: int, seconds: float, read_only: bool) -> None:
+    """The summary line of an open (walfs_recovery_report): what recovery found and what it
+    cut. A warning when a writer's open cut anything (the tail a crash left; the core names
+    each stream it cut just before), information otherwise. A read-only open changes
+    nothing on disk: what it leaves out of its view is only information."""
+    cut = bool(report["cut_records"] or report["cut_bytes"] or report["freed_blocks"])
+    outcome = (
+        f"cut {report['cut_records']} torn or unfinished records ({report['cut_bytes']} bytes; "
+        f"{report['freed_blocks']} blocks freed)"
+        if cut
+        else "nothing cut"
+    )
+    RECOVERY_LOG.log(
+        logging.WARNING if cut and not read_only else logging.INFO,
+        "recovered %s%s: %d streams, %d records in %d segments (%d runs, %d records checked by CRC); %s; "
+        "took %.0f ms",
+        path,
+        " (read-only: nothing changed on disk)" if read_only else "",
+        streams,
+        report["records"],
+        report["segments"],
+        report["blocks"],
+        report["verified_records"],
+        outcome,
+        seconds * 1000,
+    )
 
 
 def _inject_env_faults(core: Engine) -> None:

@@ -1,6 +1,7 @@
 """Metrics for operators: a Prometheus endpoint (`--metrics-listen HOST:PORT`, off by
-default) on the mount daemon and `walfs serve`, and the same text as the mount root's
-`user.walfs.metrics` xattr for people without Prometheus.
+default) on the mount daemon and `walfs serve`, and a summary of the same text (bounded:
+per-topic series summed, no histogram buckets) as the mount root's `user.walfs.metrics`
+xattr for people without Prometheus.
 
 Hot paths pay almost nothing: the Wal keeps plain integer counters (appends and bytes per
 stream, reclaimed files) and a `Latency` histogram of durability waits; FUSE requests
@@ -245,6 +246,7 @@ class Metrics:
             "walfs_records_per_fsync", "records appended per fsync round since open",
             value=total / report["syncs"] if report["syncs"] else 0.0,
         )
+        yield from _disk_families(wal)
         yield _histogram(HistogramMetricFamily, "walfs_durable_wait_seconds",
                          "time appenders and sync() waited for durability", "kind", stats.durable_waits)
         yield _histogram(HistogramMetricFamily, "walfs_fuse_request_seconds", "FUSE requests by op",
@@ -288,6 +290,15 @@ class Metrics:
         registry.register(_Collector(self))
         return bytes(generate_latest(registry))
 
+    def summary_text(self) -> bytes:
+        """The mount root's user.walfs.metrics: `text()` bounded to fit an xattr (64 KiB)
+        whatever the number of topics and groups (summary)."""
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_SummaryCollector(self))
+        return bytes(generate_latest(registry))
+
     def serve(self, listen: str) -> tuple[str, int]:
         """Starts the HTTP endpoint on HOST:PORT (a thread); returns the bound address."""
         from prometheus_client import CollectorRegistry
@@ -315,6 +326,63 @@ class _Collector:
 
     def collect(self) -> Iterator[Any]:
         return self.metrics.families()
+
+
+# -- the disk as etcd's WAL metrics name it (issue 33) ------------------------------------
+def _disk_families(wal: Any) -> Iterator[Any]:
+    """etcd's etcd_disk_wal_fsync_duration_seconds and etcd_disk_wal_write_bytes_total,
+    as walfs_*: the C core's own counts (walfs_disk_stats), for an engine that has them."""
+    from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+    disk_stats = getattr(wal, "disk_stats", None)
+    if disk_stats is None:
+        return
+    d = disk_stats()
+    cumulative, acc = [], 0
+    for bound, c in zip((*map(str, d["fsync_bounds"]), "+Inf"), d["fsync_counts"], strict=True):
+        acc += c
+        cumulative.append((bound, acc))
+    yield HistogramMetricFamily(
+        "walfs_disk_wal_fsync_duration_seconds",
+        "time each sync round took to fdatasync every dirty segment file",
+        buckets=cumulative,
+        sum_value=d["fsync_sum"],
+    )
+    yield CounterMetricFamily(
+        "walfs_disk_wal_write_bytes", "bytes appends wrote into segment files", value=d["write_bytes"]
+    )
+
+
+# -- the xattr's summary (issue 33) --------------------------------------------------------
+# Labels whose values grow with the data (topics, partitions, groups): a series carrying
+# one is summed into one series without labels in the xattr.
+PER_TOPIC_LABELS = frozenset({"topic", "partition", "group"})
+
+
+class _SummaryCollector:
+    """The endpoint's families with every per-topic series summed into one unlabelled
+    series and histograms without their buckets (count and sum stay): what is left grows
+    only with the fixed sets of FUSE ops and Kafka APIs, a few KiB."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.metrics_core import Metric
+
+        for fam in self.metrics.families():
+            out = Metric(fam.name, fam.documentation, fam.type, fam.unit)
+            summed: dict[str, float] = {}
+            for sample in fam.samples:
+                if fam.type == "histogram" and sample.name.endswith("_bucket"):
+                    continue
+                if PER_TOPIC_LABELS & sample.labels.keys():
+                    summed[sample.name] = summed.get(sample.name, 0.0) + sample.value
+                else:
+                    out.add_sample(sample.name, sample.labels, sample.value)
+            for name, total in summed.items():
+                out.add_sample(name, {}, total)
+            yield out
 
 
 def _histogram(family: Any, name: str, doc: str, label: str, hist: Latency) -> Any:

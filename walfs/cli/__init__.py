@@ -11,6 +11,7 @@ VERBS = {
     "info": ("walfs.cli.info", "list the topics of a data directory with their watermarks"),
     "trim": ("walfs.cli.trim", "drop a topic's records below an offset (mounted or not)"),
     "retention": ("walfs.cli.retention", "show or set a topic's retention (mounted or not)"),
+    "groups": ("walfs.cli.groups", "list, describe, reset or delete consumer groups (mounted or not)"),
     "kafka-user": ("walfs.cli.kafka_user", "add, remove or list the Kafka listener's SASL users"),
 }
 

@@ -316,6 +316,9 @@ def setup_logging(level: str, path: str | None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # Every open's recovery summary (walfs.local_engine.log_recovery) shows at the default level.
+    if root.level == logging.WARNING:
+        logging.getLogger("walfs.recovery").setLevel(logging.INFO)
 
 
 def main(argv: list[str]) -> int:

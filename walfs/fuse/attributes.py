@@ -38,7 +38,9 @@ class Attributes:
         self.gid = gid
         self.dir_mode = 0o777 & ~umask
         self.file_mode = 0o666 & ~umask
-        self.cfile_mode = 0o444 & ~umask
+        # Consumer files: writes are refused (EACCES), but the w bit is what setfattr of
+        # their committed_offset needs (the kernel checks it).
+        self.cfile_mode = 0o666 & ~umask
         self.start_ns = time.time_ns()
 
     def of(self, node: Node, ino: int) -> pyfuse3.EntryAttributes:
@@ -64,7 +66,7 @@ class Attributes:
                 # One stream, two names when partition 0 (MOUNT/t and MOUNT/partition=0/t).
                 attrs.st_nlink = 2 if node.partition == 0 else 1
             else:
-                # Reading a consumer file is the only way to use it; writing means nothing.
+                # Reading a consumer file (and setting its xattrs) is how it is used.
                 attrs.st_mode = stat.S_IFREG | self.cfile_mode
                 attrs.st_nlink = 1
                 # Its size moves with appends through other inodes and with commits by

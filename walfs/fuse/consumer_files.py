@@ -1,6 +1,9 @@
 """Consumer files (MOUNT/.consumers/<group>/<topic>): a topic's byte view from the
-group's next record on. Reading one moves the group's cursor at close, by the records
-read contiguously from the view's start (whole records only), and never backwards."""
+group's next record on. Reading one moves the group's cursor at every close (FLUSH: also
+the close the kernel does for a killed process), by the records read contiguously from
+the view's start (whole records only), and never backwards. The peek view
+(.consumers/<group>/.peek/...) shows the same bytes and never commits; its reader commits
+with setxattr user.walfs.committed_offset (commit_offset below)."""
 
 from __future__ import annotations
 
@@ -39,3 +42,26 @@ def commit_read(wal: LogEngine, node: Node, base_offset: int, base_byte: int, fr
         # (advance_only checks and writes in one step under the cursor store's lock).
         wal.commit(node.group, node.topic, node.partition, base_offset + n, advance_only=True)
     return n
+
+
+def commit_offset(wal: LogEngine, node: Node, offset: int) -> None:
+    """An explicit commit (setxattr user.walfs.committed_offset): forwards only from
+    where the group's next record is, at most the high watermark; durable when it
+    returns. ValueError for an offset out of that range. Blocking: a worker thread."""
+    start = committed(wal, node)
+    high = wal.info(node.topic, node.partition).high_watermark
+    if offset < start:
+        raise ValueError(f"{offset} is below the committed offset {start} (walfs groups reset moves back)")
+    if offset > high:
+        raise ValueError(f"{offset} is past the high watermark {high}")
+    wal.commit(node.group, node.topic, node.partition, offset, advance_only=True)
+
+
+def reset_offset(wal: LogEngine, node: Node, offset: int) -> None:
+    """A reset (setxattr user.walfs.reset_offset, `walfs groups reset`): the cursor moves
+    to any offset from the low to the high watermark, durably. ValueError outside."""
+    info = wal.info(node.topic, node.partition)
+    if not info.low_watermark <= offset <= info.high_watermark:
+        low, high = info.low_watermark, info.high_watermark
+        raise ValueError(f"{offset} is outside the retained offsets {low}..{high}")
+    wal.commit(node.group, node.topic, node.partition, offset)

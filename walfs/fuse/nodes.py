@@ -10,17 +10,23 @@ MAX_PARTITION = 2**31 - 1
 
 
 class Node(NamedTuple):
-    """What an inode stands for. Kinds: root, pdir, consumers, group, gpdir, topic, cfile."""
+    """What an inode stands for. Kinds: root, pdir, consumers, group, gpdir, topic, cfile.
+    `peek`: a group's peek view (.consumers/<group>/.peek/...: the group dir itself with
+    peek set is `.peek`), whose consumer files never commit."""
 
     kind: str
     partition: int = 0
     topic: str = ""
     group: str = ""
+    peek: bool = False
 
 
 ROOT = Node("root")
 CONSUMERS = Node("consumers")
 DIR_KINDS = frozenset({"root", "pdir", "consumers", "group", "gpdir"})
+# In a group's directory: its peek view (a partition-0 topic of this name is reached there
+# as partition=0/.peek).
+PEEK_DIR = ".peek"
 
 Stream = tuple[str, int]
 
@@ -42,11 +48,11 @@ def parent_of(node: Node) -> Node:
     if node.kind == "topic":
         return Node("pdir", node.partition)
     if node.kind == "group":
-        return CONSUMERS
+        return Node("group", group=node.group) if node.peek else CONSUMERS
     if node.kind == "gpdir":
-        return Node("group", group=node.group)
+        return Node("group", group=node.group, peek=node.peek)
     if node.kind == "cfile":
         if node.partition == 0:
-            return Node("group", group=node.group)
-        return Node("gpdir", node.partition, group=node.group)
+            return Node("group", group=node.group, peek=node.peek)
+        return Node("gpdir", node.partition, group=node.group, peek=node.peek)
     return ROOT

@@ -4,6 +4,7 @@
     MOUNT/partition=<n>/<topic>                    partition n (partition=0 is partition 0 again)
     MOUNT/.consumers/<group>/<topic>               <topic> after <group>'s committed offset
     MOUNT/.consumers/<group>/partition=<n>/<topic>
+    MOUNT/.consumers/<group>/.peek/...             the same views, which never commit
 
 The streams and groups here are a cache of the engine's lists: names only ever get
 added (a delete, when allowed, takes one out), and a name the kernel may hold as a
@@ -19,7 +20,7 @@ import pyfuse3
 from walfs.engine_api import LogEngine
 from walfs.fuse.errnos import topic_name_error
 from walfs.fuse.invalidation import Invalidator
-from walfs.fuse.nodes import CONSUMERS, ROOT, Node, Stream, parent_of, parse_partition_dir
+from walfs.fuse.nodes import CONSUMERS, PEEK_DIR, ROOT, Node, Stream, parent_of, parse_partition_dir
 from walfs.names import CONSUMERS_DIR, MAX_NAME_BYTES, PARTITION_PREFIX
 from walfs.page_push import mtime_ns as page_mtime_ns
 
@@ -72,7 +73,7 @@ class Tree:
         if inos is None:
             topic, partition = stream
             nodes = [Node("topic", partition, topic)]
-            nodes += [Node("cfile", partition, topic, group) for group in self.groups]
+            nodes += [Node("cfile", partition, topic, g, peek) for g in self.groups for peek in (False, True)]
             inos = tuple(ino for ino in map(self._inodes.get, nodes) if ino is not None)
             self._inos_of_stream[stream] = inos
         return inos
@@ -105,9 +106,10 @@ class Tree:
         if partition == 0:
             parents.append(ROOT)
         for group in self.groups:
-            parents.append(Node("gpdir", partition, group=group))
-            if partition == 0:
-                parents.append(Node("group", group=group))
+            for peek in (False, True):
+                parents.append(Node("gpdir", partition, group=group, peek=peek))
+                if partition == 0:
+                    parents.append(Node("group", group=group, peek=peek))
         inos = [ino for ino in map(self._inodes.get, parents) if ino is not None and ino != made_in]
         entries = [(ino, name) for ino in inos]
         # The watcher may have seen the creation first (the engine's watch call).
@@ -159,6 +161,11 @@ class Tree:
         self.groups.add(group)
         self._inos_of_stream.clear()
 
+    def drop_group(self, group: str) -> None:
+        """A group deleted through this mount (rmdir)."""
+        self.groups.discard(group)
+        self._inos_of_stream.clear()
+
     # ----------------------------------------------------------------- names
 
     def child(self, parent: Node, name: bytes) -> Node | None:
@@ -191,15 +198,18 @@ class Tree:
                 return None
             return Node("group", group=text)
         if kind == "group":
+            g, peek = parent.group, parent.peek
+            if text == PEEK_DIR and not peek:
+                return Node("group", group=g, peek=True)
             n = parse_partition_dir(text)
             if n is not None:
-                return Node("gpdir", n, group=parent.group) if n in self.partitions() else None
+                return Node("gpdir", n, group=g, peek=peek) if n in self.partitions() else None
             if self.is_topic(text, 0):
-                return Node("cfile", 0, text, parent.group)
+                return Node("cfile", 0, text, g, peek)
             return None
         if kind == "gpdir":
             p = parent.partition
-            return Node("cfile", p, text, parent.group) if self.is_topic(text, p) else None
+            return Node("cfile", p, text, parent.group, parent.peek) if self.is_topic(text, p) else None
         raise pyfuse3.FUSEError(errno.ENOTDIR)
 
     def listing(self, node: Node) -> list[tuple[bytes, Node]]:
@@ -215,10 +225,14 @@ class Tree:
         elif node.kind == "consumers":
             out += [(g.encode(), Node("group", group=g)) for g in sorted(self.known_groups())]
         elif node.kind == "group":
-            g = node.group
-            out += [(f"{PARTITION_PREFIX}{p}".encode(), Node("gpdir", p, group=g)) for p in parts]
-            out += [(t.encode(), Node("cfile", 0, t, g)) for t in self.topics_in(0)]
+            g, peek = node.group, node.peek
+            if not peek:
+                out.append((PEEK_DIR.encode(), Node("group", group=g, peek=True)))
+            out += [(f"{PARTITION_PREFIX}{p}".encode(), Node("gpdir", p, group=g, peek=peek)) for p in parts]
+            # A partition-0 topic named .peek shows as partition=0/.peek only.
+            topics = [t for t in self.topics_in(0) if peek or t != PEEK_DIR]
+            out += [(t.encode(), Node("cfile", 0, t, g, peek)) for t in topics]
         elif node.kind == "gpdir":
             p, g = node.partition, node.group
-            out += [(t.encode(), Node("cfile", p, t, g)) for t in self.topics_in(p)]
+            out += [(t.encode(), Node("cfile", p, t, g, node.peek)) for t in self.topics_in(p)]
         return out

@@ -1,18 +1,21 @@
 """The user.walfs.* extended attributes: a topic's figures (watermarks, sizes, its
-retention, a consumer file's committed offset) and the ones a writer may set
-(low_watermark trims, retention_ms/retention_bytes). The root's figures belong to the
-daemon (walfs.fuse_ops)."""
+retention, a consumer file's committed offset and cursor, the offset for a time) and the
+ones a writer may set (a topic's low_watermark trims, retention_ms/retention_bytes; a
+consumer file's committed_offset commits, forwards only, and reset_offset moves the
+cursor anywhere in the retained records). The root's figures belong to the daemon
+(walfs.fuse_ops)."""
 
 from __future__ import annotations
 
 import errno
 import logging
+import time
 from collections.abc import Callable
 
 import pyfuse3
 
 from walfs.engine_api import LogEngine
-from walfs.fuse.consumer_files import committed
+from walfs.fuse.consumer_files import commit_offset, committed, reset_offset
 from walfs.fuse.nodes import Node
 from walfs.retention import parse_limit, show_limit
 
@@ -20,8 +23,46 @@ log = logging.getLogger("walfs.fuse")
 
 XATTR_PREFIX = "user.walfs."
 SETTABLE = ("low_watermark", "retention_ms", "retention_bytes")
+CONSUMER_SETTABLE = ("committed_offset", "reset_offset")
+# getfattr -n user.walfs.offset_for_timestamp.<ms>: the first offset appended at or after
+# <ms> (milliseconds since the epoch), the high watermark if none (not listed: a query).
+TIME_QUERY = "offset_for_timestamp."
 
 Getters = dict[str, Callable[[], str]]
+
+# The root's metrics summary: readable by name, left out of listxattr so that `getfattr -d`
+# stays a short dump of figures (the summary is a few KiB of Prometheus text).
+UNLISTED = frozenset({"metrics"})
+# Values read through Snapshots (below).
+SNAPSHOTTED = frozenset({"metrics"})
+
+
+class Snapshots:
+    """Values that change with every request (the metrics text counts the very getxattr
+    that renders it), read the way getfattr reads an xattr: a size query, then a read into
+    a buffer of that size. Rendered afresh for each size query, they would outgrow it
+    (ERANGE). So the bytes rendered for one call of a process are served to that process's
+    next call for the same file and name, if it comes within TTL seconds, and then dropped:
+    every getfattr run sees a fresh value, served whole."""
+
+    TTL = 1.0
+    MAX_HELD = 256  # callers that asked once and not again are forgotten past this many
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[int, int, str], tuple[float, bytes]] = {}
+
+    def value(self, pid: int, inode: int, key: str, render: Callable[[], bytes]) -> bytes:
+        now = time.monotonic()
+        held = self._held.pop((pid, inode, key), None)
+        if held is not None and now - held[0] < self.TTL:
+            return held[1]
+        value = render()
+        if len(self._held) >= self.MAX_HELD:
+            self._held = {k: v for k, v in self._held.items() if now - v[0] < self.TTL}
+            if len(self._held) >= self.MAX_HELD:
+                self._held.clear()
+        self._held[(pid, inode, key)] = (now, value)
+        return value
 
 
 def key_of(name: bytes) -> str:
@@ -59,13 +100,31 @@ def stream_xattrs(wal: LogEngine, node: Node) -> Getters:
     if node.kind == "cfile":
         out["group"] = lambda: node.group
         out["committed_offset"] = lambda: str(committed(wal, node))
+        # The stored cursor, listed only when the group committed on this stream.
+        cursor = wal.committed(node.group, t, p)
+        if cursor is not None:
+            out["cursor"] = lambda: str(cursor)
     return out
+
+
+def getter_for(wal: LogEngine, node: Node, key: str, getters: Getters) -> Callable[[], str] | None:
+    """The getter of `key` on `node`: a listed one, or the offset-for-time query."""
+    getter = getters.get(key)
+    if getter is not None or not key.startswith(TIME_QUERY) or node.kind not in ("topic", "cfile"):
+        return getter
+    text = key[len(TIME_QUERY) :]
+    if not text.isdigit():
+        return None
+    ms = int(text)
+    return lambda: str(wal.locate(node.topic, node.partition, timestamp_ms=ms))
 
 
 def change_for(wal: LogEngine, node: Node, name: bytes, value: bytes) -> tuple[str, Callable[[], None]]:
     """(key, the blocking engine call that sets it). ENOTSUP for anything not settable (not
     EPERM, so that `cp -a` and friends skip xattrs); EINVAL for a bad value."""
     key = name.decode("utf-8", "replace").removeprefix(XATTR_PREFIX)
+    if node.kind == "cfile" and key in CONSUMER_SETTABLE:
+        return key, _consumer_change(wal, node, key, value)
     if node.kind != "topic" or key not in SETTABLE:
         raise pyfuse3.FUSEError(errno.ENOTSUP)
     t, p = node.topic, node.partition
@@ -89,3 +148,25 @@ def change_for(wal: LogEngine, node: Node, name: bytes, value: bytes) -> tuple[s
         log.info("setxattr %s on %r refused: %s", key, t, exc)
         raise pyfuse3.FUSEError(errno.EINVAL) from None
     return key, change
+
+
+def _consumer_change(wal: LogEngine, node: Node, key: str, value: bytes) -> Callable[[], None]:
+    """committed_offset: a commit (forwards only, at most the high watermark, durable
+    when setxattr returns); reset_offset: the cursor moves to any retained offset."""
+    try:
+        text = value.decode("ascii").strip()
+    except UnicodeDecodeError:
+        text = ""
+    if not text.isdigit():
+        log.info("setxattr %s on %r refused: %r is not an offset", key, node.topic, value[:40])
+        raise pyfuse3.FUSEError(errno.EINVAL)
+    offset = int(text)
+
+    def change() -> None:
+        try:
+            (commit_offset if key == "committed_offset" else reset_offset)(wal, node, offset)
+        except ValueError as exc:
+            log.info("setxattr %s of group %r on %r refused: %s", key, node.group, node.topic, exc)
+            raise pyfuse3.FUSEError(errno.EINVAL) from None
+
+    return change
