@@ -600,7 +600,8 @@ class WalOperations(pyfuse3.Operations):
     async def listxattr(self, inode: int, ctx: pyfuse3.RequestContext) -> list[bytes]:
         node = self.tree.node(inode)
         with wal_errors_as_errno("listxattr"):
-            return [(xattrs.XATTR_PREFIX + k).encode() for k in self._xattrs(node) if k not in xattrs.UNLISTED]
+            keys = [k for k in self._xattrs(node) if k not in xattrs.UNLISTED]
+            return [(xattrs.XATTR_PREFIX + k).encode() for k in keys]
 
     async def setxattr(self, inode: int, name: bytes, value: bytes, ctx: pyfuse3.RequestContext) -> None:
         """user.walfs.low_watermark trims a topic (its partition); user.walfs.retention_ms
