@@ -213,23 +213,28 @@ typedef struct view_piece {
     rec_at_t at; /* first: fmt_rec_check_q */
     uint64_t skip, take; /* value bytes skipped and copied */
     int newline;         /* whether the view's '\n' after the value is copied too */
+    uint64_t offset;     /* the record's offset (to name it when it is corrupt) */
 } view_piece_t;
 
 /* Checks the queued records' CRCs (four at a time when there are four) and copies them
- * in order up to the first corrupt one. Returns 0, or -EBADMSG with *got counting the
- * bytes copied before it. */
-static int copy_pieces(walfs_t *wal, const view_piece_t *q, int nq, uint8_t *buf, uint64_t *got)
+ * in order. Returns 0, or -EBADMSG with *bad set to the first corrupt one's offset. */
+static int copy_pieces(walfs_t *wal, const view_piece_t *q, int nq, uint8_t *buf, uint64_t *got, uint64_t *bad)
 {
     int good = fmt_rec_check_q(q, sizeof(*q), wal->crc_seed, nq);
-    for (int k = 0; k < good; k++) {
+    if (good < nq) {
+        *bad = q[good].offset;
+        return -EBADMSG;
+    }
+    for (int k = 0; k < nq; k++) {
         memcpy(buf + *got, q[k].at.p + REC_HDR_SIZE + q[k].at.r.meta_len + q[k].skip, q[k].take);
         *got += q[k].take;
         if (q[k].newline) buf[(*got)++] = '\n';
     }
-    return good == nq ? 0 : -EBADMSG;
+    return 0;
 }
 
-int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t *buf, uint64_t len)
+int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t *buf, uint64_t len,
+                         uint64_t *bad_offset)
 {
     stream_t *s = stream_get(wal, stream_no);
     if (!s) return -ENOENT;
@@ -247,11 +252,13 @@ int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t
     slot_t sl;
     slot_get(first, idx, &sl);
     /* Only the first record can start before pos; the rest are copied whole. Records are
-     * queued four at a time so that their CRCs are checked in one interleaved pass. */
+     * queued four at a time so that their CRCs are checked in one interleaved pass. A
+     * corrupt record anywhere in the range fails the whole read (never a short count: a
+     * short read means the end to its caller, and to the kernel behind a FUSE READ). */
     uint64_t skip = pos - (first->first_byte + sl.view_delta);
     uint64_t planned = 0, got = 0;
     view_piece_t q[4];
-    int nq = 0, bad = 0;
+    int nq = 0;
     while (planned < len && bi < s->n_blocks) {
         const block_t *b = s->blocks[bi];
         if (idx >= b->count) {
@@ -260,9 +267,12 @@ int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t
             continue;
         }
         view_piece_t *v = &q[nq];
+        v->offset = b->first_offset + idx;
         if (record_locate(b, idx, &v->at.p, &v->at.r)) {
-            bad = 1;
-            break;
+            /* The records queued before it come first in the view: name the first bad one. */
+            if (nq && copy_pieces(wal, q, nq, buf, &got, bad_offset)) goto bad;
+            *bad_offset = b->first_offset + idx;
+            goto bad;
         }
         uint64_t vlen = v->at.r.value_len;
         v->skip = skip;
@@ -273,16 +283,15 @@ int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t
         skip = 0;
         idx++;
         if (++nq == 4) {
-            if (copy_pieces(wal, q, nq, buf, &got)) {
-                nq = 0;
-                bad = 1;
-                break;
-            }
+            if (copy_pieces(wal, q, nq, buf, &got, bad_offset)) goto bad;
             nq = 0;
         }
     }
-    if (nq && copy_pieces(wal, q, nq, buf, &got)) bad = 1;
-    rc = bad && !got ? -EBADMSG : (int64_t)got;
+    if (nq && copy_pieces(wal, q, nq, buf, &got, bad_offset)) goto bad;
+    rc = (int64_t)got;
+    goto out;
+bad:
+    rc = -EBADMSG;
 out:
     GUARD_END();
     pthread_mutex_unlock(&s->lock);

@@ -174,8 +174,11 @@ int64_t walfs_read(walfs_t *wal, uint32_t stream_no, uint64_t start_gid, uint32_
 int64_t walfs_read_offset(walfs_t *wal, uint32_t stream_no, uint64_t offset, uint32_t max_records,
                           uint64_t max_bytes, uint8_t *buf, uint64_t buflen, walfs_rec_t *recs,
                           uint64_t *needed);
-/* The byte view: values each followed by '\n'. Returns bytes copied (short only at end). */
-int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t *buf, uint64_t len);
+/* The byte view: values each followed by '\n'. Returns bytes copied (short only at end);
+ * -EBADMSG, with *bad_offset set to the first corrupt record's offset, when a record whose
+ * view bytes lie in [pos, pos+len) fails its checks (nothing else is returned then). */
+int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t *buf, uint64_t len,
+                         uint64_t *bad_offset);
 /* A hint for callers that must not wait on the disk: 1 if the segment pages that hold
  * the records of view bytes [pos, pos+len) are in the page cache (checked with mincore
  * over the first run they lie in), 0 if a read would fault some in from the disk. */

@@ -787,3 +787,70 @@ def test_org_markers_are_not_cursors_and_a_deleted_one_is_not_damage(open_wal, w
     with pytest.raises(walfs.WalCorruptError, match="is missing"):
         w.committed_offset("g", "t")
     w.close()
+
+
+# -- issue 33: a read that reaches a damaged record fails, whole -----------------------
+
+
+@pytest.mark.parametrize("where", ["header", "payload"])
+def test_a_read_reaching_a_damaged_record_fails_whole_and_names_it(open_wal, wal_dir, caplog, where):
+    from segment_files import find_in_segments, flip_byte
+
+    bad = 300  # in the first run, sealed: open does not re-check it
+    vals = [b"v%04d-" % i + b"z" * 100 for i in range(1500)]
+    w = open_wal()
+    w.append_batch("t", vals)
+    w.close()
+    path, pos = find_in_segments(wal_dir, vals[bad])
+    flip_byte(path, pos - 12 if where == "header" else pos + 50)
+    w = open_wal()
+    view = b"".join(v + b"\n" for v in vals)
+    bad_at = view.index(vals[bad])
+    bad_end = bad_at + len(vals[bad]) + 1
+
+    # The byte view: a read ending before the record or starting after it is whole; one
+    # whose range holds any byte of it raises (never a short count, which means the end).
+    for start in (0, 1, bad_at - 300, bad_at - 107, bad_at - 1, bad_at, bad_at + 5, bad_end - 1, bad_end):
+        for size in (1, 106, 107, 1000, 1 << 16):
+            if start + size <= bad_at or start >= bad_end:
+                assert w.read_bytes("t", start, size) == view[start : start + size], (start, size)
+                continue
+            with pytest.raises(walfs.CorruptRecordError) as exc:
+                w.read_bytes("t", start, size)
+            e = exc.value
+            assert (e.topic, e.partition, e.offset) == ("t", 0, bad), (start, size)
+            assert f"offset {bad} of 't' partition 0" in str(e) and f"walfs fsck {wal_dir}" in str(e)
+
+    # Records: a batch ends before it (as a Kafka fetch does), the next read raises; a
+    # reader looping to the end gets every record before it, then the error.
+    got: list[bytes] = []
+    with pytest.raises(walfs.CorruptRecordError, match=f"offset {bad} of 't'"):
+        while len(got) < len(vals):
+            batch = w.read("t", len(got), max_records=64)
+            assert batch, len(got)  # never an empty answer before the end
+            got += batch
+    assert got == vals[:bad]
+    with pytest.raises(walfs.CorruptRecordError) as exc:
+        w.read_records("t", bad)
+    assert exc.value.offset == bad
+    assert [r.value for r in w.read_records("t", bad - 2)] == vals[bad - 2 : bad]
+    assert w.read("t", bad + 1, max_records=3) == vals[bad + 1 : bad + 4]
+
+    # However many reads met it: logged once (with what to do), counted once.
+    logged = [r for r in caplog.records if "damaged record:" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].levelname == "ERROR"
+    assert f"topic 't' partition 0 offset {bad}" in logged[0].getMessage()
+    assert f"walfs fsck {wal_dir}" in logged[0].getMessage()
+    assert w.stats.corrupt.total == 1
+
+
+def test_damaged_records_remembered_are_bounded():
+    from walfs.metrics import CORRUPT_REMEMBERED, CorruptRecords
+
+    c = CorruptRecords()
+    assert c.first(1, 5) and not c.first(1, 5)
+    for i in range(2 * CORRUPT_REMEMBERED):
+        assert c.first(2, i)
+    assert len(c) == CORRUPT_REMEMBERED and c.total == 1 + 2 * CORRUPT_REMEMBERED
+    assert c.first(1, 5)  # the oldest were forgotten: it counts again
+    assert not c.first(2, 2 * CORRUPT_REMEMBERED - 1)  # the newest are remembered

@@ -19,7 +19,7 @@ from walfs._core import ffi, lib
 # that traceback's cycle, CPython 3.11 clears the memoryview despite the export and then
 # frees it twice (python/cpython#77894, fixed in 3.12): the process dies of a segfault.
 # tests/test_engine_buffers.py runs every such call into an error this way.
-from walfs.errors import BufferTooSmallError, WalClosedError, WalFailedError, from_errno
+from walfs.errors import BufferTooSmallError, WalClosedError, WalFailedError, corrupt_record, from_errno
 
 FSYNC_MODES = {
     "never": lib.WALFS_FSYNC_NEVER,
@@ -484,9 +484,7 @@ class Engine:
                     buflen = int(needed[0])
                     continue
                 if rc == -errno.EBADMSG:
-                    raise from_errno(
-                        rc, f"record at offset {int(needed[0])} of stream {stream_no} is corrupt"
-                    )
+                    raise corrupt_record(int(needed[0]), stream_no)
                 n = self._check(rc, "read")
                 # walfs_rec_t is five 64-bit words: gid, offset, ts, meta_len | value_len << 32, pos.
                 words = memoryview(ffi.buffer(recs, n * ffi.sizeof("walfs_rec_t"))).cast("Q").tolist()
@@ -513,7 +511,7 @@ class Engine:
             if rc == -errno.ENOBUFS:
                 raise BufferTooSmallError(int(needed[0]))
             if rc == -errno.EBADMSG:
-                raise from_errno(rc, f"record at offset {int(needed[0])} of stream {stream_no} is corrupt")
+                raise corrupt_record(int(needed[0]), stream_no)
             return self._check(rc, "read")
         finally:
             self._exit()
@@ -539,9 +537,7 @@ class Engine:
                     outlen = int(needed[0])
                     continue
                 if rc == -errno.EBADMSG:
-                    raise from_errno(
-                        rc, f"record at offset {int(needed[0])} of stream {stream_no} is corrupt"
-                    )
+                    raise corrupt_record(int(needed[0]), stream_no)
                 if rc == -errno.EINVAL:
                     raise ValueError(
                         f"the meta section of record {int(needed[0])} of stream {stream_no} does not parse"
@@ -596,13 +592,15 @@ class Engine:
             self._exit()
 
     def read_bytes_into(self, stream_no: int, position: int, buf: Any, size: int) -> int:
-        """Copies up to size bytes of the view from position into buf; returns the count."""
+        """Copies up to size bytes of the view from position into buf; returns the count
+        (short only at the end). CorruptRecordError when a record in the range is damaged."""
         h = self._enter()
         try:
+            bad = ffi.new("uint64_t *")
             with ffi.from_buffer(buf, require_writable=True) as out:
-                n = lib.walfs_read_bytes(h, stream_no, position, out, size)
+                n = lib.walfs_read_bytes(h, stream_no, position, out, size, bad)
             if n == -errno.EBADMSG:
-                raise from_errno(n, f"a record near byte {position} of stream {stream_no} is corrupt")
+                raise corrupt_record(int(bad[0]), stream_no)
             return self._check(n, "read_bytes")
         finally:
             self._exit()

@@ -30,7 +30,13 @@ class WalLockedError(WalError):
 
 
 class CorruptRecordError(WalError):
-    """A stored record failed its checksum."""
+    """A stored record failed its checksum (or its index slot does not match it).
+    `offset` names the record; `topic` and `partition` are set by the engine that knows
+    the stream's name (None otherwise)."""
+
+    offset: int | None = None
+    topic: str | None = None
+    partition: int | None = None
 
 
 class WalCorruptError(WalError):
@@ -59,6 +65,13 @@ class BufferTooSmallError(WalError):
 
 class WalIOError(WalError, OSError):
     """An operating-system error such as ENOSPC; the WAL stays usable."""
+
+
+def corrupt_record(offset: int, stream_no: int) -> CorruptRecordError:
+    """The C core's -EBADMSG for record `offset` of stream number `stream_no`."""
+    e = CorruptRecordError(f"record at offset {offset} of stream {stream_no} is corrupt")
+    e.offset = offset
+    return e
 
 
 def from_errno(rc: int, what: str) -> WalError:

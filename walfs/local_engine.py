@@ -19,6 +19,7 @@ from walfs.consumer import CursorStore
 from walfs.engine import Engine
 from walfs.engine_api import REC_SIZE, Appender, Change, StreamInfo, Watchers
 from walfs.errors import (
+    CorruptRecordError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
     WalClosedError,
@@ -472,6 +473,8 @@ class LocalEngine:
             raise OffsetOutOfRangeError(f"offset {offset} is beyond the end of {topic!r} (empty)")
         try:
             return self.core.read_into(s.stream_no, offset, buf, recs, max_records, max_bytes)
+        except CorruptRecordError as e:
+            raise self._damaged(s, e) from None
         except OffsetOutOfRangeError:
             low, high = self.core.marks(s.stream_no)[:2]
             raise OffsetOutOfRangeError(
@@ -490,6 +493,8 @@ class LocalEngine:
             raise OffsetOutOfRangeError(f"offset {offset} is beyond the end of {topic!r} (empty)")
         try:
             return self.core.read_kafka_batch(s.stream_no, offset, max_records, max_bytes)
+        except CorruptRecordError as e:
+            raise self._damaged(s, e) from None
         except OffsetOutOfRangeError:
             low, high = self.core.marks(s.stream_no)[:2]
             raise OffsetOutOfRangeError(
@@ -502,7 +507,26 @@ class LocalEngine:
         s = self._stream(topic, partition, False)
         if s is None:
             return 0
-        return self.core.read_bytes_into(s.stream_no, position, buf, len(buf))
+        try:
+            return self.core.read_bytes_into(s.stream_no, position, buf, len(buf))
+        except CorruptRecordError as e:
+            raise self._damaged(s, e) from None
+
+    def _damaged(self, s: Stream, e: CorruptRecordError) -> CorruptRecordError:
+        """A read met a damaged record: names it in the error, and logs it (with what to
+        do) and counts it (walfs_corrupt_records_total) the first time."""
+        e.topic, e.partition = s.name, s.partition
+        offset = -1 if e.offset is None else e.offset
+        where = f"record at offset {offset} of {s.name!r} partition {s.partition}"
+        e.args = (f"{where} is damaged (fails its checksum): run `walfs fsck {self.path}`",)
+        if self.stats.corrupt.first(s.stream_no, offset):
+            log.error(
+                "damaged record: topic %r partition %d offset %d fails its checksum; reads that "
+                "reach it fail (EIO on the mount, CORRUPT_MESSAGE to Kafka), the records before "
+                "it are served; run `walfs fsck %s` (docs/operations.md)",
+                s.name, s.partition, offset, self.path,
+            )
+        return e
 
     def locate(
         self,

@@ -136,6 +136,7 @@ class WalStats:
         self.backpressure_waits = 0  # appends that waited for retention (size limit + one segment)
         self.open_seconds = 0.0
         self.durable_waits = Latency()
+        self.corrupt = CorruptRecords()
 
     def appended(self, topic: str, partition: int, n: int, nbytes: int) -> None:
         with self._lock:
@@ -179,6 +180,37 @@ class WalStats:
         with self._lock:
             self._fold()
             return {k: (v[0], v[1]) for k, v in self._appends.items()}
+
+
+# -- damaged records met by reads (walfs_corrupt_records_total) -------------------------
+
+CORRUPT_REMEMBERED = 4096  # damaged records remembered, so that each is logged once
+
+
+class CorruptRecords:
+    """Damaged records that reads ran into (the engine raises CorruptRecordError for
+    them): `first` says whether this one is new, so that it is logged and counted once,
+    not at every read that reaches it again (a kernel's or a Kafka client's retries).
+    Bounded: past CORRUPT_REMEMBERED the oldest is forgotten (and would count again)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[tuple[int, int], None] = {}  # (stream number, offset), oldest first
+        self.total = 0
+
+    def first(self, stream_no: int, offset: int) -> bool:
+        key = (stream_no, offset)
+        with self._lock:
+            if key in self._seen:
+                return False
+            if len(self._seen) >= CORRUPT_REMEMBERED:
+                del self._seen[next(iter(self._seen))]
+            self._seen[key] = None
+            self.total += 1
+            return True
+
+    def __len__(self) -> int:
+        return len(self._seen)
 
 
 class Metrics:
@@ -247,6 +279,9 @@ class Metrics:
                                 value=report["cut_records"])
         yield GaugeMetricFamily("walfs_recovery_verified_records", "records checked by CRC at the last open",
                                 value=report["verified_records"])
+        yield CounterMetricFamily("walfs_corrupt_records",
+                                  "damaged records (failing their checksum) that reads ran into, each once",
+                                  value=stats.corrupt.total)
 
     def text(self) -> bytes:
         from prometheus_client import CollectorRegistry, generate_latest

@@ -50,6 +50,10 @@ def fuse_error_for(exc: BaseException) -> pyfuse3.FUSEError:
 def logged_fuse_error(what: str, exc: Exception) -> pyfuse3.FUSEError:
     """fuse_error_for(exc), logged (a warning for a full disk or trimmed data)."""
     err = fuse_error_for(exc)
+    if isinstance(exc, wal_errors.CorruptRecordError):
+        # EIO; the engine logs each damaged record once (not at every READ the kernel retries).
+        log.debug("%s failed: %s", what, exc)
+        return err
     if err is not exc:
         level = logging.WARNING if err.errno in (errno.ENOSPC, errno.ENODATA) else logging.ERROR
         log.log(level, "%s failed: %r", what, exc, exc_info=level == logging.ERROR)

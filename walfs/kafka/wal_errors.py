@@ -27,7 +27,9 @@ def error_code_for(exc: BaseException, what: str) -> ErrorCode:
     for cls in type(exc).__mro__:
         code = _BY_NAME.get(cls.__name__)
         if code is not None:
-            log.info("%s: %s: %s", what, type(exc).__name__, exc)
+            # A damaged record is logged once by the engine, not at every fetch retrying it.
+            level = logging.DEBUG if cls.__name__ == "CorruptRecordError" else logging.INFO
+            log.log(level, "%s: %s: %s", what, type(exc).__name__, exc)
             return code
     log.error("%s: unexpected %s: %s", what, type(exc).__name__, exc, exc_info=exc)
     return ErrorCode.unknown_server_error
