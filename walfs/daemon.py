@@ -15,6 +15,7 @@ Lifecycle (the order matters):
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
@@ -22,7 +23,7 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,7 +227,8 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
     metrics = Metrics(wal, fuse=ops.request_latency)
     ops.metrics_text = metrics.text
     if config.metrics_listen:
-        host, port = metrics.serve(config.metrics_listen)
+        with listening("--metrics-listen", config.metrics_listen):
+            host, port = metrics.serve(config.metrics_listen)
         ops.info["metrics_listen"] = f"{host}:{port}"
         log.info("metrics on http://%s:%d/metrics", host, port)
     mounted = False
@@ -318,22 +320,48 @@ async def _start_kafka(
     assert config.kafka_listen is not None
     host, port = parse_listen_address(config.kafka_listen)
     auth = AuthConfig(config.kafka_auth_config) if config.kafka_auth_config else None
-    bound = await nursery.start(
-        functools.partial(
-            serve_kafka,
-            ops.wal,
-            host,
-            port,
-            allow_delete=config.kafka_allow_delete,
-            request_latency=metrics.kafka,
-            config=config.kafka_config,
-            auth=auth,
-            insecure_listen=config.kafka_insecure_listen,
-        ),
-        name="walfs-kafka",
-    )
+    with listening("--kafka-listen", config.kafka_listen):
+        bound = await nursery.start(
+            functools.partial(
+                serve_kafka,
+                ops.wal,
+                host,
+                port,
+                allow_delete=config.kafka_allow_delete,
+                request_latency=metrics.kafka,
+                config=config.kafka_config,
+                auth=auth,
+                insecure_listen=config.kafka_insecure_listen,
+            ),
+            name="walfs-kafka",
+        )
     shown = f"[{host}]" if ":" in host else host
     log.info("kafka listening on %s:%d", shown, bound)
+
+
+class ListenError(OSError):
+    """A listener (Kafka, metrics) that could not bind: names its option and address."""
+
+
+_LISTEN_HINTS = {
+    errno.EADDRINUSE: "another process holds this port: stop it, or choose another; port 0 picks a free one",
+    errno.EACCES: "ports below 1024 need root (or CAP_NET_BIND_SERVICE)",
+    errno.EADDRNOTAVAIL: "no interface of this machine has this address",
+}
+
+
+@contextlib.contextmanager
+def listening(option: str, address: str) -> Iterator[None]:
+    """Turns a failed bind inside into a ListenError naming `option` and `address`."""
+    try:
+        yield
+    except ListenError:
+        raise
+    except OSError as exc:
+        hint = _LISTEN_HINTS.get(exc.errno or 0)
+        what = exc.strerror or str(exc)
+        message = f"{option} {address}: cannot listen: {what}" + (f" ({hint})" if hint else "")
+        raise ListenError(exc.errno or 0, message) from exc
 
 
 async def _signals() -> None:
