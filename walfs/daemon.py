@@ -288,7 +288,8 @@ async def _serve(
         if config.kafka_listen:
             # Before readiness: a port that cannot be bound fails the mount (the finally
             # in run() unmounts), instead of a mount that silently lacks its listener.
-            await _start_kafka(nursery, ops, config, metrics)
+            with listening("--kafka-listen", config.kafka_listen):
+                await _start_kafka(nursery, ops, config, metrics)
         # The mount exists since pyfuse3.init; requests wait in /dev/fuse until main runs,
         # which starts without yielding after this point.
         log.info("walfs serving %s on %s", config.data_dir, config.mountpoint)
@@ -320,21 +321,20 @@ async def _start_kafka(
     assert config.kafka_listen is not None
     host, port = parse_listen_address(config.kafka_listen)
     auth = AuthConfig(config.kafka_auth_config) if config.kafka_auth_config else None
-    with listening("--kafka-listen", config.kafka_listen):
-        bound = await nursery.start(
-            functools.partial(
-                serve_kafka,
-                ops.wal,
-                host,
-                port,
-                allow_delete=config.kafka_allow_delete,
-                request_latency=metrics.kafka,
-                config=config.kafka_config,
-                auth=auth,
-                insecure_listen=config.kafka_insecure_listen,
-            ),
-            name="walfs-kafka",
-        )
+    bound = await nursery.start(
+        functools.partial(
+            serve_kafka,
+            ops.wal,
+            host,
+            port,
+            allow_delete=config.kafka_allow_delete,
+            request_latency=metrics.kafka,
+            config=config.kafka_config,
+            auth=auth,
+            insecure_listen=config.kafka_insecure_listen,
+        ),
+        name="walfs-kafka",
+    )
     shown = f"[{host}]" if ":" in host else host
     log.info("kafka listening on %s:%d", shown, bound)
 

@@ -47,7 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if verb not in VERBS:
         what = "option" if verb.startswith("-") else "verb"
-        print(f"walfs: unknown {what} {verb!r}\n\n{usage()}", file=sys.stderr)
+        print(
+            f"walfs: unknown {what} {verb!r} (verbs: {', '.join(VERBS)})\nTry 'walfs --help' for more information.",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     module = importlib.import_module(VERBS[verb][0])
     return run_verb(verb, module.main, args[1:])

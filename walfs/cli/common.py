@@ -103,6 +103,14 @@ def explain(exc: BaseException, data_dir: str | None = None) -> str | None:
 def run_verb(verb: str, main: Callable[[list[str]], int], argv: list[str]) -> int:
     """Runs a verb's main: every failure a user can cause becomes `walfs VERB: ...` on
     stderr with exit 1 (2 for usage), never a traceback."""
+    import logging
+
+    # Warnings logged while no handler is set up (the core's, in the short verbs; mount and
+    # serve set up their own logging) read like the verb's own lines.
+    last = logging.StreamHandler(sys.stderr)
+    last.setLevel(logging.WARNING)
+    last.setFormatter(logging.Formatter(f"walfs {verb}: %(message)s"))
+    logging.lastResort = last
     try:
         return int(main(argv))
     except KeyboardInterrupt:
@@ -253,7 +261,7 @@ def open_read_only(path: str, **options: object) -> LogEngine:
     """A read-only engine on a data directory (it runs beside a live daemon), with the
     failures a user can cause told in one line."""
     from walfs.engine_api import is_local, open_engine
-    from walfs.errors import WalIOError
+    from walfs.errors import CorruptRecordError, WalCorruptError, WalIOError
 
     try:
         return open_engine(path, read_only=True, **options)
@@ -261,3 +269,5 @@ def open_read_only(path: str, **options: object) -> LogEngine:
         if is_local(path) and exc.errno == errno.ENOENT:
             raise not_a_data_dir(path) from None
         raise
+    except (WalCorruptError, CorruptRecordError) as exc:
+        raise CliError(explain(exc, path) or str(exc)) from None

@@ -376,7 +376,8 @@ def main(argv: list[str]) -> int:
         try:
             return run(config)
         except Exception as exc:
-            logging.getLogger("walfs").error("mount failed: %s", exc, exc_info=True)
+            # A traceback only for what a user cannot cause (a bug).
+            logging.getLogger("walfs").error("mount failed: %s", exc, exc_info=explain(exc) is None)
             print(f"walfs mount: {failure(exc, config.data_dir)}", file=sys.stderr)
             return 1
     return _daemonize(config, log_opts)
@@ -468,7 +469,7 @@ def _daemonize(config: object, log_opts: dict[str, str]) -> int:
 
         status = run(config, on_ready=ready)
     except BaseException as exc:  # everything must reach the parent, then exit
-        logging.getLogger("walfs").error("mount failed: %s", exc, exc_info=True)
+        logging.getLogger("walfs").error("mount failed: %s", exc, exc_info=explain(exc) is None)
         try:
             os.write(write_fd, f"error: {failure(exc, config.data_dir)}".encode())
         except OSError:
