@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     if verb not in VERBS:
         what = "option" if verb.startswith("-") else "verb"
         print(
-            f"walfs: unknown {what} {verb!r} (verbs: {', '.join(VERBS)})\nTry 'walfs --help' for more information.",
+            f"walfs: unknown {what} {verb!r} (verbs: {', '.join(VERBS)})\n"
+            "Try 'walfs --help' for more information.",
             file=sys.stderr,
         )
         return EXIT_USAGE
