@@ -263,6 +263,13 @@ def test_verbs_on_a_mount_and_on_its_mounted_data_directory(mount: Mount) -> Non
     assert "clean" in walfs("fsck", mp, rc=0).stdout
     walfs("info", data, "--org-id", "2", rc=0)  # read-only: any org of the directory
     walfs("info", mp, "--org-id", "2", rc=1, says=("shows org 1, not 2",))
+    other = mount.path.parent / "other-mnt"
+    other.mkdir()
+    walfs("mount", data, str(other), rc=1, says=(f"{data} is already mounted on {mp}", f"walfs umount {mp}"))
+    assert not is_mounted(other)
+    walfs("mount", data + "-new", str(other), "--log-file", "/nonexistent/x.log", rc=1,
+          says=("--log-file /nonexistent/x.log: No such file or directory",))
+    assert not is_mounted(other)
 
 
 def test_a_dead_mount_says_how_to_clear_it(make_mount) -> None:

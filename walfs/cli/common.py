@@ -87,7 +87,7 @@ def explain(exc: BaseException, data_dir: str | None = None) -> str | None:
         hint = FSCK_HINT.format(d=data_dir or "DATA_DIR")
         return f"{exc}: the data directory is damaged: {hint}"
     if isinstance(exc, WalLockedError):
-        return f"{exc}: a walfs daemon (a mount or `walfs serve`) holds it"
+        return f"{exc}: a walfs daemon (a mount or `walfs serve`) holds it; `fuser -v DATA_DIR/*` finds it"
     if isinstance(exc, WalIOError):
         return exc.strerror or str(exc)
     if isinstance(exc, WalError):

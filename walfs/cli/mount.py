@@ -15,7 +15,16 @@ import os
 import sys
 from collections.abc import Callable
 
-from walfs.cli.common import CliError, Parser, UsageError, explain, module_main, octal, parse_size
+from walfs.cli.common import (
+    CliError,
+    Parser,
+    UsageError,
+    explain,
+    module_main,
+    mount_of,
+    octal,
+    parse_size,
+)
 from walfs.engine_api import is_local, normalize_target, prepare_target
 
 # Options mount(8)/fstab pass that concern mount(8) itself, not the file system.
@@ -369,6 +378,11 @@ def main(argv: list[str]) -> int:
 
     assert isinstance(config, MountConfig)
     check_places(config, nonempty=bool(log_opts["nonempty"]))
+    if log_opts["file"]:
+        try:
+            os.close(os.open(log_opts["file"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640))
+        except OSError as exc:
+            raise CliError(f"--log-file {log_opts['file']}: {exc.strerror}") from None
     prepare_target(config.data_dir)
 
     if log_opts["foreground"]:
@@ -392,6 +406,12 @@ def check_places(config: object, nonempty: bool) -> None:
     mp = config.mountpoint
     if is_local(config.data_dir) and os.path.exists(config.data_dir) and not os.path.isdir(config.data_dir):
         raise CliError(f"{config.data_dir} is a file, not a data directory")
+    held = mount_of(config.data_dir) if is_local(config.data_dir) else None
+    if held is not None:
+        raise CliError(
+            f"{config.data_dir} is already mounted on {held}: one daemon per data directory "
+            f"(`walfs umount {held}` first, or use that mount)"
+        )
     if is_dead_mount(mp):
         return  # a killed daemon's mount: run() detaches it
     if not os.path.isdir(mp):
