@@ -218,11 +218,15 @@ def _unescape(field: str) -> str:
 
 
 def mount_of(data_dir: str) -> str | None:
-    """The mount point of a walfs mount serving `data_dir`, if this process sees one."""
+    """The mount point of a live walfs mount serving `data_dir`, if this process sees one
+    (a dead mount, whose daemon is gone, holds no lock and serves nothing)."""
     want = os.path.realpath(data_dir)
     for mountpoint, source in walfs_mounts():
         if source == want or os.path.realpath(source) == want:
-            return mountpoint
+            from walfs.daemon import is_dead_mount
+
+            if not is_dead_mount(mountpoint):
+                return mountpoint
     return None
 
 
