@@ -28,7 +28,8 @@ def usage() -> str:
         "  -V, --version  print the version of walfs",
         "  --debug        print the traceback of an unexpected error (also: WALFS_DEBUG=1)",
         "",
-        "`walfs VERB --help` for the options of a verb.",
+        "`walfs VERB --help` for the options of a verb. Exit status: 0 done, 1 failed (the",
+        "line on stderr says why), 2 a wrong command line.",
     ]
     return "\n".join(lines)
 
