@@ -239,11 +239,12 @@ def test_an_insecure_listen_names_the_flag_of_the_verb_used(make_mount) -> None:
 
 
 def test_verbs_on_a_mount_and_on_its_mounted_data_directory(mount: Mount) -> None:
-    mount.sh("seq 1 5 >> t; mkdir partition=2; seq 1 3 >> partition=2/t")
+    mount.sh("seq 1 5 >> t; mkdir partition=2; seq 1 3 >> partition=2/t; echo x >> .dotted")
     data, mp = str(mount.data), str(mount.path)
     res = walfs("info", mp, rc=0)
     assert res.stdout.startswith(f"{mp}: walfs mount of {data} (org 1, daemon pid {mount.pid})")
-    assert [r.split()[:5] for r in res.stdout.splitlines()[3:5]] == [
+    assert [r.split()[:5] for r in res.stdout.splitlines()[3:6]] == [
+        [".dotted", "0", "0", "1", "1"],
         ["t", "0", "0", "5", "5"],
         ["t", "2", "0", "3", "3"],
     ]

@@ -122,13 +122,16 @@ def run_verb(verb: str, main: Callable[[list[str]], int], argv: list[str]) -> in
         return EXIT_FAILED
     except SystemExit:
         raise
+    except CliError as exc:
+        print(f"walfs {verb}: {exc}", file=sys.stderr)
+        return exc.status
     except Exception as exc:
-        line = explain(exc)
-        if line is not None and not debug_enabled():
-            print(f"walfs {verb}: {line}", file=sys.stderr)
-            return exc.status if isinstance(exc, CliError) else EXIT_FAILED
         if debug_enabled():
-            raise
+            raise  # --debug: the traceback of any error but the verb's own explanations
+        line = explain(exc)
+        if line is not None:
+            print(f"walfs {verb}: {line}", file=sys.stderr)
+            return EXIT_FAILED
         print(
             f"walfs {verb}: internal error: {type(exc).__name__}: {exc}\n"
             f"walfs {verb}: this is a bug; run again with `walfs --debug {verb} ...` (or WALFS_DEBUG=1) "

@@ -14,6 +14,7 @@ import os
 
 from walfs.cli.common import XATTR, CliError, Parser, module_main, open_read_only, resolve
 from walfs.engine_api import is_local
+from walfs.names import CONSUMERS_DIR, PARTITION_PREFIX
 
 Row = tuple[str, int, int, int, int]  # topic, partition, low, high, bytes
 
@@ -28,12 +29,12 @@ def mount_rows(mount: str) -> list[Row]:
     files: list[tuple[str, int]] = []
     with os.scandir(mount) as entries:
         for e in entries:
-            if e.name.startswith("partition="):
-                part = int(e.name.removeprefix("partition="))
+            if e.name.startswith(PARTITION_PREFIX):
+                part = int(e.name.removeprefix(PARTITION_PREFIX))
                 if part != 0:  # partition=0/ holds the root's files again
                     with os.scandir(e.path) as inner:
                         files += [(f.path, part) for f in inner if f.is_file()]
-            elif not e.name.startswith(".") and e.is_file():
+            elif e.name != CONSUMERS_DIR and e.is_file():
                 files.append((e.path, 0))
     rows: list[Row] = []
     for path, part in files:
