@@ -290,8 +290,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
     except ValueError as exc:
         raise UsageError(f"--kafka-config: {exc}") from None
 
-    def num(name: str, flag: object, default: str | None, convert: Callable[[str], int] = int) -> int | None:
-        text = pick(flag, name, default)
+    def maybe(name: str, flag: object, convert: Callable[[str], int] = int) -> int | None:
+        text = pick(flag, name, None)
         if text is None:
             return None
         try:
@@ -299,20 +299,24 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
         except (ValueError, argparse.ArgumentTypeError) as exc:
             raise UsageError(f"--{name.replace('_', '-')} (-o {name}=): {exc}") from None
 
-    max_line_bytes = num("max_line_bytes", args.max_line_bytes, None, parse_size) or DEFAULT_MAX_LINE_BYTES
+    def num(name: str, flag: object, default: int, convert: Callable[[str], int] = int) -> int:
+        value = maybe(name, flag, convert)
+        return default if value is None else value
+
+    max_line_bytes = num("max_line_bytes", args.max_line_bytes, DEFAULT_MAX_LINE_BYTES, parse_size)
     if max_line_bytes < MIN_MAX_LINE_BYTES:
         raise UsageError(f"--max-line-bytes must be at least {MIN_MAX_LINE_BYTES}")
     config = MountConfig(
         data_dir=normalize_target(args.data_dir),
         mountpoint=os.path.abspath(args.mountpoint),
         fsync=fsync,
-        org_id=num("org_id", args.org_id, "1") or 1,
+        org_id=num("org_id", args.org_id, 1),
         allow_other=bool(args.allow_other) or "allow_other" in opts,
-        fsync_interval_ms=num("fsync_interval_ms", args.fsync_interval_ms, "100") or 100,
-        segment_size=num("segment_size", args.segment_size, None, parse_size),
-        block_size=num("block_size", args.block_size, None, parse_size),
+        fsync_interval_ms=num("fsync_interval_ms", args.fsync_interval_ms, 100),
+        segment_size=maybe("segment_size", args.segment_size, parse_size),
+        block_size=maybe("block_size", args.block_size, parse_size),
         fuse_options=fuse,
-        read_ahead_kb=num("read_ahead_kb", args.read_ahead_kb, "1024") or 0,
+        read_ahead_kb=num("read_ahead_kb", args.read_ahead_kb, 1024),
         kafka_listen=kafka_listen or None,
         kafka_allow_delete=bool(args.kafka_allow_delete) or "kafka_allow_delete" in opts,
         kafka_auth_config=kafka_auth,
@@ -324,9 +328,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
         retention_bytes=limit_option(retention_bytes, "retention_bytes"),
         kafka_config=kafka_config,
         min_free_bytes=limit_option(pick(args.min_free, "min_free", None), "min_free") or 0,
-        uid=num("uid", args.uid, None),
-        gid=num("gid", args.gid, None),
-        umask=args.umask if args.umask is not None else num("umask", None, "022", octal) or 0,
+        uid=maybe("uid", args.uid),
+        gid=maybe("gid", args.gid),
+        umask=args.umask if args.umask is not None else num("umask", None, 0o022, octal),
     )
     if config.metrics_listen:
         try:
