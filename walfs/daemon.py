@@ -233,7 +233,13 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
         log.info("metrics on http://%s:%d/metrics", host, port)
     mounted = False
     try:
-        pyfuse3.init(ops, config.mountpoint, fuse_options(config))
+        try:
+            pyfuse3.init(ops, config.mountpoint, fuse_options(config))
+        except RuntimeError as exc:  # pyfuse3's "fuse_session_mount failed": libfuse said why on stderr
+            raise OSError(
+                0, f"{config.mountpoint}: the kernel or fusermount3 refused the mount ({exc}); libfuse's "
+                "reason is on the daemon's stderr (`walfs mount -f`, or the --log-file)"
+            ) from exc
         mounted = True
         trio.run(_serve, ops, config, on_ready, metrics)
     finally:

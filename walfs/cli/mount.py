@@ -246,7 +246,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
 
     fsync = pick(args.fsync, "fsync", "interval")
     if fsync not in ("always", "interval", "never"):
-        raise UsageError(f"fsync must be always, interval or never, not {fsync!r}")
+        raise UsageError(f"-o fsync=: must be always, interval or never, not {fsync!r}")
     kafka_listen = pick(args.kafka_listen, "kafka_listen", None)
     kafka_auth = pick(args.kafka_auth_config, "kafka_auth_config", None) or None
     kafka_insecure = bool(args.kafka_insecure_listen) or "kafka_insecure_listen" in opts
