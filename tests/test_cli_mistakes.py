@@ -248,6 +248,8 @@ def test_verbs_on_a_mount_and_on_its_mounted_data_directory(mount: Mount) -> Non
         ["t", "0", "0", "5", "5"],
         ["t", "2", "0", "3", "3"],
     ]
+    title = walfs("info", data, rc=0).stdout.splitlines()[0]
+    assert title == f"{data}: walfs data directory (org 1, mounted on {mp})"
     as_json = [json.loads(x) for x in walfs("info", mp, "--json", rc=0).stdout.splitlines()]
     assert as_json == [json.loads(x) for x in walfs("info", data, "--json", rc=0).stdout.splitlines()]
     # The data directory of a mount: retention and trim go through the mount's daemon.

@@ -12,7 +12,7 @@ import errno
 import json
 import os
 
-from walfs.cli.common import XATTR, CliError, Parser, module_main, open_read_only, resolve
+from walfs.cli.common import XATTR, CliError, Parser, module_main, mount_of, open_read_only, resolve
 from walfs.engine_api import is_local
 from walfs.names import CONSUMERS_DIR, PARTITION_PREFIX
 
@@ -107,7 +107,8 @@ def main(argv: list[str]) -> int:
             )
         finally:
             wal.close()
-        title = f"{data_dir}: walfs data directory (org {org})"
+        mp = mount_of(data_dir) if is_local(data_dir) else None
+        title = f"{data_dir}: walfs data directory (org {org}{f', mounted on {mp}' if mp else ''})"
     if args.json:
         for topic, part, low, high, size in rows:
             print(json.dumps({"topic": topic, "partition": part, "low": low, "high": high, "bytes": size}))
