@@ -426,9 +426,19 @@ out:
     return rc;
 }
 
+/* What walfs_verify_progress has checked so far, and whom to tell. */
+typedef struct verify_progress {
+    walfs_verify_progress_cb fn;
+    void *ctx;
+    uint32_t streams_done, streams;
+    uint64_t records, bytes;
+} verify_progress_t;
+
+#define VERIFY_PROGRESS_EVERY 65536 /* records between two progress calls inside a stream */
+
 /* Checks every record of one stream; returns how many problems it reported, or -EIO if
  * its data could not be read (a SIGBUS on the mapping). */
-static int64_t verify_stream(walfs_t *wal, stream_t *s, walfs_fsck_cb cb, void *ctx)
+static int64_t verify_stream(walfs_t *wal, stream_t *s, walfs_fsck_cb cb, void *ctx, verify_progress_t *pr)
 {
     pthread_mutex_lock(&s->lock);
     GUARD_BEGIN(&s->lock, return -EIO);
@@ -448,26 +458,43 @@ static int64_t verify_stream(walfs_t *wal, stream_t *s, walfs_fsck_cb cb, void *
             if (record_at(wal, b, k, &p, &r)) {
                 bad++;
                 if (cb) cb(ctx, s->no, b->first_offset + k, "record fails its checksum or index slot");
+            } else {
+                pr->bytes += REC_HDR_SIZE + (uint64_t)r.meta_len + r.value_len;
+            }
+            if (++pr->records % VERIFY_PROGRESS_EVERY == 0 && pr->fn &&
+                pr->fn(pr->ctx, pr->streams_done, pr->streams, pr->records, pr->bytes)) {
+                bad = -ECANCELED;
+                goto out;
             }
         }
     }
+out:
     GUARD_END();
     pthread_mutex_unlock(&s->lock);
     return bad;
 }
 
-int64_t walfs_verify(walfs_t *wal, walfs_fsck_cb cb, void *ctx)
+int64_t walfs_verify_progress(walfs_t *wal, walfs_fsck_cb cb, walfs_verify_progress_cb progress, void *ctx)
 {
     int64_t bad = 0;
     size_t ns = atomic_load(&wal->n_streams);
+    verify_progress_t pr = {progress, ctx, 0, (uint32_t)ns, 0, 0};
     for (size_t i = 0; i < ns; i++) {
         stream_t *s = stream_get(wal, (uint32_t)i);
-        int64_t n = verify_stream(wal, s, cb, ctx);
+        int64_t n = verify_stream(wal, s, cb, ctx, &pr);
+        if (n == -ECANCELED) return n;
         if (n == -EIO) {
             n = 1;
             if (cb) cb(ctx, s->no, s->low_offset, "I/O error reading the stream's data (file cut short or disk error)");
         }
         bad += n;
+        pr.streams_done = (uint32_t)(i + 1);
+        if (progress && progress(ctx, pr.streams_done, pr.streams, pr.records, pr.bytes)) return -ECANCELED;
     }
     return bad;
+}
+
+int64_t walfs_verify(walfs_t *wal, walfs_fsck_cb cb, void *ctx)
+{
+    return walfs_verify_progress(wal, cb, NULL, ctx);
 }

@@ -253,6 +253,12 @@ uint64_t walfs_segment_size(walfs_t *wal);
  * details go to the callback if given. */
 typedef void (*walfs_fsck_cb)(void *ctx, uint32_t stream_no, uint64_t offset, const char *what);
 int64_t walfs_verify(walfs_t *wal, walfs_fsck_cb cb, void *ctx);
+/* The same, telling `progress` after each stream and every 65536 records: streams done of
+ * all, records checked and their bytes (headers included) so far. Both callbacks get ctx.
+ * A non-zero return from `progress` stops the check: -ECANCELED. */
+typedef int (*walfs_verify_progress_cb)(void *ctx, uint32_t streams_done, uint32_t streams, uint64_t records,
+                                         uint64_t bytes);
+int64_t walfs_verify_progress(walfs_t *wal, walfs_fsck_cb cb, walfs_verify_progress_cb progress, void *ctx);
 
 /* ---- Salvage (csrc/salvage.c): raw scanners for `walfs fsck --repair`, independent of the
  * catalog and of recovery. They work on bytes the caller read (or mapped read-only) from a

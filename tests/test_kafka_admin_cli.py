@@ -113,5 +113,7 @@ def test_mount_options_carry_broker_settings() -> None:
     args = build_parser().parse_args(["d", "m", "-o", "kafka_config=log.retention.ms:60000"])
     config, _ = config_from_args(args)
     assert config.retention_ms == 60000  # type: ignore[attr-defined]
-    with pytest.raises(SystemExit, match="kafka_config"):
+    from walfs.cli.common import UsageError
+
+    with pytest.raises(UsageError, match="kafka-config"):
         config_from_args(build_parser().parse_args(["d", "m", "-o", "kafka_config=num.partitions:0"]))

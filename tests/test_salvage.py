@@ -46,7 +46,7 @@ def repair(src: str, dst: str) -> tuple[int, dict]:
         timeout=120,
     )
     assert r.returncode in (0, 1, 2), r.stderr
-    return r.returncode, (json.loads(r.stdout) if r.returncode != 2 else {"error": r.stdout})
+    return r.returncode, (json.loads(r.stdout) if r.returncode != 2 else {"error": r.stderr})
 
 
 def copy(golden: Golden, tmp_path, name="src") -> str:
@@ -166,7 +166,7 @@ def test_into_must_be_new_and_plain_fsck_points_at_repair(golden, tmp_path):
     assert (busy / "keep").read_text() == "x"
     os.unlink(os.path.join(src, "streams.cat"))
     r = subprocess.run([PYTHON, "-m", "walfs", "fsck", src], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "--repair" in r.stdout, r.stdout
+    assert r.returncode == 2 and "--repair" in r.stderr, r.stderr
     # With the catalog gone no stream has a name: the records are listed, not guessed.
     code, rep = repair(src, str(tmp_path / "new"))
     assert code == 1 and rep["records"] == 0

@@ -436,7 +436,7 @@ def test_catalog_cut_at_an_entry_boundary_is_reported(open_wal, wal_dir):
     fsck = subprocess.run(
         [sys.executable, "-m", "walfs", "fsck", wal_dir], capture_output=True, text=True, timeout=120
     )
-    assert fsck.returncode == 2 and "does not define" in fsck.stdout, fsck
+    assert fsck.returncode == 2 and "does not define" in fsck.stderr, fsck
     with open(path, "wb") as f:
         f.write(whole)
     w = open_wal()

@@ -63,7 +63,15 @@ from urllib.parse import parse_qs, urlparse
 
 import blake3
 
-from walfs.engine_api import MAX_METADATA_BYTES, REC_SIZE, Appender, Change, StreamInfo, Watchers
+from walfs.engine_api import (
+    MAX_METADATA_BYTES,
+    REC_SIZE,
+    Appender,
+    Change,
+    StreamInfo,
+    VerifyProgress,
+    Watchers,
+)
 from walfs.errors import (
     BufferTooSmallError,
     OffsetOutOfRangeError,
@@ -1356,7 +1364,7 @@ class KafkaEngine:
             "open_replayed": self._open_replayed,  # log records the open replayed after snapshots
         }
 
-    def verify(self) -> list[tuple[str, int, int, str]]:
+    def verify(self, progress: VerifyProgress | None = None) -> list[tuple[str, int, int, str]]:
         out = []
         for s in list(self._streams.values()):
             if s.org != self.org_id:

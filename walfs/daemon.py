@@ -15,6 +15,7 @@ Lifecycle (the order matters):
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
@@ -22,7 +23,7 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,12 +227,19 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
     metrics = Metrics(wal, fuse=ops.request_latency)
     ops.metrics_text = metrics.summary_text  # the root's user.walfs.metrics: bounded
     if config.metrics_listen:
-        host, port = metrics.serve(config.metrics_listen)
+        with listening("--metrics-listen", config.metrics_listen):
+            host, port = metrics.serve(config.metrics_listen)
         ops.info["metrics_listen"] = f"{host}:{port}"
         log.info("metrics on http://%s:%d/metrics", host, port)
     mounted = False
     try:
-        pyfuse3.init(ops, config.mountpoint, fuse_options(config))
+        try:
+            pyfuse3.init(ops, config.mountpoint, fuse_options(config))
+        except RuntimeError as exc:  # pyfuse3's "fuse_session_mount failed": libfuse said why on stderr
+            raise OSError(
+                0, f"{config.mountpoint}: the kernel or fusermount3 refused the mount ({exc}); libfuse's "
+                "reason is on the daemon's stderr (`walfs mount -f`, or the --log-file)"
+            ) from exc
         mounted = True
         trio.run(_serve, ops, config, on_ready, metrics)
     finally:
@@ -286,7 +294,8 @@ async def _serve(
         if config.kafka_listen:
             # Before readiness: a port that cannot be bound fails the mount (the finally
             # in run() unmounts), instead of a mount that silently lacks its listener.
-            await _start_kafka(nursery, ops, config, metrics)
+            with listening("--kafka-listen", config.kafka_listen):
+                await _start_kafka(nursery, ops, config, metrics)
         # The mount exists since pyfuse3.init; requests wait in /dev/fuse until main runs,
         # which starts without yielding after this point.
         log.info("walfs serving %s on %s", config.data_dir, config.mountpoint)
@@ -334,6 +343,31 @@ async def _start_kafka(
     )
     shown = f"[{host}]" if ":" in host else host
     log.info("kafka listening on %s:%d", shown, bound)
+
+
+class ListenError(OSError):
+    """A listener (Kafka, metrics) that could not bind: names its option and address."""
+
+
+_LISTEN_HINTS = {
+    errno.EADDRINUSE: "another process holds this port: stop it, or choose another; port 0 picks a free one",
+    errno.EACCES: "ports below 1024 need root (or CAP_NET_BIND_SERVICE)",
+    errno.EADDRNOTAVAIL: "no interface of this machine has this address",
+}
+
+
+@contextlib.contextmanager
+def listening(option: str, address: str) -> Iterator[None]:
+    """Turns a failed bind inside into a ListenError naming `option` and `address`."""
+    try:
+        yield
+    except ListenError:
+        raise
+    except OSError as exc:
+        hint = _LISTEN_HINTS.get(exc.errno or 0)
+        what = exc.strerror or str(exc)
+        message = f"{option} {address}: cannot listen: {what}" + (f" ({hint})" if hint else "")
+        raise ListenError(exc.errno or 0, message) from exc
 
 
 async def _signals() -> None:

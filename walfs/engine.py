@@ -6,7 +6,7 @@ import array
 import errno
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -639,17 +639,37 @@ class Engine:
         finally:
             self._exit()
 
-    def verify(self) -> list[tuple[int, int, str]]:
-        """Checks every stored record; returns (stream_no, offset, problem) for each bad one."""
+    def verify(
+        self, progress: Callable[[int, int, int, int], None] | None = None
+    ) -> list[tuple[int, int, str]]:
+        """Checks every stored record; returns (stream_no, offset, problem) for each bad one.
+        `progress(streams_done, streams, records, bytes)` is called after each stream and
+        every 65536 records (walfs_verify_progress)."""
         problems: list[tuple[int, int, str]] = []
 
         @ffi.callback("void(void *, uint32_t, uint64_t, const char *)")
         def report(_ctx: Any, stream_no: int, offset: int, what: Any) -> None:
             problems.append((int(stream_no), int(offset), ffi.string(what).decode()))
 
+        raised: list[BaseException] = []
+
+        @ffi.callback("int(void *, uint32_t, uint32_t, uint64_t, uint64_t)", onerror=lambda *_: 1)
+        def tell(_ctx: Any, done: int, streams: int, records: int, nbytes: int) -> int:
+            try:
+                if progress is not None:
+                    progress(int(done), int(streams), int(records), int(nbytes))
+            except BaseException as exc:  # Ctrl-C while checking: stop and raise it here
+                raised.append(exc)
+                return 1
+            return 0
+
         h = self._enter()
         try:
-            self._check(int(lib.walfs_verify(h, report, ffi.NULL)), "verify")
+            told = tell if progress is not None else ffi.NULL
+            rc = int(lib.walfs_verify_progress(h, report, told, ffi.NULL))
+            if raised:
+                raise raised[0]
+            self._check(rc, "verify")
         finally:
             self._exit()
         return problems

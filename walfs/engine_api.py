@@ -60,6 +60,10 @@ REC_LAYOUT = [
 REC_SIZE = 40
 
 
+# verify()'s progress: (streams done, streams, records checked, their bytes).
+VerifyProgress = Callable[[int, int, int, int], None]
+
+
 @dataclass(frozen=True, slots=True)
 class StreamInfo:
     """One stream's identity and marks, as one call reads them (LogEngine.info)."""
@@ -367,8 +371,10 @@ class LogEngine(Protocol):
         """The engine's own figures (the local engine: its recovery report)."""
         ...
 
-    def verify(self) -> list[tuple[str, int, int, str]]:
-        """Reads every stored record; (topic, partition, offset, problem) per bad one."""
+    def verify(self, progress: VerifyProgress | None = None) -> list[tuple[str, int, int, str]]:
+        """Reads every stored record; (topic, partition, offset, problem) per bad one.
+        `progress(streams_done, streams, records, bytes)` is called now and then on the way
+        (an engine that cannot tell may never call it)."""
         ...
 
 

@@ -77,7 +77,9 @@ def corrupt_record(offset: int, stream_no: int) -> CorruptRecordError:
 def from_errno(rc: int, what: str) -> WalError:
     """Maps a negative errno from the C core to the exception a caller should see."""
     code = -rc
-    message = f"{what}: {os.strerror(code)}"
+    reason = os.strerror(code)
+    # The core's own message often ends with the reason already.
+    message = what if what.endswith(reason) else f"{what}: {reason}"
     if code == errno.EAGAIN:
         return WalLockedError(message)
     if code == errno.EBADMSG:

@@ -17,7 +17,7 @@ from walfs import retention
 from walfs._core import ffi
 from walfs.consumer import CursorStore
 from walfs.engine import Engine
-from walfs.engine_api import REC_SIZE, Appender, Change, StreamInfo, Watchers
+from walfs.engine_api import REC_SIZE, Appender, Change, StreamInfo, VerifyProgress, Watchers
 from walfs.errors import (
     CorruptRecordError,
     OffsetOutOfRangeError,
@@ -744,9 +744,9 @@ class LocalEngine:
         """The fsync histogram and write bytes of walfs.metrics (walfs_disk_stats)."""
         return self.core.disk_stats()
 
-    def verify(self) -> list[tuple[str, int, int, str]]:
+    def verify(self, progress: VerifyProgress | None = None) -> list[tuple[str, int, int, str]]:
         out = []
-        for no, offset, what in self.core.verify():
+        for no, offset, what in self.core.verify(progress):
             s = self._index.by_no(no)
             out.append((s.name if s else f"#{no}", s.partition if s else -1, offset, what))
         return out

@@ -1,25 +1,95 @@
-"""walfs fsck DATA_DIR: recovers the directory read-only, then reads every stored record and
-checks its CRC and index slot. Exit 0 when clean, 1 when damage was found, 2 when the
-directory cannot be opened at all.
+"""walfs fsck PATH: recovers the data directory read-only, then reads every stored record
+and checks its CRC and index slot. PATH is a data directory or a walfs mount point (its
+data directory is checked, beside the running daemon). Exit 0 when clean, 1 when damage
+was found, 2 when the directory cannot be checked at all (or the command line is wrong).
+On a terminal, a progress line on stderr shows the streams, records and bytes checked.
 
 walfs fsck --repair DAMAGED_DIR --into NEW_DIR: salvage (engine_api.repair: walfs/salvage.py). Copies every
 intact record and cursor of DAMAGED_DIR, which may not even open, into the new data
 directory NEW_DIR; DAMAGED_DIR is never written. Lists what could not be kept. Exit 0 when
 everything was kept, 1 when anything was lost or renumbered, 2 when nothing could be read."""
 
-import argparse
-import json
+from __future__ import annotations
 
-from walfs.engine_api import open_engine, repair
-from walfs.errors import WalError
+import errno
+import json
+import os
+import sys
+import time
+from typing import TextIO
+
+from walfs.cli.common import XATTR, CliError, Parser, explain, module_main, not_a_data_dir, resolve
+from walfs.engine_api import is_local, open_engine, repair
+from walfs.errors import WalError, WalIOError
+
+EXIT_CANNOT_CHECK = 2
+
+
+class Progress:
+    """One line on a terminal, rewritten in place at most every `every` seconds and
+    cleared at the end; nothing at all when `out` is not a terminal (scripts, logs)."""
+
+    def __init__(self, out: TextIO, every: float = 0.2) -> None:
+        self.out = out
+        self.every = every
+        self.live = _isatty(out)
+        self.shown = False
+        self.last = 0.0
+        self.start = time.monotonic()
+
+    def __call__(self, done: int, streams: int, records: int, nbytes: int) -> None:
+        if not self.live:
+            return
+        now = time.monotonic()
+        if now - self.last < self.every and done < streams:
+            return
+        self.last = now
+        rate = nbytes / max(now - self.start, 1e-9)
+        line = (
+            f"fsck: {done}/{streams} streams, {records:,} records, {_human(nbytes)} checked "
+            f"({_human(rate)}/s)"
+        )
+        try:
+            self.out.write("\r\033[K" + line)
+            self.out.flush()
+            self.shown = True
+        except OSError:
+            self.live = False
+
+    def clear(self) -> None:
+        if self.shown:
+            try:
+                self.out.write("\r\033[K")
+                self.out.flush()
+            except OSError:
+                pass
+            self.shown = False
+
+
+def _isatty(out: TextIO) -> bool:
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="walfs fsck", description=__doc__)
-    p.add_argument("data_dir")
+    p = Parser(prog="walfs fsck", description=__doc__)
+    p.add_argument("data_dir", metavar="PATH", help="a data directory or a walfs mount point")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--repair", action="store_true",
-                   help="salvage DATA_DIR into the new directory given with --into (DATA_DIR is not changed)")
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="salvage PATH into the new directory given with --into (PATH is not changed)",
+    )
     p.add_argument("--into", metavar="NEW_DIR", help="with --repair: the new data directory to write")
     args = p.parse_args(argv)
     if args.repair or args.into:
@@ -27,23 +97,33 @@ def main(argv: list[str]) -> int:
             p.error("--repair and --into go together")
         return _repair(args.data_dir, args.into, args.json)
     try:
-        # Read-only: fsck works beside a running daemon and never changes a byte.
-        wal = open_engine(args.data_dir, read_only=True)
-    except WalError as e:
-        print(f"walfs fsck: {args.data_dir}: {e}")
-        print(f"walfs fsck: to copy what is intact: walfs fsck --repair {args.data_dir} --into NEW_DIR")
-        return 2
+        data_dir = _data_dir(args.data_dir)
+    except CliError as e:
+        print(f"walfs fsck: {e}", file=sys.stderr)
+        return EXIT_CANNOT_CHECK
     try:
-        problems = wal.verify()
+        # Read-only: fsck works beside a running daemon and never changes a byte.
+        wal = open_engine(data_dir, read_only=True)
+    except WalIOError as e:
+        if is_local(data_dir) and e.errno == errno.ENOENT and not os.listdir(data_dir):
+            print(f"walfs fsck: {not_a_data_dir(data_dir)}", file=sys.stderr)
+            return EXIT_CANNOT_CHECK
+        return _cannot_open(data_dir, e)
+    except WalError as e:
+        return _cannot_open(data_dir, e)
+    progress = Progress(sys.stderr)
+    try:
+        problems = wal.verify(progress)
         report = wal.report()
         streams = len(wal.streams())
     finally:
+        progress.clear()
         wal.close()
     if args.json:
         print(json.dumps({"recovery": report, "streams": streams, "problems": problems}, indent=2))
     else:
         print(
-            f"{args.data_dir}: {report['segments']} segments, {report['records']} records "
+            f"{data_dir}: {report['segments']} segments, {report['records']} records "
             f"in {streams} streams (org {wal.org_id}); tail records verified: {report['verified_records']}, "
             f"incomplete tail records ignored: {report['cut_records']}"
         )
@@ -53,12 +133,33 @@ def main(argv: list[str]) -> int:
     return 1 if problems else 0
 
 
+def _data_dir(path: str) -> str:
+    """The data directory behind PATH (a mount point's own, from its xattr)."""
+    target = resolve(path, "fsck")
+    if target.mount is not None:
+        data_dir = os.getxattr(target.mount, XATTR + "data_dir").decode()
+        if not is_local(data_dir):
+            raise CliError(f"{path} is a mount of {data_dir}: fsck checks local data directories")
+        return data_dir
+    assert target.data_dir is not None
+    return target.data_dir
+
+
+def _cannot_open(data_dir: str, e: WalError) -> int:
+    what = e.strerror if isinstance(e, WalIOError) else str(e)
+    print(f"walfs fsck: {data_dir}: {what}", file=sys.stderr)
+    print(
+        f"walfs fsck: to copy what is intact: walfs fsck --repair {data_dir} --into NEW_DIR", file=sys.stderr
+    )
+    return EXIT_CANNOT_CHECK
+
+
 def _repair(src: str, dst: str, as_json: bool) -> int:
     try:
         report = repair(src, dst)
     except (WalError, OSError, ValueError) as e:
-        print(f"walfs fsck --repair: {e}")
-        return 2
+        print(f"walfs fsck --repair: {explain(e) or e}", file=sys.stderr)
+        return EXIT_CANNOT_CHECK
     if as_json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
@@ -71,3 +172,7 @@ def _repair(src: str, dst: str, as_json: bool) -> int:
         print("everything kept" if not report.lost and not report.renumbered
               else f"{len(report.lost)} losses: see above")
     return 1 if report.lost or report.renumbered else 0
+
+
+if __name__ == "__main__":
+    module_main("fsck", main)

@@ -18,10 +18,12 @@ from walfs.kafka.scram import DEFAULT_ITERATIONS, MAX_ITERATIONS, MECHANISMS, MI
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="walfs kafka-user", description="The Kafka listener's SASL users.")
+    from walfs.cli.common import Parser
+
+    p = Parser(prog="walfs kafka-user", description="The Kafka listener's SASL users.")
     sub = p.add_subparsers(dest="action", required=True)
     add = sub.add_parser("add", help="add a user or replace its password and org")
-    add.add_argument("name")
+    add.add_argument("name", help="the user name (no ':')")
     add.add_argument("--org", type=int, required=True, help="the org_id whose topics and groups it sees")
     add.add_argument("--config", required=True, metavar="FILE", help="the auth config file (JSON)")
     add.add_argument(
@@ -32,10 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
     rm = sub.add_parser("remove", help="remove a user")
-    rm.add_argument("name")
-    rm.add_argument("--config", required=True, metavar="FILE")
+    rm.add_argument("name", help="the user to remove")
+    rm.add_argument("--config", required=True, metavar="FILE", help="the auth config file (JSON)")
     ls = sub.add_parser("list", help="list users and their orgs")
-    ls.add_argument("--config", required=True, metavar="FILE")
+    ls.add_argument("--config", required=True, metavar="FILE", help="the auth config file (JSON)")
     return p
 
 
@@ -75,4 +77,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from walfs.cli.common import module_main
+
+    module_main("kafka-user", main)

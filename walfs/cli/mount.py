@@ -13,10 +13,20 @@ import faulthandler
 import logging
 import os
 import sys
+from collections.abc import Callable
 
-from walfs.engine_api import normalize_target, prepare_target
+from walfs.cli.common import (
+    CliError,
+    Parser,
+    UsageError,
+    explain,
+    module_main,
+    mount_of,
+    octal,
+    parse_size,
+)
+from walfs.engine_api import is_local, normalize_target, prepare_target
 
-SIZE_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 # Options mount(8)/fstab pass that concern mount(8) itself, not the file system.
 IGNORED_MOUNT_OPTIONS = frozenset(
     {
@@ -34,25 +44,32 @@ IGNORED_MOUNT_OPTIONS = frozenset(
 )
 
 
-def parse_size(text: str) -> int:
-    text = text.strip().lower().removesuffix("ib").removesuffix("b")
-    if text and text[-1] in SIZE_SUFFIXES:
-        return int(text[:-1]) * SIZE_SUFFIXES[text[-1]]
-    return int(text)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="walfs mount", description="Mount a walfs data directory as a file tree."
-    )
+    p = Parser(prog="walfs mount", description="Mount a walfs data directory as a file tree.")
     p.add_argument(
         "data_dir", help="the WAL's data directory (created if missing), or kafka://HOST:PORT[,...]/NAMESPACE"
     )
-    p.add_argument("mountpoint", help="an existing empty directory")
+    p.add_argument("mountpoint", help="an existing empty directory (see --nonempty)")
     p.add_argument("-f", "--foreground", action="store_true", help="stay attached (systemd)")
-    p.add_argument("--fsync", choices=("always", "interval", "never"), default=None)
-    p.add_argument("--fsync-interval-ms", type=int, default=None)
-    p.add_argument("--org-id", type=int, default=None)
+    p.add_argument(
+        "--fsync",
+        choices=("always", "interval", "never"),
+        default=None,
+        help="when appends reach the disk: before each write returns (always), within "
+        "--fsync-interval-ms (interval, the default), or when the kernel decides (never)",
+    )
+    p.add_argument(
+        "--fsync-interval-ms", type=int, default=None, help="with --fsync interval: the period (default 100)"
+    )
+    p.add_argument(
+        "--org-id", type=int, default=None, help="the org whose topics the mount shows (default 1)"
+    )
+    p.add_argument(
+        "--nonempty",
+        action="store_true",
+        default=None,
+        help="mount over a directory that holds files (hidden while mounted; off: refused)",
+    )
     p.add_argument(
         "--allow-other",
         action="store_true",
@@ -61,8 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--log-level", default=None, help="debug, info, warning (default), error")
     p.add_argument("--log-file", default=None, help="log here when in the background")
-    p.add_argument("--segment-size", type=parse_size, default=None, help="e.g. 64M")
-    p.add_argument("--block-size", type=parse_size, default=None, help="e.g. 1M")
+    p.add_argument(
+        "--segment-size",
+        type=parse_size,
+        default=None,
+        help="size of each segment file of a new data directory, e.g. 64M (default 1G)",
+    )
+    p.add_argument(
+        "--block-size",
+        type=parse_size,
+        default=None,
+        help="a new data directory's block, the least disk a topic takes, e.g. 1M (default 10M)",
+    )
     p.add_argument(
         "--read-ahead-kb",
         type=int,
@@ -73,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gid", type=int, default=None, help="group of every file (default: the daemon's)")
     p.add_argument(
         "--umask",
-        type=lambda v: int(v, 8),
+        type=octal,
         default=None,
         help="octal; modes are 0666/0777 less it (default 022): who may read, write, commit",
     )
@@ -142,7 +169,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         default=None,
         help="let the Kafka listener bind a non-loopback address without SASL",
-
     )
     p.add_argument(
         "-o",
@@ -151,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="comma-separated: fsync=, org_id=, allow_other, log_level=, "
         "log_file=, segment_size=, block_size=, fsync_interval_ms=, "
-        "read_ahead_kb=, max_line_bytes=, uid=, gid=, umask=, metrics_listen=, retention_ms=, "
+        "read_ahead_kb=, max_line_bytes=, uid=, gid=, umask=, metrics_listen=, retention_ms=, nonempty, "
         "retention_bytes=, min_free=, kafka_listen=HOST:PORT, kafka_config=NAME:VALUE (repeatable), "
         "kafka_auth_config=FILE, kafka_insecure_listen, kafka_allow_delete, allow_delete, and "
         "FUSE options (nosuid, nodev, noexec, noatime, allow_root, ...)",
@@ -159,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     # mount(8) passes these to helpers; they mean nothing here.
     p.add_argument("-s", "-n", "-v", dest="_ignored", action="store_true", help=argparse.SUPPRESS)
     return p
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
@@ -200,47 +229,53 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
                 "umask",
             ):
                 opts[key] = value
-            elif key in ("allow_other", "kafka_allow_delete", "allow_delete", "kafka_insecure_listen"):
+            elif key in ("allow_other", "kafka_allow_delete", "allow_delete", "kafka_insecure_listen",
+                         "nonempty"):
                 opts[key] = "1"
             elif key == "foreground":
                 opts[key] = "1"
             elif key in FUSE_PASSTHROUGH_OPTIONS:
                 fuse.add(item)
             elif key == "ro":
-                raise SystemExit("walfs mount: read-only mounts are not supported")
+                raise UsageError("-o ro: read-only mounts are not supported")
             else:
-                raise SystemExit(f"walfs mount: unknown option {item!r}")
+                raise UsageError(f"-o: unknown option {item!r} (`walfs mount --help` lists them)")
 
     def pick(flag: object, key: str, default: str | None) -> str | None:
         return str(flag) if flag is not None else opts.get(key, default)
 
     fsync = pick(args.fsync, "fsync", "interval")
     if fsync not in ("always", "interval", "never"):
-        raise SystemExit(f"walfs mount: fsync must be always, interval or never, not {fsync!r}")
-    seg = args.segment_size if args.segment_size is not None else opts.get("segment_size")
-    blk = args.block_size if args.block_size is not None else opts.get("block_size")
+        raise UsageError(f"-o fsync=: must be always, interval or never, not {fsync!r}")
     kafka_listen = pick(args.kafka_listen, "kafka_listen", None)
     kafka_auth = pick(args.kafka_auth_config, "kafka_auth_config", None) or None
     kafka_insecure = bool(args.kafka_insecure_listen) or "kafka_insecure_listen" in opts
     if (kafka_auth or kafka_insecure) and not kafka_listen:
-        raise SystemExit("walfs mount: kafka_auth_config and kafka_insecure_listen need kafka_listen")
+        raise UsageError("--kafka-auth-config and --kafka-insecure-listen need --kafka-listen")
+    from walfs.kafka.listener import parse_listen_address
+
     if kafka_listen:
         from walfs.kafka.auth_config import AuthConfig, AuthConfigError
-        from walfs.kafka.listener import check_listen_security, parse_listen_address
+        from walfs.kafka.listener import check_listen_security
 
         try:
             parse_listen_address(kafka_listen)
         except ValueError as exc:
-            raise SystemExit(f"walfs mount: kafka_listen: {exc}") from None
+            raise UsageError(f"--kafka-listen: {exc}") from None
         # Checked before the daemon backgrounds itself: a bad file or an address that the
         # rule refuses fails `walfs mount` (and systemd's start) with the reason.
         try:
             auth = AuthConfig(kafka_auth) if kafka_auth else None
             if auth is not None:
                 auth.ssl_context()
-            check_listen_security(parse_listen_address(kafka_listen)[0], auth, kafka_insecure)
+            check_listen_security(
+                parse_listen_address(kafka_listen)[0],
+                auth,
+                kafka_insecure,
+                flags=("--kafka-auth-config", "--kafka-insecure-listen"),
+            )
         except (AuthConfigError, ValueError) as exc:
-            raise SystemExit(f"walfs mount: kafka: {exc}") from None
+            raise UsageError(f"--kafka-listen {kafka_listen}: {exc}") from None
         if kafka_auth:
             kafka_auth = os.path.abspath(kafka_auth)
     from walfs.kafka.broker_config import parse_broker_config, retention_options
@@ -253,23 +288,35 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
             pick(args.retention_bytes, "retention_bytes", None),
         )
     except ValueError as exc:
-        raise SystemExit(f"walfs mount: kafka_config: {exc}") from None
+        raise UsageError(f"--kafka-config: {exc}") from None
 
-    max_line = args.max_line_bytes if args.max_line_bytes is not None else opts.get("max_line_bytes")
-    max_line_bytes = parse_size(str(max_line)) if max_line is not None else DEFAULT_MAX_LINE_BYTES
+    def maybe(name: str, flag: object, convert: Callable[[str], int] = int) -> int | None:
+        text = pick(flag, name, None)
+        if text is None:
+            return None
+        try:
+            return convert(str(text))
+        except (ValueError, argparse.ArgumentTypeError) as exc:
+            raise UsageError(f"--{name.replace('_', '-')} (-o {name}=): {exc}") from None
+
+    def num(name: str, flag: object, default: int, convert: Callable[[str], int] = int) -> int:
+        value = maybe(name, flag, convert)
+        return default if value is None else value
+
+    max_line_bytes = num("max_line_bytes", args.max_line_bytes, DEFAULT_MAX_LINE_BYTES, parse_size)
     if max_line_bytes < MIN_MAX_LINE_BYTES:
-        raise SystemExit(f"walfs mount: max_line_bytes must be at least {MIN_MAX_LINE_BYTES}")
+        raise UsageError(f"--max-line-bytes must be at least {MIN_MAX_LINE_BYTES}")
     config = MountConfig(
         data_dir=normalize_target(args.data_dir),
         mountpoint=os.path.abspath(args.mountpoint),
         fsync=fsync,
-        org_id=int(pick(args.org_id, "org_id", "1") or 1),
+        org_id=num("org_id", args.org_id, 1),
         allow_other=bool(args.allow_other) or "allow_other" in opts,
-        fsync_interval_ms=int(pick(args.fsync_interval_ms, "fsync_interval_ms", "100") or 100),
-        segment_size=parse_size(str(seg)) if seg is not None else None,
-        block_size=parse_size(str(blk)) if blk is not None else None,
+        fsync_interval_ms=num("fsync_interval_ms", args.fsync_interval_ms, 100),
+        segment_size=maybe("segment_size", args.segment_size, parse_size),
+        block_size=maybe("block_size", args.block_size, parse_size),
         fuse_options=fuse,
-        read_ahead_kb=int(pick(args.read_ahead_kb, "read_ahead_kb", "1024") or 0),
+        read_ahead_kb=num("read_ahead_kb", args.read_ahead_kb, 1024),
         kafka_listen=kafka_listen or None,
         kafka_allow_delete=bool(args.kafka_allow_delete) or "kafka_allow_delete" in opts,
         kafka_auth_config=kafka_auth,
@@ -281,14 +328,23 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
         retention_bytes=limit_option(retention_bytes, "retention_bytes"),
         kafka_config=kafka_config,
         min_free_bytes=limit_option(pick(args.min_free, "min_free", None), "min_free") or 0,
-        uid=int(str(pick(args.uid, "uid", None))) if pick(args.uid, "uid", None) is not None else None,
-        gid=int(str(pick(args.gid, "gid", None))) if pick(args.gid, "gid", None) is not None else None,
-        umask=args.umask if args.umask is not None else int(opts.get("umask", "022"), 8),
+        uid=maybe("uid", args.uid),
+        gid=maybe("gid", args.gid),
+        umask=args.umask if args.umask is not None else num("umask", None, 0o022, octal),
     )
+    if config.metrics_listen:
+        try:
+            parse_listen_address(config.metrics_listen)
+        except ValueError as exc:
+            raise UsageError(f"--metrics-listen: {exc}") from None
+    level = pick(args.log_level, "log_level", "warning") or "warning"
+    if level.lower() not in LOG_LEVELS:
+        raise UsageError(f"--log-level: {level!r} is not one of {', '.join(LOG_LEVELS)}")
     log_opts = {
-        "level": pick(args.log_level, "log_level", "warning") or "warning",
+        "level": level,
         "file": pick(args.log_file, "log_file", "") or "",
         "foreground": "1" if args.foreground or "foreground" in opts else "",
+        "nonempty": "1" if args.nonempty or "nonempty" in opts else "",
     }
     return config, log_opts
 
@@ -302,7 +358,8 @@ def limit_option(text: str | None, name: str) -> int | None:
     try:
         return parse_limit(text)
     except ValueError:
-        raise SystemExit(f"walfs: {name}: not a limit: {text!r}") from None
+        flag = "--" + name.replace("_", "-")
+        raise UsageError(f"{flag}: not a limit: {text!r} (bytes or ms, with K/M/G; -1: none)") from None
 
 
 def setup_logging(level: str, path: str | None) -> None:
@@ -327,16 +384,12 @@ def main(argv: list[str]) -> int:
     from walfs.daemon import MountConfig, run
 
     assert isinstance(config, MountConfig)
-    from walfs.daemon import is_dead_mount
-
-    dead = is_dead_mount(config.mountpoint)
-    if not dead and not os.path.isdir(config.mountpoint):
-        print(f"walfs mount: {config.mountpoint} is not a directory", file=sys.stderr)
-        return 1
-    if not dead and os.path.ismount(config.mountpoint):
-        # A second mount on top would hide the first one's tree without stopping it.
-        print(f"walfs mount: {config.mountpoint} is already a mount point", file=sys.stderr)
-        return 1
+    check_places(config, nonempty=bool(log_opts["nonempty"]))
+    if log_opts["file"]:
+        try:
+            os.close(os.open(log_opts["file"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640))
+        except OSError as exc:
+            raise CliError(f"--log-file {log_opts['file']}: {exc.strerror}") from None
     prepare_target(config.data_dir)
 
     if log_opts["foreground"]:
@@ -344,10 +397,56 @@ def main(argv: list[str]) -> int:
         try:
             return run(config)
         except Exception as exc:
-            logging.getLogger("walfs").error("mount failed: %s", exc, exc_info=True)
-            print(f"walfs mount: {exc}", file=sys.stderr)
+            # A traceback only for what a user cannot cause (a bug).
+            logging.getLogger("walfs").error("mount failed: %s", exc, exc_info=explain(exc) is None)
+            print(f"walfs mount: {failure(exc, config.data_dir)}", file=sys.stderr)
             return 1
     return _daemonize(config, log_opts)
+
+
+def check_places(config: object, nonempty: bool) -> None:
+    """The mount point and the data directory, checked before anything starts: each
+    refusal names the path and what to do."""
+    from walfs.daemon import MountConfig, is_dead_mount
+
+    assert isinstance(config, MountConfig)
+    mp = config.mountpoint
+    if is_local(config.data_dir) and os.path.exists(config.data_dir) and not os.path.isdir(config.data_dir):
+        raise CliError(f"{config.data_dir} is a file, not a data directory")
+    held = mount_of(config.data_dir) if is_local(config.data_dir) else None
+    if held is not None:
+        raise CliError(
+            f"{config.data_dir} is already mounted on {held}: one daemon per data directory "
+            f"(`walfs umount {held}` first, or use that mount)"
+        )
+    if is_dead_mount(mp):
+        return  # a killed daemon's mount: run() detaches it
+    if not os.path.isdir(mp):
+        missing = "" if os.path.exists(mp) else " (it does not exist: mkdir it first)"
+        raise CliError(f"{mp} is not a directory{missing}")
+    if os.path.ismount(mp):
+        # A second mount on top would hide the first one's tree without stopping it.
+        raise CliError(f"{mp} is already a mount point (`walfs umount {mp}` first)")
+    if not nonempty:
+        # fuse3 mounts over files without a word; they would be hidden (and anything a
+        # program wrote there while nothing was mounted would look lost).
+        with os.scandir(mp) as entries:
+            names = sorted(e.name for e in entries)
+        if names:
+            shown = ", ".join(repr(n) for n in names[:3]) + (", ..." if len(names) > 3 else "")
+            raise CliError(
+                f"{mp} is not empty ({len(names)} {'entry' if len(names) == 1 else 'entries'}: {shown}); "
+                "the mount would hide them: "
+                "move them away, or mount over them with --nonempty (-o nonempty)"
+            )
+
+
+def failure(exc: BaseException, data_dir: str) -> str:
+    """The one line a failed mount prints (damage names `walfs fsck` and `--repair`)."""
+    line = explain(exc, data_dir)
+    if line is None:
+        line = f"internal error: {type(exc).__name__}: {exc} (a bug; the log has its traceback)"
+    return line
 
 
 def _daemonize(config: object, log_opts: dict[str, str]) -> int:
@@ -397,9 +496,9 @@ def _daemonize(config: object, log_opts: dict[str, str]) -> int:
 
         status = run(config, on_ready=ready)
     except BaseException as exc:  # everything must reach the parent, then exit
-        logging.getLogger("walfs").error("mount failed: %s", exc, exc_info=True)
+        logging.getLogger("walfs").error("mount failed: %s", exc, exc_info=explain(exc) is None)
         try:
-            os.write(write_fd, f"error: {exc}".encode())
+            os.write(write_fd, f"error: {failure(exc, config.data_dir)}".encode())
         except OSError:
             pass  # already reported ready; the log has it
     finally:
@@ -407,4 +506,4 @@ def _daemonize(config: object, log_opts: dict[str, str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    module_main("mount", main)

@@ -5,19 +5,22 @@ unmounted data directory (through the engine interface, walfs.engine_api).
     walfs trim PATH TOPIC OFFSET [--partition N]
     walfs retention PATH TOPIC [--ms MS] [--bytes SIZE] [--partition N]
 
-PATH is a mount point or a data directory. Without --ms/--bytes, `retention` prints the
-topic's policy. -1 means no limit, "default" the WAL's default.
+PATH is a mount point or a data directory. A data directory that a mount serves is
+changed through that mount. Without --ms/--bytes, `retention` prints the topic's policy.
+-1 means no limit, "default" the WAL's default.
 """
 
 from __future__ import annotations
 
-import argparse
+import errno
 import os
-import sys
+from typing import TYPE_CHECKING
 
+from walfs.cli.common import XATTR, CliError, Parser, Target, module_main, mount_of, resolve
 from walfs.retention import parse_limit, show_limit
 
-XATTR = "user.walfs."
+if TYPE_CHECKING:
+    from walfs.engine_api import LogEngine
 
 
 def is_mount(path: str) -> bool:
@@ -34,67 +37,133 @@ def topic_file(mount: str, topic: str, partition: int) -> str:
     return os.path.join(mount, f"partition={partition}", topic)
 
 
-def trim_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="walfs trim", description="raise a topic's low watermark")
-    p.add_argument("path", help="a walfs mount point or an unmounted data directory")
-    p.add_argument("topic")
-    p.add_argument("offset", type=int, help="records below this offset go")
-    p.add_argument("--partition", type=int, default=0)
-    p.add_argument("--org-id", type=int, default=1, help="for a data directory (a mount has its own)")
-    a = p.parse_args(argv)
-    try:
-        if is_mount(a.path):
-            f = topic_file(a.path, a.topic, a.partition)
-            os.setxattr(f, XATTR + "low_watermark", str(a.offset).encode())
-        else:
-            from walfs.engine_api import open_engine
+def _through_mount(target: Target, org_id: int | None) -> str | None:
+    """The mount point to work through: PATH itself, or the mount serving the data
+    directory PATH (its daemon holds the directory's lock)."""
+    if target.mount is not None:
+        return target.mount
+    assert target.data_dir is not None
+    mp = mount_of(target.data_dir)
+    if mp is not None and org_id is not None:
+        mount_org = int(os.getxattr(mp, XATTR + "org_id"))
+        if mount_org != org_id:
+            raise CliError(
+                f"{target.data_dir} is mounted on {mp} for org {mount_org}, not {org_id}: "
+                "stop that mount to change another org's topics"
+            )
+    return mp
 
-            w = open_engine(a.path, org_id=a.org_id)
-            try:
-                w.trim(a.topic, a.partition, a.offset)
-            finally:
-                w.close()
-    except (OSError, ValueError) as e:
-        print(f"walfs trim: {e}", file=sys.stderr)
-        return 1
+
+def _stream_file(mount: str, topic: str, partition: int) -> str:
+    f = topic_file(mount, topic, partition)
+    try:
+        os.getxattr(f, XATTR + "high_watermark")
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            where = "" if partition == 0 else f" partition {partition}"
+            raise CliError(f"{mount}: no topic {topic!r}{where}") from None
+        raise
+    return f
+
+
+def _open_data_dir(path: str, org_id: int) -> LogEngine:
+    """A writable engine on an unmounted data directory (never creating one)."""
+    from walfs.cli.common import open_read_only
+    from walfs.engine_api import is_local, open_engine
+    from walfs.errors import WalLockedError
+
+    if is_local(path):
+        open_read_only(path).close()  # a directory that holds no WAL is refused, not made one
+    try:
+        return open_engine(path, org_id=org_id)
+    except WalLockedError:
+        raise CliError(
+            f"{path} is held by a running walfs process that this command cannot reach (a `walfs serve`, "
+            "or a mount in another mount namespace): change it through that process, or stop it"
+        ) from None
+
+
+def _engine_topic(w: LogEngine, topic: str, partition: int, path: str) -> None:
+    if (topic, partition) not in w.streams(topic):
+        where = "" if partition == 0 else f" partition {partition}"
+        raise CliError(f"{path}: no topic {topic!r}{where}")
+
+
+def trim_main(argv: list[str]) -> int:
+    p = Parser(prog="walfs trim", description="Raise a topic's low watermark: records below OFFSET go.")
+    p.add_argument("path", help="a walfs mount point or a data directory")
+    p.add_argument("topic", help="the topic's name")
+    p.add_argument("offset", type=int, help="records below this offset go (at most the high watermark)")
+    p.add_argument("--partition", type=int, default=0, help="the partition (default 0)")
+    p.add_argument(
+        "--org-id", type=int, default=None, help="for a data directory (default 1; a mount has its own)"
+    )
+    a = p.parse_args(argv)
+    if a.offset < 0:
+        p.error(f"argument offset: {a.offset} is negative")
+    target = resolve(a.path, "trim")
+    mount = _through_mount(target, a.org_id)
+    if mount is not None:
+        f = _stream_file(mount, a.topic, a.partition)
+        _check_offset(a.offset, int(os.getxattr(f, XATTR + "high_watermark")), a.topic, a.partition)
+        os.setxattr(f, XATTR + "low_watermark", str(a.offset).encode())
+        return 0
+    w = _open_data_dir(a.path, a.org_id or 1)
+    try:
+        _engine_topic(w, a.topic, a.partition, a.path)
+        _check_offset(a.offset, w.info(a.topic, a.partition).high_watermark, a.topic, a.partition)
+        w.trim(a.topic, a.partition, a.offset)
+    finally:
+        w.close()
     return 0
 
 
+def _check_offset(offset: int, high: int, topic: str, partition: int) -> None:
+    if offset > high:
+        raise CliError(
+            f"offset {offset} is past the end of {topic!r}[{partition}] (high watermark {high}): "
+            f"trim to at most {high}"
+        )
+
+
 def retention_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="walfs retention", description="show or set a topic's retention")
-    p.add_argument("path", help="a walfs mount point or an unmounted data directory")
-    p.add_argument("topic")
+    p = Parser(prog="walfs retention", description="Show or set a topic's retention.")
+    p.add_argument("path", help="a walfs mount point or a data directory")
+    p.add_argument("topic", help="the topic's name")
     p.add_argument("--ms", default=None, help="retention by age in ms (-1: none, default: the WAL's)")
-    p.add_argument("--bytes", default=None, help="retention by size (-1: none, default: the WAL's)")
+    p.add_argument("--bytes", default=None, help="retention by size, e.g. 10G (-1: none, default: the WAL's)")
     p.add_argument("--partition", type=int, default=0, help="(a mount sets the topic through this file)")
-    p.add_argument("--org-id", type=int, default=1, help="for a data directory (a mount has its own)")
+    p.add_argument(
+        "--org-id", type=int, default=None, help="for a data directory (default 1; a mount has its own)"
+    )
     a = p.parse_args(argv)
     changes = {k: v for k, v in (("retention_ms", a.ms), ("retention_bytes", a.bytes)) if v is not None}
-    try:
-        for v in changes.values():
-            if v != "default":
-                parse_limit(v)
-        if is_mount(a.path):
-            f = topic_file(a.path, a.topic, a.partition)
-            for k, v in changes.items():
-                os.setxattr(f, XATTR + k, v.encode())
-            shown = {k: os.getxattr(f, XATTR + k).decode() for k in ("retention_ms", "retention_bytes")}
-        else:
-            from walfs.engine_api import open_engine
-
-            w = open_engine(a.path, org_id=a.org_id)
+    for k, v in changes.items():
+        if v != "default":
             try:
-                if changes:
-                    w.set_retention(
-                        a.topic, **{k: (v if v == "default" else parse_limit(v)) for k, v in changes.items()}
-                    )
-                pol = w.retention(a.topic)
-                shown = {"retention_ms": show_limit(pol.ms), "retention_bytes": show_limit(pol.bytes)}
-            finally:
-                w.close()
-    except (OSError, ValueError) as e:
-        print(f"walfs retention: {e}", file=sys.stderr)
-        return 1
+                parse_limit(v)
+            except ValueError:
+                p.error(f"argument --{k.removeprefix('retention_')}: {v!r} is not a limit (a number, "
+                        "with K/M/G for bytes; -1: none; default)")
+    target = resolve(a.path, "retention")
+    mount = _through_mount(target, a.org_id)
+    if mount is not None:
+        f = _stream_file(mount, a.topic, a.partition)
+        for k, v in changes.items():
+            os.setxattr(f, XATTR + k, v.encode())
+        shown = {k: os.getxattr(f, XATTR + k).decode() for k in ("retention_ms", "retention_bytes")}
+    else:
+        w = _open_data_dir(a.path, a.org_id or 1)
+        try:
+            _engine_topic(w, a.topic, a.partition, a.path)
+            if changes:
+                w.set_retention(
+                    a.topic, **{k: (v if v == "default" else parse_limit(v)) for k, v in changes.items()}
+                )
+            pol = w.retention(a.topic)
+            shown = {"retention_ms": show_limit(pol.ms), "retention_bytes": show_limit(pol.bytes)}
+        finally:
+            w.close()
     for k, v in shown.items():
         print(f"{k}={v}")
     return 0
@@ -102,5 +171,6 @@ def retention_main(argv: list[str]) -> int:
 
 main = retention_main
 
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    module_main("retention", main)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import logging
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -17,6 +18,9 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import trio
+
+from walfs.cli.common import CliError, Parser, explain, module_main
+from walfs.cli.common import parse_size as _size
 
 if TYPE_CHECKING:
     from walfs.engine_api import LogEngine
@@ -26,16 +30,8 @@ if TYPE_CHECKING:
 DEFAULT_LISTEN = "127.0.0.1:9092"
 
 
-def _size(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    t = text.strip().lower().removesuffix("ib").removesuffix("b")
-    return int(t[:-1]) * units[t[-1]] if t and t[-1] in units else int(t)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="walfs serve", description="Serve a walfs data directory to Kafka clients."
-    )
+    p = Parser(prog="walfs serve", description="Serve a walfs data directory to Kafka clients.")
     p.add_argument("data_dir", help="the WAL's data directory (created if missing)")
     p.add_argument(
         "--kafka-listen",
@@ -43,11 +39,31 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help=f"address to listen on (default {DEFAULT_LISTEN}; port 0 picks a free one)",
     )
-    p.add_argument("--fsync", choices=("always", "interval", "never"), default="interval")
-    p.add_argument("--fsync-interval-ms", type=int, default=100)
-    p.add_argument("--org-id", type=int, default=1)
-    p.add_argument("--segment-size", type=_size, default=None, help="bytes, or with K/M/G")
-    p.add_argument("--block-size", type=_size, default=None, help="bytes, or with K/M/G")
+    p.add_argument(
+        "--fsync",
+        choices=("always", "interval", "never"),
+        default="interval",
+        help="when appends reach the disk: before each answer (always), within --fsync-interval-ms "
+        "(interval, the default), or when the kernel decides (never)",
+    )
+    p.add_argument(
+        "--fsync-interval-ms", type=int, default=100, help="with --fsync interval: the period (default 100)"
+    )
+    p.add_argument(
+        "--org-id", type=int, default=1, help="the org whose topics clients without SASL see (default 1)"
+    )
+    p.add_argument(
+        "--segment-size",
+        type=_size,
+        default=None,
+        help="size of each segment file of a new data directory, e.g. 64M (default 1G)",
+    )
+    p.add_argument(
+        "--block-size",
+        type=_size,
+        default=None,
+        help="a new data directory's block, the least disk a topic takes, e.g. 1M (default 10M)",
+    )
     p.add_argument("--allow-delete", action="store_true", help="let DeleteTopics delete")
     p.add_argument(
         "--max-request-bytes",
@@ -99,7 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="let a non-loopback address be bound without SASL (clients there do not authenticate)",
     )
-    p.add_argument("--log-level", default="info", help="debug, info, warning, error")
+    p.add_argument(
+        "--log-level", default="info", choices=("debug", "info", "warning", "error"), help="(default info)"
+    )
     return p
 
 
@@ -125,31 +143,33 @@ async def _serve(
     limit: int,
     received: AsyncIterator[int],
 ) -> None:
-    from walfs.daemon import watch_wal_failure
+    from walfs.daemon import listening, watch_wal_failure
     from walfs.kafka import serve_kafka
     from walfs.kafka.framing import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_INFLIGHT_BYTES
 
     async with trio.open_nursery() as nursery:
-        bound = await nursery.start(
-            partial(
-                serve_kafka,
-                wal,
-                host,
-                port,
-                allow_delete=args.allow_delete,
-                max_request_bytes=limit,
-                max_inflight_bytes=max(args.max_inflight_bytes or DEFAULT_MAX_INFLIGHT_BYTES, limit),
-                max_connections=args.max_connections or DEFAULT_MAX_CONNECTIONS,
-                request_latency=metrics.kafka,
-                config=args.broker_config,
-                auth=auth,
-                insecure_listen=args.insecure_listen,
+        with listening("--kafka-listen", args.kafka_listen):
+            bound = await nursery.start(
+                partial(
+                    serve_kafka,
+                    wal,
+                    host,
+                    port,
+                    allow_delete=args.allow_delete,
+                    max_request_bytes=limit,
+                    max_inflight_bytes=max(args.max_inflight_bytes or DEFAULT_MAX_INFLIGHT_BYTES, limit),
+                    max_connections=args.max_connections or DEFAULT_MAX_CONNECTIONS,
+                    request_latency=metrics.kafka,
+                    config=args.broker_config,
+                    auth=auth,
+                    insecure_listen=args.insecure_listen,
+                )
             )
-        )
         shown = f"[{host}]" if ":" in host else host
         print(f"kafka listening on {shown}:{bound}", flush=True)
         if args.metrics_listen:
-            mhost, mport = metrics.serve(args.metrics_listen)
+            with listening("--metrics-listen", args.metrics_listen):
+                mhost, mport = metrics.serve(args.metrics_listen)
             print(f"metrics on http://{mhost}:{mport}/metrics", flush=True)
         nursery.start_soon(watch_wal_failure, wal, nursery.cancel_scope.cancel)
         async for signum in received:
@@ -183,12 +203,12 @@ def main(argv: list[str]) -> int:
         auth = AuthConfig(args.auth_config) if args.auth_config else None
         if auth is not None:
             auth.ssl_context()  # a bad certificate or key fails here, before the WAL opens
-        check_listen_security(host, auth, args.insecure_listen)
+        check_listen_security(host, auth, args.insecure_listen, flags=("--auth-config", "--insecure-listen"))
     except (AuthConfigError, ValueError) as e:
         print(f"walfs serve: {e}", file=sys.stderr)
         return 2
     from walfs.cli.mount import limit_option
-    from walfs.engine_api import open_engine, prepare_target
+    from walfs.engine_api import is_local, open_engine, prepare_target
     from walfs.kafka.broker_config import parse_broker_config, retention_options
 
     try:
@@ -200,6 +220,8 @@ def main(argv: list[str]) -> int:
         print(f"walfs serve: --kafka-config: {e}", file=sys.stderr)
         return 2
 
+    if is_local(args.data_dir) and os.path.exists(args.data_dir) and not os.path.isdir(args.data_dir):
+        raise CliError(f"{args.data_dir} is a file, not a data directory")
     prepare_target(args.data_dir)
     try:
         geometry = {
@@ -216,7 +238,10 @@ def main(argv: list[str]) -> int:
             **geometry,
         )
     except Exception as e:
-        print(f"walfs serve: cannot open {args.data_dir}: {e}", file=sys.stderr)
+        line = explain(e, args.data_dir)
+        if line is None:
+            raise
+        print(f"walfs serve: cannot open {args.data_dir}: {line}", file=sys.stderr)
         return 1
     from walfs.daemon import EXIT_WAL_FAILED
     from walfs.metrics import Metrics
@@ -225,13 +250,12 @@ def main(argv: list[str]) -> int:
     try:
         trio.run(_run, wal, host, port, args, metrics, auth)
     except (OSError, BaseExceptionGroup) as e:
-        # trio's nurseries deliver a failed bind wrapped in an exception group.
-        found = e.subgroup(OSError) if isinstance(e, BaseExceptionGroup) else e
-        if found is None:
+        # trio's nurseries deliver a failed bind (a ListenError naming its option and
+        # address) wrapped in an exception group.
+        line = explain(e, args.data_dir)
+        if line is None:
             raise
-        while isinstance(found, BaseExceptionGroup):
-            found = found.exceptions[0]
-        print(f"walfs serve: cannot listen on {args.kafka_listen}: {found}", file=sys.stderr)
+        print(f"walfs serve: {line}", file=sys.stderr)
         return 1
     finally:
         metrics.close()
@@ -249,4 +273,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    module_main("serve", main)

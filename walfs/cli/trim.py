@@ -1,10 +1,9 @@
 """`walfs trim`: see walfs.cli.retention."""
 
-import sys
-
+from walfs.cli.common import module_main
 from walfs.cli.retention import trim_main as main
 
 __all__ = ["main"]
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    module_main("trim", main)

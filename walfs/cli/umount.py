@@ -8,7 +8,6 @@ daemon was killed) is detached with fusermount3 -uz: there is nothing left to sy
 
 from __future__ import annotations
 
-import argparse
 import errno
 import os
 import signal
@@ -49,8 +48,10 @@ def wait_gone(pid: int, timeout: float) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="walfs umount", description="Unmount a walfs mount.")
-    p.add_argument("mountpoint")
+    from walfs.cli.common import Parser
+
+    p = Parser(prog="walfs umount", description="Unmount a walfs mount.")
+    p.add_argument("mountpoint", help="the walfs mount point")
     p.add_argument(
         "--timeout",
         type=float,
@@ -88,4 +89,6 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    from walfs.cli.common import module_main
+
+    module_main("umount", main)

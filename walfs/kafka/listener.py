@@ -229,16 +229,23 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_listen_security(host: str, auth: AuthConfig | None, insecure_listen: bool) -> None:
+def check_listen_security(
+    host: str,
+    auth: AuthConfig | None,
+    insecure_listen: bool,
+    flags: tuple[str, str] = ("--auth-config", "--insecure-listen"),
+) -> None:
     """The rule for where a listener may bind (docs/kafka.md, Security): loopback needs
     nothing; any other address needs SASL (SASL_PLAINTEXT or SASL_SSL) unless the operator
-    said --insecure-listen. Raises InsecureListenError."""
+    said --insecure-listen. Raises InsecureListenError naming `flags` (the auth config's
+    and the insecure switch's options: the mount's are --kafka-auth-config and
+    --kafka-insecure-listen)."""
     if is_loopback(host) or insecure_listen or (auth is not None and auth.sasl):
         return
     proto = auth.security_protocol if auth is not None else "PLAINTEXT"
     raise InsecureListenError(
         f"refusing to listen on {host} with {proto}: clients there would not authenticate "
-        "(give an auth config with SASL_SSL or SASL_PLAINTEXT, or --insecure-listen)"
+        f"(give {flags[0]} FILE with SASL_SSL or SASL_PLAINTEXT users, or {flags[1]})"
     )
 
 
