@@ -11,6 +11,7 @@ import argparse
 import faulthandler
 import logging
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator
 from functools import partial
@@ -104,7 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _run(
-    wal: LogEngine, host: str, port: int, args: argparse.Namespace, metrics: Metrics, auth: AuthConfig | None
+    wal: LogEngine,
+    host: str,
+    port: int,
+    args: argparse.Namespace,
+    metrics: Metrics,
+    auth: AuthConfig | None,
+    local: socket.socket | None = None,
 ) -> None:
     from walfs.kafka.framing import DEFAULT_MAX_REQUEST_BYTES
 
@@ -112,7 +119,7 @@ async def _run(
     # The signals are caught from before the "listening" line: a caller that stops us as
     # soon as it reads it gets a clean stop.
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
-        await _serve(wal, host, port, args, metrics, auth, limit, received)
+        await _serve(wal, host, port, args, metrics, auth, limit, received, local)
 
 
 async def _serve(
@@ -124,6 +131,7 @@ async def _serve(
     auth: AuthConfig | None,
     limit: int,
     received: AsyncIterator[int],
+    local: socket.socket | None = None,
 ) -> None:
     from walfs.daemon import watch_wal_failure
     from walfs.kafka import serve_kafka
@@ -144,6 +152,7 @@ async def _serve(
                 config=args.broker_config,
                 auth=auth,
                 insecure_listen=args.insecure_listen,
+                local=local,
             )
         )
         shown = f"[{host}]" if ":" in host else host
@@ -218,12 +227,14 @@ def main(argv: list[str]) -> int:
     except Exception as e:
         print(f"walfs serve: cannot open {args.data_dir}: {e}", file=sys.stderr)
         return 1
-    from walfs.daemon import EXIT_WAL_FAILED
+    from walfs.daemon import EXIT_WAL_FAILED, bind_local_socket
     from walfs.metrics import Metrics
 
     metrics = Metrics(wal)
+    # Writes by path (the Spark sink's option "path") come through it: walfs.local_socket.
+    local = bind_local_socket(args.data_dir)
     try:
-        trio.run(_run, wal, host, port, args, metrics, auth)
+        trio.run(_run, wal, host, port, args, metrics, auth, local.sock if local is not None else None)
     except (OSError, BaseExceptionGroup) as e:
         # trio's nurseries deliver a failed bind wrapped in an exception group.
         found = e.subgroup(OSError) if isinstance(e, BaseExceptionGroup) else e
@@ -234,6 +245,8 @@ def main(argv: list[str]) -> int:
         print(f"walfs serve: cannot listen on {args.kafka_listen}: {found}", file=sys.stderr)
         return 1
     finally:
+        if local is not None:
+            local.close()
         metrics.close()
         failed = wal.failed
         try:
