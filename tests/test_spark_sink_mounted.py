@@ -71,6 +71,7 @@ def test_streaming_write_by_path_into_a_mounted_wal(mount: Mount, tmp_path: Path
             with open(mount.path / name, "a") as f:
                 f.write("".join(v + "\n" for v in values))
 
+    (tmp_path / "spark").mkdir()
     driver_killed_then_restarted(mount.data, tmp_path / "spark", where=str(mount.path), fill=fill)
     for p in range(PARTITIONS):
         name = "out" if p == 0 else f"partition={p}/out"
