@@ -312,8 +312,8 @@ async def _serve(
             # in run() unmounts), instead of a mount that silently lacks its listener.
             await _start_kafka(nursery, ops, config, metrics, local)
         elif local is not None:
-            # The local socket alone: served once the Kafka code is imported (a second),
-            # after readiness; clients that connect before wait in its backlog.
+            # The local socket alone: its Kafka code (a second of CPU, ~20 MiB) is loaded
+            # when the first client connects; it waits in the socket's backlog meanwhile.
             nursery.start_soon(_serve_local, nursery, ops, config, metrics, local, name="walfs-local")
         # The mount exists since pyfuse3.init; requests wait in /dev/fuse until main runs,
         # which starts without yielding after this point.
@@ -342,6 +342,7 @@ async def _serve_local(
     metrics: Metrics,
     local: local_socket.Bound,
 ) -> None:
+    await trio.lowlevel.wait_readable(local.sock)  # a connection waits to be accepted
     await trio.to_thread.run_sync(importlib.import_module, "walfs.kafka")
     await _start_kafka(nursery, ops, config, metrics, local)
 
