@@ -3,7 +3,8 @@ mount. Runs in the foreground (systemd, tests); SIGTERM or SIGINT stop it, and t
 WAL is closed (synced) on the way out.
 
 Once listening it prints ``kafka listening on HOST:PORT`` on stdout, so a caller
-that passed port 0 learns the port."""
+that passed port 0 learns the port. It also serves DATA_DIR/kafka.sock, as every daemon
+does (walfs.local_socket: writes by path)."""
 
 from __future__ import annotations
 
