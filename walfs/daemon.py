@@ -2,7 +2,8 @@
 
 Lifecycle (the order matters):
 1. open the Wal (takes its lock: a second daemon on the same data dir fails here, before
-   anything is mounted);
+   anything is mounted), then bind the local socket DATA_DIR/kafka.sock
+   (walfs.local_socket: writes by path; removed at the end, before the Wal closes);
 2. pyfuse3.init mounts; from now on every exit path unmounts, so the mount is never left
    dead ("Transport endpoint is not connected");
 3. inside trio: background tasks start, readiness is announced (the `walfs mount` parent's
