@@ -195,6 +195,7 @@ def test_batch_write_through_the_daemon(spark: SparkSession, tmp_path: Path) -> 
     finally:
         rc, err = serve.stop()
     assert rc == 0, err
+    assert not (data / "kafka.sock").exists()  # removed at a clean stop
     with walfs.Wal(data, read_only=True) as wal:
         # A topic created over the wire has partitions 0..n-1 (Kafka's rule): refunds,
         # written to partition 2 only, also has empty partitions 0 and 1.

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest_mount import Mount
+from conftest_mount import Mount, wait_until
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from test_spark_sink_stream import PARTITIONS, PER_PARTITION, driver_killed_then_restarted
@@ -126,7 +126,8 @@ def test_a_stale_socket_from_a_killed_daemon(make_mount: object) -> None:
     m.kill()
     # Left behind, with nobody listening: the directory is free, written directly...
     assert stat.S_ISSOCK(sock.lstat().st_mode)
-    assert not local_socket.served(str(m.data))
+    # (Its last descriptor closes when the killed daemon's last thread is gone.)
+    wait_until(lambda: not local_socket.served(str(m.data)), what="nobody listening")
     assert append_by_path(m.data, "t", ["while down"]) == LocalTarget.__name__
     # ...and the next mount replaces it.
     m.start()
@@ -136,6 +137,16 @@ def test_a_stale_socket_from_a_killed_daemon(make_mount: object) -> None:
     # A clean stop removes it.
     m.stop()
     assert not sock.exists()
+
+
+def test_a_mount_with_a_kafka_listener_serves_the_socket_too(make_mount: object) -> None:
+    assert callable(make_mount)
+    m: Mount = make_mount()
+    m.start("--kafka-listen", "127.0.0.1:0")
+    assert append_by_path(m.path, "t", ["by path"]) == "RemoteTarget"
+    assert m.out("cat t") == "by path\n"
+    m.stop()
+    assert not (Path(m.data) / local_socket.SOCKET_NAME).exists()
 
 
 @pytest.fixture

@@ -58,14 +58,23 @@ def org_of_client_id(client_id: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def _sun_path(data_dir: str, name: str, fd: int) -> str:
+    """An address for bind/connect of `name` in data_dir (open as `fd`): the plain path
+    when it fits sun_path, else through /proc/self/fd."""
+    plain = os.path.join(os.path.abspath(data_dir), name)
+    return plain if len(os.fsencode(plain)) <= SUN_PATH_MAX else f"/proc/self/fd/{fd}/{name}"
+
+
+def _open_dir(data_dir: str) -> int:
+    return os.open(data_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
 @contextlib.contextmanager
 def _address(data_dir: str, name: str) -> Iterator[tuple[str, int]]:
-    """(an address for bind/connect of `name` in data_dir, a descriptor of data_dir for
-    the *at calls): the plain path when it fits sun_path, else through /proc/self/fd."""
-    fd = os.open(data_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    """(_sun_path of `name`, a descriptor of data_dir for the *at calls)."""
+    fd = _open_dir(data_dir)
     try:
-        plain = os.path.join(os.path.abspath(data_dir), name)
-        yield (plain if len(os.fsencode(plain)) <= SUN_PATH_MAX else f"/proc/self/fd/{fd}/{name}"), fd
+        yield _sun_path(data_dir, name, fd), fd
     finally:
         os.close(fd)
 
@@ -137,17 +146,24 @@ def connect(data_dir: str, timeout: float | None = None) -> socket.socket:
     """A connection to the daemon that owns data_dir. NotServed when none listens (no
     socket file, or a stale one: ECONNREFUSED); PermissionError when the socket's mode
     (the directory's, module doc) does not admit this user."""
+    try:
+        fd = _open_dir(data_dir)
+    except OSError as e:
+        # No such directory, or one this user cannot reach: no daemon to talk to (opening
+        # the directory itself then says what is wrong).
+        raise NotServed(e.errno or errno.ENOENT, f"no walfs daemon serves {data_dir}: {e}") from e
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     try:
         sock.settimeout(timeout)
-        try:
-            with _address(data_dir, SOCKET_NAME) as (addr, _):
-                sock.connect(addr)
-        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError) as e:
-            raise NotServed(e.errno or errno.ENOENT, f"no walfs daemon serves {data_dir}: {e}") from e
+        sock.connect(_sun_path(data_dir, SOCKET_NAME, fd))
+    except (FileNotFoundError, ConnectionRefusedError) as e:
+        sock.close()
+        raise NotServed(e.errno or errno.ENOENT, f"no walfs daemon serves {data_dir}: {e}") from e
     except BaseException:
         sock.close()
         raise
+    finally:
+        os.close(fd)
     return sock
 
 

@@ -117,9 +117,9 @@ def daemon_target(opts: SinkOptions) -> SinkTarget | None:
         return None
     except OSError as e:
         raise WalfsOptionError(
-            f"{opts.path} is owned by a running walfs daemon, and its socket "
-            f"{local_socket.socket_path(opts.path)} does not admit this user (its mode follows "
-            f"the data directory's): {e}"
+            f"cannot connect to {local_socket.socket_path(opts.path)}, the local socket of the "
+            f"walfs daemon that owns {opts.path} (its mode follows the data directory's: "
+            f"who may write into the directory may connect): {e}"
         ) from e
     from walfs.spark.remote import RemoteWal
     from walfs.spark.sink_remote import RemoteTarget
