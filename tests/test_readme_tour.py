@@ -58,7 +58,7 @@ def free_port() -> int:
 
 def test_readme_tour_lines_are_all_checked() -> None:
     blocks = tour_blocks()
-    assert [lang for lang, _ in blocks] == ["sh", "python", "sh", "python", "sh"]
+    assert [lang for lang, _ in blocks] == ["sh", "python", "python", "sh"]
     lines = [ln for lang, code in blocks if lang == "sh" for ln in code.splitlines() if ln.strip()]
     for ln in lines:
         assert any(ln.startswith(k) for k in EXPECT_SH), f"README tour line without a check: {ln}"

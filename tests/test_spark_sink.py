@@ -1,5 +1,6 @@
-"""df.write.format("walfs"): rows appended to the data directory, or through a walfs
-daemon's Kafka listener when one owns it, and read back with format("walfs")."""
+"""df.write.format("walfs"): rows appended to the data directory, or through the walfs
+daemon that owns it (its local socket for a path, its Kafka listener for bootstrap),
+and read back with format("walfs")."""
 
 from __future__ import annotations
 
@@ -183,19 +184,22 @@ def test_batch_write_through_the_daemon(spark: SparkSession, tmp_path: Path) -> 
     df = spark.createDataFrame(rows, ROW_SCHEMA).coalesce(1)
     serve = ServeProcess(data)
     try:
-        # The daemon holds the directory's lock: writing to the path says what to do...
-        with pytest.raises(PySparkException, match="bootstrap"):
-            df.write.format("walfs").mode("append").save(str(data))
-        # ...and through its Kafka listener the rows arrive as they are.
-        df.write.format("walfs").mode("append").option("bootstrap", serve.bootstrap).save()
+        # The daemon holds the directory's lock: a write to the path goes through the
+        # daemon's local socket (walfs.local_socket), the rows as they are...
+        df.write.format("walfs").mode("append").save(str(data))
         assert read_back(spark, bootstrap=serve.bootstrap) == expected_streams(rows)
+        # ...as through its Kafka listener: the same rows again, after the first ones.
+        df.write.format("walfs").mode("append").option("bootstrap", serve.bootstrap).save()
+        twice = {s: v + v for s, v in expected_streams(rows).items()}
+        assert read_back(spark, bootstrap=serve.bootstrap) == twice
     finally:
         rc, err = serve.stop()
     assert rc == 0, err
+    assert not (data / "kafka.sock").exists()  # removed at a clean stop
     with walfs.Wal(data, read_only=True) as wal:
         # A topic created over the wire has partitions 0..n-1 (Kafka's rule): refunds,
         # written to partition 2 only, also has empty partitions 0 and 1.
-        assert {s: v for s, v in stored(wal).items() if v} == expected_streams(rows)
+        assert {s: v for s, v in stored(wal).items() if v} == twice
         assert stored(wal)[("refunds", 0)] == stored(wal)[("refunds", 1)] == []
 
 

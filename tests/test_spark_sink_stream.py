@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import walfs
@@ -75,19 +76,29 @@ def test_driver_killed_mid_stream_then_restarted_writes_every_row_once(tmp_path:
     driver_killed_then_restarted(tmp_path / "data", tmp_path)
 
 
-def driver_killed_then_restarted(data: Path | str, tmp_path: Path) -> None:
+def driver_killed_then_restarted(
+    data: Path | str,
+    tmp_path: Path,
+    where: str | None = None,
+    fill: Callable[[dict[int, list[str]]], None] | None = None,
+) -> None:
     """The test above on any target: a data directory or a kafka:// namespace
-    (tests/test_spark_on_kafka.py)."""
+    (tests/test_spark_on_kafka.py). `where`: the path the query reads and writes
+    (default `data`: a mount point, tests/test_spark_sink_mounted.py); `fill` appends
+    the input (partition -> values; default: a Wal on `data`)."""
     ckpt, log = tmp_path / "ckpt", tmp_path / "driver.log"
-    expected = []
-    with walfs.Wal(data) as wal:
-        for p in range(PARTITIONS):
-            values = [f"order {p}-{i} paid" for i in range(PER_PARTITION)]
-            wal.append_batch("in", [v.encode() for v in values], p)
-            expected += [v.upper() for v in values]
+    inputs = {p: [f"order {p}-{i} paid" for i in range(PER_PARTITION)] for p in range(PARTITIONS)}
+    if fill is None:
+        with walfs.Wal(data) as wal:
+            for p, values in inputs.items():
+                wal.append_batch("in", [v.encode() for v in values], p)
+    else:
+        fill(inputs)
+    expected = [v.upper() for values in inputs.values() for v in values]
+    where = str(data) if where is None else where
     log.touch()
     since, restarts = 0, 0
-    first = pipeline(data, ckpt, "processing", log)
+    first = pipeline(where, ckpt, "processing", log)
     try:
         # Killed once a few micro-batches (40 records each) are in "out": the kill lands
         # wherever the query is, quite likely inside a batch (tasks or commit).
@@ -98,7 +109,7 @@ def driver_killed_then_restarted(data: Path | str, tmp_path: Path) -> None:
                 assert SPARK_STARTUP_FLAKE in text and restarts < RESTARTS, text[-4000:]
                 restarts += 1
                 since = log.stat().st_size
-                first = pipeline(data, ckpt, "processing", log)
+                first = pipeline(where, ckpt, "processing", log)
             assert time.monotonic() < deadline, "no progress: " + new_output(log, since)[-4000:]
             time.sleep(0.2)
     finally:
@@ -108,7 +119,7 @@ def driver_killed_then_restarted(data: Path | str, tmp_path: Path) -> None:
     # Restarted from its checkpoint, it finishes what is there (Trigger.AvailableNow).
     for _ in range(RESTARTS + 1):
         since = log.stat().st_size
-        second = pipeline(data, ckpt, "available-now", log)
+        second = pipeline(where, ckpt, "available-now", log)
         try:
             rc = second.wait(timeout=900)
         finally:

@@ -2,7 +2,8 @@
 
 Lifecycle (the order matters):
 1. open the Wal (takes its lock: a second daemon on the same data dir fails here, before
-   anything is mounted);
+   anything is mounted), then bind the local socket DATA_DIR/kafka.sock
+   (walfs.local_socket: writes by path; removed at the end, before the Wal closes);
 2. pyfuse3.init mounts; from now on every exit path unmounts, so the mount is never left
    dead ("Transport endpoint is not connected");
 3. inside trio: background tasks start, readiness is announced (the `walfs mount` parent's
@@ -18,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import importlib
 import logging
 import os
 import signal
@@ -30,6 +32,7 @@ from typing import Any
 import pyfuse3
 import trio
 
+from walfs import local_socket
 from walfs.engine_api import LogEngine, is_local, normalize_target
 from walfs.fuse_ops import WalOperations
 from walfs.metrics import Metrics
@@ -232,6 +235,7 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
         ops.info["metrics_listen"] = f"{host}:{port}"
         log.info("metrics on http://%s:%d/metrics", host, port)
     mounted = False
+    local = bind_local_socket(config.data_dir)
     try:
         try:
             pyfuse3.init(ops, config.mountpoint, fuse_options(config))
@@ -241,8 +245,10 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
                 "reason is on the daemon's stderr (`walfs mount -f`, or the --log-file)"
             ) from exc
         mounted = True
-        trio.run(_serve, ops, config, on_ready, metrics)
+        trio.run(_serve, ops, config, on_ready, metrics, local)
     finally:
+        if local is not None:
+            local.close()  # before the WAL closes: a client that connects finds it owned
         if mounted:
             # Lazy (libfuse detaches as root; fusermount3 -z otherwise): a reader holding a
             # file must not keep the mount half alive.
@@ -280,8 +286,27 @@ async def watch_wal_failure(wal: Any, stop: Callable[[], None], every_s: float =
     stop()
 
 
+def bind_local_socket(data_dir: str) -> local_socket.Bound | None:
+    """The daemon's local socket in its data directory (walfs.local_socket), once the
+    WAL (and its lock) is open; None for a remote engine, or when it cannot be bound
+    (logged: the daemon serves everything else)."""
+    if not is_local(data_dir):
+        return None
+    try:
+        bound = local_socket.bind(data_dir)
+    except OSError as exc:
+        log.warning("no local socket in %s (writes by path need it): %s", data_dir, exc)
+        return None
+    log.info("local socket %s", local_socket.socket_path(data_dir))
+    return bound
+
+
 async def _serve(
-    ops: WalOperations, config: MountConfig, on_ready: Callable[[], None] | None, metrics: Metrics
+    ops: WalOperations,
+    config: MountConfig,
+    on_ready: Callable[[], None] | None,
+    metrics: Metrics,
+    local: local_socket.Bound | None = None,
 ) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ops.invalidator.run, name="walfs-invalidate")
@@ -295,7 +320,11 @@ async def _serve(
             # Before readiness: a port that cannot be bound fails the mount (the finally
             # in run() unmounts), instead of a mount that silently lacks its listener.
             with listening("--kafka-listen", config.kafka_listen):
-                await _start_kafka(nursery, ops, config, metrics)
+                await _start_kafka(nursery, ops, config, metrics, local)
+        elif local is not None:
+            # The local socket alone: its Kafka code (a second of CPU, ~20 MiB) is loaded
+            # when the first client connects; it waits in the socket's backlog meanwhile.
+            nursery.start_soon(_serve_local, nursery, ops, config, metrics, local, name="walfs-local")
         # The mount exists since pyfuse3.init; requests wait in /dev/fuse until main runs,
         # which starts without yielding after this point.
         log.info("walfs serving %s on %s", config.data_dir, config.mountpoint)
@@ -316,16 +345,35 @@ async def _after_init(ops: WalOperations, config: MountConfig) -> None:
     set_read_ahead(config.mountpoint, config.read_ahead_kb)
 
 
+async def _serve_local(
+    nursery: trio.Nursery,
+    ops: WalOperations,
+    config: MountConfig,
+    metrics: Metrics,
+    local: local_socket.Bound,
+) -> None:
+    await trio.lowlevel.wait_readable(local.sock)  # a connection waits to be accepted
+    await trio.to_thread.run_sync(importlib.import_module, "walfs.kafka")
+    await _start_kafka(nursery, ops, config, metrics, local)
+
+
 async def _start_kafka(
-    nursery: trio.Nursery, ops: WalOperations, config: MountConfig, metrics: Metrics
+    nursery: trio.Nursery,
+    ops: WalOperations,
+    config: MountConfig,
+    metrics: Metrics,
+    local: local_socket.Bound | None = None,
 ) -> None:
     """Runs serve_kafka on the mount's own Wal, in the daemon's nursery: it stops with the
-    mount (the nursery is cancelled once pyfuse3.main returns), before Wal.close()."""
+    mount (the nursery is cancelled once pyfuse3.main returns), before Wal.close(). It
+    serves the local socket always, the TCP listener with --kafka-listen."""
     from walfs.kafka import parse_listen_address, serve_kafka
     from walfs.kafka.auth_config import AuthConfig
 
-    assert config.kafka_listen is not None
-    host, port = parse_listen_address(config.kafka_listen)
+    host: str | None = None
+    port = 0
+    if config.kafka_listen:
+        host, port = parse_listen_address(config.kafka_listen)
     auth = AuthConfig(config.kafka_auth_config) if config.kafka_auth_config else None
     bound = await nursery.start(
         functools.partial(
@@ -338,9 +386,12 @@ async def _start_kafka(
             config=config.kafka_config,
             auth=auth,
             insecure_listen=config.kafka_insecure_listen,
+            local=local.sock if local is not None else None,
         ),
         name="walfs-kafka",
     )
+    if host is None:
+        return
     shown = f"[{host}]" if ":" in host else host
     log.info("kafka listening on %s:%d", shown, bound)
 

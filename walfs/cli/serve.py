@@ -3,7 +3,8 @@ mount. Runs in the foreground (systemd, tests); SIGTERM or SIGINT stop it, and t
 WAL is closed (synced) on the way out.
 
 Once listening it prints ``kafka listening on HOST:PORT`` on stdout, so a caller
-that passed port 0 learns the port."""
+that passed port 0 learns the port. It also serves DATA_DIR/kafka.sock, as every daemon
+does (walfs.local_socket: writes by path)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import faulthandler
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator
 from functools import partial
@@ -122,7 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _run(
-    wal: LogEngine, host: str, port: int, args: argparse.Namespace, metrics: Metrics, auth: AuthConfig | None
+    wal: LogEngine,
+    host: str,
+    port: int,
+    args: argparse.Namespace,
+    metrics: Metrics,
+    auth: AuthConfig | None,
+    local: socket.socket | None = None,
 ) -> None:
     from walfs.kafka.framing import DEFAULT_MAX_REQUEST_BYTES
 
@@ -130,7 +138,7 @@ async def _run(
     # The signals are caught from before the "listening" line: a caller that stops us as
     # soon as it reads it gets a clean stop.
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
-        await _serve(wal, host, port, args, metrics, auth, limit, received)
+        await _serve(wal, host, port, args, metrics, auth, limit, received, local)
 
 
 async def _serve(
@@ -142,6 +150,7 @@ async def _serve(
     auth: AuthConfig | None,
     limit: int,
     received: AsyncIterator[int],
+    local: socket.socket | None = None,
 ) -> None:
     from walfs.daemon import listening, watch_wal_failure
     from walfs.kafka import serve_kafka
@@ -163,6 +172,7 @@ async def _serve(
                     config=args.broker_config,
                     auth=auth,
                     insecure_listen=args.insecure_listen,
+                    local=local,
                 )
             )
         shown = f"[{host}]" if ":" in host else host
@@ -243,12 +253,14 @@ def main(argv: list[str]) -> int:
             raise
         print(f"walfs serve: cannot open {args.data_dir}: {line}", file=sys.stderr)
         return 1
-    from walfs.daemon import EXIT_WAL_FAILED
+    from walfs.daemon import EXIT_WAL_FAILED, bind_local_socket
     from walfs.metrics import Metrics
 
     metrics = Metrics(wal)
+    # Writes by path (the Spark sink's option "path") come through it: walfs.local_socket.
+    local = bind_local_socket(args.data_dir)
     try:
-        trio.run(_run, wal, host, port, args, metrics, auth)
+        trio.run(_run, wal, host, port, args, metrics, auth, local.sock if local is not None else None)
     except (OSError, BaseExceptionGroup) as e:
         # trio's nurseries deliver a failed bind (a ListenError naming its option and
         # address) wrapped in an exception group.
@@ -258,6 +270,8 @@ def main(argv: list[str]) -> int:
         print(f"walfs serve: {line}", file=sys.stderr)
         return 1
     finally:
+        if local is not None:
+            local.close()
         metrics.close()
         failed = wal.failed
         try:

@@ -15,6 +15,7 @@ import logging
 import math
 import socket
 import ssl
+import struct
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ from walfs.kafka.framing import (
 from walfs.kafka.pipeline import response_pipe
 from walfs.kafka.sasl import AuthenticationFailed, SaslSession
 from walfs.kafka.tenants import Tenants
+from walfs.local_socket import org_of_client_id
 
 if TYPE_CHECKING:
     from walfs.engine_api import LogEngine
@@ -108,19 +110,29 @@ async def _serve_connection(
     budget: ByteBudget | None = None,
     auth: AuthConfig | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    local: bool = False,
 ) -> None:
+    """`local`: a connection on the daemon's local socket (walfs.local_socket): no TLS,
+    no SASL, its org named by its first request's client id."""
     try:
-        peer_host, peer_port = _addr(stream.socket.getpeername())
-        host, port = _addr(stream.socket.getsockname())
+        if local:
+            conn = Connection(peer=_local_peer(stream.socket), host="localhost", port=0)
+        else:
+            peer_host, peer_port = _addr(stream.socket.getpeername())
+            host, port = _addr(stream.socket.getsockname())
+            conn = Connection(peer=f"{peer_host}:{peer_port}", host=host, port=port)
     except OSError as e:
         # Reset before we got to it (ENOTCONN): nothing to serve.
         log.info("connection gone before it was served: %s", e)
         with trio.CancelScope(shield=True):
             await stream.aclose()
         return
-    send_whole_answers(stream)
-    conn = Connection(peer=f"{peer_host}:{peer_port}", host=host, port=port)
+    if local:
+        auth = ssl_context = None
+    else:
+        send_whole_answers(stream)
     broker = tenants.default
+    org_unset = local  # the local socket's org is set by the first request
     session = conn.sasl = SaslSession(auth, conn.peer) if auth is not None and auth.sasl else None
     io: trio.abc.Stream = stream
     if ssl_context is not None:
@@ -170,6 +182,11 @@ async def _serve_connection(
                             # Kafka's IllegalSaslStateException: no answer, the connection closes.
                             why = f"request with API key {api_key} before SASL authentication"
                             raise CloseConnection(why)
+                    if org_unset:
+                        org_unset = False
+                        org = org_of_client_id(read_client_id(payload))
+                        if org is not None:
+                            broker = tenants.get(org)
                     api = api_name(payload)
                     t0 = time.perf_counter()
                     failed = True
@@ -220,6 +237,27 @@ async def _serve_connection(
         log.debug("%s: closed", conn.peer)
 
 
+def _local_peer(sock: trio.socket.SocketType) -> str:
+    """A local socket's peer for the log: its process and user (SO_PEERCRED)."""
+    try:
+        cred = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, uid, _ = struct.unpack("3i", cred)
+    except OSError:
+        return "local"
+    return f"local pid {pid} uid {uid}"
+
+
+def read_client_id(payload: bytes | memoryview) -> str | None:
+    """The client id of a request (header v1 and later: an INT16-length string after
+    the api key, version and correlation id); None when absent or unreadable."""
+    if len(payload) < 10:
+        return None
+    n = int.from_bytes(payload[8:10], "big", signed=True)
+    if n < 0 or len(payload) < 10 + n:
+        return None
+    return bytes(payload[10 : 10 + n]).decode("utf-8", "replace")
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -255,7 +293,7 @@ class InsecureListenError(ValueError):
 
 async def serve_kafka(
     wal: LogEngine,
-    host: str,
+    host: str | None,
     port: int,
     *,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
@@ -267,6 +305,7 @@ async def serve_kafka(
     config: BrokerConfig | None = None,
     auth: AuthConfig | None = None,
     insecure_listen: bool = False,
+    local: socket.socket | None = None,
 ) -> None:
     """Serve ``wal`` to Kafka clients on ``host:port`` until cancelled.
 
@@ -279,20 +318,38 @@ async def serve_kafka(
     ``auth`` (walfs.kafka.auth_config.AuthConfig) sets TLS and SASL; SASL users see their
     own org's topics and groups (LogEngine.for_org), connections without SASL those of
     ``wal.org_id``. A non-loopback ``host`` without SASL raises InsecureListenError unless
-    ``insecure_listen``."""
+    ``insecure_listen``.
+    ``local``: the daemon's listening local socket (walfs.local_socket.bind), served by
+    the same brokers (its connections without TLS or SASL, each in the org its first
+    request names); ``host`` None: that socket only (the started value is then 0)."""
     if max_request_bytes > max_inflight_bytes:
         raise ValueError("max_request_bytes cannot exceed max_inflight_bytes")
-    check_listen_security(host, auth, insecure_listen)
+    if host is None and local is None:
+        raise ValueError("serve_kafka needs a host or a local socket")
+    if host is not None:
+        check_listen_security(host, auth, insecure_listen)
     ssl_context = auth.ssl_context() if auth is not None else None
     budget = ByteBudget(max_inflight_bytes)
     open_connections = 0
     refused = 0
-    listeners = await trio.open_tcp_listeners(port, host=host)
-    bound = listeners[0].socket.getsockname()[1]
-    proto = auth.security_protocol if auth is not None else "PLAINTEXT"
-    log.info("kafka listener on %s:%d (%s)", host, bound, proto)
+    listeners: list[trio.SocketListener] = []
+    bound = 0
+    if host is not None:
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        bound = listeners[0].socket.getsockname()[1]
+        proto = auth.security_protocol if auth is not None else "PLAINTEXT"
+        log.info("kafka listener on %s:%d (%s)", host, bound, proto)
+    local_listeners: list[trio.SocketListener] = []
+    if local is not None:
+        local_listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(local))]
 
     async def handle(stream: trio.SocketStream) -> None:
+        await limited(stream, False)
+
+    async def handle_local(stream: trio.SocketStream) -> None:
+        await limited(stream, True)
+
+    async def limited(stream: trio.SocketStream, is_local: bool) -> None:
         nonlocal open_connections, refused
         if open_connections >= max_connections:
             refused += 1
@@ -307,7 +364,7 @@ async def serve_kafka(
             return
         open_connections += 1
         try:
-            await _serve_connection(tenants, stream, max_request_bytes, budget, auth, ssl_context)
+            await _serve_connection(tenants, stream, max_request_bytes, budget, auth, ssl_context, is_local)
         finally:
             open_connections -= 1
 
@@ -320,5 +377,8 @@ async def serve_kafka(
             config=config or BrokerConfig(),
             request_latency=request_latency,
         )
-        await nursery.start(trio.serve_listeners, handle, listeners)
+        if listeners:
+            await nursery.start(trio.serve_listeners, handle, listeners)
+        if local_listeners:
+            await nursery.start(trio.serve_listeners, handle_local, local_listeners)
         task_status.started(bound)

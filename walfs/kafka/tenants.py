@@ -3,8 +3,8 @@ its topic catalog, its groups (membership and committed offsets) and its deletes
 those of its org only. Another org's topic is, to a tenant, a topic that does not exist
 (Metadata and Produce may create the tenant's own topic of that name, as auto-creation
 does: names are per org, as the org-salted stream keys intend). Brokers are made on the
-first connection of their org; there are at most as many as orgs named in the auth
-config, plus the listener's default org."""
+first connection of their org: orgs named in the auth config, the listener's default
+org, and those named by clients of the daemon's local socket (walfs.local_socket)."""
 
 from __future__ import annotations
 

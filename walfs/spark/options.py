@@ -4,7 +4,8 @@ Names follow Spark's Kafka source where the meaning is the same, so a pipeline w
 for Kafka carries over by changing `format("kafka")` to `format("walfs")`:
 
 - `path`: the walfs data directory (the same directory `walfs mount` serves), read
-  directly on the machine(s) that hold it; or
+  directly on the machine(s) that hold it, or a walfs mount point (its data
+  directory, and its --org-id unless `org_id` is given); or
 - `bootstrap`: "host:port" of a walfs daemon's Kafka listener (`walfs serve`, `walfs
   mount --kafka-listen`), read over the network from any machine. One of the two is
   required; with both, `bootstrap` wins (the daemon owns the directory).
@@ -28,8 +29,10 @@ for Kafka carries over by changing `format("kafka")` to `format("walfs")`:
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -157,8 +160,8 @@ def parse_options(options: Mapping[str, str], streaming: bool = False) -> WalfsO
 
     Like Kafka's source, a stream starts at "latest" unless told otherwise (a new query
     sees new records only) and a batch at "earliest"."""
-    path, bootstrap = _location(options)
-    org_id = _org_id(options)
+    path, bootstrap, org = _location(options)
+    org_id = _org_id(options, org)
     raw_topics = _get(options, "topic", "subscribe") or ""
     topics = tuple(t.strip() for t in raw_topics.split(",") if t.strip())
     pattern = _get(options, "topicPattern", "subscribePattern")
@@ -199,8 +202,10 @@ def parse_bootstrap(text: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _location(options: Mapping[str, str]) -> tuple[str, str | None]:
-    """(data directory or "", bootstrap or None): where the records are."""
+def _location(options: Mapping[str, str]) -> tuple[str, str | None, int]:
+    """(data directory or "", bootstrap or None, the org when the options name none):
+    where the records are. A walfs mount point stands for its data directory, and
+    its org (--org-id) is then the default (mounted_data_dir)."""
     path = _get(options, "path") or ""
     bootstrap = _get(options, "bootstrap", "kafka.bootstrap.servers")
     if bootstrap is not None:
@@ -213,11 +218,43 @@ def _location(options: Mapping[str, str]) -> tuple[str, str | None]:
             'format("walfs") needs the data directory (.option("path", DIR) or .load(DIR)) or a '
             'walfs daemon\'s Kafka listener (.option("bootstrap", "host:port"))'
         )
-    return path, bootstrap
+    org = DEFAULT_ORG_ID
+    if path and not bootstrap:
+        mounted = mounted_data_dir(path)
+        if mounted is not None:
+            path, org = mounted
+    return path, bootstrap, org
 
 
-def _org_id(options: Mapping[str, str]) -> int:
-    raw_org = _get(options, "org_id", "orgId") or "1"
+# The root of a walfs mount names its data directory and org (walfs.fuse_ops).
+MOUNT_DATA_DIR_XATTR = "user.walfs.data_dir"
+MOUNT_ORG_XATTR = "user.walfs.org_id"
+
+
+def mounted_data_dir(path: str) -> tuple[str, int] | None:
+    """(data directory, org) of a walfs mount point `path` (its root's xattrs), None
+    for any other path."""
+    if "://" in path:
+        return None  # a cluster target (walfs.engine_api.is_local)
+    try:
+        data_dir = os.getxattr(path, MOUNT_DATA_DIR_XATTR).decode()
+        org = int(os.getxattr(path, MOUNT_ORG_XATTR))
+    except OSError as e:
+        if e.errno in (errno.ENOTCONN, errno.ECONNABORTED):
+            raise WalfsOptionError(f"{path} is a walfs mount whose daemon is gone: {e}") from None
+        return None  # no such attribute (ENODATA, ENOTSUP): not a mount; a missing path fails later
+    except ValueError:
+        return None
+    return data_dir, org
+
+
+DEFAULT_ORG_ID = 1
+
+
+def _org_id(options: Mapping[str, str], default: int = DEFAULT_ORG_ID) -> int:
+    raw_org = _get(options, "org_id", "orgId")
+    if raw_org is None:
+        return default
     try:
         return int(raw_org)
     except ValueError:
@@ -255,7 +292,7 @@ def _fault_point(options: Mapping[str, str]) -> tuple[int, int] | None:
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
-    path, bootstrap = _location(options)
+    path, bootstrap, org = _location(options)
     topic = _get(options, "topic")
     if topic is not None:
         err = name_error(topic)
@@ -264,7 +301,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     return SinkOptions(
         path=path,
         bootstrap=bootstrap,
-        org_id=_org_id(options),
+        org_id=_org_id(options, org),
         topic=topic,
         query_id=_get(options, "queryId"),
         checkpoint=_get(options, "checkpointLocation"),

@@ -1,6 +1,8 @@
-"""A walfs daemon's Kafka listener as the Spark source and sink use it (option "bootstrap").
+"""A walfs daemon's Kafka listener as the Spark source and sink use it (option "bootstrap"),
+or its local socket (walfs.local_socket: the sink's option "path" into a directory a
+daemon owns).
 
-A small blocking client over one TCP connection, built on kio's message classes (the
+A small blocking client over one TCP (or local socket) connection, built on kio's message classes (the
 listener's own codec library) and walfs' own record-batch code: Metadata (topics and
 partition counts), ListOffsets (earliest / latest), Fetch (raw record batches),
 Produce (one batch per partition, acks=all: atomic and durable when answered),
@@ -109,14 +111,28 @@ def _check(code: Any, what: str) -> None:
 class RemoteWal:
     """One connection to a walfs daemon's Kafka listener (not thread-safe: one user)."""
 
-    def __init__(self, bootstrap: str, timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        timeout: float = 120.0,
+        *,
+        sock: socket.socket | None = None,
+        client_id: str = "walfs-spark",
+    ) -> None:
+        """A connection to "host:port"; or, with `sock`, over that connected socket
+        (`bootstrap` then only names it in errors: a daemon's local socket,
+        walfs.spark.sink_target.daemon_target)."""
         self.bootstrap = bootstrap
-        host, port = parse_bootstrap(bootstrap)
-        try:
-            self._sock = socket.create_connection((host, port), timeout=timeout)
-        except OSError as e:
-            raise RemoteError(f"cannot connect to the walfs daemon at {bootstrap}: {e}") from e
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.client_id = client_id
+        if sock is not None:
+            self._sock = sock
+        else:
+            host, port = parse_bootstrap(bootstrap)
+            try:
+                self._sock = socket.create_connection((host, port), timeout=timeout)
+            except OSError as e:
+                raise RemoteError(f"cannot connect to the walfs daemon at {bootstrap}: {e}") from e
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._correlation = 0
         self._lock = threading.Lock()
         self._ahead: FetchAhead | None = None
@@ -166,7 +182,7 @@ class RemoteWal:
                 request_api_key=i16(api[0]),
                 request_api_version=i16(api[1]),
                 correlation_id=i32(cid),
-                client_id="walfs-spark",
+                client_id=self.client_id,
             ),
         )
         entity_writer(type(body))(out, body)

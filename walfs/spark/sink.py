@@ -8,8 +8,10 @@ rows read with format("walfs") can be written back as they are.
 
 Batch writes (df.write): each task appends its own rows, chunk by chunk while Spark is
 still handing them over (walfs.spark.sink_task: bounded memory). On the driver, before
-any task runs, the writer notes where every stream ends (and, with a path, checks that
-no daemon owns the directory). Each stream's rows are cut into chunks of at most
+any task runs, the writer notes where every stream ends. With a path, the target is
+the directory itself when no daemon owns it, else the daemon that owns it, through its
+local socket (walfs.spark.sink_target.open_target; each task asks again when it
+starts). Each stream's rows are cut into chunks of at most
 sink_task.TASK_CHUNK_BYTES (or what the target takes: a daemon's Produce batches stay
 under message.max.bytes) as they arrive, each chunk one atomic append whose first
 record carries the header ``walfs.sink = "<job id>:<partition id>:<chunk>:<count>"``
@@ -382,8 +384,7 @@ class WalfsBatchWriter(DataSourceArrowWriter):
         self.opts = opts
         self.job_id = uuid.uuid4().hex
         # Where every stream ends now (before any task appends), for retried attempts'
-        # scans; opening the target also refuses a data directory a daemon owns before
-        # any task waits for its lock.
+        # scans (through the daemon that owns the directory, if one does).
         target = open_target(opts)
         try:
             self.starts = target.ends(opts.topic)

@@ -1,5 +1,7 @@
-"""Where the sink appends: the data directory itself (the engine, walfs.engine_api) when no daemon owns it,
-or a walfs daemon's Kafka listener (option "bootstrap", walfs.spark.sink_remote) when one does.
+"""Where the sink appends: the data directory itself (the engine, walfs.engine_api) when no daemon owns it;
+the daemon that owns it, through its local socket (walfs.local_socket: a path needs no
+more); or a walfs daemon's Kafka listener (option "bootstrap"). The last two are the
+same client (walfs.spark.sink_remote).
 
 Both give the sink the same four things: an atomic, durable append of one chunk of
 records (walfs.spark.sink_rows.Chunk, the stored layout) to one stream; the stream's
@@ -20,8 +22,8 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from walfs import WalLockedError
-from walfs.engine_api import LogEngine, open_engine
+from walfs import WalLockedError, local_socket
+from walfs.engine_api import LogEngine, is_local, open_engine
 from walfs.records import Header
 from walfs.spark.columnar import read_range
 from walfs.spark.options import SinkOptions, WalfsOptionError
@@ -58,7 +60,7 @@ class SinkTarget(Protocol):
 
 
 # How long a commit waits for the data directory's lock: a driver that was killed may
-# leave a Spark Python worker finishing its commit for a moment; a daemon keeps it.
+# leave a Spark Python worker finishing its commit for a moment.
 LOCK_WAIT_S = 20.0
 
 
@@ -68,8 +70,11 @@ def open_target(
     max_pause: float = 0.1,
     pause: Callable[[float], None] = time.sleep,
 ) -> SinkTarget:
-    """The target of the options; with a path, the data directory's lock waited for up
-    to `lock_wait_s` (tried every `max_pause` at most; open_local)."""
+    """The target of the options: the daemon of `bootstrap`; with a path, the daemon
+    that owns the data directory through its local socket (daemon_target), else the
+    directory itself once its lock is free: both tried until `lock_wait_s` has passed
+    (every `max_pause` at most; `pause(s)` between tries, a caller's may raise to give
+    up), then WalfsOptionError."""
     if opts.bootstrap:
         # Imported here: the Kafka client's message classes (kio) take a second or more
         # to import, which a write to the data directory should not pay.
@@ -77,14 +82,55 @@ def open_target(
         from walfs.spark.sink_remote import RemoteTarget
 
         return RemoteTarget(RemoteWal(opts.bootstrap))
+    if not is_local(opts.path):
+        return open_local(opts, lock_wait_s, max_pause, pause)  # a cluster: no lock
+    deadline = time.monotonic() + lock_wait_s
+    wait = min(0.002, max_pause)
+    while True:
+        remote = daemon_target(opts)
+        if remote is not None:
+            return remote
+        try:
+            return LocalTarget(open_engine(opts.path, org_id=opts.org_id))
+        except WalLockedError as e:
+            if time.monotonic() >= deadline:
+                raise WalfsOptionError(
+                    f"{opts.path} is locked by a process that does not serve it on "
+                    f"{local_socket.SOCKET_NAME} (a program with the WAL open, or a walfs "
+                    f"daemon older than this sink: write through its Kafka listener with "
+                    f'.option("bootstrap", "host:port")): {e}'
+                ) from e
+        pause(wait)
+        wait = min(max_pause, wait * 2)
+
+
+def daemon_target(opts: SinkOptions) -> SinkTarget | None:
+    """The daemon that owns the options' data directory, through its local socket
+    (walfs.local_socket), in the options' org; None when no daemon serves it."""
+    if not is_local(opts.path):
+        return None
+    from walfs import local_socket
+
     try:
-        return open_local(opts, lock_wait_s, max_pause, pause)
-    except WalLockedError as e:
+        sock = local_socket.connect(opts.path, timeout=120.0)
+    except local_socket.NotServed:
+        return None
+    except OSError as e:
         raise WalfsOptionError(
-            f"{opts.path} is owned by a running walfs daemon (walfs mount / walfs serve): write "
-            f'through its Kafka listener with .option("bootstrap", "host:port") (start it with '
-            f"--kafka-listen): {e}"
+            f"cannot connect to {local_socket.socket_path(opts.path)}, the local socket of the "
+            f"walfs daemon that owns {opts.path} (its mode follows the data directory's: "
+            f"who may write into the directory may connect): {e}"
         ) from e
+    from walfs.spark.remote import RemoteWal
+    from walfs.spark.sink_remote import RemoteTarget
+
+    return RemoteTarget(
+        RemoteWal(
+            local_socket.socket_path(opts.path),
+            sock=sock,
+            client_id=local_socket.client_id_for("walfs-spark", opts.org_id),
+        )
+    )
 
 
 def open_local(

@@ -12,7 +12,7 @@ so a retried attempt makes the same chunks and finds the ones an earlier attempt
 appended by their markers.
 
 Outlets:
-- `path` (_LocalOutlet): the data directory's lock belongs to one process, so tasks
+- `path`, no daemon serving it (_LocalOutlet): the data directory's lock belongs to one process, so tasks
   append in turns, and a task's turns run in its own appender thread while the task's
   thread goes on taking and encoding rows (the engine's calls release the GIL). The
   task's thread queues its chunks; the appender takes the lock (opens the directory)
@@ -29,7 +29,9 @@ Outlets:
   without the sync would be faster, but the next opener's recovery takes the records
   it finds for durable and writes durable-end marks for them, which a power cut before
   the first task's own fsync would leave pointing past the disk's contents.
-- `bootstrap` (_RemoteOutlet): chunks (one Kafka record batch each) go out in Produce
+- `bootstrap`, or `path` of a directory a daemon owns, through its local socket
+  (_RemoteOutlet; walfs.spark.sink_target.daemon_target, asked when the task starts):
+  chunks (one Kafka record batch each) go out in Produce
   requests of up to SEND_BYTES as soon as one is full, up to IN_FLIGHT of them
   unanswered on the connection, so the daemon appends and syncs the task's rows while
   the task receives the next ones.
@@ -54,7 +56,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from walfs.spark.options import SinkOptions
+from walfs.spark.options import SinkOptions, WalfsOptionError
 from walfs.spark.sink_phases import Phases
 from walfs.spark.sink_rows import Chunk, cuts, encode_chunk, row_costs
 
@@ -158,7 +160,12 @@ class _LocalOutlet:
         self.waited = 0.0
         with self.ph("lock"):
             target = open_target(self.opts, TASK_LOCK_WAIT_S, max_pause=TASK_LOCK_POLL_S, pause=pause)
-        assert isinstance(target, LocalTarget)
+        if not isinstance(target, LocalTarget):
+            target.close()
+            raise WalfsOptionError(
+                f"a walfs daemon began serving {self.opts.path} while this task appended to it: "
+                "a retry of the task writes through the daemon"
+            )
         return target
 
     def put(self, st: TaskStream, chunk: Chunk) -> None:
@@ -373,10 +380,16 @@ class TaskWriter:
         self.held_bytes = 0
         self.remote: RemoteTarget | None = None
         self.outlet: _LocalOutlet | _RemoteOutlet
+        from walfs.spark.sink_target import daemon_target
+
+        target = None
         if opts.bootstrap:
             from walfs.spark.sink import open_target
 
             target = open_target(opts)
+        else:
+            target = daemon_target(opts)  # a daemon owns the directory: through it
+        if target is not None:
             self.remote = target  # type: ignore[assignment]
             self.outlet = _RemoteOutlet(target, ph)  # type: ignore[arg-type]
         else:
