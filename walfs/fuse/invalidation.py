@@ -144,19 +144,29 @@ class Watcher:
         to a new generation (walfs.fuse.tree), based at the new low watermark. The old
         generations keep their positions (open files go on where they were), but what they
         cached of the trimmed head must go: exact mtime, and the kernel's pages of every
-        old generation and consumer file are dropped. Returns once the kernel's names
-        lead to the new generation (a `setfattr` trim answers after this)."""
+        old generation and consumer file are dropped. After a trim this returns once the
+        kernel's names lead to the new generation (a `setfattr` trim answers after it)."""
+        if deleted:
+            # Without waiting for the kernel's names: UNLINK calls this while the kernel
+            # holds the directory, and dropping a name there waits for that very request.
+            await self._rewrite(stream, self.tree.new_generation(stream, deleted=True), wait=False)
+            return
         async with self._generations:  # one at a time: a second caller waits for the first
-            old = self.tree.new_generation(stream, deleted=deleted)
-            if not old and not deleted:
-                return  # nothing changed for the kernel (told already, or it knows nothing)
-            self.tree.mtime_ns[stream] = time.time_ns()
-            topic, partition = stream
-            await trio.to_thread.run_sync(_forget_names, self.tree.entry_parents(stream), topic.encode())
-            for ino in self.tree.stream_inos(stream):
-                if ino in old or self.tree.node(ino).kind == "cfile":
-                    await self.pages.drop(ino)
-            self.invalidator.sizes(old)
+            old = self.tree.new_generation(stream)
+            if old:  # else nothing changed for the kernel (told already, or it knows nothing)
+                await self._rewrite(stream, old, wait=True)
+
+    async def _rewrite(self, stream: Stream, old: list[int], *, wait: bool) -> None:
+        self.tree.mtime_ns[stream] = time.time_ns()
+        parents, name = self.tree.entry_parents(stream), stream[0].encode()
+        if wait:
+            await trio.to_thread.run_sync(_forget_names, parents, name)
+        else:
+            self.invalidator.names([(parent, name) for parent in parents])
+        for ino in self.tree.stream_inos(stream):
+            if ino in old or self.tree.node(ino).kind == "cfile":
+                await self.pages.drop(ino)
+        self.invalidator.sizes(old)
 
     def poke(self, change: Change) -> None:
         """Any thread (the engine's watch callback): a stream grew, was trimmed, deleted or
