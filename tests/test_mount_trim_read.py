@@ -145,6 +145,39 @@ def test_a_trim_of_everything_then_appends(make_mount, tmp_path) -> None:
         m.stop()
 
 
+def test_a_file_opened_before_a_trim_keeps_its_positions(make_mount) -> None:
+    """Its trimmed pages give ENODATA; in the page that holds the first kept record (the
+    kernel reads whole pages), the trimmed bytes read as NULs ending in a newline."""
+    m: Mount = make_mount()
+    m.start()
+    try:
+        append(m, 0, 1000)
+        full = text(0, 1000).encode()
+        fd = os.open(m.path / "t", os.O_RDONLY)
+        try:
+            assert os.pread(fd, len(full), 0) == full  # cached by the kernel now
+            m.sh("setfattr -n user.walfs.low_watermark -v 700 t")
+            low = len(text(0, 700).encode())
+            page = low - low % 4096
+            assert page < low - 1  # the trim cuts inside a page
+            assert os.pread(fd, 4096, page) == (
+                b"\0" * (low - page - 1) + b"\n" + full[low : page + 4096]
+            )
+            for pos in (0, page - 4096, page - 1):
+                with pytest.raises(OSError) as e:
+                    os.pread(fd, 10, pos)
+                assert e.value.errno == errno.ENODATA
+            assert os.pread(fd, len(full), low) == full[low:]
+            append(m, 1000, 1010)  # grows at its end, at its positions
+            wait_until(lambda: os.fstat(fd).st_size == len(text(0, 1010).encode()), what="the new size")
+            assert os.pread(fd, 10_000, len(full)) == text(1000, 1010).encode()
+            assert m.out("cat t") == text(700, 1010)  # a new open: the new file
+        finally:
+            os.close(fd)
+    finally:
+        m.stop()
+
+
 class Appender(threading.Thread):
     """Appends record(i) for i = written, written + 1, ... in batches of ten short writes
     (a new open each batch) until stopped; holding `lock` pauses it between batches."""

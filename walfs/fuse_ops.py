@@ -476,14 +476,16 @@ class WalOperations(pyfuse3.Operations):
         """A READ that reached trimmed bytes: ENODATA, except when an old generation (a
         topic file opened before a trim) reads the page that holds the low watermark's
         byte. The kernel reads whole pages, and a reader at the end (`tail -f`) sits in
-        that page: its trimmed head reads as NUL bytes, the rest as it is (docs/mount.md
-        "Trimming and retention")."""
+        that page: its trimmed head reads as NUL bytes up to the newline that ends the
+        last trimmed record (the one byte of it that is known), the rest as it is
+        (docs/mount.md "Trimming and retention")."""
         node = h.node
         try:
             low = self.wal.info(node.topic, node.partition).low_byte
             cut = low - pos
             if node.kind == "topic" and 0 < cut < min(PAGE, size) and (pos - h.base_byte) % PAGE == 0:
                 buf = bytearray(size)
+                buf[cut - 1] = 0x0A  # every record's line ends with b"\n"
                 n = await trio.to_thread.run_sync(
                     self.wal.read_bytes, node.topic, node.partition, low, memoryview(buf)[cut:]
                 )
