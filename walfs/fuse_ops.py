@@ -6,8 +6,9 @@ xattrs, cache invalidation and the watcher, permissions, errnos, the request wra
 A topic file's bytes are its records' values, each followed by b"\\n" (the engine's byte
 view), from the byte of the low watermark when its inode was made (walfs.fuse.tree,
 "Generations": after a trim the name leads to a new inode that starts at the first kept
-record; open files keep theirs). Each newline-terminated line written is one record (walfs.line_assembly); a
-partial line stays with its file handle until its newline, flush (close) or fsync.
+record; open files keep theirs). Each newline-terminated line written is one record
+(walfs.line_assembly); a partial line stays with its file handle until its newline,
+flush (close) or fsync.
 Everything here is append-only in the way Linux treats append-only inodes: every call
 that would change or remove bytes gets EPERM.
 
@@ -142,8 +143,9 @@ class WalOperations(pyfuse3.Operations):
         """The entry of a node for a reply that gives the kernel a reference (lookup,
         create, mkdir; readdir counts its own, walfs.fuse.tree.Tree.looked_up)."""
         ino = self.tree.ino(node)
+        attrs = self.attributes.of(node, ino)
         self.tree.looked_up(ino)
-        return self.attributes.of(node, ino)
+        return attrs
 
     def may_write_dir(self, ctx: pyfuse3.RequestContext) -> bool:
         """Whether the caller may write a directory of the tree: the right to create
