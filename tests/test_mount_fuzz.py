@@ -151,9 +151,7 @@ def test_random_syscalls_as_another_user_and_as_root(shared_base: Path) -> None:
         log = m.log.read_text()
         assert "Traceback" not in log, log[max(log.find("Traceback") - 500, 0) :][:6000]
         # And the mount still serves.
-        # (A topic of its own: the fuzzer may have trimmed `a`, and the kernel reads whole
-        # pages, so a read near a low watermark may reach into the trimmed range: ENODATA,
-        # as docs/mount.md says.)
+        # (A topic of its own: the fuzzer may have trimmed `a`.)
         m.sh("echo after >> fuzz-end-check")
         assert m.out("tail -n 1 fuzz-end-check") == "after\n"
     finally:

@@ -3,7 +3,8 @@ functions as for the local engine (imported from their modules, so one copy of e
 a `mount` fixture that mounts a fresh namespace of a real Kafka broker
 (tests/real_kafka.py) instead of a data directory: echo, cat, wc, grep, partial lines,
 binary bytes, dd/cp/mv, append-only refusals and their errnos, partitions, xattrs,
-consumer files (commits, partial reads, tail -f), tail -f of a topic, concurrent writers.
+consumer files (commits, partial reads, tail -f), tail -f of a topic, concurrent writers,
+a trimmed topic read from its first kept record.
 Engine-specific ones (statfs of the data directory, power cuts, ENOSPC) stay local."""
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from test_mount_files import (  # noqa: F401
     test_refused_calls_keep_data,
     test_xattrs_and_ls_stat,
 )
+from test_mount_trim_read import test_a_trimmed_topic_reads_from_its_first_kept_record  # noqa: F401
 
 from walfs.cluster_engine import KafkaEngine
 

@@ -29,8 +29,7 @@ def test_setfattr_trims_and_sets_retention_that_survives_a_remount(make_mount) -
         m.sh("setfattr -n user.walfs.low_watermark -v 40 t")
         assert xattr(m, "low_watermark") == "40"
         assert xattr(m, "high_watermark") == "100"  # offsets never change
-        res = m.sh("head -c 10 t", check=False)  # the trimmed range
-        assert res.returncode != 0 and b"No data available" in res.stderr
+        assert m.out("head -n 1 t") == "41\n"  # the file starts at the first kept record
         for bad in ("x", "-5", "1.5", "999"):  # 999 is past the end
             res = m.sh(f"setfattr -n user.walfs.low_watermark -v {bad} t", check=False)
             assert res.returncode != 0 and b"Invalid argument" in res.stderr, bad
@@ -153,33 +152,28 @@ def test_rm_deletes_a_topic_only_when_allowed(make_mount) -> None:
 PAGE = 4096
 
 
-def trimmed_and_kept_reads(m: Mount, full: bytes, low: int) -> None:
-    """Every reader of the trimmed range (records below `low`, each PAGE bytes) gets
-    ENODATA; the kept records read back byte for byte at their old positions."""
-    for cmd in ("cat t", f"dd if=t bs={PAGE} skip=0 count=1", f"dd if=t bs={PAGE} skip={low - 1} count=1"):
-        res = m.sh(f"{cmd} | wc -c", check=False)
-        assert res.returncode != 0 and b"No data available" in res.stderr, (cmd, res.stderr)
-    kept = subprocess.run(
-        ["dd", "if=t", f"bs={PAGE}", f"skip={low}", "status=none"],
-        cwd=m.path,
-        capture_output=True,
-        check=True,
-    ).stdout
-    assert kept == full[low * PAGE :]
-    with open(m.path / "t", "rb") as f:
-        f.seek((low - 1) * PAGE)
+def trimmed_and_kept_reads(m: Mount, full: bytes, low: int, before: int) -> None:
+    """After a trim to `low` (records of PAGE bytes): the file (a new open) starts at the
+    first kept record, whole pages and all; a file opened before the trim (`before`, an
+    fd) keeps its positions, where the trimmed pages give ENODATA and the kept ones
+    read back byte for byte."""
+    kept = full[low * PAGE :]
+    for cmd in ("cat t", f"dd if=t bs={PAGE} status=none", f"dd if=t bs={PAGE} skip=1 status=none"):
+        got = m.sh(cmd).stdout
+        assert got == (kept if "skip" not in cmd else kept[PAGE:]), cmd
+    assert os.stat(m.path / "t").st_size == len(kept)
+    for page in (0, low - 1):
         with pytest.raises(OSError) as e:
-            f.read(PAGE)
+            os.pread(before, PAGE, page * PAGE)
         assert e.value.errno == errno.ENODATA
-    with open(m.path / "t", "rb") as f:
-        f.seek(low * PAGE)
-        assert f.read() == full[low * PAGE :]
+    assert os.pread(before, len(full), low * PAGE) == kept
+    assert os.fstat(before).st_size == len(full)
     assert int(xattr(m, "low_watermark")) == low
     assert int(xattr(m, "high_watermark")) == len(full) // PAGE  # offsets never change
-    assert int(xattr(m, "byte_size")) == len(full)  # nor byte positions
+    assert int(xattr(m, "byte_size")) == len(full)  # nor the stream's byte positions
 
 
-def test_readers_of_a_trimmed_range_get_enodata_after_a_trim_and_after_retention_by_age(
+def test_a_trimmed_topic_reads_from_its_first_kept_record_after_a_trim_and_after_retention_by_age(
     make_mount, monkeypatch, tmp_path
 ) -> None:
     # The daemon's background pass reads its clock from this file (retention.now_ms):
@@ -188,8 +182,8 @@ def test_readers_of_a_trimmed_range_get_enodata_after_a_trim_and_after_retention
     clock = tmp_path / "clock"
     clock.write_text("0")
     monkeypatch.setenv("WALFS_TEST_CLOCK_FILE", str(clock))
-    # One record per page, so that a page is either trimmed or kept (the kernel reads
-    # whole pages: docs/mount.md).
+    # One record per page, so that a page of a file opened before a trim is either
+    # trimmed or kept (the kernel reads whole pages: docs/mount.md).
     records = [b"%05d " % i + b"r" * (PAGE - 7) + b"\n" for i in range(30)]
     src = tmp_path / "src"
     src.write_bytes(b"".join(records[:20]))
@@ -198,9 +192,13 @@ def test_readers_of_a_trimmed_range_get_enodata_after_a_trim_and_after_retention
     try:
         m.sh(f"cat {src} >> t")
         full = b"".join(records[:20])
-        assert m.sh("cat t").stdout == full  # pages now in the kernel's cache
-        m.sh("setfattr -n user.walfs.low_watermark -v 5 t")
-        trimmed_and_kept_reads(m, full, 5)
+        before = os.open(m.path / "t", os.O_RDONLY)
+        try:
+            assert m.sh("cat t").stdout == full  # pages now in the kernel's cache
+            m.sh("setfattr -n user.walfs.low_watermark -v 5 t")
+            trimmed_and_kept_reads(m, full, 5, before)
+        finally:
+            os.close(before)
 
         # By age: records appended before `cut` get older than retention_ms once the
         # clock reads cut + retention_ms; the later ones stay.
@@ -211,20 +209,28 @@ def test_readers_of_a_trimmed_range_get_enodata_after_a_trim_and_after_retention
         src.write_bytes(b"".join(records[20:]))
         m.sh(f"cat {src} >> t")
         full = b"".join(records)
-        clock.write_text(str(cut + 60_000))
-        wait_until(
-            lambda: xattr(m, "low_watermark") == "20", timeout=60, what="the background retention pass"
-        )
-        # The pass tells the mount after it trimmed; the mount then drops the kernel's
-        # cached pages of the file (asynchronously: wait for that, bounded).
-        wait_until(
-            lambda: m.sh("dd if=t bs=4096 skip=19 count=1 | wc -c", check=False).returncode != 0,
-            timeout=30,
-            what="the trimmed pages to leave the page cache",
-        )
-        trimmed_and_kept_reads(m, full, 20)
+        before = os.open(m.path / "t", os.O_RDONLY)  # starts at record 5
+        try:
+            assert os.pread(before, PAGE, 0) == records[5]
+            clock.write_text(str(cut + 60_000))
+            wait_until(
+                lambda: xattr(m, "low_watermark") == "20", timeout=60, what="the background retention pass"
+            )
+            # The pass tells the mount after it trimmed; the mount then gives the name a
+            # new inode (asynchronously: wait for that, bounded).
+            wait_until(
+                lambda: m.sh("head -c 5 t").stdout == b"00020", timeout=30, what="the name's new inode"
+            )
+            with pytest.raises(OSError) as e:
+                os.pread(before, PAGE, 0)  # what it had read before is gone
+            assert e.value.errno == errno.ENODATA
+            assert os.pread(before, PAGE, 15 * PAGE) == records[20]  # its positions stay
+        finally:
+            os.close(before)
+        assert m.sh("cat t").stdout == full[20 * PAGE :]
         m.sh("echo after >> t")  # appends go on after the pass
         assert xattr(m, "high_watermark") == "31"
+        assert m.sh("cat t").stdout == full[20 * PAGE :] + b"after\n"
     finally:
         m.stop()
 
@@ -265,7 +271,7 @@ def test_a_full_disk_comes_back_through_a_trim_and_retention_without_a_remount(m
         assert df_avail() > full + (4 << 20)  # what df shows, through the mount
         m.sh("echo more >> t")  # the same mount appends again
         assert int(xattr(m, "high_watermark")) == high + 1  # offsets go on
-        assert m.out(f"dd if=t bs=1024 skip={high} status=none") == "more\n"
+        assert m.out("cat t") == "more\n"  # the file starts at the first kept record
 
         # A size limit: more appends than the disk holds no longer fill it.
         m.sh("setfattr -n user.walfs.retention_bytes -v 2M t")
@@ -338,7 +344,7 @@ def test_appends_past_the_limit_plus_one_segment_get_enospc_when_reclamation_fai
         assert high == written and int(xattr(m, "byte_size")) == high * 1024  # whole records
         low = int(xattr(m, "low_watermark"))
         assert 0 < low < high
-        assert m.out(f"dd if=t bs=1024 skip={low} count=1 status=none") == chunk.decode()
+        assert m.out("head -n 1 t") == chunk.decode()  # the first kept record
         assert "retention made no room" in m.read_log()
         assert xattr(m, "retention_bytes") == str(2 << 20)  # the mount still answers
     finally:

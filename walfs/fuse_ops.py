@@ -4,8 +4,11 @@ class that only translates requests into calls on the engine and on the mount's 
 xattrs, cache invalidation and the watcher, permissions, errnos, the request wrapper).
 
 A topic file's bytes are its records' values, each followed by b"\\n" (the engine's byte
-view). Each newline-terminated line written is one record (walfs.line_assembly); a
-partial line stays with its file handle until its newline, flush (close) or fsync.
+view), from the byte of the low watermark when its inode was made (walfs.fuse.tree,
+"Generations": after a trim the name leads to a new inode that starts at the first kept
+record; open files keep theirs). Each newline-terminated line written is one record
+(walfs.line_assembly); a partial line stays with its file handle until its newline,
+flush (close) or fsync.
 Everything here is append-only in the way Linux treats append-only inodes: every call
 that would change or remove bytes gets EPERM.
 
@@ -28,7 +31,7 @@ import pyfuse3
 import trio
 
 from walfs.engine_api import LogEngine, is_local
-from walfs.errors import RecordTooLargeError
+from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError
 from walfs.fuse import consumer_files, xattrs
 from walfs.fuse.attributes import Attributes
 from walfs.fuse.errnos import logged_fuse_error, topic_name_error, wal_errors_as_errno
@@ -41,7 +44,7 @@ from walfs.fuse.tree import Tree
 from walfs.line_assembly import DEFAULT_MAX_LINE_BYTES, LineAssembler
 from walfs.metrics import LoopLatency
 from walfs.names import MAX_NAME_BYTES
-from walfs.page_push import PagePusher
+from walfs.page_push import PAGE, PagePusher
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -105,6 +108,8 @@ class WalOperations(pyfuse3.Operations):
         self.attributes = Attributes(
             wal,
             self.tree.mtime_ns,
+            self.tree.base,
+            self.tree.ended,
             uid=os.getuid() if uid is None else uid,
             gid=os.getgid() if gid is None else gid,
             umask=umask,
@@ -112,7 +117,7 @@ class WalOperations(pyfuse3.Operations):
         self.handles = Handles()
         # Bytes appended go to the kernel's page cache of the topic's inode (run() is a
         # daemon task): the first read after writing is then served by the kernel.
-        self.pages = PagePusher(wal)
+        self.pages = PagePusher(wal, base_of=self.tree.base_of)
         self.watcher = Watcher(wal, self.tree, self.invalidator, self.pages)
 
         self._read_buf = bytearray(1 << 20)  # READ replies are built here (see read)
@@ -137,7 +142,12 @@ class WalOperations(pyfuse3.Operations):
         self.initialized.set()
 
     def _entry(self, node: Node) -> pyfuse3.EntryAttributes:
-        return self.attributes.of(node, self.tree.ino(node))
+        """The entry of a node for a reply that gives the kernel a reference (lookup,
+        create, mkdir; readdir counts its own, walfs.fuse.tree.Tree.looked_up)."""
+        ino = self.tree.ino(node)
+        attrs = self.attributes.of(node, ino)
+        self.tree.looked_up(ino)
+        return attrs
 
     def may_write_dir(self, ctx: pyfuse3.RequestContext) -> bool:
         """Whether the caller may write a directory of the tree: the right to create
@@ -235,8 +245,10 @@ class WalOperations(pyfuse3.Operations):
         return self._entry(node)
 
     async def forget(self, inode_list: Sequence[tuple[int, int]]) -> None:
-        # Inode numbers stay assigned for the mount's life (walfs.fuse.tree).
-        return None
+        # Inode numbers stay assigned for the mount's life, except old generations of a
+        # trimmed topic, which go once the kernel forgets them (walfs.fuse.tree).
+        for ino, n in inode_list:
+            self.tree.forget(ino, n)
 
     async def getattr(self, inode: int, ctx: pyfuse3.RequestContext) -> pyfuse3.EntryAttributes:
         node = self.tree.node(inode)
@@ -302,7 +314,7 @@ class WalOperations(pyfuse3.Operations):
         with wal_errors_as_errno(f"delete {text!r}"):
             await trio.to_thread.run_sync(self.wal.delete, text, partition)
         self.tree.drop_stream((text, partition))
-        await self.watcher.bytes_changed((text, partition))
+        await self.watcher.bytes_changed((text, partition), deleted=True)
 
     async def rmdir(self, parent_inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> None:
         """`rmdir .consumers/NAME` deletes the group with its cursors (Kafka's DeleteGroups;
@@ -377,8 +389,10 @@ class WalOperations(pyfuse3.Operations):
             entries = self.tree.listing(h.node)
             for i in range(start_id, len(entries)):
                 name, node = entries[i]
-                if not pyfuse3.readdir_reply(token, name, self._entry(node), i + 1):
+                ino = self.tree.ino(node)
+                if not pyfuse3.readdir_reply(token, name, self.attributes.of(node, ino), i + 1):
                     return
+                self.tree.looked_up(ino)
 
     async def releasedir(self, fh: int) -> None:
         self.handles.pop(fh, None)
@@ -398,7 +412,8 @@ class WalOperations(pyfuse3.Operations):
         if flags & os.O_TRUNC or (writable and not flags & os.O_APPEND):
             raise pyfuse3.FUSEError(errno.EPERM)
         lines = LineAssembler(self.max_line_bytes) if writable else None
-        h = Handle(node, ino=inode, lines=lines, append=writable)
+        # The file's positions start at its generation's base (walfs.fuse.tree).
+        h = Handle(node, ino=inode, lines=lines, append=writable, base_byte=self.tree.base[inode])
         # Writers bypass the page cache: the kernel would cache their bytes at the offset
         # it believes is the end, which is wrong when others append or a line is partial.
         # Readers keep the cache: bytes before the size never change, and a new size
@@ -443,7 +458,9 @@ class WalOperations(pyfuse3.Operations):
         # A new topic may be filled by `>` or cp (no O_APPEND, maybe O_TRUNC): their
         # writes are accepted as long as they run sequentially from 0.
         lines = LineAssembler(self.max_line_bytes) if writable else None
-        h = Handle(node, ino=self.tree.ino(node), lines=lines, append=bool(flags & os.O_APPEND))
+        ino = self.tree.ino(node)
+        append = bool(flags & os.O_APPEND)
+        h = Handle(node, ino=ino, lines=lines, append=append, base_byte=self.tree.base[ino])
         # The empty stream is made durable now, so that `touch t` leaves a topic behind.
         stream = (topic, partition)
         self.tree.creating.add(stream)
@@ -466,7 +483,9 @@ class WalOperations(pyfuse3.Operations):
         h = self.handles[fh]
         node = h.node
         topic, part = node.topic, node.partition
-        pos = h.base_byte + off if node.kind == "cfile" else off
+        pos = h.base_byte + off  # a consumer file's view, or a topic file's generation
+        if h.ino in self.tree.ended:
+            return b""  # a deleted topic's old generation: its end
         data: bytes | memoryview
         try:  # a plain try: this runs for every READ request
             if self.wal.resident(topic, part, pos, size):
@@ -477,12 +496,36 @@ class WalOperations(pyfuse3.Operations):
             else:
                 self.cold_reads += 1
                 data = await trio.to_thread.run_sync(self._read_cold, topic, part, pos, size)
+        except OffsetOutOfRangeError as exc:
+            data = await self._page_across_low(h, pos, size, exc)
         except Exception as exc:
             raise logged_fuse_error(f"read {node.topic!r}", exc) from exc
         self.read_bytes += len(data)
         if node.kind == "cfile" and off <= h.frontier:
             h.frontier = max(h.frontier, off + len(data))
         return data
+
+    async def _page_across_low(self, h: Handle, pos: int, size: int, exc: Exception) -> memoryview:
+        """A READ that reached trimmed bytes: ENODATA, except when an old generation (a
+        topic file opened before a trim) reads the page that holds the low watermark's
+        byte. The kernel reads whole pages, and a reader at the end (`tail -f`) sits in
+        that page: its trimmed head reads as NUL bytes up to the newline that ends the
+        last trimmed record (the one byte of it that is known), the rest as it is
+        (docs/mount.md "Trimming and retention")."""
+        node = h.node
+        try:
+            low = self.wal.info(node.topic, node.partition).low_byte
+            cut = low - pos
+            if node.kind == "topic" and 0 < cut < min(PAGE, size) and (pos - h.base_byte) % PAGE == 0:
+                buf = bytearray(size)
+                buf[cut - 1] = 0x0A  # every record's line ends with b"\n"
+                n = await trio.to_thread.run_sync(
+                    self.wal.read_bytes, node.topic, node.partition, low, memoryview(buf)[cut:]
+                )
+                return memoryview(buf)[: cut + n]
+        except Exception as again:
+            exc = again
+        raise logged_fuse_error(f"read {node.topic!r}", exc) from exc
 
     def _read_cold(self, topic: str, part: int, pos: int, size: int) -> memoryview:
         """A read that may wait for the disk (in a worker thread), into its own buffer."""
@@ -617,7 +660,7 @@ class WalOperations(pyfuse3.Operations):
         with wal_errors_as_errno(f"setxattr {key}"):
             await trio.to_thread.run_sync(change)
         if key == "low_watermark":
-            # Before the reply: the next read of the trimmed head must not hit cached pages.
+            # Before the reply: the next open of the name must find the new generation.
             await self.watcher.bytes_changed((node.topic, node.partition))
         self.invalidator.sizes((inode,))
 

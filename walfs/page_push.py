@@ -27,8 +27,11 @@ How (checked on kernel 6.x, libfuse 3.14, pyfuse3 3.5; see docs/mount.md "Cachin
   GETATTR/LOOKUP drops them too. So the mount reports mtimes in steps of MTIME_STEP_NS
   (`mtime_ns`) for growth, and the sizes the kernel learns from stores and from its own
   writes are the sizes the daemon reports (whole records).
-- Bytes that change meaning (a trim makes the head ENODATA; a deleted topic's name may
-  come back as a new topic on the same inode) are dropped with a full invalidation
+- A topic inode's file starts at its generation's base in the stream's byte view
+  (walfs.fuse.tree, "Generations": after a trim a new inode starts at the low
+  watermark): `base_of(ino)` gives it, and pages are stored at file positions.
+- Bytes that change meaning (a trim makes the head of older generations ENODATA; a
+  deleted topic's old generations end) are dropped with a full invalidation
   (`drop`), run in a worker thread: it may wait for page locks held by READs that this
   very loop has to answer.
 
@@ -43,6 +46,7 @@ from __future__ import annotations
 import errno
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyfuse3
@@ -96,10 +100,19 @@ class PagePusher:
     kernel's cache of the inode. Counters for metrics and tests: `pushed_bytes`,
     `skipped_bytes` (cut by the cap, not in memory, or refused by the kernel)."""
 
-    def __init__(self, wal: LogEngine, *, cap: int = DEFAULT_CAP, coalesce: float = PUSH_COALESCE) -> None:
+    def __init__(
+        self,
+        wal: LogEngine,
+        *,
+        cap: int = DEFAULT_CAP,
+        coalesce: float = PUSH_COALESCE,
+        base_of: Callable[[int], int | None] = lambda ino: 0,
+    ) -> None:
         if cap < PAGE:
             raise ValueError(f"cap must be at least {PAGE} bytes")
         self.wal = wal
+        # Where an inode's file starts in its stream's byte view (None: send it nothing).
+        self.base_of = base_of
         self.cap = cap
         self.coalesce = coalesce
         self.enabled = True
@@ -164,7 +177,7 @@ class PagePusher:
                         log.exception("pushing pages of %r failed", pending.topic)
 
     def _copy_and_store(
-        self, ino: int, topic: str, partition: int, pos: int, want: int
+        self, ino: int, topic: str, partition: int, pos: int, want: int, base: int
     ) -> tuple[int, OSError | None]:
         """(bytes stored, the kernel's refusal or None). One round at a time uses _buf."""
         with memoryview(self._buf) as view:
@@ -172,13 +185,16 @@ class PagePusher:
             if n <= 0:
                 return n, None
             try:
-                pyfuse3.notify_store(ino, pos, view[:n])  # type: ignore[arg-type]  # any buffer
+                pyfuse3.notify_store(ino, pos - base, view[:n])  # type: ignore[arg-type]  # any buffer
             except OSError as exc:
                 return n, exc
         return n, None
 
     async def _push(self, ino: int, pending: _Pending) -> None:
         topic, partition = pending.topic, pending.partition
+        base = self.base_of(ino)
+        if base is None:
+            return
         info = self.wal.info(topic, partition)
         size = info.byte_size
         if pending.held:
@@ -188,11 +204,11 @@ class PagePusher:
             rest.held += pending.held
         end = size - pending.held
         wanted = max(0, size - pending.grown)
-        start = max(wanted, end - self.cap)  # the most recent bytes, at most `cap`
-        start -= start % PAGE  # a page is only valid when stored from its start
+        start = max(wanted, end - self.cap, base)  # the most recent bytes, at most `cap`
+        start -= (start - base) % PAGE  # a page is only valid when stored from its start
         low = info.low_byte
         if start < low:  # trimmed bytes are never cached (a READ answers ENODATA)
-            start = low + (-low % PAGE)
+            start = low + (-(low - base) % PAGE)
         self.skipped_bytes += max(0, start - wanted)
         pos = start
         while pos < end:
@@ -207,7 +223,9 @@ class PagePusher:
                 # fills, and a page may be locked by a reader waiting for a READ that this
                 # loop answers; and the copy (with the engine's checksums) would hold up
                 # every request the loop has to answer meanwhile.
-                n, err = await trio.to_thread.run_sync(self._copy_and_store, ino, topic, partition, pos, want)
+                n, err = await trio.to_thread.run_sync(
+                    self._copy_and_store, ino, topic, partition, pos, want, base
+                )
             except OffsetOutOfRangeError:
                 return  # trimmed meanwhile: drop() follows
             if err is not None:

@@ -7,9 +7,10 @@ A policy has three optional parts (Kafka's names in brackets):
 - `groups`: never delete what these consumer groups have not committed (HoraeDB's safe
   offset), except that `bytes` is a hard cap that still wins (logged when it does).
 None means "no limit". `Wal.apply_retention` turns policies into trims (offsets are
-never renumbered; readers of a trimmed range get OffsetOutOfRangeError, ENODATA on the
-mount, OFFSET_OUT_OF_RANGE on Kafka), and reclamation then deletes the segment files
-that hold only trimmed records. The daemons run it in the background.
+never renumbered; readers of a trimmed range get OffsetOutOfRangeError, OFFSET_OUT_OF_RANGE
+on Kafka; the mount's files start at the first kept record, docs/mount.md), and
+reclamation then deletes the segment files that hold only trimmed records. The daemons
+run it in the background.
 
 Besides the retention policy a topic may carry the other Kafka topic configs walfs
 honours (walfs/kafka/topic_configs.py maps Kafka's names onto these keys):

@@ -25,15 +25,27 @@ NEGATIVE_TIMEOUT = 30.0
 class Attributes:
     """Every node belongs to uid:gid; its mode is the base mode less the umask, and the
     kernel enforces it (default_permissions). `mtime_ns`: each stream's mtime (kept by
-    walfs.fuse.invalidation), the mount's start for the rest."""
+    walfs.fuse.invalidation), the mount's start for the rest. `base` and `ended`: where
+    each topic inode's file starts in its stream's byte view, and the old generations of
+    deleted streams (walfs.fuse.tree, "Generations")."""
 
     def __init__(
-        self, wal: LogEngine, mtime_ns: dict[Stream, int], *, uid: int, gid: int, umask: int
+        self,
+        wal: LogEngine,
+        mtime_ns: dict[Stream, int],
+        base: dict[int, int],
+        ended: set[int],
+        *,
+        uid: int,
+        gid: int,
+        umask: int,
     ) -> None:
         if not 0 <= umask <= 0o777:
             raise ValueError(f"umask {umask:o} is not a permission mask")
         self.wal = wal
         self.mtime_ns = mtime_ns
+        self.base = base
+        self.ended = ended
         self.uid = uid
         self.gid = gid
         self.dir_mode = 0o777 & ~umask
@@ -65,6 +77,9 @@ class Attributes:
                 attrs.st_mode = stat.S_IFREG | self.file_mode
                 # One stream, two names when partition 0 (MOUNT/t and MOUNT/partition=0/t).
                 attrs.st_nlink = 2 if node.partition == 0 else 1
+                # The file starts at its generation's base: the low watermark's byte
+                # when its inode was made; nothing is left of a deleted stream's.
+                size = 0 if ino in self.ended else size - self.base.get(ino, 0)
             else:
                 # Reading a consumer file (and setting its xattrs) is how it is used.
                 attrs.st_mode = stat.S_IFREG | self.cfile_mode

@@ -89,6 +89,17 @@ class Invalidator:
                 pyfuse3.invalidate_entry_async(parent, name, ignore_enoent=True)
 
 
+def _forget_names(parents: list[int], name: bytes) -> None:
+    """Drops the kernel's entries of `name` (a worker thread: the call waits for requests
+    under way in those directories, which the event loop answers)."""
+    for parent in parents:
+        try:
+            pyfuse3.invalidate_entry(parent, name)
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:  # ENOENT: the kernel holds no such entry
+                log.warning("invalidate_entry(%d, %r): %s", parent, name, exc)
+
+
 class Watcher:
     """Growth of streams, from this mount's handlers (`grew`) or from anywhere else (the
     engine's watch callback `poke`, and a round every WATCH_INTERVAL): new mtimes and
@@ -101,7 +112,8 @@ class Watcher:
         self.pages = pages
         self._seen_size: dict[Stream, int] = {}
         self._poked: set[Stream] = set()  # streams grown outside the handlers
-        self._rewritten: set[Stream] = set()  # trimmed or deleted (by anyone)
+        self._rewritten: dict[Stream, bool] = {}  # trimmed or deleted (True), by anyone
+        self._generations = trio.Lock()  # bytes_changed
         self._watch_poke = trio.Event()
         self._trio_token: trio.lowlevel.TrioToken | None = None
         # .active while a handler appends: the engine's callback leaves that one alone
@@ -127,13 +139,34 @@ class Watcher:
         if ino is not None:
             self.pages.grew(ino, node.topic, node.partition, nbytes)
 
-    async def bytes_changed(self, stream: Stream) -> None:
-        """Bytes the kernel may have cached changed meaning (a trim made the head ENODATA,
-        a delete ended the file): exact mtime, and the kernel's pages of every file that
-        shows the stream (its topic file and consumer files) go."""
+    async def bytes_changed(self, stream: Stream, *, deleted: bool = False) -> None:
+        """A trim or a delete (`deleted`) of the stream, by anyone: the file's name leads
+        to a new generation (walfs.fuse.tree), based at the new low watermark. The old
+        generations keep their positions (open files go on where they were), but what they
+        cached of the trimmed head must go: exact mtime, and the kernel's pages of every
+        old generation and consumer file are dropped. After a trim this returns once the
+        kernel's names lead to the new generation (a `setfattr` trim answers after it)."""
+        if deleted:
+            # Without waiting for the kernel's names: UNLINK calls this while the kernel
+            # holds the directory, and dropping a name there waits for that very request.
+            await self._rewrite(stream, self.tree.new_generation(stream, deleted=True), wait=False)
+            return
+        async with self._generations:  # one at a time: a second caller waits for the first
+            old = self.tree.new_generation(stream)
+            if old:  # else nothing changed for the kernel (told already, or it knows nothing)
+                await self._rewrite(stream, old, wait=True)
+
+    async def _rewrite(self, stream: Stream, old: list[int], *, wait: bool) -> None:
         self.tree.mtime_ns[stream] = time.time_ns()
+        parents, name = self.tree.entry_parents(stream), stream[0].encode()
+        if wait:
+            await trio.to_thread.run_sync(_forget_names, parents, name)
+        else:
+            self.invalidator.names([(parent, name) for parent in parents])
         for ino in self.tree.stream_inos(stream):
-            await self.pages.drop(ino)
+            if ino in old or self.tree.node(ino).kind == "cfile":
+                await self.pages.drop(ino)
+        self.invalidator.sizes(old)
 
     def poke(self, change: Change) -> None:
         """Any thread (the engine's watch callback): a stream grew, was trimmed, deleted or
@@ -144,7 +177,7 @@ class Watcher:
         stream = (change.topic, change.partition)
         first = not self._poked and not self._rewritten
         if change.kind in ("trim", "delete"):
-            self._rewritten.add(stream)
+            self._rewritten[stream] = self._rewritten.get(stream, False) or change.kind == "delete"
         if change.kind != "delete":
             self._poked.add(stream)
 
@@ -159,9 +192,9 @@ class Watcher:
                 await self._watch_poke.wait()
             self._watch_poke = trio.Event()
             poked, self._poked = self._poked, set()
-            rewritten, self._rewritten = self._rewritten, set()
-            for stream in rewritten:
-                await self.bytes_changed(stream)
+            rewritten, self._rewritten = self._rewritten, {}
+            for stream, deleted in rewritten.items():
+                await self.bytes_changed(stream, deleted=deleted)
             if not timer.cancelled_caught:
                 # Poked: only the streams that grew outside the handlers (the mount's own
                 # appends do not poke; the handlers report them).
@@ -172,15 +205,22 @@ class Watcher:
                 continue
             try:
                 self.tree.refresh_streams()
-                for stream in list(self.tree.streams):
-                    self._look_at(stream)
+                # Trims nobody told of (an engine that does not call back for them).
+                trimmed = [st for st in list(self.tree.streams) if self._look_at(st)]
+                for stream in trimmed:
+                    await self.bytes_changed(stream)
             except Exception:
                 log.exception("watcher round failed")
 
-    def _look_at(self, stream: Stream) -> None:
-        size = self.wal.info(*stream).byte_size
+    def _look_at(self, stream: Stream) -> bool:
+        """Growth of the stream; returns whether its low watermark is not where its
+        current generation starts (a trim bytes_changed has not handled)."""
+        info = self.wal.info(*stream)
+        size = info.byte_size
         if self._seen_size.get(stream) != size:
             if stream in self._seen_size:
                 self.stream_changed(*stream, seen=False)
                 self.push(Node("topic", stream[1], stream[0]), size - self._seen_size[stream])
             self._seen_size[stream] = size
+        base = self.tree.current_base(stream)
+        return base is not None and info.low_byte != base

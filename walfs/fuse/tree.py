@@ -9,6 +9,14 @@
 The streams and groups here are a cache of the engine's lists: names only ever get
 added (a delete, when allowed, takes one out), and a name the kernel may hold as a
 negative entry is invalidated when its stream appears (walfs.fuse.invalidation).
+
+Generations (docs/mount.md "Trimming and retention"): a topic file's position 0 is the
+byte of the low watermark when its inode was made (its `base`), so that every tool reads
+a trimmed topic from its first kept record. A trim makes the next lookup of the name give
+a new inode (a new generation, as logrotate gives a new file); open files keep their
+inode and its base, so `tail -f` goes on at its own positions. An old generation lives
+until the kernel forgets it (its lookup count, kept here, reaches 0); a deleted stream's
+old generations are `ended` (empty).
 """
 
 from __future__ import annotations
@@ -26,9 +34,10 @@ from walfs.page_push import mtime_ns as page_mtime_ns
 
 
 class Tree:
-    """Nodes and inode numbers (stable for the mount's life: the tree only grows, and a
-    stable number is what lets both names of a partition-0 topic share one inode), the
-    streams and groups the mount knows, and each stream's mtime."""
+    """Nodes and inode numbers (stable for the mount's life, except a topic's, which is
+    new after each trim: see Generations above; numbers are never reused, and both names
+    of a partition-0 topic share one inode), the streams and groups the mount knows, and
+    each stream's mtime."""
 
     def __init__(self, wal: LogEngine, invalidator: Invalidator) -> None:
         self.wal = wal
@@ -43,6 +52,11 @@ class Tree:
         self._inos_of_stream: dict[Stream, tuple[int, ...]] = {}  # see stream_inos
         self.mtime_ns: dict[Stream, int] = {}
         self.creating: set[Stream] = set()  # CREATE handlers under way
+        # Topic inodes: the byte position of the file's position 0 (see Generations).
+        self.base: dict[int, int] = {}
+        self.ended: set[int] = set()  # old generations of deleted streams: empty files
+        self._old_gens: dict[Stream, list[int]] = {}  # generations before the current one
+        self._lookups: dict[int, int] = {}  # the kernel's lookup count of each inode
 
     # ----------------------------------------------------------------- inodes
 
@@ -53,8 +67,75 @@ class Tree:
             self._next_ino += 1
             self._inodes[node] = ino
             self._nodes[ino] = node
+            if node.kind == "topic":
+                self.base[ino] = self.wal.info(node.topic, node.partition).low_byte
             self._inos_of_stream.clear()
         return ino
+
+    def looked_up(self, ino: int) -> None:
+        """The kernel was given an entry of `ino` (lookup, create, readdir): one more
+        reference it will forget."""
+        self._lookups[ino] = self._lookups.get(ino, 0) + 1
+
+    def forget(self, ino: int, n: int) -> None:
+        """The kernel dropped n references; an old generation it no longer knows goes."""
+        left = self._lookups.get(ino, 0) - n
+        if left > 0:
+            self._lookups[ino] = left
+            return
+        self._lookups.pop(ino, None)
+        node = self._nodes.get(ino)
+        if node is not None and node.kind == "topic" and self._inodes.get(node) != ino:
+            self._free(ino, node)
+
+    def _free(self, ino: int, node: Node) -> None:
+        del self._nodes[ino]
+        self.base.pop(ino, None)
+        self.ended.discard(ino)
+        stream = (node.topic, node.partition)
+        old = self._old_gens.get(stream)
+        if old is not None and ino in old:
+            old.remove(ino)
+            if not old:
+                del self._old_gens[stream]
+        self._inos_of_stream.pop(stream, None)
+
+    def base_of(self, ino: int) -> int | None:
+        """Where the file of topic inode `ino` starts in its stream's byte view; None for
+        an ended generation (walfs.page_push sends it nothing)."""
+        if ino in self.ended:
+            return None
+        return self.base.get(ino, 0)
+
+    def current_base(self, stream: Stream) -> int | None:
+        """The base of the stream's current generation, None if the kernel has none."""
+        ino = self._inodes.get(Node("topic", stream[1], stream[0]))
+        return None if ino is None else self.base[ino]
+
+    def new_generation(self, stream: Stream, *, deleted: bool = False) -> list[int]:
+        """After a trim (or a delete: `deleted`) of `stream`: the next lookup of its name
+        gets a new inode based at the low watermark then. Returns the stream's old
+        generations the kernel may still hold (empty when nothing changed: the low
+        watermark's byte is the current generation's base, or the kernel has none)."""
+        topic, partition = stream
+        node = Node("topic", partition, topic)
+        ino = self._inodes.get(node)
+        if ino is None:
+            return []  # the kernel has no inode: the next one gets the right base
+        if not deleted:
+            low = self.wal.info(topic, partition).low_byte
+            if low == self.base[ino]:
+                return []
+            deleted = low < self.base[ino]  # the stream was deleted and made again
+        del self._inodes[node]
+        self._inos_of_stream.pop(stream, None)
+        old = self._old_gens.setdefault(stream, [])
+        old.append(ino)
+        if deleted:
+            self.ended.update(old)
+        if not self._lookups.get(ino):  # the kernel had forgotten it already
+            self._free(ino, node)
+        return list(self._old_gens.get(stream, ()))
 
     def known_ino(self, node: Node) -> int | None:
         """The node's inode if the kernel may know it (one was handed out), else None."""
@@ -67,14 +148,16 @@ class Tree:
             raise pyfuse3.FUSEError(errno.ENOENT) from None
 
     def stream_inos(self, stream: Stream) -> tuple[int, ...]:
-        """The inodes the kernel knows that show this stream: its topic file and its
-        consumer files. Cached (every write asks), dropped when an inode or group is new."""
+        """The inodes the kernel knows that show this stream: its topic file (every
+        generation) and its consumer files. Cached (every write asks), dropped when an
+        inode, a generation or a group is new."""
         inos = self._inos_of_stream.get(stream)
         if inos is None:
             topic, partition = stream
             nodes = [Node("topic", partition, topic)]
             nodes += [Node("cfile", partition, topic, g, peek) for g in self.groups for peek in (False, True)]
             inos = tuple(ino for ino in map(self._inodes.get, nodes) if ino is not None)
+            inos += tuple(self._old_gens.get(stream, ()))
             self._inos_of_stream[stream] = inos
         return inos
 
@@ -116,14 +199,18 @@ class Tree:
         self.invalidator.names(entries, keep=(made_in, name))
         self.invalidator.names([(pyfuse3.ROOT_INODE, f"{PARTITION_PREFIX}{partition}".encode())])
 
+    def entry_parents(self, stream: Stream) -> list[int]:
+        """The directory inodes the kernel knows where the stream's topic file has a name."""
+        partition = stream[1]
+        parents = [Node("pdir", partition)] + ([ROOT] if partition == 0 else [])
+        return [ino for ino in map(self._inodes.get, parents) if ino is not None]
+
     def drop_stream(self, stream: Stream) -> None:
         """A stream deleted through this mount: its name goes from every directory."""
-        topic, partition = stream
         self.streams.discard(stream)
         self._inos_of_stream.pop(stream, None)
-        parents = [Node("pdir", partition)] + ([ROOT] if partition == 0 else [])
-        name = topic.encode()
-        self.invalidator.names([(ino, name) for ino in map(self._inodes.get, parents) if ino is not None])
+        name = stream[0].encode()
+        self.invalidator.names([(ino, name) for ino in self.entry_parents(stream)])
 
     def stream_exists(self, topic: str, partition: int) -> bool:
         if (topic, partition) in self.streams:
