@@ -30,6 +30,7 @@ import pyfuse3
 import trio
 
 from walfs.engine_api import LogEngine, is_local, normalize_target
+from walfs.fuse import kernel_flags
 from walfs.fuse_ops import WalOperations
 from walfs.metrics import Metrics
 
@@ -233,6 +234,8 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
     try:
         pyfuse3.init(ops, config.mountpoint, fuse_options(config))
         mounted = True
+        # Before the kernel's INIT is read (pyfuse3.main): cached pages survive growth.
+        kernel_flags.no_auto_inval_data()
         trio.run(_serve, ops, config, on_ready, metrics)
     finally:
         if mounted:

@@ -29,7 +29,7 @@ import trio
 
 from walfs.engine_api import LogEngine, is_local
 from walfs.errors import RecordTooLargeError
-from walfs.fuse import consumer_files, xattrs
+from walfs.fuse import consumer_files, kernel_flags, xattrs
 from walfs.fuse.attributes import Attributes
 from walfs.fuse.errnos import logged_fuse_error, topic_name_error, wal_errors_as_errno
 from walfs.fuse.handles import Handle, Handles
@@ -550,6 +550,7 @@ class WalOperations(pyfuse3.Operations):
             "read_bytes": lambda: str(self.read_bytes),
             "pushed_bytes": lambda: str(self.pages.pushed_bytes),
             "push_skipped_bytes": lambda: str(self.pages.skipped_bytes),
+            "auto_inval_data": lambda: "off" if kernel_flags.active() else "on",
             **({"metrics": lambda: metrics().decode()} if metrics is not None else {}),
             "data_dir": lambda: self.data_dir,
             **{k: _constant(v) for k, v in self.info.items()},
