@@ -113,6 +113,8 @@ def no_auto_inval_data() -> bool:
         if at < 0 or at % _PTR or window.find(head, at + 1) >= 0:
             return False
         slot = ctypes.c_void_p.from_address(session + at)
+        if not slot.value:
+            return False
         orig = _ORIG_INIT(slot.value)
 
         def init(userdata: int | None, conn: int | None) -> None:
