@@ -16,10 +16,11 @@ How (checked on kernel 6.x, libfuse 3.14, pyfuse3 3.5; see docs/mount.md "Cachin
   copy out of the engine runs in that thread too: on the loop it held up every request
   (~0.3-0.5 ms per MiB with the engine's checksums), and the push fell behind a fast
   writer.
-- Bytes written through the mount are handed over when the writer's next request on that
-  file arrives (walfs.fuse_ops: WRITE, FLUSH, FSYNC, RELEASE), not when its WRITE is
-  answered: the kernel drops the cached pages of a direct_io write's range around that
-  WRITE, and a store made meanwhile was seen lost. Stores are batched over PUSH_COALESCE,
+- Bytes written through the mount are handed over when the writer's write() that made
+  them has ended (walfs.fuse_ops: at its FLUSH, FSYNC or RELEASE, or with the WRITE after
+  next), not when their WRITE is answered: the kernel drops the cached pages of a
+  direct_io write()'s whole range when it ends, and one write() may arrive as two
+  WRITEs; a store made meanwhile was seen lost (ftrace). Stores are batched over PUSH_COALESCE,
   and over SMALL_COALESCE while every stream grew by less than SMALL_BYTES (small writes).
 - The kernel keeps the pages only while what it learns about the file does not change
   under them: any new size learned from GETATTR/LOOKUP drops them, so the sizes the
