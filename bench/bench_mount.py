@@ -22,15 +22,23 @@ test alternating its targets for --rounds rounds (medians and per-round ratios r
   the mount, on bench/fuse_floor.py and on a plain file, and the FUSE requests per echo
   the daemon counted (its metrics);
 - `tail -f` latency: time from a write() returning to tail printing the line, with the
-  default 1 s poll and with `-s 0.1`.
-JSON goes to stdout (and --out).
+  default 1 s poll and with `-s 0.1`;
+- reads (issue 33): for each of --reads-mib (256 and 1024 MiB), a new topic / plain file
+  / file of bench/fuse_floor.py written with 1 MiB appends and an fsync after each, then
+  `cat` at once (the first read after writing), again (warm: the kernel already holds
+  the bytes) and a third time; per target the medians, and per-round ratios to the plain file with their
+  median, min and max; for the mount also the share of the topic's pages in the kernel's
+  cache before the first `cat` (mincore) and the MiB the daemon served during it.
+JSON goes to stdout and to --out (default bench/results/mount-TIME.json).
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import errno
 import json
+import mmap
 import os
 import platform
 import shutil
@@ -227,8 +235,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--small-mib", type=int, default=64, help="4 KiB test size")
     p.add_argument("--rounds", type=int, default=3, help="each test alternates its targets this often")
     p.add_argument("--echo-count", type=int, default=2000)
+    p.add_argument("--reads-mib", default="256,1024", help="sizes (MiB) of the reads test, comma-separated")
     p.add_argument("--fsync", default="interval", choices=("always", "interval", "never"))
-    p.add_argument("--out", default=None)
+    p.add_argument("--out", default=None, help="JSON file (default bench/results/mount-TIME.json)")
     p.add_argument(
         "--cpu",
         type=int,
@@ -238,9 +247,9 @@ def main(argv: list[str]) -> int:
     )
     p.add_argument(
         "--only",
-        default="append,cat,echo,tail",
+        default="append,cat,echo,tail,reads",
         help="comma-separated tests to run: append (1 MiB and 4 KiB), append4k (4 KiB only), "
-        "cat (needs append), echo, tail",
+        "cat (needs append), echo, tail, reads",
     )
     p.add_argument(
         "--walfs-src",
@@ -266,9 +275,12 @@ def main(argv: list[str]) -> int:
 
     src_env = {**os.environ, "PYTHONPATH": args.walfs_src}
     mount_cmd = [sys.executable, "-m", "walfs.cli.mount", str(data), str(mnt), "--fsync", args.fsync]
+    mount_cmd.append("--allow-delete")  # the reads test removes its topics after each round
     subprocess.run(mount_cmd, check=True, cwd=args.walfs_src, env=src_env)
     servers: list[tuple[subprocess.Popen[bytes], Path]] = []
     results: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "uptime_before": uptime(),
         "machine": machine(base),
         "fsync": args.fsync,
         "rounds": args.rounds,
@@ -307,6 +319,12 @@ def main(argv: list[str]) -> int:
             results["cat"] = cat_tests(args, big, mnt, plain, pt, floor, mib)
         if "echo" in only:
             results["echo_per_open"] = echo_test(args, mnt, plain, floor)
+        if "reads" in only:
+            results["reads"] = {
+                f"{m}MiB": reads_test(args, m, mnt, plain, floor)
+                for m in (int(x) for x in args.reads_mib.split(","))
+            }
+            results["uptime_after"] = uptime()
         if "tail" in only:
             results["tail_f_latency"] = {
                 "default_1s_poll": tail_latency(mnt / "tailed", 10, None),
@@ -324,8 +342,10 @@ def main(argv: list[str]) -> int:
             shutil.rmtree(base, ignore_errors=True)
     text = json.dumps(results, indent=2)
     print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    stamp = time.strftime("mount-%Y%m%dT%H%M%S.json", time.gmtime())
+    out = Path(args.out) if args.out else REPO / "bench" / "results" / stamp
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
     return 0
 
 
@@ -379,6 +399,105 @@ def cat_tests(
         "through_daemon": summary(through_daemon, "plain"),
         "warm": summary(warm, "plain"),
         "just_written": {**summary(fresh, "plain"), "served_by_daemon": served},
+    }
+
+
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)
+
+
+def uptime() -> str:
+    return Path("/proc/loadavg").read_text().strip()
+
+
+def resident_share(path: Path) -> float:
+    """The share of `path`'s pages in the kernel's page cache (mincore of a mapping)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return 0.0
+        # A private writable mapping gives ctypes an address; nothing is written or read.
+        with mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE) as m:
+            pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+            vec = (ctypes.c_ubyte * pages)()
+            addr = ctypes.addressof(ctypes.c_char.from_buffer(m))  # the export ends here
+            if _libc.mincore(ctypes.c_void_p(addr), ctypes.c_size_t(size), vec) != 0:
+                raise OSError(ctypes.get_errno(), "mincore")
+            return round(sum(v & 1 for v in vec) / pages, 4)
+    finally:
+        os.close(fd)
+
+
+def write_fsync_each(path: Path, mib: int) -> float:
+    """`mib` appends of 1 MiB of text lines (whole lines), an fsync after each."""
+    line = b"%08d " + b"x" * 90 + b"\n"
+    block = b"".join(line % i for i in range(10_600))
+    block = block[: block.rfind(b"\n", 0, 1 << 20) + 1]
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    t0 = time.perf_counter()
+    try:
+        for _ in range(mib):
+            os.write(fd, block)
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    return time.perf_counter() - t0
+
+
+def spread(samples: dict[str, list[float]], base: str) -> dict[str, Any]:
+    """Median MB/s per target, and the per-round ratios to `base` with median, min, max."""
+    out: dict[str, Any] = {f"{k}_MBps": round(statistics.median(v), 1) for k, v in samples.items()}
+    out["rounds"] = samples
+    for k, v in samples.items():
+        if k != base:
+            r = [a / b for a, b in zip(v, samples[base], strict=True)]
+            out[f"ratio_{k}_vs_{base}"] = {
+                "median": round(statistics.median(r), 2),
+                "min": round(min(r), 2),
+                "max": round(max(r), 2),
+                "rounds": [round(x, 2) for x in r],
+            }
+    return out
+
+
+def reads_test(args: argparse.Namespace, mib: int, mnt: Path, plain: Path, floor: Path) -> dict[str, Any]:
+    """Issue 33: the first `cat` after writing with 1 MiB appends + fsync each, and the
+    warm `cat` after it, on the mount, a plain file and the pyfuse3 floor, same rounds."""
+    first: dict[str, list[float]] = {"mount": [], "floor": [], "plain": []}
+    warm: dict[str, list[float]] = {"mount": [], "floor": [], "plain": []}
+    third: dict[str, list[float]] = {"mount": [], "floor": [], "plain": []}
+    write_s: dict[str, list[float]] = {"mount": [], "floor": [], "plain": []}
+    resident: list[float] = []
+    served: list[float | None] = []
+    for r in range(args.rounds):
+        for name, where in (("mount", mnt), ("plain", plain), ("floor", floor)):
+            path = where / f"reads_{mib}_{r}"
+            write_s[name].append(round(write_fsync_each(path, mib), 2))
+            time.sleep(0.5)  # the page push after the last write, as a user's next command
+            size_mib = os.stat(path).st_size / 2**20
+            if name == "mount":
+                resident.append(resident_share(path))
+                bytes0 = served_bytes(mnt)
+            first[name].append(round(size_mib * 1.048576 / timed(["cat", str(path)]), 1))
+            if name == "mount":
+                bytes1 = served_bytes(mnt)
+                gone = None if bytes0 is None or bytes1 is None else round((bytes1 - bytes0) / 2**20, 1)
+                served.append(gone)
+            warm[name].append(round(size_mib * 1.048576 / timed(["cat", str(path)]), 1))
+            third[name].append(round(size_mib * 1.048576 / timed(["cat", str(path)]), 1))
+            if name != "floor":  # the floor stores nothing; its files cost no disk
+                path.unlink()
+    return {
+        "mib": mib,
+        "first_cat": spread(first, "plain"),
+        "warm_cat": spread(warm, "plain"),
+        # The kernel moves a FUSE file's 4 KiB pages to its active list at their second
+        # access: a file filled by READs (the floor) pays that in its second `cat`, so
+        # its third is the ceiling of a cached FUSE read (docs/benchmarks.md, issue 33).
+        "third_cat": spread(third, "plain"),
+        "write_seconds": write_s,
+        "mount_resident_before_first_cat": resident,
+        "mount_MiB_served_by_daemon_in_first_cat": served,
     }
 
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from conftest_mount import Mount, wait_until
+from test_mount_kafka import free_port, kcat
 
 import walfs
 
@@ -23,13 +24,13 @@ _libc = ctypes.CDLL("libc.so.6", use_errno=True)
 PAGE = mmap.PAGESIZE
 
 
-def resident(path: Path) -> tuple[int, int]:
-    """(pages of `path` in the kernel's page cache, pages of the file)."""
+def page_vector(path: Path) -> list[bool]:
+    """Per page of `path`: in the kernel's page cache or not."""
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
         if size == 0:
-            return 0, 0
+            return []
         # A private writable mapping gives ctypes an address; nothing is written.
         with mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE) as m:
             pages = (size + PAGE - 1) // PAGE
@@ -37,9 +38,15 @@ def resident(path: Path) -> tuple[int, int]:
             base = ctypes.addressof(ctypes.c_char.from_buffer(m))
             if _libc.mincore(ctypes.c_void_p(base), ctypes.c_size_t(size), vec) != 0:
                 raise OSError(ctypes.get_errno(), "mincore")
-            return sum(v & 1 for v in vec), pages
+            return [bool(v & 1) for v in vec]
     finally:
         os.close(fd)
+
+
+def resident(path: Path) -> tuple[int, int]:
+    """(pages of `path` in the kernel's page cache, pages of the file)."""
+    vec = page_vector(path)
+    return sum(vec), len(vec)
 
 
 def all_resident(path: Path) -> bool:
@@ -48,7 +55,8 @@ def all_resident(path: Path) -> bool:
 
 
 def away_from_a_minute_step() -> None:
-    """Growth moves a topic's mtime in whole minutes, and a new mtime makes the kernel drop
+    """Where the mount cannot turn off FUSE_AUTO_INVAL_DATA (walfs.fuse.kernel_flags),
+    growth moves a topic's mtime in whole minutes, and a new mtime makes the kernel drop
     the file's pages (walfs.page_push.MTIME_STEP_NS): start a test's writes well inside a
     minute, so that its reads see the mtime its writes made."""
     second = time.time() % 60
@@ -154,3 +162,73 @@ def test_a_deleted_topic_made_again_shows_its_new_bytes(make_mount) -> None:
         assert t.read_bytes() == fresh
     finally:
         m.stop()
+
+
+def served(m: Mount) -> int:
+    """Bytes the daemon's READs have returned (what the kernel's cache did not serve)."""
+    return int(os.getxattr(m.path, "user.walfs.read_bytes"))
+
+
+def test_pages_survive_a_new_mtime_and_serve_the_first_read(make_mount) -> None:
+    """FUSE_AUTO_INVAL_DATA is off (walfs.fuse.kernel_flags): growth gives the topic an
+    exact new mtime, and the kernel keeps the pages it holds when it learns it (with the
+    flag on it dropped them all). A topic written through the mount is then read without
+    a single READ reaching the daemon."""
+    m: Mount = make_mount()
+    m.start()
+    try:
+        assert os.getxattr(m.path, "user.walfs.auto_inval_data") == b"off"
+        t = m.path / "t"
+        data = lines(20_000)
+        write_in_pieces(t, data, 1 << 20)
+        wait_until(lambda: all_resident(t), what="the written pages in the kernel's cache")
+        before = t.stat().st_mtime_ns
+        time.sleep(0.01)
+        more = lines(100, b"y")
+        write_in_pieces(t, more, 1 << 20)  # another open file appends
+        wait_until(lambda: all_resident(t), what="the appended pages in the kernel's cache")
+        assert t.stat().st_mtime_ns > before  # exact, not a minute step
+        time.sleep(1.1)  # the attributes the kernel holds expire: it asks for them again
+        assert t.stat().st_mtime_ns > before
+        vec = page_vector(t)
+        assert all(vec[: len(data) // PAGE]), "pages cached before the new mtime were dropped"
+        missing = len(vec) - sum(vec)
+        n = served(m)
+        assert m.sh("cat t | cmp - <(cat t)").returncode == 0
+        assert t.read_bytes() == data + more
+        # Every byte from the kernel's cache (a READ per page missing at most: one
+        # read-ahead window each).
+        assert served(m) - n <= missing * (256 << 10)
+    finally:
+        m.stop()
+
+
+def test_growth_through_the_kafka_face_reaches_cached_readers_whole(make_mount) -> None:
+    """Records produced through the Kafka listener grow a topic whose pages the kernel
+    holds (its last page partial): every reader, one holding the file open across the
+    growth too, sees the new size and exactly the bytes, never a stale or zeroed tail."""
+    m: Mount = make_mount()
+    port = free_port()
+    m.start("--kafka-listen", f"127.0.0.1:{port}")
+    try:
+        t = m.path / "t"
+        expected = lines(3_000, width=77)  # 231 000 bytes: the end is inside a page
+        write_in_pieces(t, expected, 64 << 10)
+        wait_until(lambda: all_resident(t), what="the written pages in the kernel's cache")
+        with open(t, "rb") as held:
+            assert held.read() == expected
+            for i in range(6):
+                batch = "".join(f"kafka {i} {j} {'z' * (i * 13 + j)}\n" for j in range(40))
+                kcat("-b", f"127.0.0.1:{port}", "-P", "-t", "t", stdin=batch)
+                expected += batch.encode()
+                size = len(expected)
+                wait_until(lambda size=size: t.stat().st_size == size, what="the produced size")
+                assert t.read_bytes() == expected, i
+                held.seek(0)
+                assert held.read() == expected, i
+                assert m.out("wc -l < t").strip() == str(expected.count(b"\n"))
+        wait_until(lambda: all_resident(t), what="the produced pages in the kernel's cache")
+        assert t.read_bytes() == expected
+    finally:
+        m.stop()
+    assert engine_view(Path(m.data), "t") == expected

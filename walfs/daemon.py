@@ -34,6 +34,7 @@ import trio
 
 from walfs import local_socket
 from walfs.engine_api import LogEngine, is_local, normalize_target
+from walfs.fuse import kernel_flags
 from walfs.fuse_ops import WalOperations
 from walfs.metrics import Metrics
 
@@ -245,6 +246,8 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
                 "reason is on the daemon's stderr (`walfs mount -f`, or the --log-file)"
             ) from exc
         mounted = True
+        # Before the kernel's INIT is read (pyfuse3.main): cached pages survive growth.
+        kernel_flags.no_auto_inval_data()
         trio.run(_serve, ops, config, on_ready, metrics, local)
     finally:
         if local is not None:

@@ -32,7 +32,7 @@ import trio
 
 from walfs.engine_api import LogEngine, is_local
 from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError
-from walfs.fuse import consumer_files, xattrs
+from walfs.fuse import consumer_files, kernel_flags, xattrs
 from walfs.fuse.attributes import Attributes
 from walfs.fuse.errnos import logged_fuse_error, topic_name_error, wal_errors_as_errno
 from walfs.fuse.handles import Handle, Handles
@@ -188,12 +188,12 @@ class WalOperations(pyfuse3.Operations):
             own.active = False
 
     def _release_held(self, h: Handle) -> None:
-        """The writer of h sent another request: the kernel is done with its previous
-        WRITE (it drops the cached pages of a direct_io WRITE's range around it), so the
-        bytes that WRITE appended may be cached now (walfs.page_push)."""
+        """The writer of h sent a FLUSH, FSYNC or RELEASE: its write() calls have ended
+        (the kernel drops the cached pages of a direct_io write()'s range around it), so
+        every byte its WRITEs appended may be cached now (walfs.page_push)."""
         if h.held:
             self.pages.release(h.ino, h.held)
-            h.held = 0
+            h.held = h.held_last = 0
 
     async def _commit_partial(self, h: Handle) -> None:
         """At FLUSH, FSYNC, RELEASE (the writer is done with its WRITEs): the held partial
@@ -541,8 +541,14 @@ class WalOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EPERM)  # writing at an offset
         if lines.refused:
             raise pyfuse3.FUSEError(errno.EFBIG)
-        if h.held:
-            self._release_held(h)
+        if h.held > h.held_last:
+            # All but the previous WRITE's bytes: that one may be the first part of the
+            # same write() (a buffer that does not start on a page reaches the daemon as
+            # two WRITEs), and the kernel drops the cached pages of a write()'s whole
+            # range when it ends (ftrace: invalidate_inode_pages2_range from
+            # fuse_direct_io), which would take pages stored in between with them.
+            self.pages.release(h.ino, h.held - h.held_last)
+            h.held = h.held_last
         try:
             batch = lines.complete_lines(buf)
         except RecordTooLargeError as exc:
@@ -552,9 +558,12 @@ class WalOperations(pyfuse3.Operations):
             # The complete lines go in as one batch (split in C, append_lines): no other
             # writer's line can land between them, and a crash keeps all or none.
             await self._append(h.node, batch)
-            h.held = len(batch)
-            self.pages.grew(h.ino, h.node.topic, h.node.partition, h.held, held=True)
+            h.held += len(batch)
+            h.held_last = len(batch)
+            self.pages.grew(h.ino, h.node.topic, h.node.partition, len(batch), held=True)
             lines.appended(buf)
+        else:
+            h.held_last = 0
         h.next_pos += len(buf)
         return len(buf)
 
@@ -624,6 +633,7 @@ class WalOperations(pyfuse3.Operations):
             "read_bytes": lambda: str(self.read_bytes),
             "pushed_bytes": lambda: str(self.pages.pushed_bytes),
             "push_skipped_bytes": lambda: str(self.pages.skipped_bytes),
+            "auto_inval_data": lambda: "off" if kernel_flags.active() else "on",
             **({"metrics": lambda: metrics().decode()} if metrics is not None else {}),
             "data_dir": lambda: self.data_dir,
             **{k: _constant(v) for k, v in self.info.items()},

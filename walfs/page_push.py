@@ -16,20 +16,24 @@ How (checked on kernel 6.x, libfuse 3.14, pyfuse3 3.5; see docs/mount.md "Cachin
   copy out of the engine runs in that thread too: on the loop it held up every request
   (~0.3-0.5 ms per MiB with the engine's checksums), and the push fell behind a fast
   writer.
-- Bytes written through the mount are handed over when the writer's next request on that
-  file arrives (walfs.fuse_ops: WRITE, FLUSH, FSYNC, RELEASE), not when its WRITE is
-  answered: the kernel drops the cached pages of a direct_io write's range around that
-  WRITE, and a store made meanwhile was seen lost. Stores are batched over PUSH_COALESCE,
+- Bytes written through the mount are handed over when the writer's write() that made
+  them has ended (walfs.fuse_ops: at its FLUSH, FSYNC or RELEASE, or with the WRITE after
+  next), not when their WRITE is answered: the kernel drops the cached pages of a
+  direct_io write()'s whole range when it ends, and one write() may arrive as two
+  WRITEs; a store made meanwhile was seen lost (ftrace). Stores are batched over PUSH_COALESCE,
   and over SMALL_COALESCE while every stream grew by less than SMALL_BYTES (small writes).
 - The kernel keeps the pages only while what it learns about the file does not change
-  under them: libfuse turns on FUSE_AUTO_INVAL_DATA (pyfuse3 cannot turn it off), which
-  drops every cached page of a file whose mtime changed; any new size learned from
-  GETATTR/LOOKUP drops them too. So the mount reports mtimes in steps of MTIME_STEP_NS
-  (`mtime_ns`) for growth, and the sizes the kernel learns from stores and from its own
-  writes are the sizes the daemon reports (whole records).
+  under them: any new size learned from GETATTR/LOOKUP drops them, so the sizes the
+  kernel learns from stores and from its own writes are the sizes the daemon reports
+  (whole records). libfuse also turns on FUSE_AUTO_INVAL_DATA, which drops them on a
+  new mtime: walfs.fuse.kernel_flags turns it off, and where it cannot the mount
+  reports mtimes in steps of MTIME_STEP_NS (`mtime_ns`) for growth.
 - A topic inode's file starts at its generation's base in the stream's byte view
   (walfs.fuse.tree, "Generations": after a trim a new inode starts at the low
   watermark): `base_of(ino)` gives it, and pages are stored at file positions.
+- Each chunk is stored twice: FUSE caches 4 KiB pages, and the kernel moves each page
+  to its active list on the second access; the second store makes that access here,
+  not in the first reader's read() (perf: a quarter of a first `cat`'s time).
 - Bytes that change meaning (a trim makes the head of older generations ENODATA; a
   deleted topic's old generations end) are dropped with a full invalidation
   (`drop`), run in a worker thread: it may wait for page locks held by READs that this
@@ -54,6 +58,7 @@ import trio
 
 from walfs.engine_api import LogEngine
 from walfs.errors import OffsetOutOfRangeError
+from walfs.fuse import kernel_flags
 
 log = logging.getLogger("walfs.page_push")
 
@@ -74,8 +79,12 @@ MTIME_STEP_NS = 60 * 10**9
 
 
 def mtime_ns(now_ns: int | None = None) -> int:
-    """The mtime a topic shows after growing at `now_ns` (default: now)."""
+    """The mtime a topic shows after growing at `now_ns` (default: now): exact when the
+    kernel keeps cached pages across mtime changes (walfs.fuse.kernel_flags), else in
+    steps of MTIME_STEP_NS."""
     t = time.time_ns() if now_ns is None else now_ns
+    if kernel_flags.active():
+        return t
     return t - t % MTIME_STEP_NS
 
 
@@ -186,6 +195,11 @@ class PagePusher:
                 return n, None
             try:
                 pyfuse3.notify_store(ino, pos - base, view[:n])  # type: ignore[arg-type]  # any buffer
+                # Twice: the second store finds the pages the first made and marks them
+                # accessed again, which moves them to the kernel's active list here
+                # instead of in the first reader's read() (FUSE caches 4 KiB pages, one
+                # LRU move each: a quarter of a first `cat`'s time when left to it).
+                pyfuse3.notify_store(ino, pos - base, view[:n])  # type: ignore[arg-type]
             except OSError as exc:
                 return n, exc
         return n, None

@@ -9,5 +9,6 @@ translates requests (walfs.fuse_ops.WalOperations):
 - invalidation: what the kernel must forget (sizes, names) and the watcher that finds
   growth made by other faces;
 - permissions: the caller's right to write a directory;
-- errnos: which errno a walfs error becomes, and the guard around every handler.
+- errnos: which errno a walfs error becomes, and the guard around every handler;
+- kernel_flags: FUSE_AUTO_INVAL_DATA off (cached pages survive a topic's growth).
 """

@@ -35,9 +35,12 @@ class Handle:
     base_byte: int = 0
     frontier: int = 0
     committed_frontier: int = 0  # the frontier at the last commit (flush repeats)
-    # Bytes this handle's last WRITE appended: they go to the kernel's page cache at the
-    # handle's next request (walfs.page_push.PagePusher.release).
+    # Bytes this handle's last WRITEs appended and the page push must not send yet
+    # (walfs.page_push.PagePusher.release): those of its latest WRITE go at its next
+    # FLUSH, FSYNC or RELEASE, or with the WRITE after next (`held_last`: the latest
+    # WRITE's share of `held`; see WalOperations.write).
     held: int = 0
+    held_last: int = 0
 
     @property
     def writable(self) -> bool:
