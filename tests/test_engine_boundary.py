@@ -29,7 +29,8 @@ FACE_PACKAGES = ("walfs.fuse", "walfs.kafka", "walfs.spark", "walfs.cli", "pyspa
 FACE_MODULES = ("walfs.fuse_ops", "walfs.daemon", "walfs.page_push")
 # What every engine shares: the interface, errors, names, the record meta format, the
 # per-topic settings rules, the metrics registry, the Kafka wire codecs of the C library
-# (engine-neutral: they work on the interface's read() layout), line assembly.
+# (engine-neutral: they work on the interface's read() layout), line assembly, the
+# daemon's local socket (where a data directory's daemon listens: mount, serve, Spark).
 SHARED = (
     "walfs.engine_api",
     "walfs.errors",
@@ -39,9 +40,10 @@ SHARED = (
     "walfs.metrics",
     "walfs.kafka_codec",
     "walfs.line_assembly",
+    "walfs.local_socket",
 )
 # Names a face may take from the package itself (`from walfs import X`): the errors.
-PACKAGE_NAMES = {"errors", "engine_api", "names", "records", "Record"}
+PACKAGE_NAMES = {"errors", "engine_api", "names", "records", "Record", "local_socket"}
 
 
 def _allowed(module: str) -> bool:

@@ -257,12 +257,16 @@ def test_flipped_byte_in_sealed_block_is_reported_on_read(open_wal, wal_dir, whe
         w.read("t", 10)
     assert w.read("t", 0, max_records=20) == vals[:10]  # the good ones before it
     assert w.read("t", 11, max_records=5) == vals[11:16]
-    # The byte view checks CRCs four records at a time: it still stops right before the
-    # bad record (third in its group of four), from any start before it.
+    # The byte view checks CRCs four records at a time: a range that reaches the bad
+    # record (third in its group of four) fails whole, from any start before it (never a
+    # short read, which the mount would pass on as the end of the file), and a range
+    # that ends right before it is served whole.
     view = b"".join(v + b"\n" for v in vals)
     bad_at = sum(len(v) + 1 for v in vals[:10])
     for start in (0, 3, bad_at - len(vals[9]) - 1, bad_at - 1):
-        assert w.read_bytes("t", start, len(view)) == view[start:bad_at]
+        with pytest.raises(walfs.CorruptRecordError, match="offset 10"):
+            w.read_bytes("t", start, len(view))
+        assert w.read_bytes("t", start, bad_at - start) == view[start:bad_at]
     with pytest.raises(walfs.CorruptRecordError):
         w.read_bytes("t", bad_at, 100)
     after = bad_at + len(vals[10]) + 1

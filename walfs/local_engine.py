@@ -518,7 +518,7 @@ class LocalEngine:
         e.topic, e.partition = s.name, s.partition
         offset = -1 if e.offset is None else e.offset
         where = f"record at offset {offset} of {s.name!r} partition {s.partition}"
-        e.args = (f"{where} is damaged (fails its checksum): run `walfs fsck {self.path}`",)
+        e.args = (f"{where} is corrupt (fails its checksum): run `walfs fsck {self.path}`",)
         if self.stats.corrupt.first(s.stream_no, offset):
             log.error(
                 "damaged record: topic %r partition %d offset %d fails its checksum; reads that "
