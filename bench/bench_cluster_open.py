@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from real_kafka import KafkaCluster  # noqa: E402
 
-from walfs.cluster_engine import KafkaEngine, region_of, stream_key_bytes  # noqa: E402
+from walfs.cluster.engine import KafkaEngine, region_of, stream_key_bytes  # noqa: E402
 
 
 def write(target: str, records: int, streams: int, batch: int, size: int, writers: int) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The mount's own cost per request, without the kernel: the daemon's request handlers
-(walfs.fuse_ops.WalOperations with the daemon's wiring: every request guarded and timed by
+(walfs.fuse.operations.WalOperations with the daemon's wiring: every request guarded and timed by
 walfs/fuse/requests.py, the watcher subscribed to the engine) called directly in a trio
 loop, on a fresh engine (fsync interval).
 
@@ -46,18 +46,18 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     # The tree under test (bench/ab_trees.py sets PYTHONPATH), imported after argument parsing.
-    from walfs.engine_api import open_engine
-    from walfs.fuse_ops import WalOperations
+    from walfs.engine.contract import open_engine
+    from walfs.fuse.operations import WalOperations
 
     base = tempfile.mkdtemp(prefix="walfs-handlers-", dir=args.dir)
     wal = open_engine(os.path.join(base, "data"), fsync="interval", segment_size=64 << 20)
     try:
         ops = WalOperations(wal, os.path.join(base, "data"))
         # As the daemon does: each append notifies the watcher, every request is timed (a
-        # tree from before walfs.metrics.LoopLatency times only once the daemon sets it).
+        # tree from before walfs.common.metrics.LoopLatency times only once the daemon sets it).
         wal.watch(ops.watcher.poke)
         if getattr(ops, "request_latency", None) is None:
-            from walfs.metrics import Metrics
+            from walfs.common.metrics import Metrics
 
             ops.request_latency = Metrics(wal).fuse
         results: dict[str, Any] = trio.run(_measure, ops, args.count, args.repeat)

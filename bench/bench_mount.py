@@ -11,7 +11,7 @@ test alternating its targets for --rounds rounds (medians and per-round ratios r
   ceiling of any pyfuse3 file system);
 - the same with bs=4k (small appends, bound by FUSE requests);
 - the daemon's CPU time per appended MiB during the 1 MiB test (/proc/PID/stat), which
-  includes putting the written bytes into the kernel's page cache (walfs/page_push.py);
+  includes putting the written bytes into the kernel's page cache (walfs/fuse/page_push.py);
 - `cat` of the topic written by the 1 MiB test vs of the plain file: cold (all caches
   dropped, root only), through the daemon (the topic's kernel pages dropped, the data in
   memory) and warm (from the kernel's page cache);

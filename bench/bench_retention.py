@@ -36,7 +36,7 @@ import threading
 import time
 
 import walfs
-from walfs.retention import file_budget
+from walfs.engine.settings import file_budget
 
 
 def dir_use(d: str) -> tuple[int, int, int]:

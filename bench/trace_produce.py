@@ -73,7 +73,7 @@ import walfs.kafka.dispatch as dispatch_mod  # noqa: E402
 import walfs.kafka.framing as framing  # noqa: E402
 import walfs.kafka.pipeline as pipeline  # noqa: E402
 import walfs.kafka.produce as produce  # noqa: E402
-from walfs.engine_api import open_engine  # noqa: E402
+from walfs.engine.contract import open_engine  # noqa: E402
 from walfs.kafka import serve_kafka  # noqa: E402
 from walfs.kafka.broker import Broker  # noqa: E402
 from walfs.kafka.group_sync import GroupSync  # noqa: E402

@@ -16,7 +16,7 @@ runs), `fsync="never"`:
   `sync_file_range(SYNC_FILE_RANGE_WRITE)` on the segment from the appending thread, as
   the variant tried and reverted last session did; those calls' times are reported apart.
 
-Both report the core's writeback counts (`walfs.debug.writeback_wait`): ranges handed
+Both report the core's writeback counts (`walfs.local.debug.writeback_wait`): ranges handed
 over and written back, and `max_queue_ns`, the longest an appending thread spent handing
 a range over (the lock and the signal, measured in C around the hand-over).
 
@@ -41,8 +41,8 @@ import tempfile
 import time
 
 import walfs
-from walfs import debug
-from walfs.engine_api import durable_end
+from walfs.engine.contract import durable_end
+from walfs.local import debug
 
 _SYS_CACHESTAT = 451
 _SYNC_FILE_RANGE_WRITE = 2

@@ -18,7 +18,7 @@ import pytest
 from real_kafka import KafkaCluster
 
 import walfs
-from walfs.cluster_engine import KafkaEngine, region_of, stream_key_bytes
+from walfs.cluster.engine import KafkaEngine, region_of, stream_key_bytes
 from walfs.errors import WalCorruptError
 
 REPO = Path(__file__).resolve().parent.parent

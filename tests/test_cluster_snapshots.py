@@ -10,7 +10,7 @@ import pytest
 from conftest_mount import wait_until
 from real_kafka import fresh_target
 
-from walfs.cluster_engine import KafkaEngine
+from walfs.cluster.engine import KafkaEngine
 from walfs.errors import WalError
 
 

@@ -16,8 +16,8 @@ import pytest
 
 import walfs
 from walfs.consumer import MAX_METADATA_BYTES
+from walfs.engine.records import encode_meta, producer_of, with_producer
 from walfs.errors import WalCorruptError
-from walfs.records import encode_meta, producer_of, with_producer
 
 
 def _cursor_file(wal_dir: str, group: str) -> str:

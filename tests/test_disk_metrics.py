@@ -15,7 +15,7 @@ from kafka_harness import SMALL_WAL_ARGS, ServeProcess
 from test_metrics import free_port, scrape, value
 
 import walfs
-from walfs import debug
+from walfs.local import debug
 
 pytest_plugins = ["conftest_mount"]
 

@@ -1,5 +1,5 @@
 """The faces (the mount's modules, the Kafka listener, the Spark source, the CLI) use the
-engine interface (walfs/engine_api.py) and nothing of an engine's internals, so that a
+engine interface (walfs/engine/contract.py) and nothing of an engine's internals, so that a
 second engine (issue 16's Kafka cluster) plugs in without touching them.
 
 An ast scan of every face module's imports, at any depth (late imports inside functions
@@ -15,33 +15,19 @@ WALFS = REPO / "walfs"
 # The faces: the mount's modules, the Kafka listener, Spark, the command line.
 FACE_FILES = sorted(
     [
-        WALFS / "fuse_ops.py",
-        WALFS / "daemon.py",
-        WALFS / "page_push.py",
         *(WALFS / "fuse").glob("*.py"),
+        *(WALFS / "service").glob("*.py"),
         *(WALFS / "kafka").glob("*.py"),
         *(WALFS / "spark").glob("*.py"),
         *(WALFS / "cli").glob("*.py"),
         *(REPO / "pyspark_walfs").glob("*.py"),
     ]
 )
-FACE_PACKAGES = ("walfs.fuse", "walfs.kafka", "walfs.spark", "walfs.cli", "pyspark_walfs")
-FACE_MODULES = ("walfs.fuse_ops", "walfs.daemon", "walfs.page_push")
-# What every engine shares: the interface, errors, names, the record meta format, the
-# per-topic settings rules, the metrics registry, the Kafka wire codecs of the C library
-# (engine-neutral: they work on the interface's read() layout), line assembly, the
-# daemon's local socket (where a data directory's daemon listens: mount, serve, Spark).
-SHARED = (
-    "walfs.engine_api",
-    "walfs.errors",
-    "walfs.names",
-    "walfs.records",
-    "walfs.retention",
-    "walfs.metrics",
-    "walfs.kafka_codec",
-    "walfs.line_assembly",
-    "walfs.local_socket",
-)
+FACE_PACKAGES = ("walfs.fuse", "walfs.service", "walfs.kafka", "walfs.spark", "walfs.cli", "pyspark_walfs")
+FACE_MODULES: tuple[str, ...] = ()
+# What every engine shares: the contract package, errors, the Kafka batch codec, the small
+# common utilities (metrics, the daemon's local socket).
+SHARED = ("walfs.engine", "walfs.errors", "walfs.wire", "walfs.common")
 # Names a face may take from the package itself (`from walfs import X`): the errors.
 PACKAGE_NAMES = {"errors", "engine_api", "names", "records", "Record", "local_socket"}
 
@@ -85,8 +71,8 @@ def violations(path: pathlib.Path) -> list[str]:
 def test_the_faces_exist_where_this_test_looks() -> None:
     names = {p.relative_to(REPO).as_posix() for p in FACE_FILES}
     for must in (
-        "walfs/fuse_ops.py",
-        "walfs/daemon.py",
+        "walfs/fuse/operations.py",
+        "walfs/service/daemon.py",
         "walfs/kafka/fetch.py",
         "walfs/spark/columnar.py",
         "walfs/cli/fsck.py",
@@ -104,24 +90,24 @@ def test_the_scan_catches_what_it_must(tmp_path: pathlib.Path) -> None:
     """The scanner itself: each way of reaching an internal is caught; the allowed ones pass."""
     bad = tmp_path / "face.py"
     bad.write_text(
-        "import walfs\nfrom walfs.wal import Wal\nfrom walfs import Wal as W\nimport walfs.engine\n"
-        "def late():\n    from walfs.local_engine import LocalEngine\n    return walfs.Wal\n"
+        "import walfs\nfrom walfs.wal import Wal\nfrom walfs import Wal as W\nimport walfs.local.core\n"
+        "def late():\n    from walfs.local.engine import LocalEngine\n    return walfs.Wal\n"
         "from walfs.consumer import CursorStore\nfrom walfs._core import lib\n"
     )
     good = tmp_path / "good.py"
     good.write_text(
-        "import os, trio\nfrom walfs.engine_api import LogEngine\nfrom walfs import WalError, errors\n"
-        "from walfs.names import topic_bytes\nfrom walfs.kafka.api import Api\nfrom . import sibling\n"
+        "import os, trio\nfrom walfs.engine.contract import LogEngine\nfrom walfs import WalError, errors\n"
+        "from walfs.engine.names import topic_bytes\nfrom walfs.kafka.api import Api\nfrom . import sibling\n"
     )
     bad_rel = sorted(v.split(": ", 1)[1] for v in _scan_outside(bad))
     assert bad_rel == sorted(
         [
             "from walfs.wal import ...",
             "from walfs import Wal",
-            "import walfs.engine",
+            "import walfs.local.core",
             "from walfs.consumer import ...",
             "from walfs._core import ...",
-            "from walfs.local_engine import ...",
+            "from walfs.local.engine import ...",
             "walfs.Wal",
         ]
     )

@@ -1,12 +1,12 @@
 """Every engine call that takes a caller's buffer releases it before an error leaves the
-call (walfs/engine.py, the rule at its top).
+call (walfs/local/core.py, the rule at its top).
 
 The crash this guards against: a cffi buffer over a caller's memoryview, left alive in a
 frame that the error's traceback keeps, holds an export of that memoryview. When the
 cyclic garbage collector breaks the traceback's cycle, CPython 3.11 clears the memoryview
 despite the export and later frees it twice: a segfault in `memory_dealloc`. The mount
 daemon died of it once in CI, when a page push read bytes that a trim had just cut
-(walfs/page_push.py). Each call runs in a child process: the old code dies there.
+(walfs/fuse/page_push.py). Each call runs in a child process: the old code dies there.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import pytest
 SETUP = """
 import array, gc, sys
 import walfs
-from walfs.engine import REC_SIZE
-from walfs.kafka_codec import encode_kafka_batch
+from walfs.local.core import REC_SIZE
+from walfs.wire.batch_codec import encode_kafka_batch
 w = walfs.Wal(sys.argv[1], fsync="never", segment_size=1 << 20, block_size=64 << 10)
 w.append_batch("t", [b"x" * 4000 + b"\\n" for _ in range(50)])
 w.trim("t", 40)

@@ -1,5 +1,5 @@
 """The engine conformance suite: one set of tests written against the engine interface
-(walfs/engine_api.py) alone, run over every engine in ENGINES. Today the local C core;
+(walfs/engine/contract.py) alone, run over every engine in ENGINES. Today the local C core;
 issue 16 adds the Kafka cluster engine to ENGINES (a target and the options that make it
 small), and every test here must then pass on it too. Engine-specific tests (power cuts,
 damage, segment reclamation) stay in their own files.
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from walfs.engine_api import (
+from walfs.engine.contract import (
     REC_LAYOUT,
     REC_SIZE,
     Change,
@@ -30,6 +30,7 @@ from walfs.engine_api import (
     read_records,
     wait_for,
 )
+from walfs.engine.records import encode_meta
 from walfs.errors import (
     BufferTooSmallError,
     InvalidPartitionError,
@@ -41,7 +42,6 @@ from walfs.errors import (
     WalLockedError,
 )
 from walfs.kafka.record_batch import decode_batches
-from walfs.records import encode_meta
 
 BOUND_S = 60.0  # every wait in this file is bounded; none is a speed assertion
 
@@ -646,7 +646,7 @@ def test_append_pieces_is_append_of_the_pieces_joined(make: Maker) -> None:
 
 _KILLED_WRITER = """
 import sys
-from walfs.engine_api import open_engine
+from walfs.engine.contract import open_engine
 target, policy = sys.argv[1], sys.argv[2]
 opts = eval(sys.argv[3])
 e = open_engine(target, fsync=policy, **opts)

@@ -367,7 +367,7 @@ def test_broker_settings_refused(item: str) -> None:
 def test_retention_set_through_kafka_is_enforced(tmp_path: Path) -> None:
     """retention.ms / retention.bytes from IncrementalAlterConfigs are the WAL's policy: a
     retention pass trims by them, and ListOffsets earliest shows the new log start.
-    retention.bytes counts whole segment files (walfs.retention.file_budget): a limit of
+    retention.bytes counts whole segment files (walfs.engine.settings.file_budget): a limit of
     one segment keeps the partition's newest file."""
     seg = 1 << 20
     with listener(tmp_path, wal_kwargs={"segment_size": seg, "block_size": 64 << 10}) as lst:

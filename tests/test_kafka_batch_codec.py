@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import walfs
+from walfs.engine.records import encode_meta, producer_of, with_producer
 from walfs.kafka.record_batch import (
     BatchError,
     WireRecord,
@@ -24,8 +25,7 @@ from walfs.kafka.record_batch import (
     encode_batch,
     encode_records_for_test,
 )
-from walfs.kafka_codec import decode_kafka_records, read_as_kafka_batch
-from walfs.records import encode_meta, producer_of, with_producer
+from walfs.wire.batch_codec import decode_kafka_records, read_as_kafka_batch
 
 
 def test_c_batches_equal_the_python_encoding(open_wal):

@@ -1,7 +1,7 @@
 """Null values (Kafka tombstones) are kept apart from empty ones end to end (issue 12):
 librdkafka produces both, its consumer reads None and b"" back, the Python API shows
 None and b"", the Spark columns hold null and b"", and the mount's file shows both as an
-empty line. Stored as meta version 2 with flag 4 (walfs/records.py)."""
+empty line. Stored as meta version 2 with flag 4 (walfs/engine/records.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from conftest_mount import Mount
 from kafka_harness import consume, listener, rdkafka_consumer
 
-from walfs.records import decode_meta, encode_meta, value_is_null
+from walfs.engine.records import decode_meta, encode_meta, value_is_null
 
 pytest_plugins = ["conftest_mount"]
 

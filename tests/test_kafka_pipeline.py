@@ -38,15 +38,15 @@ from kio.schema.produce.v9.response import ProduceResponse
 from kio.serial import entity_reader
 
 import walfs
-from walfs import debug
 from walfs.errors import WalIOError
 from walfs.kafka.pipeline import PIPELINE_DEPTH
 from walfs.kafka.record_batch import WireRecord, encode_records_for_test
+from walfs.local import debug
 
 
 class GatedWal(walfs.Wal):
     """A WAL whose engine's sync() waits for the test to open the gate, then syncs for
-    real (the listener holds the engine, walfs.engine_api, not this Wal). With
+    real (the listener holds the engine, walfs.engine.contract, not this Wal). With
     ``sync_first`` it syncs for real first, then waits for one ``release`` per call: an
     append the test makes meanwhile came after that sync read what it covers."""
 

@@ -31,9 +31,9 @@ from test_kafka_pipeline import (
 )
 
 import walfs
-from walfs import debug
 from walfs.errors import WalIOError
 from walfs.kafka.group_sync import GroupSync
+from walfs.local import debug
 
 
 def test_what_is_appended_while_a_sync_runs_is_covered_by_the_next_one(

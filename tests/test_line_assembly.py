@@ -1,4 +1,4 @@
-"""walfs.line_assembly on a real engine: bytes written in any pieces become exactly one
+"""walfs.fuse.line_assembly on a real engine: bytes written in any pieces become exactly one
 record per line, a failed append keeps nothing, and an over-long line is refused for good
 (the mount's writers and any library caller share this one assembler)."""
 
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 import walfs
-from walfs.engine_api import read_values
+from walfs.engine.contract import read_values
 from walfs.errors import RecordTooLargeError
-from walfs.line_assembly import LineAssembler
+from walfs.fuse.line_assembly import LineAssembler
 
 
 def feed(wal: walfs.Wal, asm: LineAssembler, piece: bytes) -> None:

@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 from conftest_mount import Mount
 from kafka_harness import SMALL_WAL_ARGS, ServeProcess
 
-from walfs.metrics import BUCKETS, Latency, LoopLatency
+from walfs.common.metrics import BUCKETS, Latency, LoopLatency
 
 pytest_plugins = ["conftest_mount"]
 

@@ -171,7 +171,7 @@ def test_cold_reads_go_to_a_thread_and_return_the_same_bytes(mount: Mount) -> No
         f.write(data)
         os.fsync(f.fileno())  # durable, so the segments' pages are clean and can be dropped
     # A fresh daemon: the one that took the writes read them back to put them into the
-    # kernel's page cache (walfs/page_push.py), which maps the segments.
+    # kernel's page cache (walfs/fuse/page_push.py), which maps the segments.
     mount.stop()
     mount.start()
 

@@ -40,7 +40,7 @@ from test_mount_files import (  # noqa: F401
 )
 from test_mount_trim_read import test_a_trimmed_topic_reads_from_its_first_kept_record  # noqa: F401
 
-from walfs.cluster_engine import KafkaEngine
+from walfs.cluster.engine import KafkaEngine
 
 
 @pytest.fixture

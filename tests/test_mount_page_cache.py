@@ -1,5 +1,5 @@
 """Bytes appended through the mount are in the kernel's page cache before anyone reads them
-(walfs/page_push.py, issue 13), and the cache never serves a wrong byte: not past the end
+(walfs/fuse/page_push.py, issue 13), and the cache never serves a wrong byte: not past the end
 after more appends, not after a trim (the file then starts at the first kept record),
 not after a topic was deleted and made
 again. Residency is read with mincore(2) on a mapping of the topic file."""
@@ -57,7 +57,7 @@ def all_resident(path: Path) -> bool:
 def away_from_a_minute_step() -> None:
     """Where the mount cannot turn off FUSE_AUTO_INVAL_DATA (walfs.fuse.kernel_flags),
     growth moves a topic's mtime in whole minutes, and a new mtime makes the kernel drop
-    the file's pages (walfs.page_push.MTIME_STEP_NS): start a test's writes well inside a
+    the file's pages (walfs.fuse.page_push.MTIME_STEP_NS): start a test's writes well inside a
     minute, so that its reads see the mtime its writes made."""
     second = time.time() % 60
     if second > 40:

@@ -95,7 +95,7 @@ def test_plays_systemd_notify(tmp_path: Path) -> None:
 
 
 def test_abstract_notify_socket(tmp_path: Path) -> None:
-    from walfs.daemon import sd_notify
+    from walfs.service.daemon import sd_notify
 
     name = f"walfs-test-{os.getpid()}"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

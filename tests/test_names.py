@@ -1,4 +1,4 @@
-"""One name rule (walfs.names.topic_bytes) on every face: the Python API, the mount and the
+"""One name rule (walfs.engine.names.topic_bytes) on every face: the Python API, the mount and the
 Kafka wire refuse the same names, reserved ones included (issue 11)."""
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import walfs
-from walfs import debug
-from walfs.records import decode_meta, encode_meta
+from walfs.engine.records import decode_meta, encode_meta
+from walfs.local import debug
 
 values = st.binary(min_size=0, max_size=3000)
 topics = st.sampled_from(["a", "b", "c/d".replace("/", "_"), "ünï"])

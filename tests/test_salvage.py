@@ -1,4 +1,4 @@
-"""`walfs fsck --repair DAMAGED --into NEW` (walfs/salvage.py, csrc/salvage.c), run as the real
+"""`walfs fsck --repair DAMAGED --into NEW` (walfs/local/salvage.py, csrc/salvage.c), run as the real
 command: every intact record and cursor lands in the new WAL at its offset, losses are listed
 with a non-zero exit, and the damaged original is never changed (hashed before and after)."""
 

@@ -1,8 +1,8 @@
 """One record per call (issue 19): the stream handle's write path and what it must keep.
 
 A small append is copied into the segment's writable mapping (csrc/io.c seg_mwritev)
-instead of written with pwritev, and its Python side takes no lock (walfs/engine.py
-append_one pins the handle; walfs/metrics.py tallies the counters). These tests hold that
+instead of written with pwritev, and its Python side takes no lock (walfs/local/core.py
+append_one pins the handle; walfs/common/metrics.py tallies the counters). These tests hold that
 path to the same contracts as the rest: no write syscall per record, readers in another
 process see every acknowledged record, a fault on the mapping is an error and not a dead
 process, a close racing appends loses nothing that was acknowledged, and the counters are

@@ -22,7 +22,7 @@ pytest_plugins = ["spark_fixtures"]
 # Small segments and blocks, so that the pass below deletes whole segment files.
 SMALL = {"segment_size": 132 << 10, "block_size": 16 << 10}  # 8 blocks a segment
 # retention_bytes under one segment: a pass keeps the records in the file being filled
-# (walfs.retention.file_budget), about 120 of the records below.
+# (walfs.engine.settings.file_budget), about 120 of the records below.
 LIMIT = 100_000
 
 

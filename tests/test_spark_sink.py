@@ -185,7 +185,7 @@ def test_batch_write_through_the_daemon(spark: SparkSession, tmp_path: Path) -> 
     serve = ServeProcess(data)
     try:
         # The daemon holds the directory's lock: a write to the path goes through the
-        # daemon's local socket (walfs.local_socket), the rows as they are...
+        # daemon's local socket (walfs.common.local_socket), the rows as they are...
         df.write.format("walfs").mode("append").save(str(data))
         assert read_back(spark, bootstrap=serve.bootstrap) == expected_streams(rows)
         # ...as through its Kafka listener: the same rows again, after the first ones.

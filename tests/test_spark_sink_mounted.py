@@ -1,6 +1,6 @@
 """Spark writes by path into a WAL that a running mount owns (no flag at mount time):
 `option("path", DATA_DIR)` and `option("path", MOUNTPOINT)` go through the daemon's
-local socket (walfs.local_socket), batch and streaming (exactly once across a SIGKILLed
+local socket (walfs.common.local_socket), batch and streaming (exactly once across a SIGKILLed
 and restarted driver), and `cat` on the mount shows the rows. Also the socket itself:
 a mount point's org, a stale socket left by a killed daemon, a private data directory,
 a data directory whose path does not fit sun_path."""
@@ -23,7 +23,7 @@ from pyspark.sql import functions as F
 from test_spark_sink_stream import PARTITIONS, PER_PARTITION, driver_killed_then_restarted
 
 import walfs
-from walfs import local_socket
+from walfs.common import local_socket
 from walfs.spark.options import parse_sink_options
 from walfs.spark.schema import HEADER_TYPE
 from walfs.spark.sink_rows import encode_chunk

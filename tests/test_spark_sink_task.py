@@ -26,8 +26,8 @@ import sink_task_child
 from kafka_harness import ServeProcess
 
 import walfs
-from walfs import debug
-from walfs.engine_api import open_engine
+from walfs.engine.contract import open_engine
+from walfs.local import debug
 from walfs.spark import sink_target, sink_task
 from walfs.spark.options import parse_sink_options
 from walfs.spark.remote import LATEST, RemoteWal
@@ -437,7 +437,7 @@ def test_with_a_path_a_power_cut_in_a_turn_keeps_every_turn_before_it(
     least three turns: each turn appends what is queued when it gets to it.)"""
     monkeypatch.setattr(sink_task, "TASK_HOLD_BYTES", TASK_CHUNK_BYTES)
     monkeypatch.setattr(sink_task, "TASK_TURN_BYTES", 1)  # a turn as soon as a chunk is queued
-    # The sink's opens in test mode (walfs.debug.power_cut needs it), an interval syncer
+    # The sink's opens in test mode (walfs.local.debug.power_cut needs it), an interval syncer
     # that never comes (only the turns' syncs make anything durable).
     monkeypatch.setattr(
         sink_target, "open_engine", partial(open_engine, test_mode=True, fsync_interval_ms=3_600_000)

@@ -1,4 +1,4 @@
-"""The per-topic settings file (topics.conf, walfs/retention.py) with the Kafka topic configs
+"""The per-topic settings file (topics.conf, walfs/engine/settings.py) with the Kafka topic configs
 walfs honours: version 2 holds them, version 1 files are still read, bad values are refused,
 a deleted topic's settings go, and a version walfs does not know is refused, not ignored."""
 
@@ -13,7 +13,7 @@ import blake3
 import pytest
 
 import walfs
-from walfs.retention import TopicSettings
+from walfs.engine.settings import TopicSettings
 
 
 def write_settings(path: Path, version: int, topics: dict[str, dict[str, object]]) -> None:

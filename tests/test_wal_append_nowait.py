@@ -12,7 +12,7 @@ import pytest
 from conftest import SMALL, payload
 
 import walfs
-from walfs import debug
+from walfs.local import debug
 
 SEGMENT = SMALL["segment_size"]
 

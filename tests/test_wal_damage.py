@@ -12,7 +12,7 @@ import pytest
 from conftest import SMALL, payload
 
 import walfs
-from walfs import debug
+from walfs.local import debug
 
 SEG_HDR = 4096
 BLOCK = SMALL["block_size"]
@@ -630,7 +630,7 @@ def test_deleted_cursor_file_is_reported_not_read_as_no_cursor(open_wal, wal_dir
     with pytest.raises(walfs.WalCorruptError):
         w.committed_offsets("g")
     w.close()
-    from walfs.salvage import salvage
+    from walfs.local.salvage import salvage
 
     rep = salvage(wal_dir, os.path.join(os.path.dirname(wal_dir), "new"))
     assert any(x.where == f"cursors/g/{key}" and "missing" in x.why for x in rep.lost), rep.lost
@@ -845,7 +845,7 @@ def test_a_read_reaching_a_damaged_record_fails_whole_and_names_it(open_wal, wal
 
 
 def test_damaged_records_remembered_are_bounded():
-    from walfs.metrics import CORRUPT_REMEMBERED, CorruptRecords
+    from walfs.common.metrics import CORRUPT_REMEMBERED, CorruptRecords
 
     c = CorruptRecords()
     assert c.first(1, 5) and not c.first(1, 5)

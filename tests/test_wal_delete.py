@@ -10,7 +10,7 @@ import pytest
 from conftest import payload
 
 import walfs
-from walfs import debug
+from walfs.local import debug
 
 
 def segs(d: str) -> list[str]:

@@ -8,7 +8,7 @@ import pytest
 from conftest import payload
 
 import walfs
-from walfs import debug
+from walfs.local import debug
 
 
 def fill(w: walfs.Wal, topic: str, n: int, start: int = 0, size: int = 500) -> None:

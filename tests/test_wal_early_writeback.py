@@ -14,7 +14,7 @@ import pytest
 from writeback_probe import VALUE, batch, check_recovered_prefix, dirty_pages, segment_files, values
 
 import walfs
-from walfs import debug
+from walfs.local import debug
 
 GEOMETRY = {"segment_size": 32 << 20, "block_size": 16 << 20}
 BIG = 8 << 20  # one append, past WRITEBACK_MIN (4 MiB)

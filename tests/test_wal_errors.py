@@ -10,7 +10,7 @@ from conftest import REPO, SMALL
 from segment_files import segment_bytes
 
 import walfs
-from walfs import debug
+from walfs.local import debug
 
 
 @pytest.mark.parametrize("topic", ["", "a/b", "nul\0byte", ".", "..", "x" * 250, "é" * 125, b"bytes", None])

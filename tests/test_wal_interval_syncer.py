@@ -12,7 +12,7 @@ import time
 from kafka_harness import wait_until
 
 import walfs
-from walfs import debug
+from walfs.local import debug
 
 SMALL = {"segment_size": 16 << 20, "block_size": 1 << 20}
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import PYTHON, REPO, SMALL, payload
 
 import walfs
-from walfs import debug
+from walfs.local import debug
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

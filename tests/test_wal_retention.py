@@ -104,9 +104,9 @@ def test_settings_survive_restarts_and_damage_is_reported(open_wal, wal_dir):
     w.set_retention("u", retention_bytes=99)
     w.close()
     w = open_wal(retention_bytes=10**9)
-    assert w.retention("t") == walfs.retention.Policy(ms=1234, bytes=None, groups=("g",))
-    assert w.retention("u") == walfs.retention.Policy(ms=None, bytes=99)
-    assert w.retention("other") == walfs.retention.Policy(bytes=10**9)
+    assert w.retention("t") == walfs.engine.settings.Policy(ms=1234, bytes=None, groups=("g",))
+    assert w.retention("u") == walfs.engine.settings.Policy(ms=None, bytes=99)
+    assert w.retention("other") == walfs.engine.settings.Policy(bytes=10**9)
     w.set_retention("u", retention_bytes="default")
     assert w.retention("u").bytes == 10**9
     w.close()

@@ -290,7 +290,7 @@ def test_append_lines_and_byte_positions(open_wal):
 def test_read_into_caller_buffers(open_wal):
     import array
 
-    from walfs.engine import REC_SIZE
+    from walfs.local.core import REC_SIZE
 
     w = open_wal()
     w.append_batch("z", [b"one", b"two", b"three"])

@@ -27,8 +27,8 @@ import pytest
 from writeback_probe import VALUE, batch, check_recovered_prefix, dirty_pages, segment_files, values
 
 import walfs
-from walfs import debug
-from walfs.engine_api import durable_end
+from walfs.engine.contract import durable_end
+from walfs.local import debug
 
 RUN = 1 << 20  # block size: a run fills every ~1 MiB of 1 KiB records
 GEOMETRY = {"segment_size": 32 << 20, "block_size": RUN}

@@ -8,7 +8,7 @@ import pytest
 from conftest import payload
 
 import walfs
-from walfs import debug
+from walfs.local import debug
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Torture (b): simulated power cuts of the engine (Wal(test_mode=True) and walfs.debug.power_cut) with
+"""Torture (b): simulated power cuts of the engine (Wal(test_mode=True) and walfs.local.debug.power_cut) with
 appends, syncs, trims, reclaims and cursor commits in the mix. After every cut the WAL is
 reopened and checked: every record acknowledged durable (sync returned) is there, byte for
 byte, from the durable low watermark on; no record is other than what was appended; every
@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from conftest import SMALL  # noqa: E402  (tests/ helpers are reused, not copied)
 
 import walfs  # noqa: E402
-from walfs import debug
+from walfs.local import debug
 
 TOPICS = ("a", "b", "c", "d")
 

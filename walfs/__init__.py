@@ -6,7 +6,8 @@ with walfs.Wal("/var/lib/walfs") as wal:
 """
 
 from walfs.consumer import Consumer
-from walfs.engine_api import Change, LogEngine, open_engine
+from walfs.engine.contract import Change, LogEngine, open_engine
+from walfs.engine.records import Record
 from walfs.errors import (
     BufferTooSmallError,
     CorruptRecordError,
@@ -22,7 +23,6 @@ from walfs.errors import (
     WalIOError,
     WalLockedError,
 )
-from walfs.records import Record
 from walfs.wal import StreamInfo, Wal
 
 __all__ = [

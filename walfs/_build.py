@@ -19,7 +19,7 @@ def _declarations() -> str:
 
 ffibuilder = FFI()
 ffibuilder.cdef(_declarations())
-# The core's log callback (walfs_set_log), implemented in walfs/engine.py; cffi takes the
+# The core's log callback (walfs_set_log), implemented in walfs/local/core.py; cffi takes the
 # GIL for it whatever thread the core calls it from.
 ffibuilder.cdef('extern "Python" void _walfs_core_log(int, const char *, const char *);')
 ffibuilder.set_source(

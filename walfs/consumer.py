@@ -1,7 +1,7 @@
 """Consumers: named cursors per stream (Walrus's readers, Kafka's committed offsets).
 
 On disk (the contract; docs/format.md restates it): cursors/<group>/<stream key>, where
-<stream key> is "<org_id>-<topic hash hex>-<partition>" (walfs.names.stream_key), holds
+<stream key> is "<org_id>-<topic hash hex>-<partition>" (walfs.engine.names.stream_key), holds
 either 32 bytes: b"WALFSCUR" | u64 offset, little-endian | the first 16 bytes of blake3 of
 the 16 bytes before; or, for a commit that carries metadata (Kafka's OffsetCommit
 metadata string), 36 + n bytes: b"WALFSCU2" | u64 offset | u32 n | n bytes of UTF-8
@@ -34,7 +34,7 @@ same group name: their cursors never share a key. Names starting with "." are ne
 (and never in the manifest).
 
 The commit rule itself (range, durability, advance-only) is LogEngine.commit's
-(walfs/engine_api.py; the local engine keeps its cursors here): this module only stores
+(walfs/engine/contract.py; the local engine keeps its cursors here): this module only stores
 what it is given. Consumer is written against the engine interface alone.
 """
 
@@ -46,10 +46,10 @@ from collections.abc import Iterator
 
 import blake3
 
-from walfs.engine_api import MAX_METADATA_BYTES, LogEngine, durable_end, group_start, read_records
+from walfs.engine.contract import MAX_METADATA_BYTES, LogEngine, durable_end, group_start, read_records
+from walfs.engine.names import topic_bytes
+from walfs.engine.records import Record
 from walfs.errors import ReadOnlyError, WalCorruptError
-from walfs.names import topic_bytes
-from walfs.records import Record
 
 _MAGIC = b"WALFSCUR"
 _MANIFEST_MAGIC = b"WALFSCMF"

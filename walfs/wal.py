@@ -1,5 +1,5 @@
 """Wal: the friendly Python face of walfs (docs/api.md), a thin layer over the engine
-interface (walfs/engine_api.py). Every call here is a few lines over one or two engine
+interface (walfs/engine/contract.py). Every call here is a few lines over one or two engine
 calls: the shapes callers like (one record, a list of values, Record objects, consumers)
 mapped onto the interface's few. It keeps no state of its own but append handles."""
 
@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from walfs.consumer import Consumer
-from walfs.engine_api import (
+from walfs.engine.contract import (
     DEFAULT_MAX_BYTES,
     Appender,
     Change,
@@ -24,10 +24,10 @@ from walfs.engine_api import (
     read_values,
     wait_for,
 )
+from walfs.engine.names import check_partition, stream_key, topic_hash
+from walfs.engine.records import Header, Record
+from walfs.engine.settings import Policy
 from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError
-from walfs.names import check_partition, stream_key, topic_hash
-from walfs.records import Header, Record
-from walfs.retention import Policy
 
 __all__ = ["DEFAULT_MAX_BYTES", "StreamInfo", "Wal"]
 
@@ -36,7 +36,7 @@ MAX_U32 = 2**32 - 1
 
 class Wal:
     """Opens the engine for `path` (a data directory: the local C core; options as
-    walfs.local_engine.LocalEngine's) and offers the friendly calls. `wal.engine` is the
+    walfs.local.engine.LocalEngine's) and offers the friendly calls. `wal.engine` is the
     engine interface itself, what the mount, the Kafka listener and Spark take."""
 
     def __init__(
@@ -320,7 +320,7 @@ class Wal:
     def set_retention(self, topic: str, **values: Any) -> None:
         """Per-topic overrides, persisted (survive restarts): retention_ms=, retention_bytes=
         (int, or None for no limit), retention_groups= (group names), and the Kafka topic
-        configs walfs.retention keeps (max_message_bytes=, message_timestamp_type=,
+        configs walfs.engine.settings keeps (max_message_bytes=, message_timestamp_type=,
         cleanup_policy=); the string "default" removes an override."""
         self.engine.set_retention(topic, **values)
 

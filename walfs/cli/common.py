@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
-    from walfs.engine_api import LogEngine
+    from walfs.engine.contract import LogEngine
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -226,7 +226,7 @@ def mount_of(data_dir: str) -> str | None:
     want = os.path.realpath(data_dir)
     for mountpoint, source in walfs_mounts():
         if source == want or os.path.realpath(source) == want:
-            from walfs.daemon import is_dead_mount
+            from walfs.service.daemon import is_dead_mount
 
             if not is_dead_mount(mountpoint):
                 return mountpoint
@@ -236,7 +236,7 @@ def mount_of(data_dir: str) -> str | None:
 def resolve(path: str, verb: str) -> Target:
     """Classifies PATH, or says in one line why it is neither a mount point nor a data
     directory."""
-    from walfs.engine_api import is_local
+    from walfs.engine.contract import is_local
 
     if not is_local(path):
         return Target(path, data_dir=path)
@@ -267,7 +267,7 @@ def not_a_data_dir(path: str) -> CliError:
 def open_read_only(path: str, **options: object) -> LogEngine:
     """A read-only engine on a data directory (it runs beside a live daemon), with the
     failures a user can cause told in one line."""
-    from walfs.engine_api import is_local, open_engine
+    from walfs.engine.contract import is_local, open_engine
     from walfs.errors import CorruptRecordError, WalCorruptError, WalIOError
 
     try:

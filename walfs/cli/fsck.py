@@ -4,8 +4,8 @@ data directory is checked, beside the running daemon). Exit 0 when clean, 1 when
 was found, 2 when the directory cannot be checked at all (or the command line is wrong).
 On a terminal, a progress line on stderr shows the streams, records and bytes checked.
 
-walfs fsck --repair DAMAGED_DIR --into NEW_DIR: salvage (engine_api.repair: walfs/salvage.py). Copies every
-intact record and cursor of DAMAGED_DIR, which may not even open, into the new data
+walfs fsck --repair DAMAGED_DIR --into NEW_DIR: salvage (walfs/local/salvage.py). Copies
+every intact record and cursor of DAMAGED_DIR, which may not even open, into the new data
 directory NEW_DIR; DAMAGED_DIR is never written. Lists what could not be kept. Exit 0 when
 everything was kept, 1 when anything was lost or renumbered, 2 when nothing could be read."""
 
@@ -19,7 +19,7 @@ import time
 from typing import TextIO
 
 from walfs.cli.common import XATTR, CliError, Parser, explain, module_main, not_a_data_dir, resolve
-from walfs.engine_api import is_local, open_engine, repair
+from walfs.engine.contract import is_local, open_engine, repair
 from walfs.errors import WalError, WalIOError
 
 EXIT_CANNOT_CHECK = 2

@@ -24,8 +24,8 @@ from datetime import datetime
 from typing import Any
 
 from walfs.cli.retention import XATTR, is_mount
+from walfs.engine.names import CONSUMERS_DIR, PARTITION_PREFIX
 from walfs.errors import WalError
-from walfs.names import CONSUMERS_DIR, PARTITION_PREFIX
 
 Stream = tuple[str, int]
 
@@ -120,7 +120,7 @@ class DirGroups:
     """Groups of an unmounted data directory, through the engine."""
 
     def __init__(self, path: str, org_id: int, write: bool) -> None:
-        from walfs.engine_api import open_engine
+        from walfs.engine.contract import open_engine
         from walfs.errors import WalLockedError
 
         if not os.path.isdir(path):

@@ -25,7 +25,7 @@ from walfs.cli.common import (
     octal,
     parse_size,
 )
-from walfs.engine_api import is_local, normalize_target, prepare_target
+from walfs.engine.contract import is_local, normalize_target, prepare_target
 
 # Options mount(8)/fstab pass that concern mount(8) itself, not the file system.
 IGNORED_MOUNT_OPTIONS = frozenset(
@@ -192,8 +192,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
     """Merges -o options under the explicit flags; returns (MountConfig, logging opts)."""
-    from walfs.daemon import FUSE_PASSTHROUGH_OPTIONS, MountConfig
-    from walfs.fuse_ops import DEFAULT_MAX_LINE_BYTES, MIN_MAX_LINE_BYTES
+    from walfs.fuse.operations import DEFAULT_MAX_LINE_BYTES, MIN_MAX_LINE_BYTES
+    from walfs.service.daemon import FUSE_PASSTHROUGH_OPTIONS, MountConfig
 
     opts: dict[str, str] = {}
     kafka_items = list(args.kafka_config)
@@ -351,7 +351,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
 
 def limit_option(text: str | None, name: str) -> int | None:
     """A retention limit option: a number with K/M/G, or -1 for none."""
-    from walfs.retention import parse_limit
+    from walfs.engine.settings import parse_limit
 
     if text is None:
         return None
@@ -373,7 +373,7 @@ def setup_logging(level: str, path: str | None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # Every open's recovery summary (walfs.local_engine.log_recovery) shows at the default level.
+    # Every open's recovery summary (walfs.local.engine.log_recovery) shows at the default level.
     if root.level == logging.WARNING:
         logging.getLogger("walfs.recovery").setLevel(logging.INFO)
 
@@ -381,7 +381,7 @@ def setup_logging(level: str, path: str | None) -> None:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     config, log_opts = config_from_args(args)
-    from walfs.daemon import MountConfig, run
+    from walfs.service.daemon import MountConfig, run
 
     assert isinstance(config, MountConfig)
     check_places(config, nonempty=bool(log_opts["nonempty"]))
@@ -407,7 +407,7 @@ def main(argv: list[str]) -> int:
 def check_places(config: object, nonempty: bool) -> None:
     """The mount point and the data directory, checked before anything starts: each
     refusal names the path and what to do."""
-    from walfs.daemon import MountConfig, is_dead_mount
+    from walfs.service.daemon import MountConfig, is_dead_mount
 
     assert isinstance(config, MountConfig)
     mp = config.mountpoint
@@ -450,7 +450,7 @@ def failure(exc: BaseException, data_dir: str) -> str:
 
 
 def _daemonize(config: object, log_opts: dict[str, str]) -> int:
-    from walfs.daemon import MountConfig, run
+    from walfs.service.daemon import MountConfig, run
 
     assert isinstance(config, MountConfig)
     read_fd, write_fd = os.pipe()

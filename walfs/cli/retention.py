@@ -1,6 +1,6 @@
 """`walfs trim` and `walfs retention`: lifecycle of a topic, on a mounted WAL (through the
 mount's xattrs, so the daemon that holds the data directory does the work) or on an
-unmounted data directory (through the engine interface, walfs.engine_api).
+unmounted data directory (through the engine interface, walfs.engine.contract).
 
     walfs trim PATH TOPIC OFFSET [--partition N]
     walfs retention PATH TOPIC [--ms MS] [--bytes SIZE] [--partition N]
@@ -17,10 +17,10 @@ import os
 from typing import TYPE_CHECKING
 
 from walfs.cli.common import XATTR, CliError, Parser, Target, module_main, mount_of, resolve
-from walfs.retention import parse_limit, show_limit
+from walfs.engine.settings import parse_limit, show_limit
 
 if TYPE_CHECKING:
-    from walfs.engine_api import LogEngine
+    from walfs.engine.contract import LogEngine
 
 
 def is_mount(path: str) -> bool:
@@ -69,7 +69,7 @@ def _stream_file(mount: str, topic: str, partition: int) -> str:
 def _open_data_dir(path: str, org_id: int) -> LogEngine:
     """A writable engine on an unmounted data directory (never creating one)."""
     from walfs.cli.common import open_read_only
-    from walfs.engine_api import is_local, open_engine
+    from walfs.engine.contract import is_local, open_engine
     from walfs.errors import WalLockedError
 
     if is_local(path):

@@ -4,7 +4,7 @@ WAL is closed (synced) on the way out.
 
 Once listening it prints ``kafka listening on HOST:PORT`` on stdout, so a caller
 that passed port 0 learns the port. It also serves DATA_DIR/kafka.sock, as every daemon
-does (walfs.local_socket: writes by path)."""
+does (walfs.common.local_socket: writes by path)."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ from walfs.cli.common import CliError, Parser, explain, module_main
 from walfs.cli.common import parse_size as _size
 
 if TYPE_CHECKING:
-    from walfs.engine_api import LogEngine
+    from walfs.common.metrics import Metrics
+    from walfs.engine.contract import LogEngine
     from walfs.kafka.auth_config import AuthConfig
-    from walfs.metrics import Metrics
 
 DEFAULT_LISTEN = "127.0.0.1:9092"
 
@@ -152,9 +152,9 @@ async def _serve(
     received: AsyncIterator[int],
     local: socket.socket | None = None,
 ) -> None:
-    from walfs.daemon import listening, watch_wal_failure
     from walfs.kafka import serve_kafka
     from walfs.kafka.framing import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_INFLIGHT_BYTES
+    from walfs.service.daemon import listening, watch_wal_failure
 
     async with trio.open_nursery() as nursery:
         with listening("--kafka-listen", args.kafka_listen):
@@ -218,7 +218,7 @@ def main(argv: list[str]) -> int:
         print(f"walfs serve: {e}", file=sys.stderr)
         return 2
     from walfs.cli.mount import limit_option
-    from walfs.engine_api import is_local, open_engine, prepare_target
+    from walfs.engine.contract import is_local, open_engine, prepare_target
     from walfs.kafka.broker_config import parse_broker_config, retention_options
 
     try:
@@ -253,11 +253,11 @@ def main(argv: list[str]) -> int:
             raise
         print(f"walfs serve: cannot open {args.data_dir}: {line}", file=sys.stderr)
         return 1
-    from walfs.daemon import EXIT_WAL_FAILED, bind_local_socket
-    from walfs.metrics import Metrics
+    from walfs.common.metrics import Metrics
+    from walfs.service.daemon import EXIT_WAL_FAILED, bind_local_socket
 
     metrics = Metrics(wal)
-    # Writes by path (the Spark sink's option "path") come through it: walfs.local_socket.
+    # Writes by path (the Spark sink's option "path") come through it: walfs.common.local_socket.
     local = bind_local_socket(args.data_dir)
     try:
         trio.run(_run, wal, host, port, args, metrics, auth, local.sock if local is not None else None)

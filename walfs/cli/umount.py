@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
     )
     args = p.parse_args(argv)
     mp = os.path.abspath(args.mountpoint)
-    from walfs.daemon import lazy_unmount
+    from walfs.service.daemon import lazy_unmount
 
     try:
         pid = daemon_pid(mp)

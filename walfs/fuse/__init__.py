@@ -1,5 +1,5 @@
 """The mount's parts, one concern each, behind the pyfuse3 Operations class that
-translates requests (walfs.fuse_ops.WalOperations):
+translates requests (walfs.fuse.operations.WalOperations):
 
 - tree: nodes, inode numbers, names, listings (what the tree shows);
 - attributes: the attributes and cache timeouts the kernel is given for a node;

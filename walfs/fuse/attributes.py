@@ -8,7 +8,7 @@ import time
 
 import pyfuse3
 
-from walfs.engine_api import LogEngine
+from walfs.engine.contract import LogEngine
 from walfs.fuse.consumer_files import committed_byte
 from walfs.fuse.nodes import DIR_KINDS, Node, Stream
 

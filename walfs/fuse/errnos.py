@@ -10,14 +10,14 @@ from contextlib import contextmanager
 import pyfuse3
 
 from walfs import errors as wal_errors
-from walfs.names import MAX_NAME_BYTES, name_error
+from walfs.engine.names import MAX_NAME_BYTES, name_error
 
 log = logging.getLogger("walfs.fuse")
 
 
 def topic_name_error(name: bytes) -> int:
     """0 if `name` may be a topic in the tree, else the errno that explains why not. The
-    rule is walfs.names.topic_bytes (the same on every face); this only picks the errno."""
+    rule is walfs.engine.names.topic_bytes (the same on every face); this only picks the errno."""
     if len(name) > MAX_NAME_BYTES:
         return errno.ENAMETOOLONG
     try:

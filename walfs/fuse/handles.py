@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pyfuse3
 
+from walfs.fuse.line_assembly import LineAssembler
 from walfs.fuse.nodes import Node
-from walfs.line_assembly import LineAssembler
 
 
 @dataclass(slots=True)
@@ -36,7 +36,7 @@ class Handle:
     frontier: int = 0
     committed_frontier: int = 0  # the frontier at the last commit (flush repeats)
     # Bytes this handle's last WRITEs appended and the page push must not send yet
-    # (walfs.page_push.PagePusher.release): those of its latest WRITE go at its next
+    # (walfs.fuse.page_push.PagePusher.release): those of its latest WRITE go at its next
     # FLUSH, FSYNC or RELEASE, or with the WRITE after next (`held_last`: the latest
     # WRITE's share of `held`; see WalOperations.write).
     held: int = 0

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 import pyfuse3
 import trio
 
-from walfs.engine_api import Change, LogEngine
+from walfs.engine.contract import Change, LogEngine
 from walfs.fuse.nodes import Node, Stream
-from walfs.page_push import PagePusher
-from walfs.page_push import mtime_ns as page_mtime_ns
+from walfs.fuse.page_push import PagePusher
+from walfs.fuse.page_push import mtime_ns as page_mtime_ns
 
 if TYPE_CHECKING:
     from walfs.fuse.tree import Tree
@@ -103,7 +103,7 @@ def _forget_names(parents: list[int], name: bytes) -> None:
 class Watcher:
     """Growth of streams, from this mount's handlers (`grew`) or from anywhere else (the
     engine's watch callback `poke`, and a round every WATCH_INTERVAL): new mtimes and
-    sizes for the kernel, and the new bytes for its page cache (walfs.page_push)."""
+    sizes for the kernel, and the new bytes for its page cache (walfs.fuse.page_push)."""
 
     def __init__(self, wal: LogEngine, tree: Tree, invalidator: Invalidator, pages: PagePusher) -> None:
         self.wal = wal
@@ -134,7 +134,7 @@ class Watcher:
 
     def push(self, node: Node, nbytes: int) -> None:
         """The stream of a topic node grew by nbytes: they go to the kernel's page cache
-        of its file (walfs.page_push)."""
+        of its file (walfs.fuse.page_push)."""
         ino = self.tree.known_ino(node)
         if ino is not None:
             self.pages.grew(ino, node.topic, node.partition, nbytes)

@@ -4,7 +4,7 @@ Why: libfuse turns FUSE_AUTO_INVAL_DATA on by default, and with it the kernel dr
 cached page of a file whenever an attribute reply shows a new mtime, and asks the daemon
 for the attributes before every read() whose cached ones expired. A topic only grows:
 bytes before its end never change, so a new mtime says nothing about the cached ones,
-and walfs drops what a trim or a delete changes itself (walfs.page_push.PagePusher.drop).
+and walfs drops what a trim or a delete changes itself (walfs.fuse.page_push.PagePusher.drop).
 With the flag on, the mount had to move mtimes in whole minutes, and a write that
 crossed a minute lost every page pushed before it (docs/mount.md, "Caching"). A new size
 learned from an attribute reply still drops the file's pages (that stays: the last

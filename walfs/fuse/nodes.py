@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from walfs.names import PARTITION_PREFIX
+from walfs.engine.names import PARTITION_PREFIX
 
 MAX_PARTITION = 2**31 - 1
 

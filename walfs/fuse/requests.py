@@ -6,7 +6,7 @@ request: on small requests each frame is a measurable share of the daemon's time
   unanswered. A bug or an unexpected WAL error must cost one request (EIO, logged with
   its traceback), never the mount;
 - the timing: each request is counted in the handlers' owner's `request_latency`
-  (walfs.metrics.LoopLatency, which the daemon exposes) by op, and as an error when it
+  (walfs.common.metrics.LoopLatency, which the daemon exposes) by op, and as an error when it
   raised. A request that succeeds updates the op's slot inline (no method call, no
   lock): with five requests per `echo >> t`, a locked observe() per request was a
   measurable share of the daemon's time.
@@ -23,15 +23,15 @@ from typing import Any
 
 import pyfuse3
 
+from walfs.common.metrics import BUCKETS, LoopLatency
 from walfs.fuse.errnos import fuse_error_for
-from walfs.metrics import BUCKETS, LoopLatency
 
 log = logging.getLogger("walfs.fuse")
 
 
 def wrap_handlers(cls: type, names: Iterable[str]) -> None:
     """Guards and times each named request handler of `cls` (whose instances have a
-    `request_latency`, a walfs.metrics.LoopLatency with a slot for each name)."""
+    `request_latency`, a walfs.common.metrics.LoopLatency with a slot for each name)."""
     for name in names:
         setattr(cls, name, _wrap(name, getattr(cls, name)))
 

@@ -25,12 +25,12 @@ import errno
 
 import pyfuse3
 
-from walfs.engine_api import LogEngine
+from walfs.engine.contract import LogEngine
+from walfs.engine.names import CONSUMERS_DIR, MAX_NAME_BYTES, PARTITION_PREFIX
 from walfs.fuse.errnos import topic_name_error
 from walfs.fuse.invalidation import Invalidator
 from walfs.fuse.nodes import CONSUMERS, PEEK_DIR, ROOT, Node, Stream, parent_of, parse_partition_dir
-from walfs.names import CONSUMERS_DIR, MAX_NAME_BYTES, PARTITION_PREFIX
-from walfs.page_push import mtime_ns as page_mtime_ns
+from walfs.fuse.page_push import mtime_ns as page_mtime_ns
 
 
 class Tree:
@@ -102,7 +102,7 @@ class Tree:
 
     def base_of(self, ino: int) -> int | None:
         """Where the file of topic inode `ino` starts in its stream's byte view; None for
-        an ended generation (walfs.page_push sends it nothing)."""
+        an ended generation (walfs.fuse.page_push sends it nothing)."""
         if ino in self.ended:
             return None
         return self.base.get(ino, 0)

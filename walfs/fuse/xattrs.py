@@ -3,7 +3,7 @@ retention, a consumer file's committed offset and cursor, the offset for a time)
 ones a writer may set (a topic's low_watermark trims, retention_ms/retention_bytes; a
 consumer file's committed_offset commits, forwards only, and reset_offset moves the
 cursor anywhere in the retained records). The root's figures belong to the daemon
-(walfs.fuse_ops)."""
+(walfs.fuse.operations)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from collections.abc import Callable
 
 import pyfuse3
 
-from walfs.engine_api import LogEngine
+from walfs.engine.contract import LogEngine
+from walfs.engine.settings import parse_limit, show_limit
 from walfs.fuse.consumer_files import commit_offset, committed, reset_offset
 from walfs.fuse.nodes import Node
-from walfs.retention import parse_limit, show_limit
 
 log = logging.getLogger("walfs.fuse")
 

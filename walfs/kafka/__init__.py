@@ -1,4 +1,4 @@
-"""Kafka-wire listener over a walfs engine (walfs.engine_api.LogEngine; docs/kafka.md).
+"""Kafka-wire listener over a walfs engine (walfs.engine.contract.LogEngine; docs/kafka.md).
 
 The listener is imported on first use (PEP 562): its message tables take a second or
 more to import, and the codecs in this package (record_batch, which Spark's Python

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from walfs.engine.names import topic_bytes
 from walfs.kafka.api import Api
 from walfs.kafka.broker import Broker, Connection, log
 from walfs.kafka.group_coordinator import Group, State
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.wal_errors import error_code_for
-from walfs.names import topic_bytes
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 GROUP_TYPE = "classic"  # Kafka's name for the JoinGroup/SyncGroup protocol walfs runs

@@ -20,7 +20,7 @@ from walfs.kafka.record_times import RecordTimes
 from walfs.kafka.topic_catalog import TopicCatalog
 
 if TYPE_CHECKING:
-    from walfs.engine_api import LogEngine
+    from walfs.engine.contract import LogEngine
     from walfs.kafka.sasl import SaslSession
 
 log = logging.getLogger("walfs.kafka")
@@ -68,7 +68,7 @@ class Broker:
     # and they must never starve appends and syncs of threads.
     io_limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(16))
     wait_limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(256))
-    # walfs.metrics.Latency of requests by API name when metrics are on (None: off).
+    # walfs.common.metrics.Latency of requests by API name when metrics are on (None: off).
     request_latency: Any = None
     # Bytes every connection's fetch read-ahead may still keep (walfs/kafka/fetch_ahead.py).
     ahead_budget: int = field(default=64 << 20, init=False)

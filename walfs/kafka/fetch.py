@@ -7,7 +7,7 @@ idle consumer costs no CPU. Each partition's records go out as one v2 batch, enc
 straight from the log (LogEngine.read_kafka_batch).
 
 A fetch whose records are all in the page cache, with no sync due, is read on the event
-loop (as the mount reads, walfs/fuse_ops.py): a MiB takes ~0.15 ms there, and the hop to
+loop (as the mount reads, walfs/fuse/operations.py): a MiB takes ~0.15 ms there, and the hop to
 a worker thread and back cost 0.3-0.5 ms of CPU per fetch (docs/benchmarks.md, "The
 fetch path"). The others (records on disk only, a sync to wait for, many partitions) are
 read in a worker thread, so that no connection waits for the disk on another's behalf."""
@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from walfs.engine_api import durable_info, wait_for
+from walfs.engine.contract import durable_info, wait_for
 from walfs.kafka.api import Api, Written
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.fetch_ahead import MAX_RECORDS_PER_READ, FetchAhead, Next, in_page_cache

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from walfs.kafka.record_batch import batch_end
 
 if TYPE_CHECKING:
-    from walfs.engine_api import Change, LogEngine
+    from walfs.engine.contract import Change, LogEngine
     from walfs.kafka.broker import Broker
 
 # What one connection may keep between two fetches (its partitions' next batches).

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import trio
 
 if TYPE_CHECKING:
-    from walfs.engine_api import LogEngine
+    from walfs.engine.contract import LogEngine
 
 log = logging.getLogger("walfs.kafka.groups")
 

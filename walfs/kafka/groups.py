@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from walfs.engine_api import MAX_METADATA_BYTES, committed_offsets
+from walfs.engine.contract import MAX_METADATA_BYTES, committed_offsets
+from walfs.engine.names import topic_bytes
 from walfs.kafka.api import Api
 from walfs.kafka.broker import NODE_ID, Broker, Connection
 from walfs.kafka.group_coordinator import GroupError, JoinRequest
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.wal_errors import error_code_for
-from walfs.names import topic_bytes
 
 
 async def handle_find_coordinator(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
@@ -244,7 +244,7 @@ async def handle_offset_fetch(broker: Broker, conn: Connection, version: int, re
 
 
 def _storable_group(group: str) -> bool:
-    """Group ids walfs can keep offsets for: the one name rule (walfs.names), which Kafka
+    """Group ids walfs can keep offsets for: the one name rule (walfs.engine.names), which Kafka
     does not have (it accepts "" too); others get INVALID_GROUP_ID."""
     try:
         topic_bytes(group)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from walfs.common.local_socket import org_of_client_id
 from walfs.kafka.api import Later
 from walfs.kafka.broker import Connection
 from walfs.kafka.broker_config import BrokerConfig
@@ -39,10 +40,9 @@ from walfs.kafka.framing import (
 from walfs.kafka.pipeline import response_pipe
 from walfs.kafka.sasl import AuthenticationFailed, SaslSession
 from walfs.kafka.tenants import Tenants
-from walfs.local_socket import org_of_client_id
 
 if TYPE_CHECKING:
-    from walfs.engine_api import LogEngine
+    from walfs.engine.contract import LogEngine
     from walfs.kafka.auth_config import AuthConfig
 
 log = logging.getLogger("walfs.kafka")
@@ -112,7 +112,7 @@ async def _serve_connection(
     ssl_context: ssl.SSLContext | None = None,
     local: bool = False,
 ) -> None:
-    """`local`: a connection on the daemon's local socket (walfs.local_socket): no TLS,
+    """`local`: a connection on the daemon's local socket (walfs.common.local_socket): no TLS,
     no SASL, its org named by its first request's client id."""
     try:
         if local:
@@ -319,7 +319,7 @@ async def serve_kafka(
     own org's topics and groups (LogEngine.for_org), connections without SASL those of
     ``wal.org_id``. A non-loopback ``host`` without SASL raises InsecureListenError unless
     ``insecure_listen``.
-    ``local``: the daemon's listening local socket (walfs.local_socket.bind), served by
+    ``local``: the daemon's listening local socket (walfs.common.local_socket.bind), served by
     the same brokers (its connections without TLS or SASL, each in the org its first
     request names); ``host`` None: that socket only (the started value is then 0)."""
     if max_request_bytes > max_inflight_bytes:

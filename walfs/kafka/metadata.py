@@ -7,16 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from walfs.engine.names import kafka_topic_error
 from walfs.kafka.api import Api
 from walfs.kafka.broker import CLUSTER_ID, NODE_ID, Broker, Connection
 from walfs.kafka.messages import ErrorCode, build, response_module
-from walfs.names import kafka_topic_error
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 def valid_new_topic(name: str) -> bool:
-    """Topics created over the wire: the one name rule (walfs.names) plus Kafka's alphabet."""
+    """Topics created over the wire: the one name rule (walfs.engine.names) plus Kafka's alphabet."""
     return kafka_topic_error(name) is None
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from walfs.engine.records import stamp_timestamps
 from walfs.kafka.api import Api, Later
 from walfs.kafka.broker import Broker, Connection, log
 from walfs.kafka.messages import ErrorCode, build, response_module
@@ -39,7 +40,6 @@ from walfs.kafka.record_batch import (
 )
 from walfs.kafka.topic_configs import log_append_time, max_message_bytes
 from walfs.kafka.wal_errors import error_code_for
-from walfs.records import stamp_timestamps
 
 # Record bytes of one request tried in place (their CRC check, split and copy hold the event
 # loop for about a millisecond per MiB); the partitions past it go to a worker thread.

@@ -13,7 +13,7 @@ producers whose records retention removed).
 
 The state survives a restart because it is in the WAL itself: the first record of each
 batch an idempotent producer appends carries a producer section in its meta (producer id,
-epoch, base sequence, record count: walfs/records.py, meta version 2), written in the
+epoch, base sequence, record count: walfs/engine/records.py, meta version 2), written in the
 same atomic append as the records. After a restart, the first batch of a producer the
 listener does not know sends it back over the partition's log, newest first, until its
 last five batches are found or the log start is reached (producers it gave an id to
@@ -29,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from walfs.engine_api import REC_SIZE
+from walfs.engine.contract import REC_SIZE
 from walfs.errors import BufferTooSmallError
 
 KEPT_BATCHES = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
@@ -37,7 +37,7 @@ SEARCH_CHUNK = 4096  # records read per step of the search after a restart
 MAX_STATES = 100_000  # (producer, partition) states kept in memory; older ones are searched again
 _LOCK_STRIPES = 64
 _REC = struct.Struct("<QQqIIQ")  # walfs_rec_t
-_SECTION = struct.Struct("<qhii")  # walfs/records.py producer section
+_SECTION = struct.Struct("<qhii")  # walfs/engine/records.py producer section
 
 DUPLICATE, OUT_OF_ORDER, STALE_EPOCH = "duplicate", "out of order", "stale epoch"
 

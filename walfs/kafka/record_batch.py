@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from walfs.engine.records import PRODUCER_GROWTH, Producer, with_producer
 from walfs.kafka.compression import (
     MAX_DECOMPRESSED_BYTES,
     CompressionError,
@@ -35,8 +36,7 @@ from walfs.kafka.compression import (
     compress,
     decompress,
 )
-from walfs.kafka_codec import crc32c, decode_kafka_records
-from walfs.records import PRODUCER_GROWTH, Producer, with_producer
+from walfs.wire.batch_codec import crc32c, decode_kafka_records
 
 _BATCH_HEAD = struct.Struct(">qiibIhiqqqhii")
 BATCH_OVERHEAD = _BATCH_HEAD.size  # 61 bytes before the first record

@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from walfs.engine_api import REC_SIZE
+from walfs.engine.contract import REC_SIZE
 from walfs.errors import BufferTooSmallError
 
 CHUNK = 4096  # records per index entry
@@ -56,7 +56,7 @@ def _timestamps(wal: Any, topic: str, partition: int, start: int, end: int) -> l
             break
         for i in range(got):
             _gid, _off, ts, meta_len, _vlen, pos = _REC.unpack_from(recs, i * REC_SIZE)
-            if meta_len >= 10 and buf[pos + 1] & 2:  # walfs/records.py: flag 2, i64 after 2 bytes
+            if meta_len >= 10 and buf[pos + 1] & 2:  # walfs/engine/records.py: flag 2, i64 after 2 bytes
                 ts = _TS.unpack_from(buf, pos + 2)[0]
             out.append(ts)
         offset += got

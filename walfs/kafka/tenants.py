@@ -4,7 +4,7 @@ those of its org only. Another org's topic is, to a tenant, a topic that does no
 (Metadata and Produce may create the tenant's own topic of that name, as auto-creation
 does: names are per org, as the org-salted stream keys intend). Brokers are made on the
 first connection of their org: orgs named in the auth config, the listener's default
-org, and those named by clients of the daemon's local socket (walfs.local_socket)."""
+org, and those named by clients of the daemon's local socket (walfs.common.local_socket)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from walfs.kafka.broker import Broker
 from walfs.kafka.broker_config import BrokerConfig
 
 if TYPE_CHECKING:
-    from walfs.engine_api import LogEngine
+    from walfs.engine.contract import LogEngine
 
 
 class Tenants:

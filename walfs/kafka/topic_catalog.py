@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from walfs.engine_api import LogEngine
+    from walfs.engine.contract import LogEngine
 
 # Auto-created topics get the broker's num.partitions (walfs.kafka.broker_config).
 MAX_PARTITIONS = 10_000

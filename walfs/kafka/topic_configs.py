@@ -1,6 +1,6 @@
 """Kafka topic configs: which ones walfs honours, how they are checked, where they live.
 
-A topic's configs are stored in the WAL's per-topic settings (walfs.retention's
+A topic's configs are stored in the WAL's per-topic settings (walfs.engine.settings's
 TopicSettings, the data directory's topics.conf), so they survive restarts and are the
 same settings the mount's xattrs show. Kafka's names map onto them:
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from walfs.kafka.broker_config import DEFAULT_MESSAGE_MAX_BYTES, BrokerConfig
 
 if TYPE_CHECKING:
-    from walfs.engine_api import LogEngine
+    from walfs.engine.contract import LogEngine
 
 # DescribeConfigs' config_source values (Kafka's ConfigSource).
 SOURCE_DYNAMIC_TOPIC = 1
@@ -91,7 +91,7 @@ def _cleanup_policy(name: str, text: str | None) -> str:
 @dataclass(frozen=True)
 class TopicConfig:
     name: str  # Kafka's
-    key: str  # walfs.retention's settings key
+    key: str  # walfs.engine.settings's settings key
     parse: Callable[[str, str | None], Any]  # Kafka text -> stored value (ConfigError if invalid)
     config_type: int
     doc: str

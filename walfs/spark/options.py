@@ -37,7 +37,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from walfs.names import name_error
+from walfs.engine.names import name_error
 
 EARLIEST = -2
 LATEST = -1
@@ -226,7 +226,7 @@ def _location(options: Mapping[str, str]) -> tuple[str, str | None, int]:
     return path, bootstrap, org
 
 
-# The root of a walfs mount names its data directory and org (walfs.fuse_ops).
+# The root of a walfs mount names its data directory and org (walfs.fuse.operations).
 MOUNT_DATA_DIR_XATTR = "user.walfs.data_dir"
 MOUNT_ORG_XATTR = "user.walfs.org_id"
 
@@ -235,7 +235,7 @@ def mounted_data_dir(path: str) -> tuple[str, int] | None:
     """(data directory, org) of a walfs mount point `path` (its root's xattrs), None
     for any other path."""
     if "://" in path:
-        return None  # a cluster target (walfs.engine_api.is_local)
+        return None  # a cluster target (walfs.engine.contract.is_local)
     try:
         data_dir = os.getxattr(path, MOUNT_DATA_DIR_XATTR).decode()
         org = int(os.getxattr(path, MOUNT_ORG_XATTR))

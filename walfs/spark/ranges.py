@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import InputPartition
 
 from walfs import OffsetOutOfRangeError
-from walfs.engine_api import LogEngine
+from walfs.engine.contract import LogEngine
 from walfs.spark import wal_cache
 from walfs.spark.options import EARLIEST, LATEST, OffsetSpec, StreamId, WalfsOptions
 

@@ -1,5 +1,5 @@
 """A walfs daemon's Kafka listener as the Spark source and sink use it (option "bootstrap"),
-or its local socket (walfs.local_socket: the sink's option "path" into a directory a
+or its local socket (walfs.common.local_socket: the sink's option "path" into a directory a
 daemon owns).
 
 A small blocking client over one TCP (or local socket) connection, built on kio's message classes (the

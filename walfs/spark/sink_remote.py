@@ -2,7 +2,7 @@
 walfs.spark.sink_target for what a target does.
 
 Each chunk becomes one Kafka record batch (the C encoder the listener's fetches use,
-walfs.kafka_codec.encode_kafka_batch_pieces, fed the chunk's pieces in the stored
+walfs.wire.batch_codec.encode_kafka_batch_pieces, fed the chunk's pieces in the stored
 layout as they are: no join, no Python per record), sized under the topic's
 max.message.bytes as the daemon reports it (DescribeConfigs). Batches go together in
 Produce requests (acks=all) of up to PRODUCE_BYTES: the daemon appends all batches of
@@ -14,14 +14,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
+from walfs.engine.records import Header
 from walfs.kafka.record_batch import BATCH_OVERHEAD
-from walfs.kafka_codec import encode_kafka_batch_pieces
-from walfs.records import Header
 from walfs.spark.options import WalfsOptionError
 from walfs.spark.remote import LATEST, RemoteWal
 from walfs.spark.remote_read import read_remote
 from walfs.spark.sink_rows import Chunk
 from walfs.spark.sink_target import headed
+from walfs.wire.batch_codec import encode_kafka_batch_pieces
 
 # The most bytes of record batches in one Produce request: far under the daemon's
 # socket.request.max.bytes (Kafka's default, 100 MiB, which the listener enforces).

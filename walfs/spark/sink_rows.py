@@ -3,7 +3,7 @@
 The rows of one stream (a table in sink.STAGED_SCHEMA: topic, partition, key, value,
 headers) become chunks in the stored layout LogEngine.append takes: bodies (meta section
 || value) back to back, one meta length and one value length per record. The meta
-section is walfs.records.encode_meta's: empty for a row with no key and no headers (the
+section is walfs.engine.records.encode_meta's: empty for a row with no key and no headers (the
 body is the value); else u8 version 1 | u8 flags (1: key) | [u32 key_len, key] | u32
 n_headers | n x (u16 name_len, name, i32 value_len or -1, value).
 
@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from walfs.records import Header, encode_meta
+from walfs.engine.records import Header, encode_meta
 
 # What a row costs in a chunk beyond its key, value and header bytes, at most: its
 # framing in a Kafka record (length, attributes, timestamp and offset deltas, key and

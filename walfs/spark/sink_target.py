@@ -1,5 +1,5 @@
-"""Where the sink appends: the data directory itself (the engine, walfs.engine_api) when no daemon owns it;
-the daemon that owns it, through its local socket (walfs.local_socket: a path needs no
+"""Where the sink appends: the data directory itself (the engine, walfs.engine.contract) when no
+daemon owns it; the daemon that owns it, through its local socket (walfs.common.local_socket: a path needs no
 more); or a walfs daemon's Kafka listener (option "bootstrap"). The last two are the
 same client (walfs.spark.sink_remote).
 
@@ -22,9 +22,10 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from walfs import WalLockedError, local_socket
-from walfs.engine_api import LogEngine, is_local, open_engine
-from walfs.records import Header
+from walfs import WalLockedError
+from walfs.common import local_socket
+from walfs.engine.contract import LogEngine, is_local, open_engine
+from walfs.engine.records import Header
 from walfs.spark.columnar import read_range
 from walfs.spark.options import SinkOptions, WalfsOptionError
 from walfs.spark.sink_rows import Chunk
@@ -106,10 +107,10 @@ def open_target(
 
 def daemon_target(opts: SinkOptions) -> SinkTarget | None:
     """The daemon that owns the options' data directory, through its local socket
-    (walfs.local_socket), in the options' org; None when no daemon serves it."""
+    (walfs.common.local_socket), in the options' org; None when no daemon serves it."""
     if not is_local(opts.path):
         return None
-    from walfs import local_socket
+    from walfs.common import local_socket
 
     try:
         sock = local_socket.connect(opts.path, timeout=120.0)

@@ -1,4 +1,4 @@
-"""Read-only engine handles (walfs.engine_api) shared by the tasks that run in one Python worker.
+"""Read-only engine handles (walfs.engine.contract) shared by the tasks that run in one Python worker.
 
 Spark reuses its Python workers across tasks (spark.python.worker.reuse), and opening a
 WAL costs a scan of the segment directory, so a worker keeps one read-only handle per
@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from walfs.engine_api import LogEngine, open_engine
+from walfs.engine.contract import LogEngine, open_engine
 from walfs.errors import WalError
 
 _lock = threading.Lock()

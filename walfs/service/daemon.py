@@ -3,7 +3,7 @@
 Lifecycle (the order matters):
 1. open the Wal (takes its lock: a second daemon on the same data dir fails here, before
    anything is mounted), then bind the local socket DATA_DIR/kafka.sock
-   (walfs.local_socket: writes by path; removed at the end, before the Wal closes);
+   (walfs.common.local_socket: writes by path; removed at the end, before the Wal closes);
 2. pyfuse3.init mounts; from now on every exit path unmounts, so the mount is never left
    dead ("Transport endpoint is not connected");
 3. inside trio: background tasks start, readiness is announced (the `walfs mount` parent's
@@ -32,13 +32,13 @@ from typing import Any
 import pyfuse3
 import trio
 
-from walfs import local_socket
-from walfs.engine_api import LogEngine, is_local, normalize_target
+from walfs.common import local_socket
+from walfs.common.metrics import Metrics
+from walfs.engine.contract import LogEngine, is_local, normalize_target
 from walfs.fuse import kernel_flags
-from walfs.fuse_ops import WalOperations
-from walfs.metrics import Metrics
+from walfs.fuse.operations import WalOperations
 
-log = logging.getLogger("walfs.daemon")
+log = logging.getLogger("walfs.service.daemon")
 
 # Mount options pyfuse3/libfuse 3.14 accept (others make init fail, see fuse-facts.md).
 FUSE_PASSTHROUGH_OPTIONS = frozenset(
@@ -86,7 +86,7 @@ class MountConfig:
     # The kernel's read-ahead for this mount (KiB; 0 leaves the kernel's 128 KiB). Larger
     # read-ahead means fewer, larger READ requests: each costs a Python round trip.
     read_ahead_kb: int = 1024
-    # The longest line a write may make (walfs.line_assembly.DEFAULT_MAX_LINE_BYTES): a writer
+    # The longest line a write may make (walfs.fuse.line_assembly.DEFAULT_MAX_LINE_BYTES): a writer
     # that never sends a newline gets EFBIG there instead of growing the daemon's memory.
     max_line_bytes: int = 16 << 20
     # Owner and mode of every file and directory of the tree (other FUSE file systems'
@@ -94,9 +94,9 @@ class MountConfig:
     uid: int | None = None
     gid: int | None = None
     umask: int = 0o022
-    # "HOST:PORT" of a Prometheus endpoint (walfs.metrics); None: off.
+    # "HOST:PORT" of a Prometheus endpoint (walfs.common.metrics); None: off.
     metrics_listen: str | None = None
-    # The WAL's default retention (walfs.retention; per-topic xattrs override it). None:
+    # The WAL's default retention (walfs.engine.settings; per-topic xattrs override it). None:
     # keep everything (the command line's default; the systemd conf of a new install
     # sets 7 days, Kafka's default).
     retention_ms: int | None = None
@@ -182,7 +182,7 @@ def set_read_ahead(mountpoint: str, kib: int) -> None:
 
 
 def open_wal(config: MountConfig) -> LogEngine:
-    from walfs.engine_api import open_engine  # late: `walfs --help` should not need the engine built
+    from walfs.engine.contract import open_engine  # late: `walfs --help` should not need the engine built
 
     kwargs: dict[str, Any] = {
         "fsync_interval_ms": config.fsync_interval_ms,
@@ -290,7 +290,7 @@ async def watch_wal_failure(wal: Any, stop: Callable[[], None], every_s: float =
 
 
 def bind_local_socket(data_dir: str) -> local_socket.Bound | None:
-    """The daemon's local socket in its data directory (walfs.local_socket), once the
+    """The daemon's local socket in its data directory (walfs.common.local_socket), once the
     WAL (and its lock) is open; None for a remote engine, or when it cannot be bound
     (logged: the daemon serves everything else)."""
     if not is_local(data_dir):

@@ -29,9 +29,9 @@ from typing import Any
 
 from walfs._core import ffi, lib
 from walfs.consumer import MANIFEST, CursorStore, key_org
+from walfs.engine.names import stream_key
+from walfs.engine.records import decode_meta, encode_meta, producer_of, value_is_null, with_producer
 from walfs.errors import WalCorruptError, WalError, from_errno
-from walfs.names import stream_key
-from walfs.records import decode_meta, encode_meta, producer_of, value_is_null, with_producer
 
 _SEG_NAME = re.compile(r"^seg-([0-9a-f]{16})\.wal$")
 _BATCH = 512
@@ -309,7 +309,7 @@ def _cursors(
 
 def salvage(src: str, dst: str, progress: Callable[[str], None] | None = None) -> SalvageReport:
     """Copies every intact record and cursor of src into the new data directory dst."""
-    from walfs.engine import Engine
+    from walfs.local.core import Engine
 
     say = progress or (lambda msg: print(msg, file=sys.stderr))
     if os.path.realpath(src) == os.path.realpath(dst):

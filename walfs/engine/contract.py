@@ -1,13 +1,13 @@
 """The engine interface: the one face that every walfs face (the mount, the Kafka listener,
 the Spark source and sink, `walfs fsck/info`) uses, and that every storage engine stands
-behind: today the local C core (walfs/local_engine.py); issue 16 adds a Kafka cluster.
+behind: today the local C core (walfs/local/engine.py); issue 16 adds a Kafka cluster.
 
 Modelled on SQLite's VFS: a small contract, written down beside each call, that several
 implementations honour and one test suite checks (tests/test_engine_conformance.py).
 docs/architecture.md says why each call exists.
 
 Streams are named (topic, partition) inside the engine's org (`LogEngine.org_id`); names
-obey walfs.names.topic_bytes and check_partition (InvalidTopicError / InvalidPartitionError
+obey walfs.engine.names.topic_bytes and check_partition (InvalidTopicError / InvalidPartitionError
 before anything else happens). Offsets are dense from the low watermark to the high
 watermark. Every exception is a walfs.errors.WalError.
 
@@ -33,12 +33,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from walfs.engine.records import Record, decode_meta, encode_meta, value_is_null
 from walfs.errors import BufferTooSmallError, OffsetOutOfRangeError, RecordTooLargeError
-from walfs.records import Record, decode_meta, encode_meta, value_is_null
 
 if TYPE_CHECKING:
-    from walfs.metrics import WalStats
-    from walfs.retention import Policy
+    from walfs.common.metrics import WalStats
+    from walfs.engine.settings import Policy
 
 FSYNC_POLICIES = ("never", "interval", "always")
 # Kafka's offset.metadata.max.bytes default: the longest metadata string a commit keeps.
@@ -70,7 +70,7 @@ class StreamInfo:
 
     org_id: int
     topic: str
-    topic_hash: str  # walfs.names.topic_hash, hex
+    topic_hash: str  # walfs.engine.names.topic_hash, hex
     partition: int
     low_watermark: int  # the first offset still stored (trims raise it)
     high_watermark: int  # the end: the offset the next append gets
@@ -113,7 +113,7 @@ class LogEngine(Protocol):
     path: str  # where the log lives: a data directory, or an engine URL
     read_only: bool
     fsync: str  # one of FSYNC_POLICIES
-    stats: WalStats  # counters for walfs.metrics (plain integers, read when scraped)
+    stats: WalStats  # counters for walfs.common.metrics (plain integers, read when scraped)
     retention_default: Policy  # the engine-wide retention a topic without overrides gets
 
     # -- lifetime ---------------------------------------------------------------------
@@ -166,7 +166,7 @@ class LogEngine(Protocol):
     def append(self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any) -> int:
         """Appends len(meta_lens) records as one batch (all or none survive a crash),
         creating the stream if needed; returns the first record's offset. Each record's
-        body is its meta section (walfs.records.encode_meta; empty for a plain value) then
+        body is its meta section (walfs.engine.records.encode_meta; empty for a plain value) then
         its value, bodies back to back in the buffer `data`; meta_lens and value_lens are
         array("I"). Published when this returns, durable under the fsync policy.
         Errors: ValueError (no records, lengths that do not add up), RecordTooLargeError,
@@ -246,7 +246,7 @@ class LogEngine(Protocol):
         self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
     ) -> bytes | bytearray | memoryview:
         """The Kafka face's fetch: published records from `offset` on as one uncompressed
-        Kafka record batch (magic v2, walfs.kafka_codec's layout: key, headers and
+        Kafka record batch (magic v2, walfs.wire.batch_codec's layout: key, headers and
         producer timestamp from each record's meta, the append time otherwise), in a
         buffer of its own; b"" at the high watermark. At least one record when any
         exists (even one larger than max_bytes), then up to max_records and about
@@ -357,7 +357,7 @@ class LogEngine(Protocol):
         ...
 
     def topic_settings(self, topic: str) -> dict[str, Any]:
-        """The topic's own overrides (walfs.retention.SETTING_KEYS: retention and the Kafka
+        """The topic's own overrides (walfs.engine.settings.SETTING_KEYS: retention and the Kafka
         topic configs walfs honours), without the engine's defaults."""
         ...
 
@@ -437,20 +437,20 @@ class Watchers:
 def open_engine(target: str, **options: Any) -> LogEngine:
     """The engine for `target`: a data directory is the local C core (options as
     walfs.Wal's); kafka://HOST:PORT[,...]/NAMESPACE is a Kafka cluster
-    (walfs/cluster_engine.py)."""
+    (walfs/cluster/engine.py)."""
     if target.startswith("kafka://"):
-        from walfs.cluster_engine import KafkaEngine
+        from walfs.cluster.engine import KafkaEngine
 
         return KafkaEngine(target, **options)
-    from walfs.local_engine import LocalEngine
+    from walfs.local.engine import LocalEngine
 
     return LocalEngine(target, **options)
 
 
 def repair(damaged: str, into: str) -> Any:
     """`walfs fsck --repair`: copies what is intact of a damaged log into a new one
-    (the local engine: walfs/salvage.py). Returns its SalvageReport."""
-    from walfs.salvage import salvage
+    (the local engine: walfs/local/salvage.py). Returns its SalvageReport."""
+    from walfs.local.salvage import salvage
 
     return salvage(damaged, into)
 

@@ -1,6 +1,6 @@
-"""LocalEngine: the local C core behind the engine interface (walfs/engine_api.py).
+"""LocalEngine: the local C core behind the engine interface (walfs/engine/contract.py).
 
-It owns the C core binding (walfs/engine.py: the one source of truth for offsets and
+It owns the C core binding (walfs/local/core.py: the one source of truth for offsets and
 watermarks), the topic index (names -> streams), the cursor store (the one commit rule),
 the per-topic settings, and a background duty: retention, then segment reclamation."""
 
@@ -13,11 +13,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from walfs import retention
 from walfs._core import ffi
+from walfs.common.metrics import TALLY_FOLD, WalStats
 from walfs.consumer import CursorStore
-from walfs.engine import Engine
-from walfs.engine_api import REC_SIZE, Appender, Change, StreamInfo, VerifyProgress, Watchers
+from walfs.engine import settings as retention
+from walfs.engine.contract import REC_SIZE, Appender, Change, StreamInfo, VerifyProgress, Watchers
+from walfs.engine.names import check_partition, stream_key, topic_bytes, topic_hash
+from walfs.engine.settings import Policy, TopicSettings
 from walfs.errors import (
     CorruptRecordError,
     OffsetOutOfRangeError,
@@ -26,10 +28,8 @@ from walfs.errors import (
     WalCorruptError,
     WalIOError,
 )
-from walfs.metrics import TALLY_FOLD, WalStats
-from walfs.names import check_partition, stream_key, topic_bytes, topic_hash
-from walfs.retention import Policy, TopicSettings
-from walfs.topic_index import Stream, TopicIndex, drop_legacy_snapshot
+from walfs.local.core import Engine
+from walfs.local.topic_index import Stream, TopicIndex, drop_legacy_snapshot
 
 log = logging.getLogger("walfs")
 # The summary line of every open (log_recovery): the daemons show it at their default level.
@@ -45,7 +45,7 @@ assert ffi.sizeof("walfs_rec_t") == REC_SIZE and ffi.offsetof("walfs_rec_t", "bu
 
 
 class LocalEngine:
-    """A walfs.engine_api.LogEngine on a local data directory (see that module for the
+    """A walfs.engine.contract.LogEngine on a local data directory (see that module for the
     contract of each call)."""
 
     def __init__(
@@ -152,7 +152,7 @@ class LocalEngine:
             self._notify(Change("close", "", -1))  # wakes wait_for callers
 
     def stop_background(self) -> None:
-        """Stops the retention/reclamation thread (close(), and walfs.debug's power cut)."""
+        """Stops the retention/reclamation thread (close(), and walfs.local.debug's power cut)."""
         self._stop.set()
         self._wake.set()
         if self._worker is not None:
@@ -741,7 +741,7 @@ class LocalEngine:
         return self.core.recovery_report()
 
     def disk_stats(self) -> dict[str, Any]:
-        """The fsync histogram and write bytes of walfs.metrics (walfs_disk_stats)."""
+        """The fsync histogram and write bytes of walfs.common.metrics (walfs_disk_stats)."""
         return self.core.disk_stats()
 
     def verify(self, progress: VerifyProgress | None = None) -> list[tuple[str, int, int, str]]:

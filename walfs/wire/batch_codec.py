@@ -10,7 +10,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from walfs._core import ffi, lib
-from walfs.engine_api import REC_SIZE
+from walfs.engine.contract import REC_SIZE
 from walfs.errors import BufferTooSmallError
 
 
@@ -37,7 +37,7 @@ def decode_kafka_records(
     values = array.array("I", bytes(4 * count))
     needed = ffi.new("uint64_t *")
     size = len(body) + 32 * count + 64
-    # Released on the way out, as every cffi buffer over a caller's (walfs/engine.py).
+    # Released on the way out, as every cffi buffer over a caller's (walfs/local/core.py).
     with ffi.from_buffer(body) as cbody:
         while True:
             out = _uncleared("uint8_t[]", room + size)
@@ -68,7 +68,7 @@ def encode_kafka_batch(buf: Any, recs: Any, n: int) -> memoryview:
     if n == 0:
         return memoryview(b"")
     out = ffi.new("uint8_t **")
-    # Released on the way out, as every cffi buffer over a caller's (walfs/engine.py).
+    # Released on the way out, as every cffi buffer over a caller's (walfs/local/core.py).
     with ffi.from_buffer(buf) as cbuf, ffi.from_buffer("walfs_rec_t[]", recs) as crecs:
         rc = int(lib.walfs_kafka_batch(cbuf, crecs, n, out))
     return _allocated_batch(rc, out)
@@ -87,7 +87,7 @@ def encode_kafka_batch_pieces(
     if n == 0:
         return memoryview(b"")
     out = ffi.new("uint8_t **")
-    # Released on the way out, as every cffi buffer over a caller's (walfs/engine.py).
+    # Released on the way out, as every cffi buffer over a caller's (walfs/local/core.py).
     with ExitStack() as held:
         bufs = [held.enter_context(ffi.from_buffer(p)) for p in pieces]
         cmetas = held.enter_context(ffi.from_buffer("uint32_t[]", meta_lens))

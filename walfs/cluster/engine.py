@@ -63,7 +63,8 @@ from urllib.parse import parse_qs, urlparse
 
 import blake3
 
-from walfs.engine_api import (
+from walfs.common.metrics import WalStats
+from walfs.engine.contract import (
     MAX_METADATA_BYTES,
     REC_SIZE,
     Appender,
@@ -72,6 +73,9 @@ from walfs.engine_api import (
     VerifyProgress,
     Watchers,
 )
+from walfs.engine.names import check_partition, topic_bytes, topic_hash
+from walfs.engine.settings import Policy, policy_of, updated
+from walfs.engine.settings import now_ms as retention_now_ms
 from walfs.errors import (
     BufferTooSmallError,
     OffsetOutOfRangeError,
@@ -82,11 +86,7 @@ from walfs.errors import (
     WalError,
     WalIOError,
 )
-from walfs.kafka_codec import read_as_kafka_batch
-from walfs.metrics import WalStats
-from walfs.names import check_partition, topic_bytes, topic_hash
-from walfs.retention import Policy, policy_of, updated
-from walfs.retention import now_ms as retention_now_ms
+from walfs.wire.batch_codec import read_as_kafka_batch
 
 log = logging.getLogger("walfs")
 
@@ -268,7 +268,7 @@ class StreamState:
 
 
 class KafkaEngine:
-    """A walfs.engine_api.LogEngine on a Kafka cluster (see that module for the contract of
+    """A walfs.engine.contract.LogEngine on a Kafka cluster (see that module for the contract of
     each call, and this module's docstring for the layout)."""
 
     def __init__(

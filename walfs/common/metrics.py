@@ -214,7 +214,7 @@ class CorruptRecords:
 
 
 class Metrics:
-    """What one daemon exposes: its engine's figures (walfs.engine_api.LogEngine) plus
+    """What one daemon exposes: its engine's figures (walfs.engine.contract.LogEngine) plus
     request latencies of its faces."""
 
     def __init__(self, wal: Any, *, fuse: Latency | None = None) -> None:

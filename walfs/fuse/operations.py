@@ -1,4 +1,4 @@
-"""The FUSE face of a walfs engine (walfs.engine_api.LogEngine): a pyfuse3 Operations
+"""The FUSE face of a walfs engine (walfs.engine.contract.LogEngine): a pyfuse3 Operations
 class that only translates requests into calls on the engine and on the mount's parts
 (walfs/fuse/: the tree of names and inodes, attributes, open files, consumer files,
 xattrs, cache invalidation and the watcher, permissions, errnos, the request wrapper).
@@ -7,7 +7,7 @@ A topic file's bytes are its records' values, each followed by b"\\n" (the engin
 view), from the byte of the low watermark when its inode was made (walfs.fuse.tree,
 "Generations": after a trim the name leads to a new inode that starts at the first kept
 record; open files keep theirs). Each newline-terminated line written is one record
-(walfs.line_assembly); a partial line stays with its file handle until its newline,
+(walfs.fuse.line_assembly); a partial line stays with its file handle until its newline,
 flush (close) or fsync.
 Everything here is append-only in the way Linux treats append-only inodes: every call
 that would change or remove bytes gets EPERM.
@@ -30,21 +30,21 @@ from collections.abc import Callable, Sequence
 import pyfuse3
 import trio
 
-from walfs.engine_api import LogEngine, is_local
+from walfs.common.metrics import LoopLatency
+from walfs.engine.contract import LogEngine, is_local
+from walfs.engine.names import MAX_NAME_BYTES
 from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError
 from walfs.fuse import consumer_files, kernel_flags, xattrs
 from walfs.fuse.attributes import Attributes
 from walfs.fuse.errnos import logged_fuse_error, topic_name_error, wal_errors_as_errno
 from walfs.fuse.handles import Handle, Handles
 from walfs.fuse.invalidation import Invalidator, Watcher
+from walfs.fuse.line_assembly import DEFAULT_MAX_LINE_BYTES, LineAssembler
 from walfs.fuse.nodes import DIR_KINDS, Node, parse_partition_dir
+from walfs.fuse.page_push import PAGE, PagePusher
 from walfs.fuse.permissions import may_write_dir
 from walfs.fuse.requests import wrap_handlers
 from walfs.fuse.tree import Tree
-from walfs.line_assembly import DEFAULT_MAX_LINE_BYTES, LineAssembler
-from walfs.metrics import LoopLatency
-from walfs.names import MAX_NAME_BYTES
-from walfs.page_push import PAGE, PagePusher
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -72,7 +72,7 @@ REQUESTS = (
 class WalOperations(pyfuse3.Operations):
     """Translates FUSE requests into engine calls.
 
-    `wal` is the engine (walfs.engine_api.LogEngine: this class uses nothing else).
+    `wal` is the engine (walfs.engine.contract.LogEngine: this class uses nothing else).
     `blocking_appends` says whether an append can wait for the disk (fsync=always): such
     appends run in a worker thread, others run inline because a thread hop costs more than
     the append itself.
@@ -124,7 +124,7 @@ class WalOperations(pyfuse3.Operations):
         self.cold_reads = 0  # READs sent to a thread because their data was not in memory
         self.read_bytes = 0  # bytes READs returned (not served by the kernel's page cache)
         # A summary of the daemon's metrics in Prometheus's text format (root xattr
-        # user.walfs.metrics; walfs.metrics.Metrics.summary_text),
+        # user.walfs.metrics; walfs.common.metrics.Metrics.summary_text),
         # and the histogram every request is timed into (walfs.fuse.requests), which the
         # daemon's metrics expose.
         self.metrics_text: Callable[[], bytes] | None = None
@@ -190,7 +190,7 @@ class WalOperations(pyfuse3.Operations):
     def _release_held(self, h: Handle) -> None:
         """The writer of h sent a FLUSH, FSYNC or RELEASE: its write() calls have ended
         (the kernel drops the cached pages of a direct_io write()'s range around it), so
-        every byte its WRITEs appended may be cached now (walfs.page_push)."""
+        every byte its WRITEs appended may be cached now (walfs.fuse.page_push)."""
         if h.held:
             self.pages.release(h.ino, h.held)
             h.held = h.held_last = 0

@@ -4,7 +4,7 @@ engine. They take a walfs.Wal or a LocalEngine."""
 
 from typing import Any
 
-from walfs.local_engine import LocalEngine
+from walfs.local.engine import LocalEngine
 
 
 def local_engine(wal: Any) -> LocalEngine:

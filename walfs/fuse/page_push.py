@@ -1,7 +1,7 @@
 """The kernel's page cache of topic files: bytes just appended are put there before anyone
 reads them, and whatever could make cached pages wrong drops them.
 
-Why: the mount's writers bypass the page cache (direct_io, walfs.fuse_ops.open), so
+Why: the mount's writers bypass the page cache (direct_io, walfs.fuse.operations.open), so
 without this the first `cat` (or grep, or Spark job) after an ingest reads every byte
 through the daemon, request by request; only a second read is served by the kernel.
 
@@ -17,7 +17,7 @@ How (checked on kernel 6.x, libfuse 3.14, pyfuse3 3.5; see docs/mount.md "Cachin
   (~0.3-0.5 ms per MiB with the engine's checksums), and the push fell behind a fast
   writer.
 - Bytes written through the mount are handed over when the writer's write() that made
-  them has ended (walfs.fuse_ops: at its FLUSH, FSYNC or RELEASE, or with the WRITE after
+  them has ended (walfs.fuse.operations: at its FLUSH, FSYNC or RELEASE, or with the WRITE after
   next), not when their WRITE is answered: the kernel drops the cached pages of a
   direct_io write()'s whole range when it ends, and one write() may arrive as two
   WRITEs; a store made meanwhile was seen lost (ftrace). Stores are batched over PUSH_COALESCE,
@@ -56,11 +56,11 @@ from dataclasses import dataclass
 import pyfuse3
 import trio
 
-from walfs.engine_api import LogEngine
+from walfs.engine.contract import LogEngine
 from walfs.errors import OffsetOutOfRangeError
 from walfs.fuse import kernel_flags
 
-log = logging.getLogger("walfs.page_push")
+log = logging.getLogger("walfs.fuse.page_push")
 
 PAGE = 4096
 # The most recent bytes of one stream sent per round.

@@ -1,0 +1,1 @@
+"""The Kafka-cluster engine: walfs over a real Kafka cluster."""

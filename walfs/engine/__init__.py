@@ -1,0 +1,1 @@
+"""The engine contract: what every engine implements and the rules built on it."""

@@ -1,0 +1,1 @@
+"""The local engine: the C core's log in a data directory."""

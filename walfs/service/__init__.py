@@ -1,0 +1,1 @@
+"""The service lifecycle shared by `walfs mount` and `walfs serve`."""

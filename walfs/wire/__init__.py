@@ -1,0 +1,1 @@
+"""The Kafka record-batch codec, shared by the Kafka face and the cluster engine."""
