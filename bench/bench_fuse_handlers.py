@@ -46,8 +46,8 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     # The tree under test (bench/ab_trees.py sets PYTHONPATH), imported after argument parsing.
-    from walfs.engine.contract import open_engine
     from walfs.fuse.operations import WalOperations
+    from walfs.open import open_engine
 
     base = tempfile.mkdtemp(prefix="walfs-handlers-", dir=args.dir)
     wal = open_engine(os.path.join(base, "data"), fsync="interval", segment_size=64 << 20)
@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
         # tree from before walfs.common.metrics.LoopLatency times only once the daemon sets it).
         wal.watch(ops.watcher.poke)
         if getattr(ops, "request_latency", None) is None:
-            from walfs.common.metrics import Metrics
+            from walfs.service.metrics import Metrics
 
             ops.request_latency = Metrics(wal).fuse
         results: dict[str, Any] = trio.run(_measure, ops, args.count, args.repeat)

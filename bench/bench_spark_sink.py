@@ -269,7 +269,7 @@ def engine_chunks(where: Path, blob: bytes, size: int) -> dict[str, float]:
     """The engine's own cost of the sink's appends, no Spark and no Python encoding: the
     values (already in the stored layout, one buffer) appended in TASK_CHUNK_BYTES
     batches, then one sync. engine_append_s + engine_sync_s."""
-    from walfs.engine.contract import open_engine
+    from walfs.open import open_engine
     from walfs.spark.sink_task import TASK_CHUNK_BYTES
 
     per = max(1, TASK_CHUNK_BYTES // size)
@@ -298,7 +298,7 @@ def task_alone(where: Path, values: list[bytes]) -> dict[str, float]:
     sync: what walfs/spark/sink_task.py does after Spark's feed, in one turn (one open of
     the data directory, where a task past TASK_TURN_BYTES takes a few). task_*_s, per
     phase."""
-    from walfs.engine.contract import open_engine
+    from walfs.open import open_engine
     from walfs.spark.sink import MARKER, STAGED_SCHEMA, normalize
     from walfs.spark.sink_rows import cuts, encode_chunk, row_costs
     from walfs.spark.sink_target import LocalTarget

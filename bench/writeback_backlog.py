@@ -41,7 +41,7 @@ import tempfile
 import time
 
 import walfs
-from walfs.engine.contract import durable_end
+from walfs.engine.rules import durable_end
 from walfs.local import debug
 
 _SYS_CACHESTAT = 451

@@ -23,7 +23,7 @@ import pytest
 from conftest_mount import Mount, is_mounted
 
 from walfs.cli import VERBS
-from walfs.engine.contract import open_engine
+from walfs.open import open_engine
 
 pytest_plugins = ["conftest_mount"]
 

@@ -27,7 +27,7 @@ FACE_PACKAGES = ("walfs.fuse", "walfs.service", "walfs.kafka", "walfs.spark", "w
 FACE_MODULES: tuple[str, ...] = ()
 # What every engine shares: the contract package, errors, the Kafka batch codec, the small
 # common utilities (metrics, the daemon's local socket).
-SHARED = ("walfs.engine", "walfs.errors", "walfs.wire", "walfs.common")
+SHARED = ("walfs.engine", "walfs.errors", "walfs.wire", "walfs.common", "walfs.open")
 # Names a face may take from the package itself (`from walfs import X`): the errors.
 PACKAGE_NAMES = {"errors", "engine_api", "names", "records", "Record", "local_socket"}
 

@@ -19,18 +19,19 @@ from typing import Any
 
 import pytest
 
-from walfs.engine.contract import (
-    REC_LAYOUT,
-    REC_SIZE,
-    Change,
-    LogEngine,
-    StreamInfo,
+from walfs.engine.contract import LogEngine
+from walfs.engine.records import encode_meta
+from walfs.engine.rules import (
+    append_lines,
+    append_nowait,
+    append_pieces,
+    appender,
+    committed_offset,
     durable_end,
-    open_engine,
     read_records,
     wait_for,
 )
-from walfs.engine.records import encode_meta
+from walfs.engine.types import REC_LAYOUT, REC_SIZE, Change, StreamInfo
 from walfs.errors import (
     BufferTooSmallError,
     InvalidPartitionError,
@@ -42,6 +43,8 @@ from walfs.errors import (
     WalLockedError,
 )
 from walfs.kafka.record_batch import decode_batches
+from walfs.open import open_engine
+from walfs.wire.batch_codec import read_kafka_batch
 
 BOUND_S = 60.0  # every wait in this file is bounded; none is a speed assertion
 
@@ -173,7 +176,7 @@ def value_of(size: int, k: int) -> bytes:
 def test_append_and_read_every_size_from_zero_bytes(make: Maker) -> None:
     """append / Appender.append return dense offsets; read() returns each record whole."""
     e = make(fsync="never")
-    a = e.appender("sizes")
+    a = appender(e, "sizes")
     expect = []
     for k, size in enumerate(SIZES):
         v = value_of(size, k)
@@ -199,7 +202,7 @@ def test_append_and_read_every_size_from_zero_bytes(make: Maker) -> None:
 def test_the_appender_takes_empty_values_and_any_buffer(make: Maker) -> None:
     """Appender.append: a 0-byte value, and bytearray / memoryview values, are records."""
     e = make(fsync="never")
-    a = e.appender("buf", 2)
+    a = appender(e, "buf", 2)
     assert a.append(b"") == 0
     assert a.append(bytearray(b"from a bytearray")) == 1
     assert a.append(memoryview(b"..a memoryview..")[2:-2]) == 2
@@ -257,23 +260,23 @@ def test_read_kafka_batch_is_what_read_returns_as_one_kafka_batch(make: Maker) -
     meta = encode_meta(b"k1", [("h", b"v"), ("n", None)], 1234)
     e.append("kb", 1, meta + b"value-1" + b"v2", array.array("I", [len(meta), 0]), array.array("I", [7, 2]))
     e.append("kb", 1, *plain([value_of(s, s) for s in (0, 100, 70_000)]))
-    assert e.read_kafka_batch("kb", 0, 0, 10, 1 << 20) == b""  # a partition never written
+    assert read_kafka_batch(e, "kb", 0, 0, 10, 1 << 20) == b""  # a partition never written
 
     def decoded(batch: Any) -> tuple[int, list[tuple[Any, ...]]]:
         raw = bytes(batch)
         (b,) = decode_batches(raw)  # lengths and the CRC-32C checked
         return int.from_bytes(raw[:8], "big"), [(r.key, r.value, r.headers) for r in b.records]
 
-    first, got = decoded(e.read_kafka_batch("kb", 1, 0, 100, 1 << 20))
+    first, got = decoded(read_kafka_batch(e, "kb", 1, 0, 100, 1 << 20))
     want = [(r.key, r.value, list(r.headers)) for r in read_records(e, "kb", 1, 0, 100)]
     assert first == 0 and got == want and len(got) == 5
     assert got[0] == (b"k1", b"value-1", [("h", b"v"), ("n", None)])
-    assert decoded(e.read_kafka_batch("kb", 1, 1, 2, 1 << 20)) == (1, want[1:3])
-    assert decoded(e.read_kafka_batch("kb", 1, 2, 100, 1)) == (2, want[2:3])
-    assert decoded(e.read_kafka_batch("kb", 1, 4, 100, 10)) == (4, want[4:5])  # 70 000 bytes
-    assert e.read_kafka_batch("kb", 1, 5, 100, 1 << 20) == b""
+    assert decoded(read_kafka_batch(e, "kb", 1, 1, 2, 1 << 20)) == (1, want[1:3])
+    assert decoded(read_kafka_batch(e, "kb", 1, 2, 100, 1)) == (2, want[2:3])
+    assert decoded(read_kafka_batch(e, "kb", 1, 4, 100, 10)) == (4, want[4:5])  # 70 000 bytes
+    assert read_kafka_batch(e, "kb", 1, 5, 100, 1 << 20) == b""
     with pytest.raises(OffsetOutOfRangeError):
-        e.read_kafka_batch("kb", 1, 6, 100, 1 << 20)
+        read_kafka_batch(e, "kb", 1, 6, 100, 1 << 20)
 
 
 def test_byte_view_matches_the_records_and_locate_maps_both_ways(make: Maker) -> None:
@@ -302,15 +305,15 @@ def test_byte_view_matches_the_records_and_locate_maps_both_ways(make: Maker) ->
     # A view read from the middle of a record.
     assert e.read_bytes("v", 0, 3, buf) == 10 and bytes(buf) == whole[3:13]
     # The lines face appends the same bytes as records.
-    e.append_lines("lines", 0, whole)
+    append_lines(e, "lines", 0, whole)
     assert read_all(e, "lines") == values and view(e, "lines") == whole
 
 
 def test_append_lines_counts_lines_and_a_final_newline_ends_the_last(make: Maker) -> None:
     e = make(fsync="never")
-    assert e.append_lines("l", 0, b"a\nbb\n") == (0, 2)
-    assert e.append_lines("l", 0, b"c") == (2, 1)
-    assert e.append_lines("l", 0, b"\n\n") == (3, 2)
+    assert append_lines(e, "l", 0, b"a\nbb\n") == (0, 2)
+    assert append_lines(e, "l", 0, b"c") == (2, 1)
+    assert append_lines(e, "l", 0, b"\n\n") == (3, 2)
     assert read_all(e, "l") == [b"a", b"bb", b"c", b"", b""]
 
 
@@ -342,7 +345,7 @@ def test_streams_create_info_and_delete(make: Maker) -> None:
     e.commit("g", "b", 0, 1)
     assert e.delete("b") == [0, 2]
     assert e.delete("b") == []
-    assert e.streams() == [("a", 0)] and e.committed("g", "b") is None
+    assert e.streams() == [("a", 0)] and committed_offset(e, "g", "b") is None
     # The name is used again from offset 0.
     assert e.append("b", 0, *plain([b"new"])) == 0
     assert read_all(e, "b") == [b"new"]
@@ -354,7 +357,7 @@ def test_streams_create_info_and_delete(make: Maker) -> None:
 def test_an_appender_survives_its_stream_being_deleted(make: Maker) -> None:
     """Appender contract: after a delete, its next append creates the new stream."""
     e = make(fsync="never")
-    a = e.appender("d", 1)
+    a = appender(e, "d", 1)
     assert [a.append(b"x"), a.append(b"y")] == [0, 1]
     e.delete("d")
     assert a.append(b"z") == 0
@@ -368,8 +371,8 @@ def test_watch_reports_creates_appends_trims_and_deletes(make: Maker) -> None:
     stop = e.watch(seen.append)
     e.create("w", 0)
     e.append("w", 0, *plain([b"a", b"b"]))
-    e.appender("w", 0).append(b"c")
-    e.append_lines("w", 0, b"d\n")
+    appender(e, "w", 0).append(b"c")
+    append_lines(e, "w", 0, b"d\n")
     e.trim("w", 0, 2)
     e.delete("w")
     stop()
@@ -413,7 +416,7 @@ def test_wait_for_is_woken_by_an_append_without_polling(make: Maker) -> None:
     idle.wait(0.2)
     assert counting.info_calls <= 3
     assert t.is_alive()
-    e.appender("q").append(b"wake up")
+    appender(e, "q").append(b"wake up")
     t.join(BOUND_S)
     assert result == [True]
     # Timeouts and close end a wait with False.
@@ -459,12 +462,12 @@ def test_trim_raises_the_low_watermark_durably(make: Maker) -> None:
 def test_cursor_commits_and_their_limits(make: Maker) -> None:
     e = make(fsync="never")
     e.append("c", 0, *plain([b"a", b"b", b"c"]))
-    assert e.committed("g", "c") is None and e.groups() == []
+    assert committed_offset(e, "g", "c") is None and e.groups() == []
     assert e.commit("g", "c", 0, 2) is True
     # A commit makes the records it passes durable first.
     assert e.info("c").durable_watermark >= 2
     assert e.commit("g", "c", 0, 1, advance_only=True) is False
-    assert e.committed("g", "c") == 2
+    assert committed_offset(e, "g", "c") == 2
     assert e.commit("g", "c", 0, 1) is True  # a seek moves it back
     assert e.commit("g", "c", 0, 3, advance_only=True) is True  # up to the high watermark
     with pytest.raises(OffsetOutOfRangeError):
@@ -478,10 +481,10 @@ def test_cursor_commits_and_their_limits(make: Maker) -> None:
         e.commit("bad/group", "c", 0, 0)
     e.create_group("idle")
     e.create_group("idle")
-    assert e.groups() == ["g", "idle"] and e.committed("idle", "c") is None
+    assert e.groups() == ["g", "idle"] and committed_offset(e, "idle", "c") is None
     e.close()
     e2 = make(fsync="never")
-    assert e2.committed("g", "c") == 3 and e2.groups() == ["g", "idle"]
+    assert committed_offset(e2, "g", "c") == 3 and e2.groups() == ["g", "idle"]
 
 
 # -- org views (Kafka tenants) -------------------------------------------------------------
@@ -511,12 +514,12 @@ def test_org_views_see_only_their_own_streams_groups_and_changes(make: Maker) ->
     e.commit("g", "t", 0, 2)
     other.commit("g", "t", 0, 1)
     other.create_group("tenant-only")
-    assert e.committed("g", "t") == 2 and other.committed("g", "t") == 1
+    assert committed_offset(e, "g", "t") == 2 and committed_offset(other, "g", "t") == 1
     assert e.groups() == ["g"] and other.groups() == ["g", "tenant-only"]
-    assert other.delete_group("g") is True
-    assert e.committed("g", "t") == 2 and e.groups() == ["g"]
-    assert other.committed("g", "t") is None and other.groups() == ["tenant-only"]
-    assert other.delete_group("g") is False
+    assert other.forget("g") is True
+    assert committed_offset(e, "g", "t") == 2 and e.groups() == ["g"]
+    assert committed_offset(other, "g", "t") is None and other.groups() == ["tenant-only"]
+    assert other.forget("g") is False
     # Trims and deletes stay in their org.
     other.trim("t", 0, 1)
     assert e.info("t").low_watermark == 0
@@ -552,14 +555,14 @@ def test_racing_advance_only_commits_never_move_a_cursor_back(make: Maker) -> No
         t.start()
     for t in threads:
         t.join(BOUND_S)
-    assert not errors and e.committed("g", "r") == 400
+    assert not errors and committed_offset(e, "g", "r") == 400
 
 
 # -- durability under the fsync policies ------------------------------------------------------
 @pytest.mark.parametrize("policy", ["never", "interval", "always"])
 def test_durable_watermark_under_each_fsync_policy(make: Maker, policy: str) -> None:
     e = make(fsync=policy, fsync_interval_ms=20)
-    a = e.appender("d")
+    a = appender(e, "d")
     for k in range(20):
         a.append(b"r%d" % k)
         if policy == "always":  # durable when append returns
@@ -579,14 +582,14 @@ def test_append_unsynced_is_published_at_once_and_durable_after_sync(make: Maker
     # The Kafka listener's acks=all: appended without the policy's own wait, then one
     # sync covers it (and every append before it).
     e = make(fsync=policy, fsync_interval_ms=3_600_000)
-    assert e.append_unsynced("u", 0, *plain([b"a", b"b"])) == 0
-    assert e.append_unsynced("u", 0, *plain([b"c"])) == 2
+    assert e.append("u", 0, *plain([b"a", b"b"]), wait=False) == 0
+    assert e.append("u", 0, *plain([b"c"]), wait=False) == 2
     assert e.info("u").high_watermark == 3
     assert read_all(e, "u") == [b"a", b"b", b"c"]
     e.sync()
     assert e.info("u").durable_watermark == 3
     with pytest.raises(ValueError):  # the lengths do not add up to the data
-        e.append_unsynced("u", 0, b"xy", array.array("I", [0]), array.array("I", [1]))
+        e.append("u", 0, b"xy", array.array("I", [0]), array.array("I", [1]), wait=False)
 
 
 def test_append_nowait_appends_or_refuses_with_nothing_appended(make: Maker) -> None:
@@ -594,10 +597,10 @@ def test_append_nowait_appends_or_refuses_with_nothing_appended(make: Maker) -> 
     # waiting (published, durable after a sync), None when it would have waited, with
     # nothing appended then. It never creates a stream. The cluster engine always refuses.
     e = make(fsync="never")
-    assert e.append_nowait("n", 0, *plain([b"a"])) is None
+    assert append_nowait(e, "n", 0, *plain([b"a"])) is None
     assert e.streams() == []
     e.append("n", 0, *plain([b"a", b"b"]))
-    got = e.append_nowait("n", 0, *plain([b"c"]))
+    got = append_nowait(e, "n", 0, *plain([b"c"]))
     if got is None:
         assert read_all(e, "n") == [b"a", b"b"]
         assert e.info("n").high_watermark == 2
@@ -607,7 +610,7 @@ def test_append_nowait_appends_or_refuses_with_nothing_appended(make: Maker) -> 
         e.sync()
         assert e.info("n").durable_watermark == 3
     with pytest.raises(ValueError):  # the lengths do not add up to the data
-        e.append_nowait("n", 0, b"xy", array.array("I", [0]), array.array("I", [1]))
+        append_nowait(e, "n", 0, b"xy", array.array("I", [0]), array.array("I", [1]))
 
 
 def test_append_pieces_is_append_of_the_pieces_joined(make: Maker) -> None:
@@ -625,8 +628,8 @@ def test_append_pieces_is_append_of_the_pieces_joined(make: Maker) -> None:
     pieces[1] = bytearray(pieces[1])
     pieces[4] = memoryview(b"." + pieces[4] + b".")[1:-1]
     assert e.append("p", 0, b"x", array.array("I", [0]), array.array("I", [1])) == 0
-    assert e.append_pieces("p", 0, pieces, meta_lens, value_lens) == 1
-    assert e.append_pieces("p", 0, [data], meta_lens, value_lens) == 1 + len(values)
+    assert append_pieces(e, "p", 0, pieces, meta_lens, value_lens) == 1
+    assert append_pieces(e, "p", 0, [data], meta_lens, value_lens) == 1 + len(values)
     got = read_records(e, "p", 0, 1, 100)
     assert [r.value for r in got] == values + values
     for r, m, i in zip(got, metas + metas, [*range(9), *range(9)], strict=True):
@@ -635,9 +638,9 @@ def test_append_pieces_is_append_of_the_pieces_joined(make: Maker) -> None:
         else:
             assert (r.key, list(r.headers)) == (None, [])
     with pytest.raises(ValueError):  # one byte short of the bodies
-        e.append_pieces("p", 0, [data[:-1]], meta_lens, value_lens)
+        append_pieces(e, "p", 0, [data[:-1]], meta_lens, value_lens)
     with pytest.raises(ValueError):  # one byte over
-        e.append_pieces("p", 0, [data, b"!"], meta_lens, value_lens)
+        append_pieces(e, "p", 0, [data, b"!"], meta_lens, value_lens)
     assert e.info("p").high_watermark == 1 + 2 * len(values)
     e.close()
     e2 = make(fsync="never", read_only=True)  # durable, whole, after close
@@ -646,11 +649,12 @@ def test_append_pieces_is_append_of_the_pieces_joined(make: Maker) -> None:
 
 _KILLED_WRITER = """
 import sys
-from walfs.engine.contract import open_engine
+from walfs.open import open_engine
 target, policy = sys.argv[1], sys.argv[2]
 opts = eval(sys.argv[3])
 e = open_engine(target, fsync=policy, **opts)
-a = e.appender("acked")
+from walfs.engine.rules import appender
+a = appender(e, "acked")
 k = 0
 while True:
     a.append(b"record %d" % k)
@@ -706,7 +710,7 @@ def test_bad_input_gets_clear_errors(make: Maker) -> None:
     with pytest.raises(ValueError):
         e.append("ok", 0, b"abc", array.array("I", [0, 0]), array.array("I", [3]))
     with pytest.raises(ValueError):
-        e.append_lines("ok", 0, b"")
+        append_lines(e, "ok", 0, b"")
     for off in (-1, 2, 10**12):
         with pytest.raises(OffsetOutOfRangeError):
             e.read("ok", 0, off, bytearray(64), bytearray(REC_SIZE))
@@ -743,7 +747,7 @@ def test_read_only_engines_refuse_writes_and_a_second_writer_is_locked_out(make:
         ro.commit("g", "t", 0, 1)
     with pytest.raises(ReadOnlyError):
         ro.create_group("g2")
-    assert ro.groups() == [] and e.committed("g", "t") is None
+    assert ro.groups() == [] and committed_offset(e, "g", "t") is None
     e.close()
     e.close()  # idempotent
     assert e.closed
@@ -752,7 +756,7 @@ def test_read_only_engines_refuse_writes_and_a_second_writer_is_locked_out(make:
     with pytest.raises(WalClosedError):
         e.info("t")
     with pytest.raises(WalClosedError):
-        e.appender("t").append(b"x")
+        appender(e, "t").append(b"x")
 
 
 # -- threads and processes --------------------------------------------------------------------
@@ -765,14 +769,14 @@ def test_threads_append_to_shared_and_own_streams(make: Maker) -> None:
 
     def writer(k: int) -> None:
         try:
-            a = e.appender("shared")
+            a = appender(e, "shared")
             for i in range(per):
                 v = b"t%d-%d" % (k, i)
                 if i % 3 == 0:
                     offsets[k].append(e.append("shared", 0, *plain([v])))
                 else:
                     offsets[k].append(a.append(v))
-                e.append_lines(f"own-{k}", 0, v + b"\n")
+                append_lines(e, f"own-{k}", 0, v + b"\n")
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -812,7 +816,7 @@ def test_reader_processes_see_what_was_published_before_they_opened(make: Maker)
         p = ctx.Process(target=_reader_process, args=(make.target, make.kind.options, expect, out))
         p.start()
         procs.append(p)
-        e.appender("p").append(b"p%d" % expect)  # appends go on while they read
+        appender(e, "p").append(b"p%d" % expect)  # appends go on while they read
         expect += 1
     results = [out.get(timeout=BOUND_S) for _ in procs]
     for p in procs:

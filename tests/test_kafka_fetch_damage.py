@@ -21,6 +21,7 @@ from kio.serial import entity_reader
 import walfs
 from walfs.kafka.messages import ErrorCode, build
 from walfs.kafka.record_batch import decode_batches
+from walfs.wire.batch_codec import read_kafka_batch
 
 BAD = 10  # the damaged record's offset
 # Blocks small enough that record BAD lies in a sealed run, which open does not re-check.
@@ -73,10 +74,10 @@ def test_read_kafka_batch_stops_before_a_damaged_record_and_refuses_it(tmp_path:
         # From every start before it (each place in a group of four CRC checks), the good
         # records up to it and not one byte of it.
         for start in range(0, BAD):
-            assert values(e.read_kafka_batch("t", 0, start, 1000, 1 << 20)) == vals[start:BAD], start
+            assert values(read_kafka_batch(e, "t", 0, start, 1000, 1 << 20)) == vals[start:BAD], start
         with pytest.raises(walfs.CorruptRecordError, match=f"offset {BAD}"):
-            e.read_kafka_batch("t", 0, BAD, 1000, 1 << 20)
-        assert values(e.read_kafka_batch("t", 0, BAD + 1, 5, 1 << 20)) == vals[BAD + 1 : BAD + 6]
+            read_kafka_batch(e, "t", 0, BAD, 1000, 1 << 20)
+        assert values(read_kafka_batch(e, "t", 0, BAD + 1, 5, 1 << 20)) == vals[BAD + 1 : BAD + 6]
 
 
 def fetch(sock: socket.socket, offset: int, cid: int) -> tuple[ErrorCode, bytes]:

@@ -34,12 +34,13 @@ class RecordedWal(walfs.Wal):
         self.policy = kwargs["fsync"]
         self.calls: list[tuple[str, bool, Any]] = []
         self.loop_thread: threading.Thread | None = None
-        for name in ("append", "append_unsynced", "append_nowait"):
+        for name in ("append", "append_nowait"):
             real = getattr(self.engine, name)
 
-            def recorded(*a: Any, _name: str = name, _real: Any = real) -> Any:
-                got = _real(*a)
-                self.calls.append((_name, threading.current_thread() is self.loop_thread, got))
+            def recorded(*a: Any, _name: str = name, _real: Any = real, **kw: Any) -> Any:
+                got = _real(*a, **kw)
+                label = "append(wait=False)" if kw.get("wait") is False else _name
+                self.calls.append((label, threading.current_thread() is self.loop_thread, got))
                 return got
 
             setattr(self.engine, name, recorded)
@@ -67,7 +68,7 @@ def test_a_produce_to_an_existing_topic_is_appended_on_the_event_loop(
         assert produce_answer(recv_frame(s)) == (1, 0, 0)
         # The topic did not exist: created and appended in a worker thread.
         assert [(name, on_loop) for name, on_loop, _ in wal.calls] == [
-            ("append" if wal.policy == "never" else "append_unsynced", False)
+            ("append" if wal.policy == "never" else "append(wait=False)", False)
         ]
         wal.calls.clear()
         s.sendall(produce("t", 2, 2) + produce("t", 4, 3))
@@ -97,7 +98,7 @@ def test_under_always_acks_1_is_appended_in_place_and_acks_0_in_a_thread(
         s.sendall(produce("t", 3, 4, acks=0) + produce("t", 1, 5, acks=1))
         assert produce_answer(recv_frame(s)) == (5, 0, 9)
     assert [(name, on_loop) for name, on_loop, _ in wal.calls] == [
-        ("append_unsynced", False),  # creates the topic
+        ("append(wait=False)", False),  # creates the topic
         ("append_nowait", True),
         ("append_nowait", True),
         ("append", False),  # acks=0

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import walfs
-from walfs.engine.contract import read_values
+from walfs.engine.rules import read_values
 from walfs.errors import RecordTooLargeError
 from walfs.fuse.line_assembly import LineAssembler
 

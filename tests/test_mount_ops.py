@@ -11,7 +11,7 @@ import pyfuse3
 import pytest
 
 import walfs
-from walfs.engine.contract import read_values
+from walfs.engine.rules import read_values
 from walfs.fuse.operations import WalOperations, parse_partition_dir, topic_name_error
 
 CTX: Any = None  # the handlers never look at the request context

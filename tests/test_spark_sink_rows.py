@@ -17,7 +17,7 @@ import pytest
 from crc32c import crc32c
 
 import walfs
-from walfs.engine.contract import encode_records
+from walfs.engine.rules import encode_records
 from walfs.spark.columnar import REC_DTYPE
 from walfs.spark.sink import STAGED_SCHEMA, normalize
 from walfs.spark.sink_remote import kafka_batch
@@ -105,7 +105,7 @@ def test_costs_count_every_byte_and_cuts_fill_each_chunk_up_to_the_limit() -> No
 def test_chunks_read_back_from_a_wal(tmp_path: Path) -> None:
     rows = random_rows(11, 500, 0.5, 0.5)
     t = staged(rows)
-    target = LocalTarget(walfs.engine.contract.open_engine(str(tmp_path / "data")))
+    target = LocalTarget(walfs.open.open_engine(str(tmp_path / "data")))
     try:
         firsts = target.append("t", 0, [encode_chunk(t.slice(a, b - a)) for a, b in cuts(row_costs(t), 4000)])
     finally:
@@ -152,7 +152,7 @@ def test_a_marked_chunk_is_appended_from_its_pieces_without_joining_them(
     assert chunk.nbytes == sum(chunk.meta_lens) + sum(chunk.value_lens)
     data, metas, values = reference(t, MARKER)
     assert joined(chunk) == data
-    target = LocalTarget(walfs.engine.contract.open_engine(str(tmp_path / "data")))
+    target = LocalTarget(walfs.open.open_engine(str(tmp_path / "data")))
     try:
         assert target.append("t", 0, [chunk, encode_chunk(t.slice(7, 100), MARKER)]) == [0, len(rows)]
     finally:

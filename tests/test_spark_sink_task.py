@@ -26,8 +26,8 @@ import sink_task_child
 from kafka_harness import ServeProcess
 
 import walfs
-from walfs.engine.contract import open_engine
 from walfs.local import debug
+from walfs.open import open_engine
 from walfs.spark import sink_target, sink_task
 from walfs.spark.options import parse_sink_options
 from walfs.spark.remote import LATEST, RemoteWal

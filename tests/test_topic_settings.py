@@ -77,6 +77,6 @@ def test_deleted_topic_loses_every_setting(tmp_path: Path) -> None:
         wal.set_retention("t", max_message_bytes=100, message_timestamp_type="LogAppendTime")
         wal.set_retention("t", retention_ms=1000)
         wal.delete_topic("t")
-        assert wal.engine.topic_settings("t") == {}
+        assert wal.engine.settings("t") == {}
     assert os.path.exists(tmp_path / "d" / "topics.conf")
     assert TopicSettings(str(tmp_path / "d")).overrides(1, "t") == {}

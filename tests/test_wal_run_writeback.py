@@ -27,7 +27,7 @@ import pytest
 from writeback_probe import VALUE, batch, check_recovered_prefix, dirty_pages, segment_files, values
 
 import walfs
-from walfs.engine.contract import durable_end
+from walfs.engine.rules import durable_end
 from walfs.local import debug
 
 RUN = 1 << 20  # block size: a run fills every ~1 MiB of 1 KiB records

@@ -6,8 +6,9 @@ with walfs.Wal("/var/lib/walfs") as wal:
 """
 
 from walfs.consumer import Consumer
-from walfs.engine.contract import Change, LogEngine, open_engine
+from walfs.engine.contract import LogEngine
 from walfs.engine.records import Record
+from walfs.engine.types import Change
 from walfs.errors import (
     BufferTooSmallError,
     CorruptRecordError,
@@ -23,6 +24,7 @@ from walfs.errors import (
     WalIOError,
     WalLockedError,
 )
+from walfs.open import open_engine
 from walfs.wal import StreamInfo, Wal
 
 __all__ = [

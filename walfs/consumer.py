@@ -46,9 +46,11 @@ from collections.abc import Iterator
 
 import blake3
 
-from walfs.engine.contract import MAX_METADATA_BYTES, LogEngine, durable_end, group_start, read_records
+from walfs.engine.contract import LogEngine
 from walfs.engine.names import topic_bytes
 from walfs.engine.records import Record
+from walfs.engine.rules import committed_offset, durable_end, group_start, read_records
+from walfs.engine.types import MAX_METADATA_BYTES
 from walfs.errors import ReadOnlyError, WalCorruptError
 
 _MAGIC = b"WALFSCUR"
@@ -405,7 +407,7 @@ class Consumer:
         self.mode = mode
         self.persist_every = persist_every
         self._reads = 0
-        self.committed = engine.committed(group, topic, partition)
+        self.committed = committed_offset(engine, group, topic, partition)
         self.position = group_start(engine, group, topic, partition)
 
     def read_next(self, max_records: int = 1000, max_bytes: int = 16 << 20) -> list[Record]:

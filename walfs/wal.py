@@ -10,24 +10,26 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from walfs.consumer import Consumer
-from walfs.engine.contract import (
-    DEFAULT_MAX_BYTES,
-    Appender,
-    Change,
-    LogEngine,
-    StreamInfo,
+from walfs.engine.contract import LogEngine
+from walfs.engine.names import check_partition, stream_key, topic_hash
+from walfs.engine.records import Header, Record
+from walfs.engine.rules import (
+    append_lines,
+    appender,
+    committed_offset,
     committed_offsets,
     durable_end,
     encode_records,
-    open_engine,
     read_records,
     read_values,
+    resident,
+    retention,
     wait_for,
 )
-from walfs.engine.names import check_partition, stream_key, topic_hash
-from walfs.engine.records import Header, Record
 from walfs.engine.settings import Policy
+from walfs.engine.types import DEFAULT_MAX_BYTES, Appender, Change, StreamInfo
 from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError
+from walfs.open import open_engine
 
 __all__ = ["DEFAULT_MAX_BYTES", "StreamInfo", "Wal"]
 
@@ -115,13 +117,13 @@ class Wal:
             slot = topic if partition == 0 else (topic, partition)
             append = self._appends.get(slot)
             if append is None:
-                append = self._appends[slot] = self.engine.appender(topic, partition).append
+                append = self._appends[slot] = appender(self.engine, topic, partition).append
             return append(data)
         return self.append_records(topic, [(key, data, headers, timestamp_ms)], partition)
 
     def appender(self, topic: str, partition: int = 0) -> Appender:
         """A stream handle whose append(value) skips the per-call name work."""
-        return self.engine.appender(topic, partition)
+        return appender(self.engine, topic, partition)
 
     def append_batch(self, topic: str, records: Sequence[bytes], partition: int = 0) -> int:
         """Appends values as one batch (all or none survive a crash); returns the first offset."""
@@ -138,7 +140,7 @@ class Wal:
 
     def append_lines(self, topic: str, data: bytes, partition: int = 0) -> tuple[int, int]:
         """Appends each line of data as one batch of plain records; (first offset, count)."""
-        return self.engine.append_lines(topic, partition, data)
+        return append_lines(self.engine, topic, partition, data)
 
     def append_records(self, topic: str, records: Iterable[Any], partition: int = 0) -> int:
         """Appends (key, value, headers, timestamp_ms) tuples or Record-like objects as one
@@ -230,7 +232,7 @@ class Wal:
         return self.engine.read_bytes(topic, partition, position, buf)
 
     def bytes_resident(self, topic: str, position: int, size: int, partition: int = 0) -> bool:
-        return self.engine.resident(topic, partition, position, size)
+        return resident(self.engine, topic, partition, position, size)
 
     def byte_position(self, topic: str, offset: int, partition: int = 0) -> int:
         """Where record `offset` starts in the byte view (byte_size for the high watermark)."""
@@ -254,13 +256,12 @@ class Wal:
         return Consumer(self.engine, group, topic, partition, mode, persist_every)
 
     def committed_offset(self, group: str, topic: str, partition: int = 0) -> int | None:
-        return self.engine.committed(group, topic, partition)
+        return committed_offset(self.engine, group, topic, partition)
 
     def committed(self, group: str, topic: str, partition: int = 0) -> tuple[int, str] | None:
         """(offset, metadata) of the group's cursor (metadata: the string the last commit
         carried, "" for none), or None when the group never committed on the stream."""
-        offset = self.engine.committed(group, topic, partition)
-        return None if offset is None else (offset, self.engine.committed_metadata(group, topic, partition))
+        return self.engine.committed(group, topic, partition)
 
     def commit_offset(
         self,
@@ -302,12 +303,12 @@ class Wal:
     def delete_committed_offset(self, group: str, topic: str, partition: int = 0) -> bool:
         """Forgets a group's committed offset on one partition (Kafka's OffsetDelete), durably.
         Returns whether there was one."""
-        return self.engine.delete_cursor(group, topic, partition)
+        return self.engine.forget(group, topic, partition)
 
     def delete_group(self, group: str) -> bool:
         """Deletes a consumer group and every offset it committed (Kafka's DeleteGroups; the
         mount's `.consumers/NAME` goes with it), durably. Returns whether it existed."""
-        return self.engine.delete_group(group)
+        return self.engine.forget(group)
 
     # -- trim and retention ---------------------------------------------------------
     def trim(self, topic: str, before_offset: int, partition: int = 0) -> None:
@@ -315,14 +316,14 @@ class Wal:
         self.engine.trim(topic, partition, before_offset)
 
     def retention(self, topic: str) -> Policy:
-        return self.engine.retention(topic)
+        return retention(self.engine, topic)
 
     def set_retention(self, topic: str, **values: Any) -> None:
         """Per-topic overrides, persisted (survive restarts): retention_ms=, retention_bytes=
         (int, or None for no limit), retention_groups= (group names), and the Kafka topic
         configs walfs.engine.settings keeps (max_message_bytes=, message_timestamp_type=,
         cleanup_policy=); the string "default" removes an override."""
-        self.engine.set_retention(topic, **values)
+        self.engine.set_settings(topic, **values)
 
     def apply_retention(self, now_ms: int | None = None) -> dict[tuple[int, str, int], int]:
         """Trims every stream to what its policy keeps (the engine's background duty)."""
@@ -343,8 +344,8 @@ class Wal:
 
     # -- checks -----------------------------------------------------------------------
     def recovery_report(self) -> dict[str, int]:
-        return self.engine.report()
+        return self._local().report()
 
     def verify(self) -> list[tuple[str, int, int, str]]:
         """Reads every stored record; returns (topic, partition, offset, problem) per bad one."""
-        return self.engine.verify()
+        return self._local().verify()

@@ -19,8 +19,9 @@ import time
 from typing import TextIO
 
 from walfs.cli.common import XATTR, CliError, Parser, explain, module_main, not_a_data_dir, resolve
-from walfs.engine.contract import is_local, open_engine, repair
+from walfs.engine.capabilities import Checks, has
 from walfs.errors import WalError, WalIOError
+from walfs.open import is_local, open_engine, repair
 
 EXIT_CANNOT_CHECK = 2
 
@@ -113,8 +114,12 @@ def main(argv: list[str]) -> int:
         return _cannot_open(data_dir, e)
     progress = Progress(sys.stderr)
     try:
-        problems = wal.verify(progress)
-        report = wal.report()
+        checker: object = wal
+        if not has(checker, Checks):
+            print(f"walfs fsck: {data_dir}: this engine cannot check itself", file=sys.stderr)
+            return EXIT_CANNOT_CHECK
+        problems = checker.verify(progress)
+        report = checker.report()
         streams = len(wal.streams())
     finally:
         progress.clear()

@@ -25,6 +25,7 @@ from typing import Any
 
 from walfs.cli.retention import XATTR, is_mount
 from walfs.engine.names import CONSUMERS_DIR, PARTITION_PREFIX
+from walfs.engine.rules import committed_offset
 from walfs.errors import WalError
 
 Stream = tuple[str, int]
@@ -120,8 +121,8 @@ class DirGroups:
     """Groups of an unmounted data directory, through the engine."""
 
     def __init__(self, path: str, org_id: int, write: bool) -> None:
-        from walfs.engine.contract import open_engine
         from walfs.errors import WalLockedError
+        from walfs.open import open_engine
 
         if not os.path.isdir(path):
             raise GroupError(f"{path} is neither a walfs mount point nor a data directory")
@@ -154,7 +155,7 @@ class DirGroups:
         return info.low_watermark, info.high_watermark
 
     def cursor(self, group: str, stream: Stream) -> int | None:
-        return self.wal.committed(group, *stream)
+        return committed_offset(self.wal, group, *stream)
 
     def offset_for_time(self, group: str, stream: Stream, ms: int) -> int:
         return self.wal.locate(*stream, timestamp_ms=ms)
@@ -163,7 +164,7 @@ class DirGroups:
         self.wal.commit(group, stream[0], stream[1], offset)
 
     def delete(self, group: str) -> None:
-        if not self.wal.delete_group(group):
+        if not self.wal.forget(group):
             raise GroupError(f"group {group!r} does not exist")
 
 

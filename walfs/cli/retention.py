@@ -17,6 +17,7 @@ import os
 from typing import TYPE_CHECKING
 
 from walfs.cli.common import XATTR, CliError, Parser, Target, module_main, mount_of, resolve
+from walfs.engine.rules import retention
 from walfs.engine.settings import parse_limit, show_limit
 
 if TYPE_CHECKING:
@@ -69,8 +70,8 @@ def _stream_file(mount: str, topic: str, partition: int) -> str:
 def _open_data_dir(path: str, org_id: int) -> LogEngine:
     """A writable engine on an unmounted data directory (never creating one)."""
     from walfs.cli.common import open_read_only
-    from walfs.engine.contract import is_local, open_engine
     from walfs.errors import WalLockedError
+    from walfs.open import is_local, open_engine
 
     if is_local(path):
         open_read_only(path).close()  # a directory that holds no WAL is refused, not made one
@@ -157,10 +158,10 @@ def retention_main(argv: list[str]) -> int:
         try:
             _engine_topic(w, a.topic, a.partition, a.path)
             if changes:
-                w.set_retention(
+                w.set_settings(
                     a.topic, **{k: (v if v == "default" else parse_limit(v)) for k, v in changes.items()}
                 )
-            pol = w.retention(a.topic)
+            pol = retention(w, a.topic)
             shown = {"retention_ms": show_limit(pol.ms), "retention_bytes": show_limit(pol.bytes)}
         finally:
             w.close()

@@ -25,9 +25,9 @@ from walfs.cli.common import CliError, Parser, explain, module_main
 from walfs.cli.common import parse_size as _size
 
 if TYPE_CHECKING:
-    from walfs.common.metrics import Metrics
     from walfs.engine.contract import LogEngine
     from walfs.kafka.auth_config import AuthConfig
+    from walfs.service.metrics import Metrics
 
 DEFAULT_LISTEN = "127.0.0.1:9092"
 
@@ -218,8 +218,8 @@ def main(argv: list[str]) -> int:
         print(f"walfs serve: {e}", file=sys.stderr)
         return 2
     from walfs.cli.mount import limit_option
-    from walfs.engine.contract import is_local, open_engine, prepare_target
     from walfs.kafka.broker_config import parse_broker_config, retention_options
+    from walfs.open import is_local, open_engine, prepare_target
 
     try:
         args.broker_config = parse_broker_config(args.kafka_config)
@@ -253,8 +253,8 @@ def main(argv: list[str]) -> int:
             raise
         print(f"walfs serve: cannot open {args.data_dir}: {line}", file=sys.stderr)
         return 1
-    from walfs.common.metrics import Metrics
     from walfs.service.daemon import EXIT_WAL_FAILED, bind_local_socket
+    from walfs.service.metrics import Metrics
 
     metrics = Metrics(wal)
     # Writes by path (the Spark sink's option "path") come through it: walfs.common.local_socket.

@@ -64,18 +64,12 @@ from urllib.parse import parse_qs, urlparse
 import blake3
 
 from walfs.common.metrics import WalStats
-from walfs.engine.contract import (
-    MAX_METADATA_BYTES,
-    REC_SIZE,
-    Appender,
-    Change,
-    StreamInfo,
-    VerifyProgress,
-    Watchers,
-)
 from walfs.engine.names import check_partition, topic_bytes, topic_hash
+from walfs.engine.rules import committed_offset
 from walfs.engine.settings import Policy, policy_of, updated
 from walfs.engine.settings import now_ms as retention_now_ms
+from walfs.engine.types import MAX_METADATA_BYTES, REC_SIZE, Change, StreamInfo, VerifyProgress
+from walfs.engine.watchers import Watchers
 from walfs.errors import (
     BufferTooSmallError,
     OffsetOutOfRangeError,
@@ -86,7 +80,6 @@ from walfs.errors import (
     WalError,
     WalIOError,
 )
-from walfs.wire.batch_codec import read_as_kafka_batch
 
 log = logging.getLogger("walfs")
 
@@ -876,27 +869,11 @@ class KafkaEngine:
         return done
 
     # -- appending --------------------------------------------------------------------------
-    def append_nowait(
-        self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any
-    ) -> int | None:
-        # Every append is a round trip to the cluster: never without waiting.
-        self._check_open(True)
-        n = len(meta_lens)
-        if n == 0 or len(value_lens) != n or sum(meta_lens) + sum(value_lens) != len(data):
-            raise ValueError("append needs one meta and one value length per record, adding up to the data")
-        return None
-
-    def append_pieces(
-        self, topic: str, partition: int, pieces: Sequence[Any], meta_lens: Any, value_lens: Any
+    def append(
+        self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any, *, wait: bool = True
     ) -> int:
-        # The records go out as Kafka records, built from one buffer: joined here.
-        return self.append(topic, partition, b"".join(pieces), meta_lens, value_lens)
-
-    def append_unsynced(self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any) -> int:
-        # Kafka's acks=all is the only wait there is (docs/cluster.md): the same as append.
-        return self.append(topic, partition, data, meta_lens, value_lens)
-
-    def append(self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any) -> int:
+        # Kafka's acks=all is the only wait there is (docs/cluster.md): every append is
+        # durable on return, which honours wait=False too.
         self._check_open(True)
         n = len(meta_lens)
         if n == 0 or len(value_lens) != n:
@@ -946,20 +923,6 @@ class KafkaEngine:
             i = j
         assert first is not None
         return first
-
-    def append_lines(self, topic: str, partition: int, data: bytes) -> tuple[int, int]:
-        if not data:
-            raise ValueError("append_lines needs at least one byte")
-        data = bytes(data)
-        lines = data.split(b"\n")
-        if data.endswith(b"\n"):
-            lines.pop()
-        body = b"".join(lines)
-        lens = array("I", (len(x) for x in lines))
-        return self.append(topic, partition, body, array("I", bytes(4 * len(lines))), lens), len(lines)
-
-    def appender(self, topic: str, partition: int = 0) -> Appender:
-        return KafkaAppender(self, topic, check_partition(partition))
 
     def sync(self) -> None:
         """Every append already returned acknowledged by the cluster (acks=all)."""
@@ -1032,12 +995,6 @@ class KafkaEngine:
             n += cnt
             offset += cnt
         return n
-
-    def read_kafka_batch(
-        self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
-    ) -> bytes | bytearray | memoryview:
-        # No stored layout to encode from in place: read, then encode (in C).
-        return read_as_kafka_batch(self, topic, partition, offset, max_records, max_bytes)
 
     def read_bytes(self, topic: str, partition: int, position: int, buf: Any) -> int:
         self._check_open()
@@ -1122,9 +1079,6 @@ class KafkaEngine:
         i = bisect.bisect_left(s.ts, timestamp_ms)  # LogAppendTime: non-decreasing per region
         return max(s.low, s.first[i]) if i < len(s.first) else s.next
 
-    def resident(self, topic: str, partition: int, position: int, size: int) -> bool:
-        return False
-
     # -- trims --------------------------------------------------------------------------------
     def trim(self, topic: str, partition: int, before_offset: int) -> None:
         self._check_open(True)
@@ -1136,11 +1090,12 @@ class KafkaEngine:
             self._op(topic, partition, b"T", _U64.pack(before_offset))
 
     # -- consumer cursors -------------------------------------------------------------------------
-    def committed(self, group: str, topic: str, partition: int = 0) -> int | None:
+    def committed(self, group: str, topic: str, partition: int = 0) -> tuple[int, str] | None:
         self._check_open()
         topic_bytes(group)
         key = stream_key_bytes(self.org_id, topic, check_partition(partition))
-        return self._cursors.get(group, {}).get(key)
+        offset = self._cursors.get(group, {}).get(key)
+        return None if offset is None else (offset, self._cursor_meta.get((group, key), ""))
 
     def commit(
         self,
@@ -1178,12 +1133,10 @@ class KafkaEngine:
         self._wait_meta(moff)
         return self._cursors.get(group, {}).get(key) == offset and before != offset
 
-    def committed_metadata(self, group: str, topic: str, partition: int = 0) -> str:
-        self._check_open()
-        key = stream_key_bytes(self.org_id, topic, check_partition(partition))
-        return self._cursor_meta.get((group, key), "")
+    def forget(self, group: str, topic: str | None = None, partition: int = 0) -> bool:
+        return self._forget_group(group) if topic is None else self._forget_cursor(group, topic, partition)
 
-    def delete_cursor(self, group: str, topic: str, partition: int = 0) -> bool:
+    def _forget_cursor(self, group: str, topic: str, partition: int) -> bool:
         self._check_open(True)
         gb = topic_bytes(group)
         key = stream_key_bytes(self.org_id, topic, check_partition(partition))
@@ -1202,7 +1155,7 @@ class KafkaEngine:
         orgs = self._orgs_of(group)
         return self.org_id in orgs or orgs == {-1}
 
-    def delete_group(self, group: str) -> bool:
+    def _forget_group(self, group: str) -> bool:
         self._check_open(True)
         gb = topic_bytes(group)
         if not self._has_group(group):
@@ -1241,13 +1194,10 @@ class KafkaEngine:
         return view
 
     # -- per-topic settings, retention and the cleaner -----------------------------------------------
-    def retention(self, topic: str) -> Policy:
-        return policy_of(self._settings.get((self.org_id, topic)), self.retention_default)
-
-    def topic_settings(self, topic: str) -> dict[str, Any]:
+    def settings(self, topic: str) -> dict[str, Any]:
         return dict(self._settings.get((self.org_id, topic), {}))
 
-    def set_retention(self, topic: str, **values: Any) -> None:
+    def set_settings(self, topic: str, **values: Any) -> None:
         self._check_open(True)
         tb = topic_bytes(topic)
         entry = updated(self._settings.get((self.org_id, topic), {}), values)
@@ -1264,7 +1214,7 @@ class KafkaEngine:
         for (org, topic), parts in list(self._by_name.items()):
             if org != self.org_id:
                 continue
-            policy = self.retention(topic)
+            policy = policy_of(self._settings.get((self.org_id, topic)), self.retention_default)
             if policy.unlimited:
                 continue
             for p in list(parts):
@@ -1282,7 +1232,7 @@ class KafkaEngine:
                         cap += 1
                     target = max(target, cap)
                 if policy.groups and target > info.low_watermark:
-                    safe = min(self.committed(g, topic, p) or 0 for g in policy.groups)
+                    safe = min(committed_offset(self, g, topic, p) or 0 for g in policy.groups)
                     target = max(min(target, safe), cap)
                 target = min(target, info.high_watermark)
                 if target > info.low_watermark:
@@ -1375,18 +1325,3 @@ class KafkaEngine:
                 except WalError as e:
                     out.append((s.topic, s.partition, -1, str(e)))
         return out
-
-
-class KafkaAppender:
-    """engine_api.Appender on the cluster: the stream key is made once."""
-
-    def __init__(self, engine: KafkaEngine, topic: str, partition: int) -> None:
-        self.topic = topic
-        self.partition = partition
-        self._engine = engine
-        topic_bytes(topic)
-
-    def append(self, value: bytes) -> int:
-        return self._engine.append(
-            self.topic, self.partition, value, array("I", [0]), array("I", [len(value)])
-        )

@@ -7,7 +7,8 @@ with setxattr user.walfs.committed_offset (commit_offset below)."""
 
 from __future__ import annotations
 
-from walfs.engine.contract import LogEngine, group_start
+from walfs.engine.contract import LogEngine
+from walfs.engine.rules import group_start
 from walfs.fuse.nodes import Node
 
 

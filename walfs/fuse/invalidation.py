@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 import pyfuse3
 import trio
 
-from walfs.engine.contract import Change, LogEngine
+from walfs.engine.contract import LogEngine
+from walfs.engine.types import Change
 from walfs.fuse.nodes import Node, Stream
 from walfs.fuse.page_push import PagePusher
 from walfs.fuse.page_push import mtime_ns as page_mtime_ns

@@ -31,8 +31,9 @@ import pyfuse3
 import trio
 
 from walfs.common.metrics import LoopLatency
-from walfs.engine.contract import LogEngine, is_local
+from walfs.engine.contract import LogEngine
 from walfs.engine.names import MAX_NAME_BYTES
+from walfs.engine.rules import append_lines, resident
 from walfs.errors import OffsetOutOfRangeError, RecordTooLargeError
 from walfs.fuse import consumer_files, kernel_flags, xattrs
 from walfs.fuse.attributes import Attributes
@@ -45,6 +46,7 @@ from walfs.fuse.page_push import PAGE, PagePusher
 from walfs.fuse.permissions import may_write_dir
 from walfs.fuse.requests import wrap_handlers
 from walfs.fuse.tree import Tree
+from walfs.open import is_local
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -183,7 +185,7 @@ class WalOperations(pyfuse3.Operations):
         own = self.watcher.own_append
         own.active = True
         try:
-            self.wal.append_lines(node.topic, node.partition, lines)
+            append_lines(self.wal, node.topic, node.partition, lines)
         finally:
             own.active = False
 
@@ -330,7 +332,7 @@ class WalOperations(pyfuse3.Operations):
         if self._group_readers(group):
             raise pyfuse3.FUSEError(errno.EBUSY)
         with wal_errors_as_errno(f"delete group {group!r}"):
-            await trio.to_thread.run_sync(self.wal.delete_group, group)
+            await trio.to_thread.run_sync(self.wal.forget, group)
         self.tree.drop_group(group)
         log.info("deleted consumer group %r", group)
 
@@ -488,7 +490,7 @@ class WalOperations(pyfuse3.Operations):
             return b""  # a deleted topic's old generation: its end
         data: bytes | memoryview
         try:  # a plain try: this runs for every READ request
-            if self.wal.resident(topic, part, pos, size):
+            if resident(self.wal, topic, part, pos, size):
                 if len(self._read_buf) < size:
                     self._read_buf = bytearray(size)
                 out = memoryview(self._read_buf)[:size]

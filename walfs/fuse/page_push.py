@@ -57,6 +57,7 @@ import pyfuse3
 import trio
 
 from walfs.engine.contract import LogEngine
+from walfs.engine.rules import resident
 from walfs.errors import OffsetOutOfRangeError
 from walfs.fuse import kernel_flags
 
@@ -229,7 +230,7 @@ class PagePusher:
             if ino in self._dropped:
                 return
             want = min(CHUNK, end - pos)
-            if not self.wal.resident(topic, partition, pos, want):
+            if not resident(self.wal, topic, partition, pos, want):
                 self.skipped_bytes += end - pos
                 return
             try:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pyfuse3
 
 from walfs.engine.contract import LogEngine
+from walfs.engine.rules import committed_offset, retention
 from walfs.engine.settings import parse_limit, show_limit
 from walfs.fuse.consumer_files import commit_offset, committed, reset_offset
 from walfs.fuse.nodes import Node
@@ -93,15 +94,15 @@ def stream_xattrs(wal: LogEngine, node: Node) -> Getters:
         "low_watermark": info("low_watermark"),
         "high_watermark": info("high_watermark"),
         "durable_watermark": info("durable_watermark"),
-        "retention_ms": lambda: show_limit(wal.retention(t).ms),
-        "retention_bytes": lambda: show_limit(wal.retention(t).bytes),
+        "retention_ms": lambda: show_limit(retention(wal, t).ms),
+        "retention_bytes": lambda: show_limit(retention(wal, t).bytes),
         "byte_size": info("byte_size"),
     }
     if node.kind == "cfile":
         out["group"] = lambda: node.group
         out["committed_offset"] = lambda: str(committed(wal, node))
         # The stored cursor, listed only when the group committed on this stream.
-        cursor = wal.committed(node.group, t, p)
+        cursor = committed_offset(wal, node.group, t, p)
         if cursor is not None:
             out["cursor"] = lambda: str(cursor)
     return out
@@ -143,7 +144,7 @@ def change_for(wal: LogEngine, node: Node, name: bytes, value: bytes) -> tuple[s
             setting: int | str | None = "default" if text == "default" else parse_limit(text)
 
             def change() -> None:
-                wal.set_retention(t, **{key: setting})
+                wal.set_settings(t, **{key: setting})
     except (UnicodeDecodeError, ValueError) as exc:
         log.info("setxattr %s on %r refused: %s", key, t, exc)
         raise pyfuse3.FUSEError(errno.EINVAL) from None

@@ -143,7 +143,7 @@ async def handle_delete_groups(broker: Broker, conn: Connection, version: int, r
             code = ErrorCode.non_empty_group
         else:
             try:
-                existed = await broker.blocking(broker.wal.delete_group, gid)
+                existed = await broker.blocking(broker.wal.forget, gid)
                 broker.groups.forget(gid)
                 code = ErrorCode.none if existed else ErrorCode.group_id_not_found
                 if existed:
@@ -182,7 +182,7 @@ async def handle_offset_delete(broker: Broker, conn: Connection, version: int, r
                     code = ErrorCode.group_subscribed_to_topic
                 else:
                     try:
-                        broker.wal.delete_cursor(gid, t.name, i)
+                        broker.wal.forget(gid, t.name, i)
                         code = ErrorCode.none
                     except Exception as e:
                         code = error_code_for(e, f"offset delete {gid} {t.name}/{i}")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
+from walfs.engine.capabilities import NoWaitAppend, has
 from walfs.kafka.broker_config import BrokerConfig
 from walfs.kafka.fetch_ahead import FetchAhead, on_change
 from walfs.kafka.group_coordinator import GroupCoordinator
@@ -59,6 +60,8 @@ class Broker:
     # What ApiVersions advertises (filled from the dispatch table by the listener).
     api_versions: dict[int, tuple[int, int]] = field(default_factory=dict)
     catalog: TopicCatalog = field(init=False)
+    # Whether the engine can append without waiting (capabilities.NoWaitAppend).
+    nowait_appends: bool = field(init=False)
     groups: GroupCoordinator = field(init=False)
     # Syncs for acks=all answers, one round for all who wait at once (group_sync.py).
     durable: GroupSync = field(init=False)
@@ -79,6 +82,7 @@ class Broker:
     _stop_watching: Callable[[], None] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.nowait_appends = has(self.wal, NoWaitAppend)
         self.catalog = TopicCatalog(self.wal)
         self.groups = GroupCoordinator(self.wal)
         self.durable = GroupSync(self.wal.sync, self.io_limiter)
@@ -95,19 +99,21 @@ class Broker:
         return await trio.to_thread.run_sync(fn, *args, limiter=self.io_limiter)
 
     def appends_in_place(self, unsynced: bool) -> bool:
-        """Whether a produce tries its appends on the event loop (LogEngine.append_nowait,
-        walfs/kafka/produce.py): with an engine that has an fsync policy (the local one; the
-        cluster engine's appends are round trips), when the append would not wait for
-        durability: "never" and "interval" always, "always" only for an ``unsynced``
+        """Whether a produce tries its appends on the event loop (capabilities.NoWaitAppend,
+        walfs/kafka/produce.py): with an engine that can append without waiting (the local
+        one; the cluster engine's appends are round trips), when the append would not wait
+        for durability: "never" and "interval" always, "always" only for an ``unsynced``
         append (one whose answer waits for the shared sync round: answer_syncs)."""
-        fsync = getattr(self.wal, "fsync", None)
+        if not self.nowait_appends:
+            return False
+        fsync = self.wal.fsync
         return fsync in ("never", "interval") or (fsync == "always" and unsynced)
 
     def answer_syncs(self, acks: int) -> bool:
         """Whether a produce's answer waits for the shared sync round (``durable``, one
         ``wal.sync()`` for every answer waiting at once) under the engine's fsync policy,
         the one durability policy (docs/durability.md). When it does, the records are
-        appended without the engine's own wait (``append_unsynced``): the shared round is
+        appended without the engine's own wait (``append(wait=False)``): the shared round is
         the produce path's only durability wait, and the connection reads its next
         requests while it runs (walfs/kafka/produce.py).
 
@@ -119,7 +125,7 @@ class Broker:
           reported; under "interval" and "never" it is answered once in the log, as
           any append of those policies returns.
         - acks=0: no (there is no answer; the append takes the engine's own policy)."""
-        fsync = getattr(self.wal, "fsync", None)
+        fsync = self.wal.fsync
         if acks == -1:
             return fsync != "never"
         return acks == 1 and fsync == "always"

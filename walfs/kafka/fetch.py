@@ -4,7 +4,7 @@ A Fetch that finds nothing new waits up to max_wait_ms for any of its partitions
 grow, in ``wal.wait_for`` calls on worker threads: the wake-up comes from the engine,
 so records appended by the mount or by another producer end the wait too, and an
 idle consumer costs no CPU. Each partition's records go out as one v2 batch, encoded in C
-straight from the log (LogEngine.read_kafka_batch).
+straight from the log (capabilities.KafkaBatchRead).
 
 A fetch whose records are all in the page cache, with no sync due, is read on the event
 loop (as the mount reads, walfs/fuse/operations.py): a MiB takes ~0.15 ms there, and the hop to
@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from walfs.engine.contract import durable_info, wait_for
+from walfs.engine.rules import durable_info, wait_for
 from walfs.kafka.api import Api, Written
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.fetch_ahead import MAX_RECORDS_PER_READ, FetchAhead, Next, in_page_cache
@@ -26,6 +26,7 @@ from walfs.kafka.fetch_answer import encode_fetch_answer
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.record_batch import batch_end
 from walfs.kafka.wal_errors import error_code_for
+from walfs.wire.batch_codec import read_kafka_batch
 
 # A long poll watches at most this many partitions (those first in the request);
 # the others are still served by the next fetch, at most max_wait_ms later.
@@ -75,10 +76,10 @@ def _read_partitions(
                 try:
                     # At least one record comes back even above the limit, so a
                     # record larger than max_bytes cannot stall its consumer (KIP-74).
-                    # Encoded in C straight from the log (LogEngine.read_kafka_batch).
+                    # Encoded in C straight from the log (capabilities.KafkaBatchRead).
                     n, limit = min(MAX_RECORDS_PER_READ, hwm - offset), max(limit, 1)
                     kept = ahead.take(topic, p, offset, limit) if ahead is not None else None
-                    data = kept if kept is not None else wal.read_kafka_batch(topic, p, offset, n, limit)
+                    data = kept if kept is not None else read_kafka_batch(wal, topic, p, offset, n, limit)
                 except Exception as e:
                     parts.append((p, error_code_for(e, f"fetch {topic}/{p}@{offset}"), hwm, lwm, b""))
                     continue

@@ -29,10 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from walfs.engine.rules import resident
 from walfs.kafka.record_batch import batch_end
+from walfs.wire.batch_codec import read_kafka_batch
 
 if TYPE_CHECKING:
-    from walfs.engine.contract import Change, LogEngine
+    from walfs.engine.contract import LogEngine
+    from walfs.engine.types import Change
     from walfs.kafka.broker import Broker
 
 # What one connection may keep between two fetches (its partitions' next batches).
@@ -48,7 +51,7 @@ def in_page_cache(wal: LogEngine, topic: str, partition: int, offset: int, size:
     """Whether reading ``size`` bytes of records from ``offset`` on waits for no disk (a
     mincore: LogEngine.resident), so that the read may run on the event loop (the fetch's
     inline read and the read-ahead)."""
-    return wal.resident(topic, partition, wal.locate(topic, partition, offset=offset), size)
+    return resident(wal, topic, partition, wal.locate(topic, partition, offset=offset), size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +121,7 @@ class FetchAhead:
                 if not in_page_cache(wal, nxt.topic, nxt.partition, nxt.offset, nxt.limit):
                     continue
                 n = min(MAX_RECORDS_PER_READ, durable - nxt.offset)
-                data = wal.read_kafka_batch(nxt.topic, nxt.partition, nxt.offset, n, nxt.limit)
+                data = read_kafka_batch(wal, nxt.topic, nxt.partition, nxt.offset, n, nxt.limit)
                 if len(data) == 0 or batch_end(data) >= nxt.offset + n:
                     continue  # it reached the end: the next fetch may find more
             except Exception:

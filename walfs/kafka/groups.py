@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from walfs.engine.contract import MAX_METADATA_BYTES, committed_offsets
 from walfs.engine.names import topic_bytes
+from walfs.engine.rules import committed_offsets
+from walfs.engine.types import MAX_METADATA_BYTES
 from walfs.kafka.api import Api
 from walfs.kafka.broker import NODE_ID, Broker, Connection
 from walfs.kafka.group_coordinator import GroupError, JoinRequest
@@ -219,8 +220,7 @@ async def handle_offset_fetch(broker: Broker, conn: Connection, version: int, re
                     )
                     continue
                 try:
-                    off = wal.committed(req.group_id, name, p)
-                    entry = None if off is None else (off, wal.committed_metadata(req.group_id, name, p))
+                    entry = wal.committed(req.group_id, name, p)
                     code = ErrorCode.none
                 except Exception as e:
                     entry, code = None, error_code_for(e, f"offset fetch {req.group_id} {name}/{p}")

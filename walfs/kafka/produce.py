@@ -4,14 +4,14 @@ All batches for one partition in a request become one ``wal.append_bodies`` call
 so they survive a crash together or not at all. The answer waits for durability where
 the engine's fsync policy asks for it (Broker.answer_syncs: acks=-1 under "interval" and
 "always", acks=1 under "always"): the records are appended without the engine's own wait
-(``append_unsynced``) and the answer is a ``Later`` that waits for the shared chain of syncs
+(``append(wait=False)``) and the answer is a ``Later`` that waits for the shared chain of syncs
 (group_sync.py), the produce path's one durability wait. Otherwise it is answered once
 the records are in the log (page cache): acks=-1 under "never", as Kafka's single broker
 does, and acks=1 under "interval" and "never". acks=0 has no answer and uses the plain
 append (under "always" it returns once durable).
 
 A partition's records are appended in place, on the event loop, when the engine takes them
-without waiting (``LogEngine.append_nowait``: an existing stream, no new segment, no lock
+without waiting (``capabilities.NoWaitAppend``: an existing stream, no new segment, no lock
 held elsewhere) and the append would not wait for durability anyway, up to
 IN_PLACE_MAX_BYTES of a request's records: no worker-thread
 hop, which cost more than the append itself (docs/benchmarks.md). Anything that may wait
@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from walfs.engine.records import stamp_timestamps
+from walfs.engine.rules import append_nowait
 from walfs.kafka.api import Api, Later
 from walfs.kafka.broker import Broker, Connection, log
 from walfs.kafka.messages import ErrorCode, build, response_module
@@ -135,9 +136,14 @@ def _append_partition(
 def _append(
     wal: Any, topic: str, partition: int, produced: ProducedBodies, unsynced: bool, in_place: bool
 ) -> tuple[ErrorCode, int, int]:
-    append = wal.append_nowait if in_place else wal.append_unsynced if unsynced else wal.append
     try:
-        base = append(topic, partition, produced.data, produced.meta_lens, produced.value_lens)
+        if in_place:
+            bodies = (produced.data, produced.meta_lens, produced.value_lens)
+            base = append_nowait(wal, topic, partition, *bodies)
+        else:
+            base = wal.append(
+                topic, partition, produced.data, produced.meta_lens, produced.value_lens, wait=not unsynced
+            )
     except Exception as e:
         return error_code_for(e, f"produce to {topic}/{partition}"), -1, -1
     if base is None:  # the engine would have waited: nothing appended

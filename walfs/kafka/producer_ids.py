@@ -29,7 +29,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from walfs.engine.contract import REC_SIZE
+from walfs.engine.types import REC_SIZE
 from walfs.errors import BufferTooSmallError
 
 KEPT_BATCHES = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN

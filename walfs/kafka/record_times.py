@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from walfs.engine.contract import REC_SIZE
+from walfs.engine.types import REC_SIZE
 from walfs.errors import BufferTooSmallError
 
 CHUNK = 4096  # records per index entry

@@ -190,7 +190,7 @@ def broker_defaults(wal: LogEngine, cfg: BrokerConfig) -> dict[str, tuple[str, i
 def effective(wal: LogEngine, cfg: BrokerConfig, topic: str) -> dict[str, tuple[str, int]]:
     """Every topic config walfs honours for ``topic``: name -> (value as Kafka shows it, source)."""
     out = broker_defaults(wal, cfg)
-    overrides = wal.topic_settings(topic)
+    overrides = wal.settings(topic)
     for c in TOPIC_CONFIGS.values():
         if c.key in overrides:
             out[c.name] = (_shown(overrides[c.key]), SOURCE_DYNAMIC_TOPIC)
@@ -198,17 +198,17 @@ def effective(wal: LogEngine, cfg: BrokerConfig, topic: str) -> dict[str, tuple[
 
 
 def max_message_bytes(wal: LogEngine, cfg: BrokerConfig, topic: str) -> int:
-    v = wal.topic_settings(topic).get("max_message_bytes")
+    v = wal.settings(topic).get("max_message_bytes")
     return cfg.message_max_bytes if v is None else int(v)
 
 
 def log_append_time(wal: LogEngine, cfg: BrokerConfig, topic: str) -> bool:
     """True when the topic stamps records with their append time (LogAppendTime)."""
-    v = wal.topic_settings(topic).get("message_timestamp_type") or cfg.log_message_timestamp_type
+    v = wal.settings(topic).get("message_timestamp_type") or cfg.log_message_timestamp_type
     return bool(v == "LogAppendTime")
 
 
 def store(wal: LogEngine, topic: str, values: dict[str, Any]) -> None:
     """Persists settings in one durable write (a value "default" removes the override),
-    through Wal.set_retention, which also drops the WAL's cached size limits."""
-    wal.set_retention(topic, **values)
+    through LogEngine.set_settings, which also drops the engine's cached size limits."""
+    wal.set_settings(topic, **values)

@@ -56,7 +56,7 @@ def _create_topic(broker: Broker, name: str, count: int, settings: dict[str, Any
         broker.catalog.declare(name, count)
     except BaseException:
         if settings:
-            broker.wal.set_retention(name, **{k: "default" for k in settings})
+            broker.wal.set_settings(name, **{k: "default" for k in settings})
         raise
 
 

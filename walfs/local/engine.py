@@ -17,9 +17,10 @@ from walfs._core import ffi
 from walfs.common.metrics import TALLY_FOLD, WalStats
 from walfs.consumer import CursorStore
 from walfs.engine import settings as retention
-from walfs.engine.contract import REC_SIZE, Appender, Change, StreamInfo, VerifyProgress, Watchers
 from walfs.engine.names import check_partition, stream_key, topic_bytes, topic_hash
 from walfs.engine.settings import Policy, TopicSettings
+from walfs.engine.types import REC_SIZE, Appender, Change, StreamInfo, VerifyProgress
+from walfs.engine.watchers import Watchers
 from walfs.errors import (
     CorruptRecordError,
     OffsetOutOfRangeError,
@@ -97,7 +98,7 @@ class LocalEngine:
         # The WAL's default retention (None: keep everything) and per-topic overrides.
         self.retention_default = Policy(retention_ms, retention_bytes, tuple(retention_groups))
         try:
-            self.settings = TopicSettings(self.path, read_only)
+            self.topics_conf = TopicSettings(self.path, read_only)
         except BaseException:
             self.core.close()
             raise
@@ -311,18 +312,17 @@ class LocalEngine:
         if (
             done
             and not self._index.partitions(self.org_id, topic)
-            and self.settings.overrides(self.org_id, topic)
+            and self.topics_conf.overrides(self.org_id, topic)
         ):
             self._size_limits.clear()
-            self.settings.forget(self.org_id, topic)
+            self.topics_conf.forget(self.org_id, topic)
         return done
 
     # -- appending ------------------------------------------------------------------
-    def append(self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any) -> int:
-        return self._append_batch(topic, partition, data, meta_lens, value_lens, True)
-
-    def append_unsynced(self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any) -> int:
-        return self._append_batch(topic, partition, data, meta_lens, value_lens, False)
+    def append(
+        self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any, *, wait: bool = True
+    ) -> int:
+        return self._append_batch(topic, partition, data, meta_lens, value_lens, wait)
 
     def append_nowait(
         self, topic: str, partition: int, data: Any, meta_lens: Any, value_lens: Any
@@ -423,7 +423,7 @@ class LocalEngine:
         """The stream's size limit (cached), with its file cap set in the core."""
         limit = self._size_limits.get(s.stream_no, -1)
         if limit == -1:
-            limit = self.settings.policy(s.org_id, s.name, self.retention_default).bytes
+            limit = self.topics_conf.policy(s.org_id, s.name, self.retention_default).bytes
             cap = 0 if limit is None else retention.file_budget(limit, self.segment_size)[1]
             self.core.set_file_cap(s.stream_no, min(cap, MAX_U32))
             self._size_limits[s.stream_no] = limit
@@ -577,8 +577,8 @@ class LocalEngine:
     def _key(self, topic: str, partition: int) -> str:
         return stream_key(self.org_id, topic_hash(self.org_id, topic), check_partition(partition))
 
-    def committed(self, group: str, topic: str, partition: int = 0) -> int | None:
-        return self.cursors.get(group, self._key(topic, partition))
+    def committed(self, group: str, topic: str, partition: int = 0) -> tuple[int, str] | None:
+        return self.cursors.get_entry(group, self._key(topic, partition))
 
     def commit(
         self,
@@ -604,15 +604,10 @@ class LocalEngine:
             group, self._key(topic, partition), offset, advance_only=advance_only, metadata=metadata
         )
 
-    def committed_metadata(self, group: str, topic: str, partition: int = 0) -> str:
-        entry = self.cursors.get_entry(group, self._key(topic, partition))
-        return "" if entry is None else entry[1]
-
-    def delete_cursor(self, group: str, topic: str, partition: int = 0) -> bool:
+    def forget(self, group: str, topic: str | None = None, partition: int = 0) -> bool:
+        if topic is None:
+            return self.cursors.delete_group(group, self.org_id)
         return self.cursors.delete(group, self._key(topic, partition))
-
-    def delete_group(self, group: str) -> bool:
-        return self.cursors.delete_group(group, self.org_id)
 
     def groups(self) -> list[str]:
         return self.cursors.groups(self.org_id)
@@ -649,15 +644,12 @@ class LocalEngine:
                     self.cursors.put(group, key, end)
 
     # -- per-topic settings, retention and reclamation --------------------------------
-    def retention(self, topic: str) -> Policy:
-        return self.settings.policy(self.org_id, topic, self.retention_default)
+    def settings(self, topic: str) -> dict[str, Any]:
+        return self.topics_conf.overrides(self.org_id, topic)
 
-    def topic_settings(self, topic: str) -> dict[str, Any]:
-        return self.settings.overrides(self.org_id, topic)
-
-    def set_retention(self, topic: str, **values: Any) -> None:
+    def set_settings(self, topic: str, **values: Any) -> None:
         topic_bytes(topic)
-        self.settings.set(self.org_id, topic, **values)
+        self.topics_conf.set(self.org_id, topic, **values)
         self._size_limits.clear()
         for p in self._index.partitions(self.org_id, topic):
             s = self._index.get(self.org_id, topic, p)
@@ -674,7 +666,7 @@ class LocalEngine:
         out = {}
         with self._retention_lock:  # one pass at a time (the background one and callers')
             for s in self._index.org_streams_all():
-                policy = self.settings.policy(s.org_id, s.name, self.retention_default)
+                policy = self.topics_conf.policy(s.org_id, s.name, self.retention_default)
                 if policy.unlimited:
                     continue
                 try:

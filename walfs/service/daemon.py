@@ -33,10 +33,11 @@ import pyfuse3
 import trio
 
 from walfs.common import local_socket
-from walfs.common.metrics import Metrics
-from walfs.engine.contract import LogEngine, is_local, normalize_target
+from walfs.engine.contract import LogEngine
 from walfs.fuse import kernel_flags
 from walfs.fuse.operations import WalOperations
+from walfs.open import is_local, normalize_target
+from walfs.service.metrics import Metrics
 
 log = logging.getLogger("walfs.service.daemon")
 
@@ -182,7 +183,7 @@ def set_read_ahead(mountpoint: str, kib: int) -> None:
 
 
 def open_wal(config: MountConfig) -> LogEngine:
-    from walfs.engine.contract import open_engine  # late: `walfs --help` should not need the engine built
+    from walfs.open import open_engine  # late: `walfs --help` should not need the engine built
 
     kwargs: dict[str, Any] = {
         "fsync_interval_ms": config.fsync_interval_ms,

@@ -6,7 +6,7 @@ core at ~150k rows/s, while the C read itself costs ~0.25 µs per record. The fa
 below calls the C reader into one Arrow buffer and turns the record table it fills
 (walfs_rec_t[]) into columns with numpy, so values of file-appended records reach Spark
 without a per-row Python object: LogEngine.read fills an Arrow buffer with the record
-bodies and a numpy array with one descriptor per record (walfs.engine.contract.REC_LAYOUT).
+bodies and a numpy array with one descriptor per record (walfs.engine.types.REC_LAYOUT).
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import numpy as np
 import pyarrow as pa
 
 from walfs import BufferTooSmallError, Record
-from walfs.engine.contract import REC_LAYOUT, REC_SIZE, LogEngine, read_records
+from walfs.engine.contract import LogEngine
 from walfs.engine.records import decode_meta, value_is_null
+from walfs.engine.rules import read_records
+from walfs.engine.types import REC_LAYOUT, REC_SIZE
 from walfs.errors import OffsetOutOfRangeError
 from walfs.spark.schema import ARROW_SCHEMA, CREATE_TIME, HEADER_TYPE, LOG_APPEND_TIME
 

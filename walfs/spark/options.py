@@ -235,7 +235,7 @@ def mounted_data_dir(path: str) -> tuple[str, int] | None:
     """(data directory, org) of a walfs mount point `path` (its root's xattrs), None
     for any other path."""
     if "://" in path:
-        return None  # a cluster target (walfs.engine.contract.is_local)
+        return None  # a cluster target (walfs.open.is_local)
     try:
         data_dir = os.getxattr(path, MOUNT_DATA_DIR_XATTR).decode()
         org = int(os.getxattr(path, MOUNT_ORG_XATTR))

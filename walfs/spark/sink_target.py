@@ -24,8 +24,10 @@ import pyarrow.compute as pc
 
 from walfs import WalLockedError
 from walfs.common import local_socket
-from walfs.engine.contract import LogEngine, is_local, open_engine
+from walfs.engine.contract import LogEngine
 from walfs.engine.records import Header
+from walfs.engine.rules import append_pieces, committed_offset
+from walfs.open import is_local, open_engine
 from walfs.spark.columnar import read_range
 from walfs.spark.options import SinkOptions, WalfsOptionError
 from walfs.spark.sink_rows import Chunk
@@ -187,7 +189,7 @@ class LocalTarget:
     def append_chunk(self, topic: str, partition: int, chunk: Chunk) -> int:
         """Appends one chunk atomically, durable under the engine's fsync policy (not
         waited for otherwise: see sync); its first offset."""
-        return self.wal.append_pieces(topic, partition, chunk.pieces, chunk.meta_lens, chunk.value_lens)
+        return append_pieces(self.wal, topic, partition, chunk.pieces, chunk.meta_lens, chunk.value_lens)
 
     def end(self, topic: str, partition: int) -> int:
         return self.wal.info(topic, partition).high_watermark
@@ -196,7 +198,7 @@ class LocalTarget:
         return {(t, p): self.end(t, p) for t, p in self.wal.streams(topic)}
 
     def committed(self, group: str, topic: str, partition: int) -> int | None:
-        return self.wal.committed(group, topic, partition)
+        return committed_offset(self.wal, group, topic, partition)
 
     def commit(self, group: str, topic: str, partition: int, offset: int) -> None:
         self.wal.commit(group, topic, partition, offset)

@@ -13,8 +13,9 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from walfs.engine.contract import LogEngine, open_engine
+from walfs.engine.contract import LogEngine
 from walfs.errors import WalError
+from walfs.open import open_engine
 
 _lock = threading.Lock()
 _open: dict[tuple[str, int], LogEngine] = {}

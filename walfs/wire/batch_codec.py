@@ -10,7 +10,9 @@ from contextlib import ExitStack
 from typing import Any
 
 from walfs._core import ffi, lib
-from walfs.engine.contract import REC_SIZE
+from walfs.engine.capabilities import KafkaBatchRead, has
+from walfs.engine.contract import LogEngine
+from walfs.engine.types import REC_SIZE
 from walfs.errors import BufferTooSmallError
 
 
@@ -136,3 +138,13 @@ def read_as_kafka_batch(
             size = e.needed
             continue
         return encode_kafka_batch(tl.buf, tl.recs, n)
+
+
+def read_kafka_batch(
+    engine: LogEngine, topic: str, partition: int, offset: int, max_records: int, max_bytes: int
+) -> bytes | bytearray | memoryview:
+    """A Kafka fetch's records as one batch (capabilities.KafkaBatchRead's contract): the
+    engine's own when it has it, read_as_kafka_batch over LogEngine.read otherwise."""
+    if has(engine, KafkaBatchRead):
+        return engine.read_kafka_batch(topic, partition, offset, max_records, max_bytes)
+    return read_as_kafka_batch(engine, topic, partition, offset, max_records, max_bytes)
