@@ -5,27 +5,12 @@ Kafka cluster (walfs/cluster/). Everything else in walfs sees only walfs.engine'
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from walfs.engine.contract import LogEngine
+from walfs.engine.targets import is_local, normalize_target, prepare_target
 
-
-def is_local(target: str) -> bool:
-    """The one rule for what a target names: URL-like targets (kafka://...) are remote
-    engines; anything else is a local data directory."""
-    return "://" not in target
-
-
-def normalize_target(target: str) -> str:
-    """A target as faces store and show it: local directories absolute, URLs unchanged."""
-    return os.path.abspath(target) if is_local(target) else target
-
-
-def prepare_target(target: str) -> None:
-    """Creates a local data directory if missing (remote engines make their own topics)."""
-    if is_local(target):
-        os.makedirs(target, exist_ok=True)
+__all__ = ["is_local", "normalize_target", "open_engine", "prepare_target", "repair"]
 
 
 def open_engine(target: str, **options: Any) -> LogEngine:

@@ -236,7 +236,7 @@ def mount_of(data_dir: str) -> str | None:
 def resolve(path: str, verb: str) -> Target:
     """Classifies PATH, or says in one line why it is neither a mount point nor a data
     directory."""
-    from walfs.open import is_local
+    from walfs.engine.targets import is_local
 
     if not is_local(path):
         return Target(path, data_dir=path)
@@ -267,8 +267,9 @@ def not_a_data_dir(path: str) -> CliError:
 def open_read_only(path: str, **options: object) -> LogEngine:
     """A read-only engine on a data directory (it runs beside a live daemon), with the
     failures a user can cause told in one line."""
+    from walfs.engine.targets import is_local
     from walfs.errors import CorruptRecordError, WalCorruptError, WalIOError
-    from walfs.open import is_local, open_engine
+    from walfs.open import open_engine
 
     try:
         return open_engine(path, read_only=True, **options)

@@ -20,8 +20,9 @@ from typing import TextIO
 
 from walfs.cli.common import XATTR, CliError, Parser, explain, module_main, not_a_data_dir, resolve
 from walfs.engine.capabilities import Checks, has
+from walfs.engine.targets import is_local
 from walfs.errors import WalError, WalIOError
-from walfs.open import is_local, open_engine, repair
+from walfs.open import open_engine, repair
 
 EXIT_CANNOT_CHECK = 2
 

@@ -14,7 +14,7 @@ import os
 
 from walfs.cli.common import XATTR, CliError, Parser, module_main, mount_of, open_read_only, resolve
 from walfs.engine.names import CONSUMERS_DIR, PARTITION_PREFIX
-from walfs.open import is_local
+from walfs.engine.targets import is_local
 
 Row = tuple[str, int, int, int, int]  # topic, partition, low, high, bytes
 

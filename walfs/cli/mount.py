@@ -25,7 +25,7 @@ from walfs.cli.common import (
     octal,
     parse_size,
 )
-from walfs.open import is_local, normalize_target, prepare_target
+from walfs.engine.targets import is_local, normalize_target, prepare_target
 
 # Options mount(8)/fstab pass that concern mount(8) itself, not the file system.
 IGNORED_MOUNT_OPTIONS = frozenset(

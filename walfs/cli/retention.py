@@ -70,8 +70,9 @@ def _stream_file(mount: str, topic: str, partition: int) -> str:
 def _open_data_dir(path: str, org_id: int) -> LogEngine:
     """A writable engine on an unmounted data directory (never creating one)."""
     from walfs.cli.common import open_read_only
+    from walfs.engine.targets import is_local
     from walfs.errors import WalLockedError
-    from walfs.open import is_local, open_engine
+    from walfs.open import open_engine
 
     if is_local(path):
         open_read_only(path).close()  # a directory that holds no WAL is refused, not made one

@@ -218,8 +218,9 @@ def main(argv: list[str]) -> int:
         print(f"walfs serve: {e}", file=sys.stderr)
         return 2
     from walfs.cli.mount import limit_option
+    from walfs.engine.targets import is_local, prepare_target
     from walfs.kafka.broker_config import parse_broker_config, retention_options
-    from walfs.open import is_local, open_engine, prepare_target
+    from walfs.open import open_engine
 
     try:
         args.broker_config = parse_broker_config(args.kafka_config)

@@ -83,7 +83,6 @@ from walfs.errors import (
 
 log = logging.getLogger("walfs")
 
-SCHEME = "kafka://"
 DEFAULT_REGIONS = 8
 VERSION = 1
 MAX_CHUNK_BYTES = 8 << 20  # one Kafka record; larger appends are split (see append)
@@ -117,10 +116,6 @@ CACHE_BYTES = 64 << 20
 # (plus what came in since the last cleaner run); a snapshot costs O(chunks the region
 # holds), so not after every record (docs/cluster.md, "Snapshots and the cleaner").
 SNAPSHOT_EVERY = 10_000
-
-
-def is_cluster_target(target: str) -> bool:
-    return isinstance(target, str) and target.startswith(SCHEME)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ import pyfuse3
 import trio
 
 from walfs.common.metrics import LoopLatency
+from walfs.engine.capabilities import DiskUse, has
 from walfs.engine.contract import LogEngine
 from walfs.engine.names import MAX_NAME_BYTES
 from walfs.engine.rules import append_lines, resident
@@ -46,7 +47,6 @@ from walfs.fuse.page_push import PAGE, PagePusher
 from walfs.fuse.permissions import may_write_dir
 from walfs.fuse.requests import wrap_handlers
 from walfs.fuse.tree import Tree
-from walfs.open import is_local
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -608,9 +608,10 @@ class WalOperations(pyfuse3.Operations):
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
         out = pyfuse3.StatvfsData()
         out.f_namemax = MAX_NAME_BYTES
-        if not is_local(self.data_dir):
-            # A cluster engine has no local file system to report: sizes show as 0 blocks
-            # (df shows the mount; Kafka's own tools show the cluster's disks).
+        if not has(self.wal, DiskUse):
+            # An engine without a disk of its own (the cluster) has no file system to
+            # report: sizes show as 0 blocks (df shows the mount; Kafka's own tools show
+            # the cluster's disks).
             out.f_bsize = out.f_frsize = 4096
             return out
         st = os.statvfs(self.data_dir)

@@ -33,10 +33,11 @@ import pyfuse3
 import trio
 
 from walfs.common import local_socket
+from walfs.engine.capabilities import NoWaitAppend, has
 from walfs.engine.contract import LogEngine
+from walfs.engine.targets import is_local, normalize_target
 from walfs.fuse import kernel_flags
 from walfs.fuse.operations import WalOperations
-from walfs.open import is_local, normalize_target
 from walfs.service.metrics import Metrics
 
 log = logging.getLogger("walfs.service.daemon")
@@ -219,9 +220,9 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
     ops = WalOperations(
         wal,
         normalize_target(config.data_dir),
-        # Appends that wait (for an fsync, or for a cluster's acknowledgement) run in
-        # worker threads, not on the event loop.
-        blocking_appends=config.fsync == "always" or not is_local(config.data_dir),
+        # Appends that wait (for an fsync, or for a cluster's acknowledgement: an engine
+        # that cannot append without waiting) run in worker threads, not on the event loop.
+        blocking_appends=config.fsync == "always" or not has(wal, NoWaitAppend),
         max_line_bytes=config.max_line_bytes,
         uid=config.uid,
         gid=config.gid,

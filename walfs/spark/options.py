@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from walfs.engine.names import name_error
+from walfs.engine.targets import is_local
 
 EARLIEST = -2
 LATEST = -1
@@ -234,8 +235,8 @@ MOUNT_ORG_XATTR = "user.walfs.org_id"
 def mounted_data_dir(path: str) -> tuple[str, int] | None:
     """(data directory, org) of a walfs mount point `path` (its root's xattrs), None
     for any other path."""
-    if "://" in path:
-        return None  # a cluster target (walfs.open.is_local)
+    if not is_local(path):
+        return None  # a cluster target
     try:
         data_dir = os.getxattr(path, MOUNT_DATA_DIR_XATTR).decode()
         org = int(os.getxattr(path, MOUNT_ORG_XATTR))

@@ -27,7 +27,8 @@ from walfs.common import local_socket
 from walfs.engine.contract import LogEngine
 from walfs.engine.records import Header
 from walfs.engine.rules import append_pieces, committed_offset
-from walfs.open import is_local, open_engine
+from walfs.engine.targets import is_local
+from walfs.open import open_engine
 from walfs.spark.columnar import read_range
 from walfs.spark.options import SinkOptions, WalfsOptionError
 from walfs.spark.sink_rows import Chunk
