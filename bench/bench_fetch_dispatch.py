@@ -32,7 +32,7 @@ import trio
 import walfs
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.dispatch import SUPPORTED, dispatch
-from walfs.kafka.record_batch import WireRecord, decode_for_append, encode_records_for_test
+from walfs.wire.record_batch import WireRecord, decode_for_append, encode_records_for_test
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_kafka_wire import fetch_frame  # noqa: E402

@@ -49,7 +49,7 @@ from bench_kafka_wire import (  # noqa: E402
 )
 from bench_vs_kafka import create_topic  # noqa: E402
 
-from walfs.kafka.record_batch import WireRecord, encode_records_for_test  # noqa: E402
+from walfs.wire.record_batch import WireRecord, encode_records_for_test  # noqa: E402
 
 JAVA_RCVBUF = 64 * 1024  # the Java consumer's receive.buffer.bytes
 

@@ -27,7 +27,7 @@ from typing import Any
 from walfs._core import ffi, lib
 
 import walfs
-from walfs.kafka.record_batch import WireRecord, decode_for_append, encode_records_for_test
+from walfs.wire.record_batch import WireRecord, decode_for_append, encode_records_for_test
 
 MIB = 1 << 20
 

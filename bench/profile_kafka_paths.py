@@ -43,8 +43,8 @@ from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.dispatch import SUPPORTED, dispatch
 from walfs.kafka.framing import frame
 from walfs.kafka.messages import decode_request
-from walfs.kafka.record_batch import WireRecord, decode_for_append, encode_records_for_test
 from walfs.wire.batch_codec import decode_kafka_records
+from walfs.wire.record_batch import WireRecord, decode_for_append, encode_records_for_test
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_kafka_wire import FETCH_V, PRODUCE_V, fetch_frame, produce_frame  # noqa: E402

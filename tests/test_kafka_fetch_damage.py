@@ -20,7 +20,7 @@ from kio.serial import entity_reader
 
 import walfs
 from walfs.kafka.messages import ErrorCode, build
-from walfs.kafka.record_batch import decode_batches
+from walfs.wire.record_batch import decode_batches
 
 BAD = 10  # the damaged record's offset
 # Blocks small enough that record BAD lies in a sealed run, which open does not re-check.

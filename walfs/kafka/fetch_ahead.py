@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from walfs.kafka.record_batch import batch_end
+from walfs.wire.record_batch import batch_end
 
 if TYPE_CHECKING:
     from walfs.engine.contract import Change, LogEngine
