@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import resource
-import struct
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ import trio
 import walfs
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.dispatch import SUPPORTED, dispatch
-from walfs.kafka.record_batch import WireRecord, decode_for_append, encode_records_for_test
+from walfs.wire.record_batch import WireRecord, batch_end, decode_for_append, encode_records_for_test
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_kafka_wire import fetch_frame  # noqa: E402
@@ -60,13 +59,12 @@ def one_size(size: int, fetches: int) -> dict[str, Any]:
             wal.append_bodies("t", bodies.data, bodies.meta_lens, bodies.value_lens)
         wal.sync()
         # Each fetch from where the one before ended (a 1 MiB answer holds fewer records
-        # than a 1 MiB produce batch: the last record that does not fit waits). The batch
-        # header is read here, not with record_batch.batch_end, which older trees lack.
+        # than a 1 MiB produce batch: the last record that does not fit waits).
         starts = [0]
         end = wal.engine.info("t", 0).high_watermark
         while True:
             batch = wal.engine.read_kafka_batch("t", 0, starts[-1], end - starts[-1], MIB)
-            nxt = struct.unpack_from(">q", batch, 0)[0] + struct.unpack_from(">i", batch, 23)[0] + 1
+            nxt = batch_end(batch)
             if nxt >= end:
                 break
             starts.append(nxt)

@@ -49,7 +49,7 @@ from bench_kafka_wire import (  # noqa: E402
 )
 from bench_vs_kafka import create_topic  # noqa: E402
 
-from walfs.kafka.record_batch import WireRecord, encode_records_for_test  # noqa: E402
+from walfs.wire.record_batch import LOG_OVERHEAD, WireRecord, encode_records_for_test, header_field  # noqa: E402
 
 JAVA_RCVBUF = 64 * 1024  # the Java consumer's receive.buffer.bytes
 
@@ -59,14 +59,13 @@ def whole_batches(records: bytes | memoryview) -> tuple[int, int, int]:
     view = memoryview(records)
     pos = count = 0
     nxt = -1
-    while pos + 12 <= len(view):
-        base, length = struct.unpack_from(">qi", view, pos)
-        if pos + 12 + length > len(view):
+    while pos + LOG_OVERHEAD <= len(view):
+        length = header_field(view, "batch_length", pos)
+        if pos + LOG_OVERHEAD + length > len(view):
             break
-        last_delta = struct.unpack_from(">i", view, pos + 23)[0]
-        count += last_delta + 1
-        nxt = base + last_delta + 1
-        pos += 12 + length
+        count += header_field(view, "last_offset_delta", pos) + 1
+        nxt = header_field(view, "base_offset", pos) + header_field(view, "last_offset_delta", pos) + 1
+        pos += LOG_OVERHEAD + length
     return count, nxt, len(view) - pos
 
 

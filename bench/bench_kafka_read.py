@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import struct
 import sys
 import tempfile
 import time
@@ -27,7 +26,14 @@ from typing import Any
 from walfs._core import ffi, lib
 
 import walfs
-from walfs.kafka.record_batch import WireRecord, decode_for_append, encode_records_for_test
+from walfs.wire.record_batch import (
+    BATCH_OVERHEAD,
+    WireRecord,
+    batch_end,
+    decode_for_append,
+    encode_records_for_test,
+    header_field,
+)
 
 MIB = 1 << 20
 
@@ -78,7 +84,7 @@ def read_loop(tmp: str, fetches: int, cold: bool) -> tuple[float, float, int, in
                 while off < end:
                     rc = lib.walfs_read_kafka_batch(h, stream_no, off, end - off, MIB, out, outlen, needed)
                     assert rc > 0, rc
-                    n = struct.unpack_from(">i", ffi.buffer(out, 61), 57)[0]
+                    n = header_field(ffi.buffer(out, BATCH_OVERHEAD), "record_count")
                     n_recs += n
                     off += n
                     done += 1
@@ -89,8 +95,8 @@ def read_loop(tmp: str, fetches: int, cold: bool) -> tuple[float, float, int, in
                 rc = lib.walfs_read_kafka_batch(h, stream_no, s, end - s, MIB, out, outlen, needed)
                 assert rc > 0, rc
                 batch = ffi.buffer(out, rc)[:]
-                counts.append(struct.unpack_from(">i", batch, 57)[0])
-                nxt = struct.unpack_from(">q", batch, 0)[0] + struct.unpack_from(">i", batch, 23)[0] + 1
+                counts.append(header_field(batch, "record_count"))
+                nxt = batch_end(batch)
                 if nxt >= end:
                     break
                 starts.append(nxt)

@@ -40,7 +40,7 @@ from kio.static.constants import EntityType
 from procstat import process_cpu_seconds as cpu_seconds
 
 from walfs.kafka.messages import build
-from walfs.kafka.record_batch import WireRecord, encode_records_for_test
+from walfs.wire.record_batch import WireRecord, encode_records_for_test
 
 REPO = Path(__file__).resolve().parent.parent
 PRODUCE_V, FETCH_V = 9, 12

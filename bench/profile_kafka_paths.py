@@ -43,8 +43,14 @@ from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.dispatch import SUPPORTED, dispatch
 from walfs.kafka.framing import frame
 from walfs.kafka.messages import decode_request
-from walfs.kafka.record_batch import WireRecord, decode_for_append, encode_records_for_test
 from walfs.wire.batch_codec import decode_kafka_records
+from walfs.wire.record_batch import (
+    BATCH_OVERHEAD,
+    CRC_START,
+    WireRecord,
+    decode_for_append,
+    encode_records_for_test,
+)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_kafka_wire import FETCH_V, PRODUCE_V, fetch_frame, produce_frame  # noqa: E402
@@ -117,8 +123,8 @@ def profile(size: int, batch_bytes: int, repeat: int, data_dir: str) -> dict[str
         wire = bytearray(len(produce).to_bytes(4, "big") + produce)
         stages["produce.frame_copy"] = timed(lambda: bytes(wire[4:]), repeat)
         stages["produce.decode_request"] = timed(lambda: decode_request(0, PRODUCE_V, produce), repeat)
-        body = batch[61:]
-        stages["produce.batch_crc"] = timed(lambda: crc32c(batch[21:]), repeat)
+        body = batch[BATCH_OVERHEAD:]
+        stages["produce.batch_crc"] = timed(lambda: crc32c(batch[CRC_START:]), repeat)
         stages["produce.record_split"] = timed(lambda: decode_kafka_records(body, n, now), repeat)
         stages["produce.split_idempotent"] = timed(lambda: split_idempotent(idempotent, n), repeat)
         produced = decode_for_append(batch)

@@ -12,6 +12,7 @@
 #include <sys/uio.h>
 
 #include "walfs.h"
+#include "walfs_debug.h" /* the fault hooks (fault_hit) and the writeback counts */
 
 #define FORMAT_VERSION 1 /* segment and run headers */
 #define CAT_VERSION 2    /* streams.cat: 2 adds SEGMENT / SEGMENT_GONE entries (format.c) */

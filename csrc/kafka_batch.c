@@ -23,11 +23,11 @@
  * Varints are zigzag. The timestamp is the producer's when the meta holds one, else the
  * append time. */
 #include "internal.h"
+#include "walfs_kafka.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define BATCH_HEAD 61 /* bytes before the first record */
 #define CRC_FROM 21   /* the CRC covers the batch from attributes on */
 
 typedef struct kmeta {
@@ -198,7 +198,7 @@ static inline __attribute__((always_inline)) size_t put_record(uint8_t *out, con
 }
 
 /* The batch header (layout at the top of this file) in front of records already written
- * at out + BATCH_HEAD, out[0..total) the whole batch; its CRC last, over what follows it. */
+ * at out + WALFS_KAFKA_BATCH_HEAD, out[0..total) the whole batch; its CRC last, over what follows it. */
 static void put_batch_head(uint8_t *out, uint64_t total, uint64_t first_off, uint64_t last_off, int64_t base_ts,
                            int64_t max_ts, uint32_t n)
 {
@@ -257,7 +257,7 @@ static int plan_batch(const batch_src_t *src, uint32_t n, batch_plan_t *plan)
 {
     kmeta_t km;
     uint64_t first_off = src_rec(src, 0).offset;
-    *plan = (batch_plan_t){.total = BATCH_HEAD};
+    *plan = (batch_plan_t){.total = WALFS_KAFKA_BATCH_HEAD};
     for (uint32_t i = 0; i < n; i++) {
         src_rec_t r = src_rec(src, i);
         if (parse_meta(r.body, r.meta_len, r.ts, &km) || (km.null_value && r.value_len)) return -EBADMSG;
@@ -274,7 +274,7 @@ static void write_batch(const batch_src_t *src, uint32_t n, const batch_plan_t *
 {
     kmeta_t km;
     uint64_t first_off = src_rec(src, 0).offset;
-    uint8_t *p = out + BATCH_HEAD;
+    uint8_t *p = out + WALFS_KAFKA_BATCH_HEAD;
     for (uint32_t i = 0; i < n; i++) {
         src_rec_t r = src_rec(src, i);
         parse_meta(r.body, r.meta_len, r.ts, &km);
@@ -416,7 +416,7 @@ int64_t walfs_read_kafka_batch(walfs_t *wal, uint32_t stream_no, uint64_t offset
         rc = -ERANGE;
         goto out;
     }
-    uint64_t idx = offset - s->blocks[bi]->first_offset, planned = 0, at = BATCH_HEAD;
+    uint64_t idx = offset - s->blocks[bi]->first_offset, planned = 0, at = WALFS_KAFKA_BATCH_HEAD;
     int64_t base_ts = 0, max_ts = 0;
     uint32_t n = 0;
     uint64_t first_off = offset, last_off = offset;

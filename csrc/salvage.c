@@ -11,6 +11,7 @@
  * starting offset (a FLOOR and a TRIM entry, both ordinary catalog entries).
  */
 #include "internal.h"
+#include "walfs_salvage.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -1,5 +1,10 @@
 /*
- * walfs.h: the one boundary between the C core and Python.
+ * walfs.h: the storage ABI of the C core: open and close, streams, append, read, sync,
+ * trim and reclaim, budgets, stats, verify and the core's messages. The other public
+ * headers add to it: walfs_kafka.h (Kafka record batches, csrc/kafka_batch.c),
+ * walfs_salvage.h (raw scanners for fsck --repair, csrc/salvage.c) and walfs_debug.h (test
+ * hooks). The four are the one boundary between the C core and Python: walfs/_build.py
+ * feeds them to cffi as they are (walfs._core).
  *
  * Every function returns 0 (or a count) on success and a negative errno on failure.
  * No process-global state but the log callback (walfs_set_log) and the SIGBUS guard
@@ -183,44 +188,9 @@ int64_t walfs_read_bytes(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint8_t
  * the records of view bytes [pos, pos+len) are in the page cache (checked with mincore
  * over the first run they lie in), 0 if a read would fault some in from the disk. */
 int walfs_bytes_resident(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint64_t len);
-/* CRC-32C (Castagnoli) of buf, continuing crc (0 to start): the core's own, for tests. */
+/* CRC-32C (Castagnoli) of buf, continuing crc (0 to start): the core's own (csrc/crc32c.c,
+ * the format's checksum), also the Kafka batch CRC of walfs/wire/batch_codec.py. */
 uint32_t walfs_crc32c(uint32_t crc, const uint8_t *buf, uint64_t len);
-/* Kafka wire: encodes n records as walfs_read_offset returned them (bodies in buf,
- * descriptors in recs, contiguous offsets) as one uncompressed Kafka record batch (magic
- * v2), into a buffer it allocates: *out (release it with walfs_free), the returned length
- * long. Key, headers and producer timestamp come from each record's meta section
- * (walfs/records.py, v1); the append time stands in for a missing producer timestamp.
- * -EBADMSG when a meta section does not parse; -ENOBUFS past Kafka's 2 GiB batch;
- * -ENOMEM. Layout at the top of kafka_batch.c. */
-int64_t walfs_kafka_batch(const uint8_t *buf, const walfs_rec_t *recs, uint32_t n, uint8_t **out);
-/* As walfs_kafka_batch, for a writer (the Spark sink through a daemon): n records whose
- * bodies (meta || value) lie back to back in the concatenation of n_pieces buffers, as
- * walfs_append_pieces takes them (a body that spans pieces is copied, joined; the others
- * are encoded from the pieces), with offsets 0..n-1 and timestamp_ms standing in for a
- * missing producer timestamp, as walfs_kafka_batch allocates and returns it. -EINVAL
- * unless the pieces hold exactly the bodies' bytes; otherwise as walfs_kafka_batch. */
-int64_t walfs_kafka_batch_pieces(uint32_t n, uint32_t n_pieces, const uint8_t *const *pieces,
-                                 const uint64_t *piece_lens, const uint32_t *meta_lens, const uint32_t *value_lens,
-                                 int64_t timestamp_ms, uint8_t **out);
-/* Releases what a walfs_* call allocated for its caller (the Kafka batch encoders). */
-void walfs_free(void *p);
-/* Kafka wire, a fetch in one pass: the records from `offset` on (at least one when any
- * exists, then up to max_records and max_bytes of stored bodies, and as many as out
- * holds) as one Kafka record batch (the layout walfs_kafka_batch writes), encoded straight
- * from the mapped segment, each record's CRC checked before its bytes are used. Returns
- * the batch's length (0 at the end); -ERANGE outside low..next; -ENOBUFS with *needed
- * when the first record does not fit in out; -EBADMSG with *needed = its offset when the
- * first record is damaged (a later damaged one ends the batch before it); -EINVAL with
- * *needed = its offset when the first record's meta section does not parse. */
-int64_t walfs_read_kafka_batch(walfs_t *wal, uint32_t stream_no, uint64_t offset, uint32_t max_records,
-                               uint64_t max_bytes, uint8_t *out, uint64_t outlen, uint64_t *needed);
-/* Kafka wire, the other way: the records section of one (decompressed) v2 batch as walfs
- * records: out receives their bodies (meta || value, as walfs/records.py writes them) back
- * to back, meta_lens/value_lens one entry per record (count of them). base_ts -1 means the
- * producer sent no timestamps. Returns the bytes of out used; -ENOBUFS with *needed when
- * out is too small (nothing is valid then); -EBADMSG for records that do not parse. */
-int64_t walfs_kafka_records(const uint8_t *body, uint64_t len, uint32_t count, int64_t base_ts, uint8_t *out,
-                            uint64_t outlen, uint32_t *meta_lens, uint32_t *value_lens, uint64_t *needed);
 /* View byte position where record `offset` starts (next_byte for next_offset). */
 int walfs_byte_position(walfs_t *wal, uint32_t stream_no, uint64_t offset, uint64_t *pos);
 /* Number of records that end (newline included) at or before view position pos, i.e. the
@@ -259,82 +229,6 @@ int64_t walfs_verify(walfs_t *wal, walfs_fsck_cb cb, void *ctx);
 typedef int (*walfs_verify_progress_cb)(void *ctx, uint32_t streams_done, uint32_t streams, uint64_t records,
                                          uint64_t bytes);
 int64_t walfs_verify_progress(walfs_t *wal, walfs_fsck_cb cb, walfs_verify_progress_cb progress, void *ctx);
-
-/* ---- Salvage (csrc/salvage.c): raw scanners for `walfs fsck --repair`, independent of the
- * catalog and of recovery. They work on bytes the caller read (or mapped read-only) from a
- * damaged data directory, bounds-check everything and never write to it. */
-typedef struct walfs_salvage_rec {
-    uint64_t file_pos;      /* the record's header in the segment file; body at file_pos + 36 */
-    uint64_t offset;        /* first_offset of its run + its index in the run */
-    uint64_t view_pos;      /* byte-view position (run first_byte + slot view delta, or walked) */
-    uint64_t gid;
-    int64_t timestamp_ms;
-    uint32_t stream_no;
-    uint32_t meta_len;
-    uint32_t value_len;
-    uint32_t batch_left;
-} walfs_salvage_rec_t;
-
-typedef struct walfs_salvage_entry {
-    uint32_t type;          /* 1 DEFINE, 2 TRIM, 3 FLOOR, 4 OPEN (docs/format.md) */
-    uint32_t stream_no;
-    uint32_t partition;
-    uint16_t name_len;
-    uint64_t org_id;
-    uint8_t topic_hash[16];
-    char name[256];
-    uint64_t a;             /* TRIM low_offset, FLOOR next_offset, OPEN epoch */
-    uint64_t b;             /* FLOOR next_byte */
-} walfs_salvage_entry_t;
-
-/* The WAL's uuid and geometry from a catalog header (64 bytes) or a segment header (its
- * crc is seeded with the uuid it carries). 0, or -EUCLEAN / -EBADMSG when neither verifies. */
-int walfs_salvage_identity(const uint8_t *buf, uint64_t len, uint64_t *uuid, uint32_t *block_size,
-                           uint64_t *segment_size);
-/* Every catalog entry whose crc verifies, in file order; a bad entry is skipped byte by byte
- * up to the next one that verifies (*skipped counts those bytes). Returns entries written
- * (at most cap) or -ENOBUFS. */
-int64_t walfs_salvage_catalog(const uint8_t *buf, uint64_t len, uint64_t uuid, walfs_salvage_entry_t *out,
-                              uint64_t cap, uint64_t *skipped);
-/* Scans a segment file's bytes from block *block (0-based) on: every run whose open header
- * verifies, and in it every record whose crc verifies, found by its index slot or by walking
- * from the previous record. Stops before a run whose records might not fit in cap; *block is
- * where to resume (UINT64_MAX at the end). Returns records written; -ENOBUFS with *needed
- * when not even one run fits. *bad_runs counts blocks whose open header was present but bad. */
-int64_t walfs_salvage_segment(const uint8_t *seg, uint64_t len, uint64_t uuid, uint64_t seg_id,
-                              uint32_t block_size, uint64_t *block, walfs_salvage_rec_t *out, uint64_t cap,
-                              uint64_t *needed, uint64_t *bad_runs);
-/* On a new, writable WAL: makes an empty stream start at next_offset (byte view at
- * next_byte) with a FLOOR and a TRIM catalog entry, so that salvaged records keep their
- * offsets. -EINVAL if the stream already holds records. */
-int walfs_salvage_start_at(walfs_t *wal, uint32_t stream_no, uint64_t next_offset, uint64_t next_byte);
-
-/* Test mode only. */
-/* RECLAIM fails walfs_reclaim where it would write its SEGMENT_GONE entries (nothing is
- * deleted, as when that catalog write fails). */
-/* WRITEBACK fails the writeback thread's sync_file_range as if it returned -err
- * (csrc/writeback.c: the next sync round fails with it). */
-enum walfs_fault_op { WALFS_FAULT_WRITE = 1, WALFS_FAULT_SYNC = 2, WALFS_FAULT_ALLOC = 3, WALFS_FAULT_RECLAIM = 4, WALFS_FAULT_WRITEBACK = 5 };
-/* After `after` more successful ops of that kind, fail the next `count` (-1: all) with -err. */
-int walfs_debug_fail(walfs_t *wal, int op, int err, int64_t after, int64_t count);
-/* A slow disk: the next sync round that has files to sync sleeps ms milliseconds before it
- * syncs them (once). */
-int walfs_debug_slow_sync(walfs_t *wal, uint32_t ms);
-/* Simulates power loss: every 4 KiB page written since its file's last successful sync
- * reverts to its synced content, except pages kept by chance (keep_permille / 1000);
- * then the handle is freed without syncing. */
-int walfs_debug_power_cut(walfs_t *wal, uint64_t seed, uint32_t keep_permille);
-/* The writeback thread's counts since open (csrc/writeback.c). */
-typedef struct walfs_writeback_stats {
-    uint64_t queued;        /* ranges appends handed over (a range that extended the last queued one counts) */
-    uint64_t refused;       /* offers not taken (queue full; a nowait append finding its lock held) */
-    uint64_t done;          /* ranges written back */
-    uint64_t failed;        /* of them, failed (the next sync round fails) */
-    uint64_t max_queue_ns;  /* the longest an appending thread spent handing a range over */
-} walfs_writeback_stats_t;
-/* Waits until the writeback thread has written back every range handed to it so far,
- * then its counts. -EROFS on a read-only WAL (no thread). Any mode, not only test mode. */
-int walfs_debug_writeback_wait(walfs_t *wal, walfs_writeback_stats_t *out);
 
 /* ---- core messages (issue 9) ----
  * Warnings (a torn tail cut, ...) and damage reports of the core. Without a callback they

@@ -5,7 +5,6 @@ tests/real_kafka.py) and returns the answers as plain tuples, to be compared."""
 from __future__ import annotations
 
 import datetime
-import struct
 import time
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +13,7 @@ from confluent_kafka import Producer
 from crc32c import crc32c
 from kafka_wire import Wire, make
 
-from walfs.kafka.record_batch import WireRecord, encode_records_for_test
+from walfs.wire.record_batch import CRC_START, WireRecord, encode_records_for_test, set_header_field
 
 
 def produce(bootstrap: str, topic: str, rows: list[tuple[bytes | None, int]]) -> None:
@@ -322,10 +321,10 @@ def _patched(batch: bytes, attributes: int | None = None, last_delta: int | None
     """A batch with its attributes or last offset delta changed, CRC made right again."""
     b = bytearray(batch)
     if attributes is not None:
-        struct.pack_into(">h", b, 21, attributes)
+        set_header_field(b, "attributes", attributes)
     if last_delta is not None:
-        struct.pack_into(">i", b, 23, last_delta)
-    struct.pack_into(">I", b, 17, crc32c(bytes(b[21:])))
+        set_header_field(b, "last_offset_delta", last_delta)
+    set_header_field(b, "crc", crc32c(bytes(b[CRC_START:])))
     return bytes(b)
 
 

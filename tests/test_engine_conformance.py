@@ -42,9 +42,9 @@ from walfs.errors import (
     WalError,
     WalLockedError,
 )
-from walfs.kafka.record_batch import decode_batches
 from walfs.open import open_engine
 from walfs.wire.batch_codec import read_kafka_batch
+from walfs.wire.record_batch import decode_batches, header_field
 
 BOUND_S = 60.0  # every wait in this file is bounded; none is a speed assertion
 
@@ -265,7 +265,7 @@ def test_read_kafka_batch_is_what_read_returns_as_one_kafka_batch(make: Maker) -
     def decoded(batch: Any) -> tuple[int, list[tuple[Any, ...]]]:
         raw = bytes(batch)
         (b,) = decode_batches(raw)  # lengths and the CRC-32C checked
-        return int.from_bytes(raw[:8], "big"), [(r.key, r.value, r.headers) for r in b.records]
+        return header_field(raw, "base_offset"), [(r.key, r.value, r.headers) for r in b.records]
 
     first, got = decoded(read_kafka_batch(e, "kb", 1, 0, 100, 1 << 20))
     want = [(r.key, r.value, list(r.headers)) for r in read_records(e, "kb", 1, 0, 100)]

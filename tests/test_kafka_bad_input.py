@@ -28,7 +28,7 @@ from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopi
 
 from walfs.kafka.dispatch import SUPPORTED
 from walfs.kafka.messages import build
-from walfs.kafka.record_batch import WireRecord, encode_records_for_test
+from walfs.wire.record_batch import WireRecord, encode_records_for_test
 
 
 @pytest.fixture

@@ -15,7 +15,10 @@ from hypothesis import strategies as st
 
 import walfs
 from walfs.engine.records import encode_meta, producer_of, with_producer
-from walfs.kafka.record_batch import (
+from walfs.wire.batch_codec import decode_kafka_records, read_as_kafka_batch
+from walfs.wire.record_batch import (
+    BATCH_OVERHEAD,
+    CRC_START,
     BatchError,
     WireRecord,
     _batches,
@@ -24,8 +27,8 @@ from walfs.kafka.record_batch import (
     decode_for_append,
     encode_batch,
     encode_records_for_test,
+    set_header_field,
 )
-from walfs.wire.batch_codec import decode_kafka_records, read_as_kafka_batch
 
 
 def test_c_batches_equal_the_python_encoding(open_wal):
@@ -66,7 +69,7 @@ def test_c_batches_equal_the_python_encoding(open_wal):
         assert 1 <= k <= len(read), (offset, n, max_bytes)
         assert got == encode_batch(read[:k]), (offset, n, max_bytes)
         if k < len(read):
-            assert len(got) <= max_bytes + 61 < len(encode_batch(read[: k + 1]))
+            assert len(got) <= max_bytes + BATCH_OVERHEAD < len(encode_batch(read[: k + 1]))
         # And what a consumer decodes from it is what was appended.
         assert [(r.key, r.value, list(r.headers)) for r in read[:k]] == [
             (b.key, b.value, b.headers) for b in batch.records
@@ -90,8 +93,8 @@ def test_the_batch_limit_is_counted_in_kafkas_encoding(open_wal):
         assert [r.value for r in batch.records] == values[:k]
         read = w.read_records("t", 0, max_records=10_000, max_bytes=max_bytes)
         assert got == encode_batch(read[:k])
-        assert k == 1 or len(got) <= max_bytes + 61, max_bytes
-        assert len(encode_batch(read[: k + 1])) > max_bytes + 61, max_bytes  # one more: too big
+        assert k == 1 or len(got) <= max_bytes + BATCH_OVERHEAD, max_bytes
+        assert len(encode_batch(read[: k + 1])) > max_bytes + BATCH_OVERHEAD, max_bytes  # one more: too big
         if max_bytes >= 100:  # the stored bodies alone would have allowed more
             assert k < len(read)
 
@@ -309,6 +312,14 @@ def test_producer_section_added_in_the_room_before_the_bodies(rows: list, batche
 def _untimed(batch: bytes) -> bytes:
     """The batch with base timestamp -1 (the records' deltas are 0), CRC made again."""
     b = bytearray(batch)
-    struct.pack_into(">q", b, 27, -1)
-    struct.pack_into(">I", b, 17, crc32c(bytes(b[21:])))
+    set_header_field(b, "base_timestamp", -1)
+    set_header_field(b, "crc", crc32c(bytes(b[CRC_START:])))
     return bytes(b)
+
+
+def test_c_and_python_agree_on_the_batch_header_size() -> None:
+    """The header size has one home per language: record_batch.py's struct, and
+    csrc/walfs_kafka.h's WALFS_KAFKA_BATCH_HEAD (kafka_batch.c's layout)."""
+    from walfs._core import lib
+
+    assert lib.WALFS_KAFKA_BATCH_HEAD == BATCH_OVERHEAD

@@ -14,7 +14,7 @@ from confluent_kafka import KafkaError, Producer
 from crc32c import crc32c
 from kafka_harness import consume, listener, rdkafka_consumer
 
-from walfs.kafka.compression import (
+from walfs.wire.compression import (
     CODEC_NAMES,
     MAX_DECOMPRESSED_BYTES,
     XERIAL_MAGIC,
@@ -22,12 +22,15 @@ from walfs.kafka.compression import (
     compress,
     decompress,
 )
-from walfs.kafka.record_batch import (
+from walfs.wire.record_batch import (
     BATCH_OVERHEAD,
+    CRC_START,
+    LOG_OVERHEAD,
     BatchError,
     WireRecord,
     decode_for_append,
     encode_records_for_test,
+    set_header_field,
 )
 
 CODECS = [1, 2, 3, 4]
@@ -39,9 +42,11 @@ RECORDS = [
 
 def _with_payload(codec: int, payload: bytes) -> bytes:
     """RECORDS' batch header with ``codec`` and ``payload`` as its records section."""
-    tail = struct.pack(">h", codec) + encode_records_for_test(RECORDS)[23:BATCH_OVERHEAD]
-    head = struct.pack(">qiibI", 0, BATCH_OVERHEAD - 12 + len(payload), -1, 2, crc32c(tail + payload))
-    return head + tail + payload
+    b = bytearray(encode_records_for_test(RECORDS)[:BATCH_OVERHEAD]) + payload
+    set_header_field(b, "batch_length", BATCH_OVERHEAD - LOG_OVERHEAD + len(payload))
+    set_header_field(b, "attributes", codec)
+    set_header_field(b, "crc", crc32c(bytes(b[CRC_START:])))
+    return bytes(b)
 
 
 def _records_section(records: list[WireRecord]) -> bytes:

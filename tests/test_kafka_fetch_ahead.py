@@ -28,7 +28,7 @@ from walfs.kafka.dispatch import SUPPORTED
 from walfs.kafka.fetch import handle_fetch
 from walfs.kafka.fetch_ahead import MAX_BYTES, FetchAhead, Next
 from walfs.kafka.messages import ErrorCode
-from walfs.kafka.record_batch import batch_end, decode_batches
+from walfs.wire.record_batch import batch_end, decode_batches
 
 GEOMETRY = {"segment_size": 16 << 20, "block_size": 1 << 20}
 LIMIT = 64 << 10  # each partition's byte limit: ~60 records of 1 KiB per answer

@@ -20,8 +20,8 @@ from kio.serial import entity_reader
 
 import walfs
 from walfs.kafka.messages import ErrorCode, build
-from walfs.kafka.record_batch import decode_batches
 from walfs.wire.batch_codec import read_kafka_batch
+from walfs.wire.record_batch import decode_batches
 
 BAD = 10  # the damaged record's offset
 # Blocks small enough that record BAD lies in a sealed run, which open does not re-check.

@@ -24,7 +24,7 @@ from kio.serial import entity_reader
 
 import walfs
 from walfs.kafka.messages import ErrorCode, build
-from walfs.kafka.record_batch import decode_batches
+from walfs.wire.record_batch import decode_batches
 
 VALUE = 16 << 10
 MIB = 1 << 20

@@ -34,7 +34,7 @@ from test_kafka_fetch_send import queues
 
 from walfs.kafka.framing import RECEIVE_LOWAT_MAX
 from walfs.kafka.messages import ErrorCode
-from walfs.kafka.record_batch import WireRecord, encode_records_for_test
+from walfs.wire.record_batch import WireRecord, encode_records_for_test
 
 KIB = 1 << 10
 VALUE = 16 * KIB

@@ -11,7 +11,7 @@ from kafka import KafkaProducer
 from kafka.errors import CorruptRecordError
 from kafka_harness import listener
 
-from walfs.kafka.record_batch import (
+from walfs.wire.record_batch import (
     MAX_DECOMPRESSED_BYTES,
     BatchError,
     WireRecord,

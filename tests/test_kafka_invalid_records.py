@@ -6,7 +6,6 @@ rules are compared live with a real broker in tests/test_kafka_vs_real_broker.py
 from __future__ import annotations
 
 import datetime
-import struct
 from pathlib import Path
 
 from crc32c import crc32c
@@ -14,7 +13,7 @@ from kafka_answers import invalid_batch_answers
 from kafka_harness import listener
 from kafka_wire import Wire, make
 
-from walfs.kafka.record_batch import WireRecord, encode_records_for_test
+from walfs.wire.record_batch import CRC_START, WireRecord, encode_records_for_test, set_header_field
 
 INVALID_RECORD = 87
 
@@ -53,7 +52,7 @@ def test_records_walfs_cannot_keep_get_per_record_errors(tmp_path: Path) -> None
     rows[3].headers = [("\x01\x01", b"y")]
     batch = bytearray(encode_records_for_test(rows))
     batch = bytearray(batch.replace(b"\x04\x01\x01", b"\x04\xff\xfe"))
-    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    set_header_field(batch, "crc", crc32c(bytes(batch[CRC_START:])))
     with listener(tmp_path) as lst:
         lst.wal.create_partition("t", 0)
         with Wire(lst.bootstrap) as w:

@@ -27,7 +27,7 @@ from kio.schema.fetch.v12.response import FetchResponse
 from kio.schema.produce.v9.response import ProduceResponse
 from kio.serial import entity_reader
 
-from walfs.kafka.record_batch import WireRecord, decode_batches, encode_records_for_test
+from walfs.wire.record_batch import WireRecord, decode_batches, encode_records_for_test
 
 
 def _decode(cls: type, frame: bytes) -> object:

@@ -40,8 +40,8 @@ from kio.serial import entity_reader
 import walfs
 from walfs.errors import WalIOError
 from walfs.kafka.pipeline import PIPELINE_DEPTH
-from walfs.kafka.record_batch import WireRecord, encode_records_for_test
 from walfs.local import debug
+from walfs.wire.record_batch import WireRecord, encode_records_for_test
 
 
 class GatedWal(walfs.Wal):

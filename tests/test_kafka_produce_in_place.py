@@ -22,7 +22,7 @@ from test_kafka_pipeline import produce, produce_answer
 
 import walfs
 from walfs.kafka.messages import build
-from walfs.kafka.record_batch import WireRecord, encode_records_for_test
+from walfs.wire.record_batch import WireRecord, encode_records_for_test
 
 
 class RecordedWal(walfs.Wal):

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.records.readers import read_batch
 
-from walfs.kafka.record_batch import (
+from walfs.wire.record_batch import (
+    CRC_START,
     BatchError,
     UnsupportedCompression,
     WireRecord,
@@ -17,6 +18,7 @@ from walfs.kafka.record_batch import (
     decode_batches,
     encode_batch,
     encode_records_for_test,
+    set_header_field,
 )
 
 
@@ -78,13 +80,11 @@ def test_crc_mismatch_and_truncation_are_refused() -> None:
 def test_unknown_codec_is_reported() -> None:
     data = encode_records_for_test([WireRecord(b"k", b"v")])
     # Set the codec bits to 5 (no such codec) and fix the CRC so only the codec is wrong.
-    import struct
-
     from crc32c import crc32c
 
     raw = bytearray(data)
-    struct.pack_into(">h", raw, 21, 5)  # codecs 5-7 do not exist
-    struct.pack_into(">I", raw, 17, crc32c(bytes(raw[21:])))
+    set_header_field(raw, "attributes", 5)  # codecs 5-7 do not exist
+    set_header_field(raw, "crc", crc32c(bytes(raw[CRC_START:])))
     with pytest.raises(UnsupportedCompression):
         decode_batches(bytes(raw))
 

@@ -23,7 +23,7 @@ from kafka_answers import _produce_raw
 from kafka_harness import fetch_request
 from kafka_wire import Wire
 
-from walfs.kafka.record_batch import WireRecord, encode_records_for_test
+from walfs.wire.record_batch import WireRecord, encode_records_for_test
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))

@@ -24,6 +24,7 @@ from walfs.spark.sink_remote import kafka_batch
 from walfs.spark.sink_rows import ROW_OVERHEAD, Chunk, cuts, encode_chunk, row_costs
 from walfs.spark.sink_target import LocalTarget
 from walfs.wire.batch_codec import encode_kafka_batch, encode_kafka_batch_pieces
+from walfs.wire.record_batch import CRC_START, header_field
 
 MARKER = ("walfs.sink", b"q:3:0:2")
 
@@ -204,8 +205,8 @@ def test_a_chunk_goes_to_a_kafka_batch_from_its_pieces_as_from_its_joined_bodies
         assert bytes(got) == fetch_encoded(chunk, ts)
         assert len(got) == len(fetch_encoded(chunk, ts))
         # baseOffset, batchLength, records; the CRC-32C (Castagnoli) from attributes on
-        assert int.from_bytes(got[57:61], "big") == part.num_rows
-        assert int.from_bytes(got[17:21], "big") == crc32c(bytes(got[21:]))
+        assert header_field(got, "record_count") == part.num_rows
+        assert header_field(got, "crc") == crc32c(bytes(got[CRC_START:]))
     # Pieces that do not hold exactly the records' bodies are refused.
     chunk = encode_chunk(t, MARKER)
     short = (*chunk.pieces[:-1], memoryview(chunk.pieces[-1])[:-1])

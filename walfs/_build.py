@@ -1,6 +1,8 @@
 """Builds walfs._core, the cffi binding of the C core (csrc/), at install time.
 
-csrc/walfs.h is the whole boundary: its declarations are fed to cffi as they are."""
+The four public headers are the whole boundary, their declarations fed to cffi as they are:
+csrc/walfs.h (the storage ABI), walfs_kafka.h (Kafka record batches), walfs_salvage.h
+(fsck --repair's scanners) and walfs_debug.h (test hooks). One binding module for all."""
 
 import pathlib
 import re
@@ -9,10 +11,11 @@ from cffi import FFI
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc"
+HEADERS = ("walfs.h", "walfs_kafka.h", "walfs_salvage.h", "walfs_debug.h")
 
 
 def _declarations() -> str:
-    text = (CSRC / "walfs.h").read_text()
+    text = "\n".join((CSRC / h).read_text() for h in HEADERS)
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
 
@@ -24,7 +27,7 @@ ffibuilder.cdef(_declarations())
 ffibuilder.cdef('extern "Python" void _walfs_core_log(int, const char *, const char *);')
 ffibuilder.set_source(
     "walfs._core",
-    '#include "walfs.h"',
+    "".join(f'#include "{h}"\n' for h in HEADERS),
     sources=[f"csrc/{p.name}" for p in sorted(CSRC.glob("*.c"))],
     include_dirs=["csrc"],
     libraries=["uring", "pthread"],

@@ -1,6 +1,6 @@
 """glibc malloc settings for a server process that allocates and frees buffers of about
 1 MiB per request: `walfs serve` (a Kafka produce request is received into a buffer of
-its own and split into another, walfs/kafka/framing.py and record_batch.py).
+its own and split into another, walfs/kafka/framing.py and walfs/wire/record_batch.py).
 
 With glibc's defaults, buffers of that size either come from mmap (each one a fresh
 mapping, every page faulted in and zeroed by the kernel) or, once its threshold has

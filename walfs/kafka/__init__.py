@@ -1,8 +1,8 @@
 """Kafka-wire listener over a walfs engine (walfs.engine.contract.LogEngine; docs/kafka.md).
 
 The listener is imported on first use (PEP 562): its message tables take a second or
-more to import, and the codecs in this package (record_batch, which Spark's Python
-workers use for `bootstrap` reads and writes) need none of it."""
+more to import. The record-batch codec is walfs.wire's, shared with Spark's `bootstrap`
+reads and writes and the cluster engine."""
 
 from typing import Any
 

@@ -24,9 +24,9 @@ from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.fetch_ahead import MAX_RECORDS_PER_READ, FetchAhead, Next, in_page_cache
 from walfs.kafka.fetch_answer import encode_fetch_answer
 from walfs.kafka.messages import ErrorCode, build, response_module
-from walfs.kafka.record_batch import batch_end
 from walfs.kafka.wal_errors import error_code_for
 from walfs.wire.batch_codec import read_kafka_batch
+from walfs.wire.record_batch import batch_end
 
 # A long poll watches at most this many partitions (those first in the request);
 # the others are still served by the next fetch, at most max_wait_ms later.

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from walfs.engine.rules import resident
-from walfs.kafka.record_batch import batch_end
 from walfs.wire.batch_codec import read_kafka_batch
+from walfs.wire.record_batch import batch_end
 
 if TYPE_CHECKING:
     from walfs.engine.contract import LogEngine

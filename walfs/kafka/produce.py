@@ -31,7 +31,9 @@ from walfs.kafka.broker import Broker, Connection, log
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.metadata import valid_new_topic
 from walfs.kafka.producer_ids import DUPLICATE, OUT_OF_ORDER, STALE_EPOCH
-from walfs.kafka.record_batch import (
+from walfs.kafka.topic_configs import log_append_time, max_message_bytes
+from walfs.kafka.wal_errors import error_code_for
+from walfs.wire.record_batch import (
     BatchError,
     InvalidRecords,
     ProducedBodies,
@@ -39,8 +41,6 @@ from walfs.kafka.record_batch import (
     batch_sizes,
     decode_for_append,
 )
-from walfs.kafka.topic_configs import log_append_time, max_message_bytes
-from walfs.kafka.wal_errors import error_code_for
 
 # Record bytes of one request tried in place (their CRC check, split and copy hold the event
 # loop for about a millisecond per MiB); the partitions past it go to a worker thread.

@@ -524,7 +524,7 @@ class Engine:
         CRC checked first). The batch, at most about max_bytes long (at least one record
         when any exists), is returned in a buffer of its own; b"" at the end."""
         max_records = max(1, min(max_records, 1 << 20))
-        outlen = min(max(max_bytes, 1), MAX_BATCH_BUFFER) + 61
+        outlen = min(max(max_bytes, 1), MAX_BATCH_BUFFER) + lib.WALFS_KAFKA_BATCH_HEAD
         h = self._enter()
         try:
             needed = ffi.new("uint64_t *")

@@ -1,7 +1,7 @@
 """Reads an offset range of one stream from a walfs daemon's Kafka listener (option
 "bootstrap") as pyarrow RecordBatches in the schema of walfs.spark.schema.
 
-Each Fetch answer is checked (batch lengths, magic, CRC-32C: walfs.kafka.record_batch's
+Each Fetch answer is checked (batch lengths, magic, CRC-32C: walfs.wire.record_batch's
 produce-side decoder) and turned into the stored record layout in C, then into columns
 by the same code as local reads (columnar._columns_to_batch). What the wire does not
 carry: `gid` is null, and every record's timestamp is the one the daemon sent, marked
@@ -11,16 +11,15 @@ CreateTime (0).
 from __future__ import annotations
 
 import contextlib
-import struct
 from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from walfs.errors import OffsetOutOfRangeError
-from walfs.kafka.record_batch import BATCH_OVERHEAD, BatchError, decode_for_append
 from walfs.spark.columnar import REC_DTYPE, _columns_to_batch
 from walfs.spark.remote import FETCH_MAX_BYTES, FetchAhead, RemoteError, RemoteWal
+from walfs.wire.record_batch import BatchError, decode_for_append, end_of_batches, split_batches
 
 
 def read_remote_range(
@@ -52,7 +51,7 @@ def read_remote(
             if after is not None and offset < after < end:
                 ahead = remote.fetch_ahead(topic, partition, after, max_bytes)
             got = 0
-            for base, batch in split_batches(raw):
+            for base, batch in _checked(split_batches(raw), topic, partition, remote.bootstrap):
                 try:
                     bodies = decode_for_append(batch)
                 except BatchError as e:
@@ -88,36 +87,11 @@ def read_remote(
                 remote.fetch_result(ahead)
 
 
-_BASE_AND_LENGTH = struct.Struct(">qi")
-_LAST_DELTA = struct.Struct(">i")  # at byte 23 of a batch
-
-
-def end_of_batches(raw: bytes) -> int | None:
-    """The offset after the last whole record batch of a fetch answer, from the batch
-    headers alone (base offset + lastOffsetDelta + 1; not yet checked: only where to
-    fetch next); None when it holds none."""
-    after = None
-    pos = 0
-    while len(raw) - pos >= BATCH_OVERHEAD:
-        base, length = _BASE_AND_LENGTH.unpack_from(raw, pos)
-        if length < BATCH_OVERHEAD - 12 or pos + 12 + length > len(raw):
-            break
-        (last_delta,) = _LAST_DELTA.unpack_from(raw, pos + 23)
-        after = base + last_delta + 1
-        pos += 12 + length
-    return after
-
-
-def split_batches(raw: bytes) -> Iterator[tuple[int, bytes]]:
-    """(base offset, whole batch) of each record batch in a fetch answer; a batch cut
-    short at the end of the answer (Kafka allows that) is dropped."""
-    pos = 0
-    while len(raw) - pos >= BATCH_OVERHEAD:
-        base, length = _BASE_AND_LENGTH.unpack_from(raw, pos)
-        end = pos + 12 + length
-        if length < BATCH_OVERHEAD - 12:
-            raise RemoteError(f"malformed record batch in a fetch answer (length {length})")
-        if end > len(raw):
-            return
-        yield base, raw[pos:end]
-        pos = end
+def _checked(
+    batches: Iterator[tuple[int, bytes]], topic: str, partition: int, bootstrap: str
+) -> Iterator[tuple[int, bytes]]:
+    """split_batches' batches, a malformed one as RemoteError."""
+    try:
+        yield from batches
+    except BatchError as e:
+        raise RemoteError(f"{topic!r}[{partition}] from {bootstrap}: {e}") from e

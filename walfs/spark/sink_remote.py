@@ -15,13 +15,13 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 
 from walfs.engine.records import Header
-from walfs.kafka.record_batch import BATCH_OVERHEAD
 from walfs.spark.options import WalfsOptionError
 from walfs.spark.remote import LATEST, RemoteWal
 from walfs.spark.remote_read import read_remote
 from walfs.spark.sink_rows import Chunk
 from walfs.spark.sink_target import headed
 from walfs.wire.batch_codec import encode_kafka_batch_pieces
+from walfs.wire.record_batch import BATCH_OVERHEAD
 
 # The most bytes of record batches in one Produce request: far under the daemon's
 # socket.request.max.bytes (Kafka's default, 100 MiB, which the listener enforces).

@@ -1,5 +1,6 @@
-"""Kafka record batches (magic v2): decoding what producers send, encoding what
-consumers fetch.
+"""Kafka record batches (magic v2) in Python: the layout (the one home of its constants
+on the Python side; csrc/kafka_batch.c is C's), decoding what producers send and what a
+fetch answer holds, encoding what consumers fetch. The C fast paths are batch_codec.py's.
 
 Hand-written rather than kio's ``kio.records``: kio's reader rounds record
 timestamps to whole seconds (ListOffsets by timestamp needs milliseconds) and builds
@@ -29,18 +30,58 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from walfs.engine.records import PRODUCER_GROWTH, Producer, with_producer
-from walfs.kafka.compression import (
+from walfs.wire.batch_codec import crc32c, decode_kafka_records
+from walfs.wire.compression import (
     MAX_DECOMPRESSED_BYTES,
     CompressionError,
     UnknownCodec,
     compress,
     decompress,
 )
-from walfs.wire.batch_codec import crc32c, decode_kafka_records
 
-_BATCH_HEAD = struct.Struct(">qiibIhiqqqhii")
+# The batch header above, field by field: every offset and size below is taken from it.
+_HEAD_FORMAT = ">qiibIhiqqqhii"
+HEAD_FIELDS = (
+    "base_offset",
+    "batch_length",
+    "partition_leader_epoch",
+    "magic",
+    "crc",
+    "attributes",
+    "last_offset_delta",
+    "base_timestamp",
+    "max_timestamp",
+    "producer_id",
+    "producer_epoch",
+    "base_sequence",
+    "record_count",
+)
+_BATCH_HEAD = struct.Struct(_HEAD_FORMAT)
+# name -> (offset in the batch, its struct)
+_FIELD = {
+    name: (struct.calcsize(_HEAD_FORMAT[: i + 1]), struct.Struct(">" + _HEAD_FORMAT[i + 1]))
+    for i, name in enumerate(HEAD_FIELDS)
+}
 BATCH_OVERHEAD = _BATCH_HEAD.size  # 61 bytes before the first record
-_CRC_START = 21  # the CRC covers the batch from the attributes field on
+# baseOffset and batchLength: the 12 bytes before what batchLength counts.
+LOG_OVERHEAD = _FIELD["partition_leader_epoch"][0]
+_LOG_HEAD = struct.Struct(_HEAD_FORMAT[:3])
+CRC_OFFSET = _FIELD["crc"][0]  # 17
+CRC_START = _FIELD["attributes"][0]  # 21: the CRC covers the batch from the attributes field on
+MAGIC = 2
+
+
+def header_field(batch: bytes | bytearray | memoryview, name: str, pos: int = 0) -> int:
+    """Field ``name`` (one of HEAD_FIELDS) of the batch header at ``pos``."""
+    at, fmt = _FIELD[name]
+    return int(fmt.unpack_from(batch, pos + at)[0])
+
+
+def set_header_field(batch: bytearray | memoryview, name: str, value: int, pos: int = 0) -> None:
+    """Writes field ``name`` of the batch header at ``pos`` (the CRC is not made right:
+    set "crc" last for that)."""
+    at, fmt = _FIELD[name]
+    fmt.pack_into(batch, pos + at, value)
 
 COMPRESSION_MASK = 0x07
 TRANSACTIONAL_FLAG = 0x10
@@ -193,8 +234,43 @@ def batch_end(data: bytes | bytearray | memoryview) -> int:
     offset plus its last offset delta, plus one). BatchError when no header fits."""
     if len(data) < BATCH_OVERHEAD:
         raise BatchError("truncated batch header")
-    head = _BATCH_HEAD.unpack_from(data, 0)
-    return int(head[0]) + int(head[6]) + 1
+    return _end_at(data, 0)
+
+
+def _end_at(data: bytes | bytearray | memoryview, pos: int) -> int:
+    """The offset after the last record of the batch whose header is at ``pos``."""
+    return header_field(data, "base_offset", pos) + header_field(data, "last_offset_delta", pos) + 1
+
+
+def end_of_batches(raw: bytes | bytearray | memoryview) -> int | None:
+    """The offset after the last whole record batch of a fetch answer, from the batch
+    headers alone (base offset + lastOffsetDelta + 1; not yet checked: only where to
+    fetch next); None when it holds none."""
+    after = None
+    pos = 0
+    while len(raw) - pos >= BATCH_OVERHEAD:
+        _base, length = _LOG_HEAD.unpack_from(raw, pos)
+        if length < BATCH_OVERHEAD - LOG_OVERHEAD or pos + LOG_OVERHEAD + length > len(raw):
+            break
+        after = _end_at(raw, pos)
+        pos += LOG_OVERHEAD + length
+    return after
+
+
+def split_batches(raw: bytes) -> Iterator[tuple[int, bytes]]:
+    """(base offset, whole batch) of each record batch in a fetch answer; a batch cut
+    short at the end of the answer (Kafka allows that) is dropped. BatchError for a
+    batch length too short to hold a header."""
+    pos = 0
+    while len(raw) - pos >= BATCH_OVERHEAD:
+        base, length = _LOG_HEAD.unpack_from(raw, pos)
+        end = pos + LOG_OVERHEAD + length
+        if length < BATCH_OVERHEAD - LOG_OVERHEAD:
+            raise BatchError(f"malformed record batch in a fetch answer (length {length})")
+        if end > len(raw):
+            return
+        yield base, raw[pos:end]
+        pos = end
 
 
 def _batches(data: bytes) -> Iterator[tuple[int, int, int, int, int, bytes | memoryview]]:
@@ -220,13 +296,13 @@ def _batches(data: bytes) -> Iterator[tuple[int, int, int, int, int, bytes | mem
             base_sequence,
             count,
         ) = _BATCH_HEAD.unpack_from(data, pos)
-        end = pos + 12 + batch_length
-        if batch_length < BATCH_OVERHEAD - 12 or end > n:
+        end = pos + LOG_OVERHEAD + batch_length
+        if batch_length < BATCH_OVERHEAD - LOG_OVERHEAD or end > n:
             raise BatchError(f"batch length {batch_length} does not fit the record set")
-        if magic != 2:
+        if magic != MAGIC:
             raise BatchError(f"record batch magic {magic} (only v2 is supported)")
         view = memoryview(data)
-        if crc32c(view[pos + _CRC_START : end]) != crc:  # no copy of the batch
+        if crc32c(view[pos + CRC_START : end]) != crc:  # no copy of the batch
             raise BatchError("record batch CRC-32C mismatch")
         body: bytes | memoryview = view[pos + BATCH_OVERHEAD : end]  # nor of its records
         pos = end
@@ -338,10 +414,29 @@ def encode_batch(records: Sequence[Any]) -> bytes:
         _varint(len(rec), body)
         body += rec
     last_delta = records[-1].offset - base_offset
-    tail = struct.pack(">hiqqqhii", 0, last_delta, base_ts, max_ts, -1, -1, -1, len(records))
-    crc = crc32c(body, crc32c(tail))
-    head = struct.pack(">qiibI", base_offset, BATCH_OVERHEAD - 12 + len(body), -1, 2, crc)
-    return head + tail + bytes(body)
+    return _sealed(base_offset, 0, last_delta, base_ts, max_ts, (-1, -1, -1), len(records), body)
+
+
+def _sealed(
+    base_offset: int,
+    attributes: int,
+    last_delta: int,
+    base_ts: int,
+    max_ts: int,
+    producer: tuple[int, int, int],
+    count: int,
+    records: bytes | bytearray,
+) -> bytes:
+    """One batch: its header (partitionLeaderEpoch -1; producer is (id, epoch, base
+    sequence)) with its CRC, then ``records``."""
+    out = bytearray(BATCH_OVERHEAD)
+    length = BATCH_OVERHEAD - LOG_OVERHEAD + len(records)
+    _BATCH_HEAD.pack_into(
+        out, 0, base_offset, length, -1, MAGIC, 0, attributes, last_delta, base_ts, max_ts, *producer, count
+    )
+    out += records
+    set_header_field(out, "crc", crc32c(memoryview(out)[CRC_START:]))
+    return bytes(out)
 
 
 def encode_records_for_test(
@@ -371,10 +466,7 @@ def encode_records_for_test(
         body += rec
     payload = compress(codec, bytes(body))
     max_ts = max((r.timestamp_ms or 0) for r in records) if records else 0
-    tail = struct.pack(">hiqqqhii", codec, len(records) - 1, base_ts, max_ts, *producer, len(records))
-    crc = crc32c(tail + payload)
-    head = struct.pack(">qiibI", base_offset, BATCH_OVERHEAD - 12 + len(payload), -1, 2, crc)
-    return head + tail + payload
+    return _sealed(base_offset, codec, len(records) - 1, base_ts, max_ts, producer, len(records), payload)
 
 
 def batch_sizes(data: bytes) -> list[int]:
@@ -383,10 +475,10 @@ def batch_sizes(data: bytes) -> list[int]:
     cut or nonsensical length ends the list: the decoder refuses such data itself."""
     sizes = []
     pos = 0
-    while pos + 12 <= len(data):
-        (length,) = struct.unpack_from(">i", data, pos + 8)
+    while pos + LOG_OVERHEAD <= len(data):
+        _base, length = _LOG_HEAD.unpack_from(data, pos)
         if length <= 0:
             break
-        sizes.append(12 + length)
-        pos += 12 + length
+        sizes.append(LOG_OVERHEAD + length)
+        pos += LOG_OVERHEAD + length
     return sizes
