@@ -1,13 +1,13 @@
 """Mount benchmark: the walfs mount side by side with a plain file in the same directory.
 
-    python bench/bench_mount.py [--dir DIR] [--size-mib 1024] [--small-mib 64] [--out F.json]
-                                [--only append,append4k,cat,echo,tail] [--cpu N]
+    python bench/mount/bench_mount.py [--quick] [--dir DIR] [--size-mib 1024] [--small-mib 64]
+                                      [--out F.json] [--only append,append4k,cat,echo,tail] [--cpu N]
 
 Every figure is measured in the same run, on the same disk, with the same tools, each
 test alternating its targets for --rounds rounds (medians and per-round ratios reported):
 - `dd bs=1M oflag=append conv=fsync` into a topic vs into a plain file (MB/s, durable at
-  end), beside bench/fuse_passthrough.c (a C libfuse server over a plain directory, the
-  baseline fuse-facts.md quotes) and bench/fuse_floor.py (pyfuse3 storing nothing: the
+  end), beside bench/mount/fuse_passthrough.c (a C libfuse server over a plain directory, the
+  baseline fuse-facts.md quotes) and bench/mount/fuse_floor.py (pyfuse3 storing nothing: the
   ceiling of any pyfuse3 file system);
 - the same with bs=4k (small appends, bound by FUSE requests);
 - the daemon's CPU time per appended MiB during the 1 MiB test (/proc/PID/stat), which
@@ -19,17 +19,18 @@ test alternating its targets for --rounds rounds (medians and per-round ratios r
   (the first read after an ingest), with the READs the daemon answered during that cat
   and the bytes they served (user.walfs.read_bytes);
 - a bash loop of `echo line >> file` (one open, write, close per record): appends/s, on
-  the mount, on bench/fuse_floor.py and on a plain file, and the FUSE requests per echo
+  the mount, on bench/mount/fuse_floor.py and on a plain file, and the FUSE requests per echo
   the daemon counted (its metrics);
 - `tail -f` latency: time from a write() returning to tail printing the line, with the
   default 1 s poll and with `-s 0.1`;
 - reads (issue 33): for each of --reads-mib (256 and 1024 MiB), a new topic / plain file
-  / file of bench/fuse_floor.py written with 1 MiB appends and an fsync after each, then
+  / file of bench/mount/fuse_floor.py written with 1 MiB appends and an fsync after each, then
   `cat` at once (the first read after writing), again (warm: the kernel already holds
   the bytes) and a third time; per target the medians, and per-round ratios to the plain file with their
   median, min and max; for the mount also the share of the topic's pages in the kernel's
   cache before the first `cat` (mincore) and the MiB the daemon served during it.
-JSON goes to stdout and to --out (default bench/results/mount-TIME.json).
+JSON goes to stdout and to --out (default bench/results/runs/mount-TIME.json). --quick: small
+sizes and one round (64 MiB, 8 MiB, 300 echoes, reads of 32 MiB, 3 and 10 tail samples).
 """
 
 from __future__ import annotations
@@ -37,10 +38,8 @@ from __future__ import annotations
 import argparse
 import ctypes
 import errno
-import json
 import mmap
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -50,28 +49,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from procstat import process_cpu_seconds as cpu_seconds
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE.parent))
 
-REPO = Path(__file__).resolve().parent.parent
+import benchkit  # noqa: E402
+from benchkit import process_cpu_seconds as cpu_seconds  # noqa: E402
 
 
-def machine(directory: Path) -> dict[str, Any]:
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+def disk(directory: Path) -> dict[str, Any]:
     df = subprocess.run(
         ["df", "-hT", str(directory)], capture_output=True, text=True, check=False
     ).stdout.splitlines()[-1:]
     return {
-        "nproc": os.cpu_count(),
-        "cpu": cpu,
-        "kernel": platform.release(),
-        "python": platform.python_version(),
         "disk": df[0] if df else "",
         "mem_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
     }
@@ -204,13 +194,13 @@ def summary(samples: dict[str, list[float]], base: str) -> dict[str, Any]:
 
 
 def start_passthrough(backing: Path, mnt: Path, build_dir: Path) -> subprocess.Popen[bytes]:
-    """bench/fuse_passthrough.c: a C libfuse server over a plain directory (the baseline
+    """bench/mount/fuse_passthrough.c: a C libfuse server over a plain directory (the baseline
     fuse-facts.md quotes), built here with the installed libfuse headers."""
     exe = build_dir / "fuse_passthrough"
     flags = subprocess.run(
         ["pkg-config", "--cflags", "--libs", "fuse3"], capture_output=True, text=True, check=True
     ).stdout.split()
-    src = REPO / "bench" / "fuse_passthrough.c"
+    src = HERE / "fuse_passthrough.c"
     subprocess.run(
         ["gcc", "-O2", "-Wall", "-Wextra", "-D_FILE_OFFSET_BITS=64", str(src), "-o", str(exe), *flags],
         check=True,
@@ -237,7 +227,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--echo-count", type=int, default=2000)
     p.add_argument("--reads-mib", default="256,1024", help="sizes (MiB) of the reads test, comma-separated")
     p.add_argument("--fsync", default="interval", choices=("always", "interval", "never"))
-    p.add_argument("--out", default=None, help="JSON file (default bench/results/mount-TIME.json)")
+    p.add_argument("--out", default=None, help="JSON file (default bench/results/runs/mount-TIME.json)")
+    p.add_argument("--quick", action="store_true", help="small sizes, one round: a smoke run")
     p.add_argument(
         "--cpu",
         type=int,
@@ -258,6 +249,8 @@ def main(argv: list[str]) -> int:
         help="the walfs checkout the mount runs from (default: PYTHONPATH's first entry, else this checkout)",
     )
     args = p.parse_args(argv)
+    if args.quick:
+        args.size_mib, args.small_mib, args.rounds, args.echo_count, args.reads_mib = 64, 8, 1, 300, "32"
     only = set(args.only.split(","))
     if "cat" in only and "append" not in only:
         raise SystemExit("--only cat needs append (cat reads what the 1 MiB test wrote)")
@@ -279,15 +272,15 @@ def main(argv: list[str]) -> int:
     subprocess.run(mount_cmd, check=True, cwd=args.walfs_src, env=src_env)
     servers: list[tuple[subprocess.Popen[bytes], Path]] = []
     results: dict[str, Any] = {
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "run": benchkit.run_info(base),
         "uptime_before": uptime(),
-        "machine": machine(base),
+        "disk": disk(base),
         "fsync": args.fsync,
         "rounds": args.rounds,
         "walfs_src": args.walfs_src,
     }
     try:
-        floor_cmd = [sys.executable, str(REPO / "bench" / "fuse_floor.py"), str(floor)]
+        floor_cmd = [sys.executable, str(HERE / "fuse_floor.py"), str(floor)]
         servers.append((start_server(floor_cmd, floor), floor))
         servers.append((start_passthrough(pt_back, pt, shm), pt))
         mib, smib = args.size_mib, args.small_mib
@@ -327,8 +320,8 @@ def main(argv: list[str]) -> int:
             results["uptime_after"] = uptime()
         if "tail" in only:
             results["tail_f_latency"] = {
-                "default_1s_poll": tail_latency(mnt / "tailed", 10, None),
-                "poll_0.1s": tail_latency(mnt / "tailed", 30, "0.1"),
+                "default_1s_poll": tail_latency(mnt / "tailed", 3 if args.quick else 10, None),
+                "poll_0.1s": tail_latency(mnt / "tailed", 10 if args.quick else 30, "0.1"),
             }
     finally:
         for server, where in servers:
@@ -340,12 +333,8 @@ def main(argv: list[str]) -> int:
         shutil.rmtree(shm, ignore_errors=True)
         if not args.dir:
             shutil.rmtree(base, ignore_errors=True)
-    text = json.dumps(results, indent=2)
-    print(text)
     stamp = time.strftime("mount-%Y%m%dT%H%M%S.json", time.gmtime())
-    out = Path(args.out) if args.out else REPO / "bench" / "results" / stamp
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n")
+    benchkit.write_json(results, args.out or HERE.parent / "results" / "runs" / stamp)
     return 0
 
 

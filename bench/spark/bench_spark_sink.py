@@ -1,7 +1,7 @@
 """Spark sink and remote-read benchmark, one run, JSON on stdout (and --out):
 
-    python bench/bench_spark_sink.py [--records 1000000] [--sizes 100,1024] [--values hex|padded]
-                                     [--rounds 3] [--dir DIR] [--out F.json]
+    python bench/spark/bench_spark_sink.py [--quick] [--records 1000000] [--sizes 100,1024]
+                                     [--values hex|padded] [--rounds 3] [--dir DIR] [--out F.json]
 
 For each value size, with one local[*] SparkSession and N rows cached in memory first:
 
@@ -42,11 +42,11 @@ that compress as little as most real data would, since the streaming sink compre
 the rows its tasks hand the driver) or "x"s (--values padded: what runs before 2026-11-24 used).
 
 Before each timed write, --recycle MiB (1024 by default) are written and deleted
-(bench/pagecache.py), so that every write takes page-cache pages the kernel has just
+(bench/benchkit.py's recycle), so that every write takes page-cache pages the kernel has just
 freed, not memory this virtual machine hands back to its host and faults in again (the
 JSON has the cost per MiB each recycling met). Before timing, one small untimed write
 and read per path warm the JVM and Spark's Python workers. Reads are one timed run each;
-the machine is in the JSON.
+the machine is in the JSON. --quick: 50,000 rows of 100 B, one round, 64 MiB recycled.
 
 Where the sink's tasks spend their time: every sink write runs with the option
 walfs.bench.phases (walfs/spark/sink_phases.py), and the JSON has, per write and run,
@@ -80,10 +80,10 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceWriter, WriterCommitMessage
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 
-import pagecache  # noqa: E402
+import benchkit  # noqa: E402
 from bench_spark import machine  # noqa: E402
 
 SEGMENT = str(256 << 20)
@@ -384,8 +384,8 @@ def one_size(
     recycled: list[float] = []
     started = [0.0]  # when the last timed write began
 
-    def timed(fn: Any) -> float:  # each write meets recycled pages (bench/pagecache.py)
-        recycled.append(pagecache.recycle(base, recycle))
+    def timed(fn: Any) -> float:  # each write meets recycled pages (benchkit.recycle)
+        recycled.append(benchkit.recycle(base, recycle))
         started[0] = time.time()
         return timed_alone(fn)
 
@@ -490,10 +490,13 @@ def main() -> None:
         type=int,
         default=1024,
         metavar="MiB",
-        help="write and delete this much before each timed write (bench/pagecache.py); 0: never",
+        help="write and delete this much before each timed write (benchkit.recycle); 0: never",
     )
     ap.add_argument("--out", default=None)
+    ap.add_argument("--quick", action="store_true", help="50,000 rows of 100 B, one round: a smoke run")
     args = ap.parse_args()
+    if args.quick:
+        args.records, args.sizes, args.rounds, args.recycle = 50_000, "100", 1, 64
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("WALFS_SEGMENT_SIZE", SEGMENT)
     from pyspark.sql import SparkSession
@@ -515,8 +518,8 @@ def main() -> None:
     spark.dataSource.register(NoopDataSource)
     spark.dataSource.register(FileFloorDataSource)
     result: dict[str, Any] = {
-        "machine": machine(base),
-        "page_reporting": pagecache.state(),
+        "run": machine(base),
+        "page_reporting": benchkit.state(),
         "records": args.records,
         "runs": [],
     }
@@ -536,10 +539,7 @@ def main() -> None:
     finally:
         spark.stop()
         shutil.rmtree(base, ignore_errors=True)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    benchkit.write_json(result, args.out)
 
 
 if __name__ == "__main__":

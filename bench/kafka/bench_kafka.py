@@ -1,7 +1,7 @@
 """How much does the Kafka wire cost? confluent-kafka producer and consumer throughput
 against `walfs serve`, beside the engine's own append_batch and read in the same run.
 
-    .venv/bin/python bench/bench_kafka.py [--records-100 N] [--records-1k N] > out.json
+    .venv/bin/python bench/kafka/bench_kafka.py [--quick] [--records-100 N] [--records-1k N] > out.json
 
 Prints one JSON object. The listener runs in its own process (`walfs serve`, fsync
 interval, acks=1), as it does in production; the engine figures come from this
@@ -17,9 +17,7 @@ the same topic. Each figure comes with the CPU seconds the server and the client
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -29,9 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from procstat import process_cpu_seconds as cpu_seconds
 
 import walfs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import benchkit  # noqa: E402
+from benchkit import process_cpu_seconds as cpu_seconds  # noqa: E402
 
 
 def cpu_of(server: int, client: int | None = None) -> tuple[float, float]:
@@ -176,13 +177,12 @@ def main() -> int:
     ap.add_argument("--records-100", type=int, default=200_000)
     ap.add_argument("--records-1k", type=int, default=100_000)
     ap.add_argument("--out", help="also write the JSON here")
+    ap.add_argument("--quick", action="store_true", help="20,000 and 10,000 records: a smoke run")
     args = ap.parse_args()
+    if args.quick:
+        args.records_100, args.records_1k = 20_000, 10_000
     result: dict[str, Any] = {
-        "machine": {
-            "nproc": os.cpu_count(),
-            "kernel": platform.release(),
-            "python": platform.python_version(),
-        },
+        "run": benchkit.run_info(),
         "settings": {"fsync": "interval", "acks": "1", "producer_linger_ms": 5},
         "sizes": {},
     }
@@ -210,11 +210,7 @@ def main() -> int:
         finally:
             proc.terminate()
             proc.wait(timeout=60)
-    json.dump(result, sys.stdout, indent=2)
-    print()
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=2)
+    benchkit.write_json(result, args.out)
     return 0
 
 

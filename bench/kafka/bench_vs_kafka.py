@@ -1,8 +1,8 @@
 """walfs serve against Apache Kafka, on Kafka's own benchmark, in one run.
 
-    .venv/bin/python bench/bench_vs_kafka.py --quick            # smoke run, ~3 min
-    .venv/bin/python bench/bench_vs_kafka.py --standard --producers 1   # issue 20's sizes, one round
-    .venv/bin/python bench/bench_vs_kafka.py --rounds 3         # the full matrix
+    .venv/bin/python bench/kafka/bench_vs_kafka.py --quick            # smoke run, ~3 min
+    .venv/bin/python bench/kafka/bench_vs_kafka.py --standard --producers 1   # issue 20's sizes, one round
+    .venv/bin/python bench/kafka/bench_vs_kafka.py --rounds 3         # the full matrix
     make bench-kafka                                            # the same (ARGS=--quick)
 
 Starts one single-node KRaft broker (tests/real_kafka.py, Kafka 4.1.1 from `make kafka`)
@@ -26,13 +26,13 @@ leaves out its group join), p50/p99 produce latency as ProducerPerformance print
 and CPU seconds per million records of the server process (utime + stime of all its
 threads from /proc/PID/stat, before and after each phase). Per cell: median, min and max
 over the rounds, and the median of the per-round walfs/Kafka ratios. JSON goes to
-bench/results/ (or --out), a summary table to stderr. Before each server's run, --recycle
-MiB (1024 by default) are written and deleted (bench/pagecache.py), so that both servers
+bench/results/runs/ (or --out), a summary table to stderr. Before each server's run, --recycle
+MiB (1024 by default) are written and deleted (bench/benchkit.py's recycle), so that both servers
 write into page-cache pages the kernel has just freed, not into memory this virtual
 machine has handed back to its host (15-25 times dearer per MiB, and met by whichever
 server's run comes when the page cache grows).
 
-Where each phase's time went (bench/procstat.py samples every 50 ms the threads of the perf
+Where each phase's time went (bench/benchkit.py's Sampler samples every 50 ms the threads of the perf
 tools and of the server, /proc/PID/task/TID/stat and schedstat, and the machine's
 /proc/stat), over the tool's own measured phase (a producer's time, which ends when it
 exits; the consumer's fetch time, which ends at its printed end.time): the tools' CPU per
@@ -44,7 +44,7 @@ class from these (`classify`: client-bound, client-starved, cpu-bound, server; t
 thresholds are CLIENT_BOUND_PCT and CPU_BOUND_IDLE_PCT) and a markdown table after the summary
 `--summarize JSON` prints the tables of an earlier run again.
 
-`--ceiling` adds a third target to every (size, producers) cell: bench/nullkafka (`make
+`--ceiling` adds a third target to every (size, producers) cell: bench/kafka/nullkafka (`make
 nullkafka`), a Kafka-wire server that keeps the batches in memory and costs almost nothing
 (no disk, no fsync). It runs once per cell and round, in the first pair's order (which flips
 every round), and its figures are compared with each pair's Kafka: `null_over_kafka`, the
@@ -69,14 +69,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
 from real_kafka import KafkaBroker, classpath  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
-import pagecache  # noqa: E402
-from procstat import Sampler, process_cpu_seconds  # noqa: E402
+import benchkit  # noqa: E402
+from benchkit import Sampler, process_cpu_seconds  # noqa: E402
 
 SIZES = {"100B": 100, "1KiB": 1024, "16KiB": 16384}
 FULL_RECORDS = {"100B": 1_000_000, "1KiB": 300_000, "16KiB": 30_000}
@@ -92,7 +92,7 @@ PAIRS: dict[str, tuple[dict[str, str] | None, str]] = {
 }
 PRODUCER_PROPS = ["acks=all", "linger.ms=5", "batch.size=1048576"]
 TOOL_JVM = ["java", "-Xmx512m", "-XX:+UseSerialGC"]
-NULLKAFKA = REPO / "bench" / "nullkafka" / "nullkafka"
+NULLKAFKA = REPO / "bench" / "kafka" / "nullkafka" / "nullkafka"
 # (numerator, denominator) servers of the per-round ratios a cell reports as NUM_over_DEN:
 # walfs against Kafka and against --baseline's walfs ("base"); --ceiling's nullkafka
 # ("null") against Kafka.
@@ -247,7 +247,7 @@ class WalfsServer(ServerProcess):
 
 
 class NullKafka(ServerProcess):
-    """bench/nullkafka (built by `make nullkafka`) on a free port: the measured ceiling."""
+    """bench/kafka/nullkafka (built by `make nullkafka`) on a free port: the measured ceiling."""
 
     def start(self) -> NullKafka:
         subprocess.run(["make", "-s", "-C", str(REPO), "nullkafka"], check=True)
@@ -258,7 +258,7 @@ class NullKafka(ServerProcess):
         self.bootstrap = self.proc.stdout.readline().strip()
         if not self.bootstrap:
             self.proc.kill()
-            raise SystemExit("bench/nullkafka did not start")
+            raise SystemExit("bench/kafka/nullkafka did not start")
         return self
 
 
@@ -795,16 +795,16 @@ def main() -> int:
     ap.add_argument(
         "--ceiling",
         action="store_true",
-        help="also run bench/nullkafka (in memory, no disk) once per cell: the measured ceiling",
+        help="also run bench/kafka/nullkafka (in memory, no disk) once per cell: the measured ceiling",
     )
     ap.add_argument(
         "--recycle",
         type=int,
         default=1024,
         metavar="MiB",
-        help="write and delete this much before each server's run (bench/pagecache.py); 0: never",
+        help="write and delete this much before each server's run (benchkit.recycle); 0: never",
     )
-    ap.add_argument("--out", default=None, help="JSON file (default bench/results/vs_kafka-TIME.json)")
+    ap.add_argument("--out", default=None, help="JSON file (default bench/results/runs/vs_kafka-TIME.json)")
     ap.add_argument(
         "--summarize",
         default=None,
@@ -836,17 +836,18 @@ def main() -> int:
     out_path = (
         Path(args.out)
         if args.out
-        else REPO / "bench" / "results" / time.strftime("vs_kafka-%Y%m%dT%H%M%S.json", time.gmtime())
+        else REPO / "bench" / "results" / "runs" / time.strftime("vs_kafka-%Y%m%dT%H%M%S.json", time.gmtime())
     )
     out_path.parent.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {
+        "run": benchkit.run_info(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": {
             "nproc": os.cpu_count(),
             "kernel": platform.release(),
             "python": platform.python_version(),
             "loadavg_before": os.getloadavg(),
-            "page_reporting": pagecache.state(),
+            "page_reporting": benchkit.state(),
         },
         "settings": {
             "quick": args.quick,
@@ -913,7 +914,7 @@ def main() -> int:
                                 create_topic(
                                     bootstrap, topic, (kafka_conf or {}) if server == "kafka" else {}
                                 )
-                                recycled = pagecache.recycle(Path(tmp), args.recycle)
+                                recycled = benchkit.recycle(Path(tmp), args.recycle)
                                 run = one_run(
                                     cp,
                                     f"{server}/{run_pair}",

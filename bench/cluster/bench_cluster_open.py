@@ -1,7 +1,7 @@
 """Opening a walfs namespace on a Kafka cluster, with and without region snapshots.
 
-    .venv/bin/python bench/bench_cluster_open.py --records 20000 --rounds 1   # smoke, ~1 min
-    .venv/bin/python bench/bench_cluster_open.py                              # 1 M records
+    .venv/bin/python bench/cluster/bench_cluster_open.py --quick        # 20,000 records, one round: ~1 min
+    .venv/bin/python bench/cluster/bench_cluster_open.py                # 1 M records
 
 Starts a real Kafka 4.1.1 cluster (tests/real_kafka.py; --nodes, default 1) or uses
 --bootstrap, writes --records small records (--size bytes) over --streams streams
@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import threading
@@ -35,9 +33,11 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
 
+import benchkit  # noqa: E402
 from real_kafka import KafkaCluster  # noqa: E402
 
 from walfs.cluster.engine import KafkaEngine, region_of, stream_key_bytes  # noqa: E402
@@ -120,7 +120,10 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=1)
     ap.add_argument("--bootstrap", default=None, help="an existing cluster instead of starting one")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--quick", action="store_true", help="20,000 records, one round: a smoke run")
     args = ap.parse_args()
+    if args.quick:
+        args.records, args.rounds = 20_000, 1
 
     cluster = None
     if args.bootstrap is None:
@@ -156,8 +159,7 @@ def main() -> None:
         }
         out = {
             "bench": "cluster_open",
-            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+            "run": benchkit.run_info(),
             "params": vars(args),
             "cluster_nodes": args.nodes if cluster else "external",
             "write": w,
@@ -166,11 +168,7 @@ def main() -> None:
             "summary": summary,
             "speedup": summary["no_snapshots"]["median_s"] / summary["snapshots"]["median_s"],
         }
-        text = json.dumps(out, indent=1)
-        if args.out:
-            Path(args.out).write_text(text)
-        else:
-            print(text)
+        benchkit.write_json(out, args.out, stdout=not args.out)
         for name, s in summary.items():
             print(
                 f"{name:13s} open {s['median_s']:.2f} s (min {s['min_s']:.2f}, max {s['max_s']:.2f}),"

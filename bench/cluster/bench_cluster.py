@@ -1,7 +1,7 @@
 """walfs on a Kafka cluster against Kafka's own perf tools, on the same cluster, in one run.
 
-    .venv/bin/python bench/bench_cluster.py --quick            # smoke run, a few minutes
-    .venv/bin/python bench/bench_cluster.py --rounds 3         # the full run
+    .venv/bin/python bench/cluster/bench_cluster.py --quick            # smoke run, a few minutes
+    .venv/bin/python bench/cluster/bench_cluster.py --rounds 3         # the full run
 
 Starts a real Kafka 4.1.1 cluster (tests/real_kafka.py; --nodes 3 by default: three KRaft
 JVMs, replication factor 3, min.insync.replicas=2), then for 100 B and 1 KiB records,
@@ -22,15 +22,14 @@ alternating which side goes first every round:
 
 Per cell: records/s and MB/s per round, median/min/max, and the median of the per-round
 walfs/Kafka ratios (goal >= 0.7 for batch appends and reads). JSON to --out (default
-bench/results/cluster-<time>.json), a summary table on stderr.
+bench/results/runs/cluster-<time>.json), a summary table on stderr. --quick: one round of
+20,000 and 6,000 records.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -41,20 +40,22 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "bench" / "kafka"))
 
+import benchkit  # noqa: E402
 from bench_vs_kafka import consume, produce  # noqa: E402
+from benchkit import process_cpu_seconds as cpu_seconds  # noqa: E402
 from conftest_mount import Mount  # noqa: E402
-from procstat import process_cpu_seconds as cpu_seconds  # noqa: E402
 from real_kafka import KafkaCluster, classpath  # noqa: E402
 
 import walfs  # noqa: E402
 
 SIZES = {"100B": 100, "1KiB": 1024}
 FULL_RECORDS = {"100B": 1_000_000, "1KiB": 300_000}
-QUICK_RECORDS = {"100B": 100_000, "1KiB": 30_000}
+QUICK_RECORDS = {"100B": 20_000, "1KiB": 6_000}
 
 
 def create_topic(bootstrap: str, topic: str, rf: int) -> None:
@@ -191,6 +192,8 @@ def main() -> None:
     ap.add_argument("--no-mount", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.quick:
+        args.rounds = 1
     counts = dict(QUICK_RECORDS if args.quick else FULL_RECORDS)
     if args.records_100:
         counts["100B"] = args.records_100
@@ -237,15 +240,14 @@ def main() -> None:
             rounds.append(row)
         out = {
             "bench": "cluster",
-            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+            "run": benchkit.run_info(work),
             "params": {**vars(args), "records": counts},
             "rounds": rounds,
             "summary": {s: summarize(rounds, s) for s in SIZES},
         }
-        dest = Path(args.out) if args.out else REPO / "bench" / "results" / f"cluster-{int(time.time())}.json"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(json.dumps(out, indent=1))
+        runs_dir = REPO / "bench" / "results" / "runs"
+        dest = Path(args.out) if args.out else runs_dir / f"cluster-{int(time.time())}.json"
+        benchkit.write_json(out, dest, stdout=False)
         for s, cells in out["summary"].items():
             for cell, v in cells.items():
                 print(

@@ -6,9 +6,9 @@ flight, then fetches everything back with one fetch in flight and 1 MiB per part
 seconds per GB of records (/proc/PID/stat, all its threads): the figure the copies on the
 produce and fetch paths move, and the one that stays steady on a shared machine.
 
-    .venv/bin/python bench/bench_kafka_wire.py --sizes 1024,16384 --mib 256 --out wire.json
+    .venv/bin/python bench/kafka/bench_kafka_wire.py --sizes 1024,16384 --mib 256 --out wire.json
     .venv/bin/python bench/ab_trees.py --old /path/to/main --new . --rounds 3 --out ab.json \\
-        -- bench/bench_kafka_wire.py --mib 128
+        -- bench/kafka/bench_kafka_wire.py --mib 128
 
 The server is `python -m walfs.cli.serve` of the tree under test (PYTHONPATH), with
 `--fsync never` and acks=1 by default, so that no fsync is timed (--acks all adds the
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import io
-import json
 import os
 import re
 import socket
@@ -37,12 +36,15 @@ from typing import Any
 from kio.index import load_payload_module
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
-from procstat import process_cpu_seconds as cpu_seconds
 
 from walfs.kafka.messages import build
 from walfs.kafka.record_batch import WireRecord, encode_records_for_test
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+import benchkit  # noqa: E402
+from benchkit import process_cpu_seconds as cpu_seconds  # noqa: E402
+
 PRODUCE_V, FETCH_V = 9, 12
 IN_FLIGHT = 5  # the Java producer's max.in.flight.requests.per.connection
 
@@ -286,21 +288,20 @@ def main() -> int:
         "--connections", type=int, default=1, help="produce over this many connections at once (fetch: one)"
     )
     ap.add_argument("--out", help="write the JSON here (else stdout)")
+    ap.add_argument("--quick", action="store_true", help="16 MiB per size: a smoke run")
     args = ap.parse_args()
+    if args.quick:
+        args.mib = 16
     acks = -1 if args.acks == "all" else int(args.acks)
     results = [run_size(int(s), args.mib, acks, args.fsync, args.connections) for s in args.sizes.split(",")]
     out = {
+        "run": benchkit.run_info(),
         "bench": "kafka_wire",
-        "loadavg": os.getloadavg(),
         "acks": args.acks,
         "fsync": args.fsync,
         "results": results,
     }
-    text = json.dumps(out, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    else:
-        print(text)
+    benchkit.write_json(out, args.out, stdout=not args.out)
     for r in results:
         print(
             f"{r['record_bytes']:>6} B: produce {r['produce']['mb_per_s']} MB/s, "

@@ -1,6 +1,6 @@
 """Retention over a long run, compressed: a day of appends with a size limit. Prints JSON.
 
-    .venv/bin/python bench/bench_retention.py [--minutes M] [--limit B] [--segment B]
+    .venv/bin/python bench/retention/bench_retention.py [--quick] [--minutes M] [--limit B] [--segment B]
         [--block B] [--sample S] [--dir DIR] [--out FILE]
 
 Two WALs in the same run, alternating in slices, same records (1 KiB, batches of 100,
@@ -20,23 +20,25 @@ use stays bounded). A sampler thread, running through both slices alike, looks e
 Reported: the maxima against the limit and against the bound of docs/operations.md
 ("How much disk a size limit uses": limit + one segment), how many samples broke it,
 the appends that waited for retention, and the append rate of each WAL with the ratio
-retained / baseline (the cost of retention running beside the appends).
+retained / baseline (the cost of retention running beside the appends). --quick: 20 s.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
 
 import walfs
 from walfs.engine.settings import file_budget
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import benchkit  # noqa: E402
 
 
 def dir_use(d: str) -> tuple[int, int, int]:
@@ -70,7 +72,7 @@ def run_slice(w: walfs.Wal, seconds: float, batch: list[bytes]) -> int:
     return n
 
 
-def spread(xs: list[float]) -> dict[str, float]:
+def percentiles(xs: list[float]) -> dict[str, float]:
     xs = sorted(xs)
     return {"p50": xs[len(xs) // 2], "p99": xs[int(len(xs) * 0.99)], "max": xs[-1]}
 
@@ -85,7 +87,10 @@ def main() -> None:
     ap.add_argument("--sample", type=float, default=0.01, help="seconds between disk samples")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--quick", action="store_true", help="20 s: a smoke run")
     a = ap.parse_args()
+    if a.quick:
+        a.minutes = 1 / 3
     base = tempfile.mkdtemp(prefix="walfs-ret-", dir=a.dir)
     batch = [os.urandom(512).hex().encode() for _ in range(100)]  # 1 KiB each
     kept_dir, plain_dir = os.path.join(base, "kept"), os.path.join(base, "plain")
@@ -134,11 +139,7 @@ def main() -> None:
         steady = [s for s in samples if s[6] > 0]  # after the first trim
         out = {
             "bench": "retention",
-            "machine": {
-                "nproc": os.cpu_count(),
-                "kernel": platform.release(),
-                "python": platform.python_version(),
-            },
+            "run": benchkit.run_info(base),
             "minutes": a.minutes,
             "limit_bytes": limit,
             "segment_bytes": seg_size,
@@ -152,7 +153,7 @@ def main() -> None:
             "sample_interval_s": a.sample,
             "seg_max_bytes": max(s[1] for s in samples),
             "seg_max_over_limit_in_segments": (max(s[1] for s in samples) - limit) / seg_size,
-            "seg_over_limit_in_segments": spread([(s[1] - limit) / seg_size for s in samples]),
+            "seg_over_limit_in_segments": percentiles([(s[1] - limit) / seg_size for s in samples]),
             "samples_seg_over_bound": sum(s[1] > bound for s in samples),
             "seg_du_max_bytes": max(s[2] for s in samples),
             "samples_seg_du_over_bound": sum(s[2] > bound for s in samples),
@@ -160,19 +161,12 @@ def main() -> None:
             "du_max_bytes": max(s[2] + s[3] for s in samples),
             "du_max_over_limit_in_segments": (max(s[2] + s[3] for s in samples) - limit) / seg_size,
             "statvfs_delta_max_bytes": max(s[4] for s in samples),
-            "kept_view_bytes": spread([float(s[5]) for s in steady]) | {"min": min(s[5] for s in steady)},
+            "kept_view_bytes": percentiles([float(s[5]) for s in steady])
+            | {"min": min(s[5] for s in steady)},
             "backpressure_waits": kept.stats.backpressure_waits,
             "reclaimed_segments": kept.stats.reclaimed_segments,
-            "append_rate_retention": {
-                "median": statistics.median(rates["retention"]),
-                "min": min(rates["retention"]),
-                "max": max(rates["retention"]),
-            },
-            "append_rate_baseline": {
-                "median": statistics.median(rates["baseline"]),
-                "min": min(rates["baseline"]),
-                "max": max(rates["baseline"]),
-            },
+            "append_rate_retention": benchkit.spread(rates["retention"]),
+            "append_rate_baseline": benchkit.spread(rates["baseline"]),
             "ratio_median": statistics.median(rates["retention"]) / statistics.median(rates["baseline"]),
         }
     finally:
@@ -180,11 +174,7 @@ def main() -> None:
         kept.close()
         plain.close()
         shutil.rmtree(base, ignore_errors=True)
-    text = json.dumps(out, indent=1)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
-    print(text)
+    benchkit.write_json(out, a.out)
 
 
 if __name__ == "__main__":

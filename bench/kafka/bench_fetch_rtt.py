@@ -8,10 +8,10 @@ response with a partial batch, which the client drops), responses per second, th
 client's recv calls per response, the server's CPU per response (/proc) and the server
 socket's buffers as `ss -tmi` shows them (skmem: rb = receive, tb = send buffer).
 
-    .venv/bin/python bench/bench_fetch_rtt.py --sizes 1024,16384 --mib 64 --out rtt.json
-    .venv/bin/python bench/bench_fetch_rtt.py --servers walfs --mib 32      # no JVM
+    .venv/bin/python bench/kafka/bench_fetch_rtt.py --sizes 1024,16384 --mib 64 --out rtt.json
+    .venv/bin/python bench/kafka/bench_fetch_rtt.py --servers walfs --mib 32      # no JVM
     .venv/bin/python bench/ab_trees.py --old OLD_TREE --new . --rounds 3 --out ab.json \\
-        -- bench/bench_fetch_rtt.py --servers walfs --mib 32
+        -- bench/kafka/bench_fetch_rtt.py --servers walfs --mib 32
 
 Records are produced with raw produce requests of ~1 MiB batches (acks=1, as
 ProducerPerformance's batch.size=1 MiB makes them), before the clock starts; the walfs
@@ -22,7 +22,6 @@ synced before its answer)."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import statistics
@@ -35,8 +34,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
+import benchkit  # noqa: E402
 from bench_kafka_wire import (  # noqa: E402
     FETCH_V,
     PRODUCE_V,
@@ -195,7 +196,10 @@ def main() -> int:
         "--fsync", choices=("never", "always", "interval"), default="never", help="walfs serve's policy"
     )
     ap.add_argument("--out", help="write the JSON here (else stdout)")
+    ap.add_argument("--quick", action="store_true", help="8 MiB per size: a smoke run")
     args = ap.parse_args()
+    if args.quick:
+        args.mib = 8
     servers = args.servers.split(",")
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="walfs-rtt-") as tmp:
@@ -237,17 +241,13 @@ def main() -> int:
             if kafka is not None:
                 kafka.stop()
     out = {
+        "run": benchkit.run_info(),
         "bench": "fetch_rtt",
-        "loadavg": os.getloadavg(),
         "rcvbuf": args.rcvbuf,
         "fsync": args.fsync,
         "results": results,
     }
-    text = json.dumps(out, indent=2)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    else:
-        print(text)
+    benchkit.write_json(out, args.out, stdout=not args.out)
     return 0
 
 

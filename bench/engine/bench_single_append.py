@@ -1,7 +1,7 @@
 """What one append call costs: walfs beside the seed's own crate, walrus-rust 0.2.0
-(bench/walrus_baseline, built with `make walrus-baseline`), in one run. Prints JSON.
+(bench/engine/walrus_baseline, built with `make walrus-baseline`), in one run. Prints JSON.
 
-    .venv/bin/python bench/bench_single_append.py [--quick] [--rounds 3] [--dir DIR]
+    .venv/bin/python bench/engine/bench_single_append.py [--quick] [--rounds 3] [--dir DIR]
         [--fsync never|interval] [--out FILE]
 
 Cases, each for 100-byte and 1 KiB records, alternating walfs and walrus in every round;
@@ -24,7 +24,6 @@ import argparse
 import array
 import json
 import os
-import platform
 import resource
 import shutil
 import statistics
@@ -35,25 +34,12 @@ import time
 
 import walfs
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WALRUS_BIN = os.path.join(REPO, "bench", "walrus_baseline", "target", "release", "walrus_baseline")
+HERE = os.path.dirname(os.path.abspath(__file__))
+WALRUS_BIN = os.path.join(HERE, "walrus_baseline", "target", "release", "walrus_baseline")
+sys.path.insert(0, os.path.dirname(HERE))
+import benchkit  # noqa: E402
+
 BATCH = 2000
-
-
-def machine() -> dict[str, object]:
-    cpu = "?"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {
-        "nproc": os.cpu_count(),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "cpu": cpu,
-        "loadavg_1m": os.getloadavg()[0],
-    }
 
 
 def fresh(base: str, name: str) -> str:
@@ -135,6 +121,7 @@ def main() -> None:
     if a.quick:
         counts = {100: 50_000, 1024: 20_000}
     base = a.dir or tempfile.mkdtemp(prefix="walfs-single-")
+    run = benchkit.run_info(base)
     results: dict[str, dict[str, object]] = {}
     try:
         for size, count in counts.items():
@@ -178,14 +165,9 @@ def main() -> None:
         "fsync": a.fsync,
         "rounds": a.rounds,
         "batch": BATCH,
-        "machine": machine(),
         "results": results,
     }
-    text = json.dumps(report, indent=2)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+    benchkit.write_json({"run": run, **report}, a.out)
 
 
 if __name__ == "__main__":

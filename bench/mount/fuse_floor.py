@@ -1,6 +1,6 @@
 """The floor under any pyfuse3 file system: a server that stores nothing.
 
-    python bench/fuse_floor.py MOUNTPOINT        # serves until unmounted
+    python bench/mount/fuse_floor.py MOUNTPOINT        # serves until unmounted
 
 Files in the root: `f` always, others made by create (bench_mount.py's reads test
 writes a new file per round). Writes are counted and dropped; reads return

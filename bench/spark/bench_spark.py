@@ -1,7 +1,7 @@
 """Spark benchmark: walfs through Spark next to the same bytes in a plain file, one run.
 
-    python bench/bench_spark.py [--dir DIR] [--size-mib 1024] [--records 10000000]
-                                [--record-bytes 100] [--repeat 1] [--skip-mount] [--out F.json]
+    python bench/spark/bench_spark.py [--quick] [--dir DIR] [--size-mib 1024] [--records 10000000]
+                                      [--record-bytes 100] [--repeat 1] [--skip-mount] [--out F.json]
 
 1. The mount: one topic of --size-mib MiB of 100-byte lines, appended through a fresh
    `walfs mount` (dd bs=1M), and the same bytes in a plain file beside it. Then
@@ -16,15 +16,13 @@ timed right after it was written (the page cache is warm for both sides alike). 
 timing, one small untimed query per path type (text, and format("walfs"), registered
 explicitly so the bench does not depend on how walfs was installed) warms the JVM and
 starts Spark's Python workers; the cost of that first walfs query is reported as
-walfs_first_query_s. JSON goes to stdout (and --out).
+walfs_first_query_s. JSON goes to stdout (and --out). --quick: 64 MiB and 500,000 records.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -35,6 +33,9 @@ from typing import Any
 
 import walfs
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import benchkit  # noqa: E402
+
 # The tree whose walfs this bench imports (PYTHONPATH's under bench/ab_trees.py), for the
 # daemons it starts with `python -m`, which imports walfs from its working directory first.
 WALFS_TREE = Path(walfs.__file__).resolve().parent.parent
@@ -43,26 +44,13 @@ NEEDLE_EVERY = 100  # one line in 100 holds the word "needle"
 
 
 def machine(directory: Path) -> dict[str, Any]:
-    cpu = ""
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    fs = subprocess.run(
-        ["stat", "-f", "-c", "%T", str(directory)], capture_output=True, text=True
-    ).stdout.strip()
+    """benchkit.run_info, with the versions of Spark and Java in its machine."""
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
     import pyspark
 
-    return {
-        "nproc": os.cpu_count(),
-        "cpu": cpu,
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "pyspark": pyspark.__version__,
-        "java": java[0] if java else "",
-        "filesystem": fs,
-    }
+    run = benchkit.run_info(directory)
+    run["machine"].update({"pyspark": pyspark.__version__, "java": java[0] if java else ""})
+    return run
 
 
 def line(i: int) -> bytes:
@@ -184,7 +172,10 @@ def main() -> None:
     )
     ap.add_argument("--skip-mount", action="store_true", help="only the data source test")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--quick", action="store_true", help="64 MiB and 500,000 records: a smoke run")
     args = ap.parse_args()
+    if args.quick:
+        args.size_mib, args.records = 64, 500_000
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
@@ -219,7 +210,7 @@ def main() -> None:
             )
         )
         result = {
-            "machine": machine(base),
+            "run": machine(base),
             "walfs_first_query_s": round(first_s, 1),
             "mount_vs_plain": None if args.skip_mount else mount_vs_plain(spark, base, args.size_mib),
             "walfs_source_vs_text": source_vs_text(spark, base, args.records, args.record_bytes, args.repeat),
@@ -227,10 +218,7 @@ def main() -> None:
     finally:
         spark.stop()
         shutil.rmtree(base, ignore_errors=True)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    benchkit.write_json(result, args.out)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 /*
- * fuse_passthrough: a baseline for bench/bench_mount.py.
+ * fuse_passthrough: a baseline for bench/mount/bench_mount.py.
  *
  *     fuse_passthrough BACKING_DIR MOUNTPOINT     # serves until fusermount3 -u / SIGTERM
  *
@@ -14,7 +14,7 @@
  *
  * Build:
  *   gcc -O2 -Wall -Wextra -Werror -D_FILE_OFFSET_BITS=64 $(pkg-config --cflags fuse3) \
- *       bench/fuse_passthrough.c $(pkg-config --libs fuse3) -o /tmp/fuse_passthrough
+ *       bench/mount/fuse_passthrough.c $(pkg-config --libs fuse3) -o /tmp/fuse_passthrough
  */
 #define _GNU_SOURCE
 #define FUSE_USE_VERSION 34

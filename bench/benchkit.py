@@ -1,4 +1,13 @@
-"""CPU time from /proc for the benchmarks: a process's, each of its threads', the machine's.
+"""What every benchmark in bench/ shares: where it ran, its JSON, its spreads, and CPU time.
+
+    run_info(directory)        the run's date (UTC), commit, command, machine (cpu, cores,
+                               kernel, python, load, the filesystem of `directory`)
+    write_json(result, out)    the result (with run_info under "run") to stdout and to `out`
+    spread(values)             {median, min, max} of one measurement's rounds
+    BENCH, REPO                bench/ and the repository; `face(name)` puts bench/NAME on
+                               sys.path (a benchmark that borrows another face's helpers)
+
+CPU time from /proc:
 
     process_cpu_seconds(pid)   utime + stime of all of pid's threads (/proc/PID/stat)
     thread_cpu(pid)            {tid: (comm, CPU seconds, run-queue seconds, runs)} from
@@ -13,14 +22,140 @@
 
 A thread's name is its `comm`: the kernel keeps 15 characters of it, so the JVM's
 `kafka-producer-network-thread` reads `kafka-producer-`.
+
+Page-cache state, for a virtual machine that hands free memory back. The machines these
+benchmarks run on are Firecracker guests booted with free page reporting
+(`page_reporting.page_reporting_order` on the kernel command line): memory the guest has
+not touched lately belongs to the host again, and the guest's next write into it faults on
+the host inside whatever instruction touched it. A page-cache write into such memory costs
+1.4-2.2 ms of system time per MiB, one into a page the kernel freed lately 0.09-0.16 ms
+(docs/notes/2026-11-24-recycled-pages.md). Which writer of a benchmark meets such memory
+depends on what ran before it, so a run's figures would say more about the order of its
+writes than about the writers.
+
+    recycle(where, mib)        writes `mib` MiB into a file under `where` and deletes it: the
+                               next writes of up to that size take pages the kernel has just
+                               freed, as on a machine whose page cache is full and recycles
+    state()                    the reporting parameters, when the kernel has them
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 import os
+import platform
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+
+
+def face(name: str) -> None:
+    """Put bench/NAME on sys.path: a benchmark using another face's helpers imports them."""
+    where = str(BENCH / name)
+    if where not in sys.path:
+        sys.path.insert(0, where)
+
+
+def _commit() -> str:
+    """The commit of the walfs under test (its tree: PYTHONPATH's first entry, else this one)."""
+    tree = os.environ.get("PYTHONPATH", "").split(os.pathsep)[0] or str(REPO)
+    got = subprocess.run(
+        ["git", "-C", tree, "describe", "--always", "--dirty"], capture_output=True, text=True
+    ).stdout.strip()
+    return got or "unknown"
+
+
+def run_info(directory: str | Path | None = None) -> dict[str, Any]:
+    """Where and when this run happened, and the command that made it."""
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info: dict[str, Any] = {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": _commit(),
+        "command": shlex.join([os.path.relpath(sys.argv[0], REPO), *sys.argv[1:]]),
+        "machine": {
+            "cpu": cpu,
+            "nproc": os.cpu_count(),
+            "kernel": platform.release(),
+            "python": platform.python_version(),
+            "loadavg": [round(x, 2) for x in os.getloadavg()],
+        },
+    }
+    if directory is not None:
+        fs = subprocess.run(["stat", "-f", "-c", "%T", str(directory)], capture_output=True, text=True)
+        info["machine"]["filesystem"] = fs.stdout.strip()
+    return info
+
+
+def write_json(result: dict[str, Any], out: str | Path | None, stdout: bool = True) -> str:
+    """`result` with run_info() under "run" (unless it has one) as JSON: to stdout, and to `out`."""
+    if "run" not in result:
+        result = {"run": run_info(), **result}
+    text = json.dumps(result, indent=2)
+    if stdout:
+        print(text)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text + "\n")
+    return text
+
+
+def spread(values: list[float]) -> dict[str, float | None]:
+    """{median, min, max} of one measurement's rounds (None when there was none)."""
+    if not values:
+        return {"median": None, "min": None, "max": None}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+REPORTING = Path("/sys/module/page_reporting/parameters")
+BLOCK = 1 << 20
+
+
+def recycle(where: Path, mib: int) -> float:
+    """Write `mib` MiB under `where`, delete it; the system ms per MiB the write cost."""
+    if mib <= 0:
+        return 0.0
+    junk = Path(where) / ".recycle"
+    block = os.urandom(BLOCK)
+    fd = os.open(junk, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    try:
+        r0 = resource.getrusage(resource.RUSAGE_SELF).ru_stime
+        for k in range(mib):
+            os.pwrite(fd, block, k * BLOCK)
+        spent = resource.getrusage(resource.RUSAGE_SELF).ru_stime - r0
+    finally:
+        os.close(fd)
+        junk.unlink()
+    return round(spent / mib * 1e3, 3)
+
+
+def state() -> dict[str, Any]:
+    """The kernel's page-reporting parameters (empty without the module)."""
+    out: dict[str, Any] = {}
+    if REPORTING.is_dir():
+        for p in sorted(REPORTING.iterdir()):
+            try:
+                out[p.name] = p.read_text().strip()
+            except OSError:
+                continue
+    return out
+
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 

@@ -1,6 +1,6 @@
 """Engine benchmarks, each side by side with a baseline in the same run. Prints JSON.
 
-    .venv/bin/python bench/bench_engine.py [--quick] [--dir DIR] [--out FILE]
+    .venv/bin/python bench/engine/bench_engine.py [--quick] [--dir DIR] [--out FILE]
 
 - append_1k:    1 KiB records via append_batch (fsync=never, final sync) vs the same bytes
                 written to a plain file from Python (final fsync), same directory.
@@ -14,9 +14,7 @@
 """
 
 import argparse
-import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -27,21 +25,8 @@ import time
 
 import walfs
 
-
-def machine() -> dict[str, object]:
-    return {
-        "nproc": os.cpu_count(),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "cpu": next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in open("/proc/cpuinfo")
-                if line.startswith("model name")
-            ),
-            "?",
-        ),
-    }
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import benchkit  # noqa: E402
 
 
 def fresh(base: str, name: str) -> str:
@@ -249,7 +234,7 @@ def main() -> None:
     base = args.dir or tempfile.mkdtemp(prefix="walfs-bench-", dir="/var/tmp")
     q = args.quick
     results = {
-        "machine": machine(),
+        "run": benchkit.run_info(base),
         "append_1k": bench_append_1k(base, 64 if q else 1024),
         "append_100b": bench_append_100b(base, 1_000_000 if q else 10_000_000),
         "always": bench_always(base, 1.0 if q else 5.0),
@@ -257,11 +242,7 @@ def main() -> None:
         "recovery": bench_recovery(base, 1_000_000 if q else 10_000_000),
     }
     shutil.rmtree(base, ignore_errors=True)
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+    benchkit.write_json(results, args.out)
 
 
 if __name__ == "__main__":
