@@ -133,7 +133,7 @@ def chart(
     for i, p in enumerate(panels):
         out += panel(i * pw, p, series, ref, pw)
     if any(v is None for _, _, groups in panels for _, vals in groups for v in vals):
-        note += "; n/m: not measured in that run"
+        note += "; n/m: not measured or not reported in that run"
     out.append(f'<text x="8" y="{height - 6}" class="n">{escape(note)}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
