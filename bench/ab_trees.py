@@ -50,7 +50,8 @@ def run_one(tree: str, script: list[str]) -> dict:
 
 
 def leaves(doc: Any, path: str = "") -> dict[str, float]:
-    """The numeric leaves of a JSON document by dotted path (lists by index); "run" apart."""
+    """The numeric leaves of a JSON document by dotted path; lists of records by index,
+    lists of plain numbers (a script's own per-round samples) and "run" left out."""
     out: dict[str, float] = {}
     if isinstance(doc, dict):
         for k, v in doc.items():
@@ -58,7 +59,8 @@ def leaves(doc: Any, path: str = "") -> dict[str, float]:
                 out.update(leaves(v, f"{path}.{k}" if path else str(k)))
     elif isinstance(doc, list):
         for i, v in enumerate(doc):
-            out.update(leaves(v, f"{path}[{i}]"))
+            if isinstance(v, (dict, list)):
+                out.update(leaves(v, f"{path}[{i}]"))
     elif isinstance(doc, (int, float)) and not isinstance(doc, bool):
         out[path] = float(doc)
     return out
