@@ -11,7 +11,7 @@ START     ?= 1
 APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd strace iproute2 \
 	openjdk-17-jre-headless openssl
 
-.PHONY: install deps venv start testdeps kafka test lint ctest bench nullkafka walrus-baseline bench-single cluster cluster-stop bench-kafka torture fuzz-mount clean
+.PHONY: install deps venv start testdeps kafka test lint ctest bench bench-figures bench-ab nullkafka walrus-baseline bench-single cluster cluster-stop bench-kafka torture fuzz-mount clean
 
 install: deps venv
 	install -m 755 mount/mount.fuse.walfs /sbin/mount.fuse.walfs
@@ -48,7 +48,7 @@ tests/js/node_modules: tests/js/package.json tests/js/package-lock.json
 	touch tests/js/node_modules
 
 # Apache Kafka 4.1.1 (broker, CLI and perf tools) from Maven Central, for the reference tests
-# and bench/: the class path goes to kafka/classpath.txt (tests/real_kafka.py reads it).
+# and bench/kafka/: the class path goes to kafka/classpath.txt (tests/real_kafka.py reads it).
 kafka: kafka/classpath.txt
 kafka/classpath.txt: kafka/pom.xml
 	@command -v mvn >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven)
@@ -62,27 +62,73 @@ lint: testdeps
 ctest:
 	for f in csrc/*.c; do gcc -std=gnu11 -O2 -Wall -Wextra -Werror -fsyntax-only $$f || exit 1; done
 
-bench:
-	$(PY) bench/bench_engine.py
-	$(PY) bench/bench_mount.py
-	$(PY) bench/bench_spark.py
-	$(PY) bench/bench_kafka.py
+# Every lasting benchmark at small sizes (--quick: a few minutes each at most, still real),
+# each with its baseline in the same run; JSON to $(BENCH_OUT)/<part>.json (docs/benchmarks.md).
+# A subset: make bench BENCH_PARTS="engine mount".
+BENCH_OUT   ?= bench/results/runs
+BENCH_PARTS ?= engine single-append mount kafka kafka-wire fetch-rtt vs-kafka spark spark-sink retention cluster cluster-open
+.PHONY: $(addprefix bench-quick-,$(BENCH_PARTS))
+bench: $(addprefix bench-quick-,$(BENCH_PARTS))
+$(addprefix bench-quick-,$(BENCH_PARTS)): | $(BENCH_OUT)
+$(BENCH_OUT):
+	mkdir -p $@
+bench-quick-engine:
+	$(PY) bench/engine/bench_engine.py --quick --out $(BENCH_OUT)/engine.json >/dev/null
+bench-quick-single-append: walrus-baseline
+	$(PY) bench/engine/bench_single_append.py --quick --out $(BENCH_OUT)/single_append.json >/dev/null
+bench-quick-mount:
+	$(PY) bench/mount/bench_mount.py --quick --out $(BENCH_OUT)/mount.json >/dev/null
+bench-quick-kafka:
+	$(PY) bench/kafka/bench_kafka.py --quick --out $(BENCH_OUT)/kafka.json >/dev/null
+bench-quick-kafka-wire:
+	$(PY) bench/kafka/bench_kafka_wire.py --quick --out $(BENCH_OUT)/kafka_wire.json
+bench-quick-fetch-rtt: kafka
+	$(PY) bench/kafka/bench_fetch_rtt.py --quick --out $(BENCH_OUT)/fetch_rtt.json
+bench-quick-vs-kafka: kafka nullkafka
+	$(PY) bench/kafka/bench_vs_kafka.py --quick --sizes 1KiB,16KiB --producers 1 --ceiling --out $(BENCH_OUT)/vs_kafka.json
+bench-quick-spark:
+	$(PY) bench/spark/bench_spark.py --quick --out $(BENCH_OUT)/spark.json >/dev/null
+bench-quick-spark-sink:
+	$(PY) bench/spark/bench_spark_sink.py --quick --out $(BENCH_OUT)/spark_sink.json >/dev/null
+bench-quick-retention:
+	$(PY) bench/retention/bench_retention.py --quick --out $(BENCH_OUT)/retention.json >/dev/null
+bench-quick-cluster: kafka
+	$(PY) bench/cluster/bench_cluster.py --quick --out $(BENCH_OUT)/cluster.json
+bench-quick-cluster-open: kafka
+	$(PY) bench/cluster/bench_cluster_open.py --quick --out $(BENCH_OUT)/cluster_open.json
+
+# The charts of docs/benchmarks.md (SVG in docs/figures/) from the results kept in bench/results/.
+bench-figures:
+	$(PY) bench/figures.py --results bench/results --out docs/figures
+
+# Before/after in one run: the engine, single-append, mount and Kafka-face benchmarks, each
+# through bench/ab_trees.py (the two trees alternate every round; OLD must have its C built
+# in place: python setup.py build_ext --inplace). AB_ARGS= (empty) for the full sizes.
+AB_ROUNDS ?= 3
+AB_ARGS   ?= --quick
+AB_OUT    ?= bench/results/runs
+bench-ab: walrus-baseline
+	@test -n "$(OLD)" || { echo "usage: make bench-ab OLD=<old tree, its C built in place>"; exit 1; }
+	mkdir -p $(AB_OUT)
+	for b in engine/bench_engine engine/bench_single_append mount/bench_mount kafka/bench_kafka kafka/bench_kafka_wire; do \
+		$(PY) bench/ab_trees.py --old $(OLD) --new . --rounds $(AB_ROUNDS) --out $(AB_OUT)/ab-$$(basename $$b).json \
+			-- bench/$$b.py $(AB_ARGS) || exit 1; done
 
 # The seed's crate (walrus-rust 0.2.0, from crates.io through cargo) as the baseline of
-# one append per call: bench/walrus_baseline. cargo comes from the Debian package when it
+# one append per call: bench/engine/walrus_baseline. cargo comes from the Debian package when it
 # is not installed already (rustup's works as well).
 walrus-baseline:
 	@command -v cargo >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cargo)
-	cargo build --quiet --release --manifest-path bench/walrus_baseline/Cargo.toml
+	cargo build --quiet --release --manifest-path bench/engine/walrus_baseline/Cargo.toml
 
 # A Kafka-wire server that keeps records in memory and costs almost nothing (Go 1.26, which
-# franz-go's kmsg v1.15.1 needs, from the module proxy): bench/bench_vs_kafka.py --ceiling.
+# franz-go's kmsg v1.15.1 needs, from the module proxy): bench/kafka/bench_vs_kafka.py --ceiling.
 nullkafka:
 	@command -v go >/dev/null || { echo "make nullkafka needs Go 1.26 or later (https://go.dev/dl/)"; exit 1; }
-	cd bench/nullkafka && go build -o nullkafka .
+	cd bench/kafka/nullkafka && go build -o nullkafka .
 
 bench-single: walrus-baseline
-	$(PY) bench/bench_single_append.py
+	$(PY) bench/engine/bench_single_append.py
 
 # A real 3-node Kafka cluster on this machine with walfs mounted on it (docs/cluster.md).
 CLUSTER_DIR   ?= /var/lib/walfs/kafka-cluster
@@ -101,7 +147,7 @@ cluster-stop:
 # The full matrix takes about an hour on a quiet two-core machine; ARGS=--quick for a smoke run,
 # ARGS="--baseline REF" adds walfs serve of an older commit to the same run.
 bench-kafka: testdeps
-	$(PY) bench/bench_vs_kafka.py $(ARGS)
+	$(PY) bench/kafka/bench_vs_kafka.py $(ARGS)
 
 # Crash and damage torture (not in CI; minutes to hours; docs/durability.md). Sizes from the
 # environment: TORTURE_MOUNT_CYCLES, TORTURE_WRITERS, TORTURE_POWERCUT_CYCLES,
@@ -116,4 +162,4 @@ fuzz-mount: testdeps
 	WALFS_FUZZ_OPS=$(FUZZ_OPS) $(PY) -m pytest -q -s tests/test_mount_fuzz.py
 
 clean:
-	rm -rf build *.egg-info walfs/_core*.so bench/walrus_baseline/target
+	rm -rf build *.egg-info walfs/_core*.so bench/engine/walrus_baseline/target

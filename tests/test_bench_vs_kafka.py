@@ -1,5 +1,5 @@
-"""bench/procstat.py and bench/bench_vs_kafka.py's reading of where a cell's time went, on
-the real /proc of real processes: a child with a named busy thread and a named sleeping
+"""bench/benchkit.py's /proc readers and bench/kafka/bench_vs_kafka.py's reading of where
+a cell's time went, on the real /proc of real processes: a child with a named busy thread and a named sleeping
 one, its threads' CPU inside a window, a zombie, a thread name with ')' and spaces, the
 machine's jiffies; then the rule that classes a cell below 1.2x, and the consumer tool's
 fetch window. No test here asserts a speed: only how CPU time is attributed.
@@ -17,9 +17,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "bench" / "kafka"))
 
 import bench_vs_kafka  # noqa: E402
-import procstat  # noqa: E402
+import benchkit  # noqa: E402
 
 # A child with a thread named "spin) er x" that burns CPU (outside the GIL) until stdin closes, one named as
 # HotSpot names its JIT compiler that does the same, and one named "sleeper" that sleeps; it
@@ -64,7 +65,7 @@ def child():
 
 def test_threads_of_a_real_process_named_and_summed(child):
     time.sleep(0.3)
-    threads = procstat.thread_cpu(child.pid)
+    threads = benchkit.thread_cpu(child.pid)
     assert threads is not None
     names = {comm for comm, _, _, _ in threads.values()}
     assert {"spin) er x", "sleeper"} <= names  # comm holding ')' and spaces parsed whole
@@ -74,12 +75,12 @@ def test_threads_of_a_real_process_named_and_summed(child):
     assert all(wait >= 0 and runs >= 1 for _, _, wait, runs in threads.values())
     # the process's own figure is its threads' (all alive: none has left its time behind),
     # each read rounding to a tick, read a moment apart
-    total = procstat.process_cpu_seconds(child.pid)
+    total = benchkit.process_cpu_seconds(child.pid)
     assert abs(total - sum(cpu for _, cpu, _, _ in threads.values())) <= 0.2
 
 
 def test_sampler_window_and_zombie(child):
-    with procstat.Sampler(0.02) as s:
+    with benchkit.Sampler(0.02) as s:
         s.watch(child.pid)
         t0 = s.sample()
         time.sleep(0.5)
@@ -89,7 +90,7 @@ def test_sampler_window_and_zombie(child):
         child.stdin.close()
         # exited but not reaped: no thread-by-thread figures any more
         os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
-        assert procstat.thread_cpu(child.pid) is None
+        assert benchkit.thread_cpu(child.pid) is None
         s.sample()
         last = s.last_alive[child.pid]
     assert t1 <= last
@@ -99,7 +100,7 @@ def test_sampler_window_and_zombie(child):
     cpu = {name: c for name, c, _, _ in rows}
     wait = {name: w for name, _, w, _ in rows}
     runs = {name: n for name, _, _, n in rows}
-    tick = 2 / procstat.CLK_TCK
+    tick = 2 / benchkit.CLK_TCK
     assert 0 < cpu["spin) er x"] <= (t1 - t0) + tick
     assert cpu["sleeper"] < cpu["spin) er x"]
     # a spinning thread is on a CPU or waiting for one: never blocked; the sleeper is
@@ -121,23 +122,23 @@ def test_sampler_window_and_zombie(child):
 
 
 def test_machine_jiffies_count_every_cpu():
-    a0, i0 = procstat.machine_cpu()
+    a0, i0 = benchkit.machine_cpu()
     t0 = time.monotonic()
     time.sleep(0.5)
-    a1, i1 = procstat.machine_cpu()
+    a1, i1 = benchkit.machine_cpu()
     wall = time.monotonic() - t0
     # every CPU accounts each tick to one state: all states together move ncpu ticks per tick
     ncpu = os.cpu_count() or 1
-    assert 0.7 <= (a1 - a0) / (wall * procstat.CLK_TCK * ncpu) <= 1.3
+    assert 0.7 <= (a1 - a0) / (wall * benchkit.CLK_TCK * ncpu) <= 1.3
     assert 0 <= i1 - i0 <= a1 - a0
 
 
 def test_interpolation_edges():
     series = [(1.0, 2.0), (2.0, 4.0)]
-    assert procstat._at(series, 1.5) == 3.0
-    assert procstat._at(series, 0.5) == 0.0  # a thread not yet there
-    assert procstat._at(series, 0.5, None) == 2.0  # a counter older than its first read
-    assert procstat._at(series, 9.0) == 4.0  # a thread that has ended
+    assert benchkit._at(series, 1.5) == 3.0
+    assert benchkit._at(series, 0.5) == 0.0  # a thread not yet there
+    assert benchkit._at(series, 0.5, None) == 2.0  # a counter older than its first read
+    assert benchkit._at(series, 9.0) == 4.0  # a thread that has ended
 
 
 def _row(ratio: float, client: tuple[float, float], idle: tuple[float, float]) -> dict:

@@ -1,6 +1,7 @@
-"""What the listener does without a trip through trio's scheduler (docs/benchmarks.md,
-"Fewer CPU per fetch (h/kcons2)"): the shared request-byte budget taken and given back
-without its lock while no frame waits (framing.ByteBudget), and reads and sends that
+"""What the listener does without a trip through trio's scheduler
+(docs/notes/2026-11-24-kafka-fetch-path.md, "Fewer CPU per fetch"): the shared
+request-byte budget taken and given back without its lock while no frame waits
+(framing.ByteBudget), and reads and sends that
 complete at once made through a dup of the connection's socket (framing.direct_socket).
 What must still hold: a frame that does not fit waits, and goes on when bytes come back;
 each connection closes its dup with itself; answers come whole and in order, also when

@@ -1,4 +1,4 @@
-"""bench/nullkafka, the in-memory Kafka-wire server of bench/bench_vs_kafka.py --ceiling,
+"""bench/kafka/nullkafka, the in-memory Kafka-wire server of bench/kafka/bench_vs_kafka.py --ceiling,
 against real clients: confluent_kafka (librdkafka) and kafka-python produce records, Kafka's
 own ProducerPerformance produces more (the bench's `produce` helper), and confluent_kafka and
 ConsumerPerformance (the bench's `consume` helper, classic group protocol) read them back:
@@ -26,7 +26,7 @@ from kafka_wire import Wire
 from walfs.wire.record_batch import WireRecord, encode_records_for_test
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "bench" / "kafka"))
 
 import bench_vs_kafka  # noqa: E402
 from real_kafka import classpath  # noqa: E402

@@ -8,7 +8,8 @@ adapted, from the heap, whose top is given back to the kernel (trimmed) as soon 
 than twice that threshold is free there, so the next request faults the same pages in
 again. Measured in the Kafka listener under Kafka's ProducerPerformance at 1 KiB records:
 300-400 page faults per 1 MiB produce request, a quarter of the server's CPU
-(docs/benchmarks.md, "The produce path at 1 KiB and 16 KiB, per request"). Here the mmap
+(docs/notes/2026-11-24-kafka-produce-path.md, "The produce path at 1 KiB and 16 KiB, per request").
+Here the mmap
 threshold is fixed at 32 MiB (glibc's own ceiling for its adaptive threshold) and up to
 64 MiB of freed heap is kept for reuse, as a JVM keeps its heap: the process's resident
 size may stay up to that much above what it uses. Another C library (or none): nothing

@@ -8,7 +8,7 @@ straight from the log (capabilities.KafkaBatchRead).
 
 A fetch whose records are all in the page cache, with no sync due, is read on the event
 loop (as the mount reads, walfs/fuse/operations.py): a MiB takes ~0.15 ms there, and the hop to
-a worker thread and back cost 0.3-0.5 ms of CPU per fetch (docs/benchmarks.md, "The
+a worker thread and back cost 0.3-0.5 ms of CPU per fetch (docs/notes/2026-11-24-kafka-fetch-path.md, "The
 fetch path"). The others (records on disk only, a sync to wait for, many partitions) are
 read in a worker thread, so that no connection waits for the disk on another's behalf."""
 

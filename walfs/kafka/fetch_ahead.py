@@ -2,7 +2,7 @@
 
 The Java consumer keeps one fetch in flight per broker: it asks again only after it has
 taken in the last answer. Each cycle was the server's answer time plus the client's own
-work, and walfs sat idle during the latter (docs/benchmarks.md, "Fetch read-ahead"). So
+work, and walfs sat idle during the latter (docs/notes/2026-11-24-kafka-fetch-path.md, "Fetch read-ahead"). So
 once a fetch answer is out whole, and no request waits on the connection, each partition
 whose answer ended on its byte limit has its next batch read at once, from where the
 answer ended and with the same limit, and kept for that connection's next fetch.

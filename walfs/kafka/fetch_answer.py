@@ -1,7 +1,7 @@
 """A Fetch answer (versions 4-12) written straight into its wire pieces.
 
 kio's generic writer took ~85 us of each 1 MiB fetch to build and encode the answer's
-dataclasses (docs/benchmarks.md, "The Fetch round trip"); what walfs answers is always
+dataclasses (docs/notes/2026-11-24-kafka-fetch-path.md, "The Fetch round trip"); what walfs answers is always
 the same shape, so it is written here in one pass. This is the one place that encodes
 a FetchResponse (tests/test_kafka_fetch_answer.py checks it byte for byte against kio's
 writer, every version and shape). What walfs always answers: no throttle, top-level

@@ -40,7 +40,8 @@ READ_AHEAD = 1
 # kernel acknowledges the client's segments as they come (Linux does not delay an ACK
 # while less than SO_RCVLOWAT is unread) instead of when the reader next runs, so the
 # client's send buffer drains while the event loop does other work (another request's
-# append). docs/kafka.md ("Large frames"); docs/benchmarks.md ("The producer's pace").
+# append). docs/kafka.md ("Large frames"); docs/notes/2026-11-24-kafka-produce-path.md ("The
+# producer's pace").
 RECEIVE_LOWAT_MAX = 4 << 20
 
 
@@ -58,7 +59,7 @@ class ByteBudget:
 
     Taking bytes that fit, and giving bytes back while no frame waits for room, touch
     only the count (no lock, no trip through trio's scheduler): that is every frame of a
-    listener within its budget, two loop turns less per request (docs/benchmarks.md,
+    listener within its budget, two loop turns less per request (docs/notes/2026-11-24-kafka-fetch-path.md,
     "Fewer CPU per fetch")."""
 
     def __init__(self, total: int) -> None:
@@ -311,7 +312,7 @@ def direct_socket(stream: trio.abc.Stream) -> socket.socket | None:
     """A second handle on a plain TCP stream's socket (a dup of its descriptor, non-blocking
     as the first) through which FrameReader reads the bytes already received and
     send_frame writes an answer the socket buffer takes at once, without the loop turn
-    trio's receive and send take after each call (docs/benchmarks.md, "Fewer CPU per
+    trio's receive and send take after each call (docs/notes/2026-11-24-kafka-fetch-path.md, "Fewer CPU per
     fetch"); waits still go through trio. None for other streams (TLS). Its owner closes
     it before the stream (the listener's connection)."""
     if not isinstance(stream, trio.SocketStream):

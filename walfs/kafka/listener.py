@@ -85,7 +85,7 @@ def send_whole_answers(stream: trio.SocketStream) -> None:
     the system's default (0 here means the net.ipv4.tcp_notsent_lowat sysctl, unlimited
     unless an operator set it) the answer goes into the send buffer (autotuned by the
     kernel up to net.ipv4.tcp_wmem's maximum) in one or two calls, and the kernel feeds
-    it to the client as it reads, without waking the loop (docs/benchmarks.md, "The
+    it to the client as it reads, without waking the loop (docs/notes/2026-11-24-kafka-fetch-path.md, "The
     Fetch round trip"). Memory stays bounded by the send buffer, as before."""
     notsent_lowat = getattr(socket, "TCP_NOTSENT_LOWAT", None)
     if notsent_lowat is None:

@@ -13,7 +13,7 @@ commit), while the pipe's task awaits each answer in turn and sends it. At most
 An answer that is ready, with nothing owed ahead of it (a fetch from a consumer that
 keeps one request in flight, as the Java consumer does), is sent by the connection's own
 task at once: the hop to the pipe's task cost a loop turn on each fetch's way out
-(docs/benchmarks.md, "The Fetch round trip").
+(docs/notes/2026-11-24-kafka-fetch-path.md, "The Fetch round trip").
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ A partition's records are appended in place, on the event loop, when the engine 
 without waiting (``capabilities.NoWaitAppend``: an existing stream, no new segment, no lock
 held elsewhere) and the append would not wait for durability anyway, up to
 IN_PLACE_MAX_BYTES of a request's records: no worker-thread
-hop, which cost more than the append itself (docs/benchmarks.md). Anything that may wait
+hop, which cost more than the append itself (docs/notes/2026-11-24-kafka-produce-path.md). Anything
+that may wait
 (creating a topic, an idempotent producer's first batch after a restart, which searches
 the log, retention's back-pressure, a new segment, acks=0 under "always") goes to a
 worker thread as before, from the start: nothing is half done in place."""

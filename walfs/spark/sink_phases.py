@@ -1,7 +1,7 @@
 """Where a batch write's task spends its time (option "walfs.bench.phases" = a file): each
 task adds one JSON line to the file when it ends, with the wall-clock start and end of
 the task (time.time(), to see tasks overlap) and the seconds spent in each phase.
-bench/bench_spark_sink.py --phases prints them; nothing is timed without the option.
+bench/spark/bench_spark_sink.py --phases prints them; nothing is timed without the option.
 
 Phases: `feed` (waiting for Spark's next Arrow batch: the JVM's side), `normalize`
 (checking and normalizing a batch's columns), `encode` (building the stored layout of a

@@ -26,7 +26,8 @@ def crc32c(data: Any, crc: int = 0) -> int:
 
 
 # Memory the split writes every byte of before it is read: not zero-filled first (a
-# bytearray(n) is, a memset as long as the copy at 16 KiB records; docs/benchmarks.md).
+# bytearray(n) is, a memset as long as the copy at 16 KiB records;
+# docs/notes/2026-11-24-kafka-produce-path.md).
 _uncleared = ffi.new_allocator(should_clear_after_alloc=False)
 
 
