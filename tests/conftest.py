@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import walfs
+from walfs.engine import names
 
 # The mount and Spark fixtures are plugins, loaded once for the whole session.
 pytest_plugins = ["conftest_mount", "spark_fixtures"]
@@ -23,6 +24,11 @@ SMALL = {"segment_size": 1 << 20, "block_size": 64 << 10}
 # data) gets 16 MiB segments instead of preallocating 1 GiB each on the test disk.
 os.environ.setdefault("WALFS_SEGMENT_SIZE", str(16 << 20))
 os.environ.setdefault("WALFS_BLOCK_SIZE", str(1 << 20))
+
+
+def stream_key(topic: str, partition: int = 0, org_id: int = 1) -> str:
+    """The local engine's name for a stream on disk (its cursor files are named so)."""
+    return names.stream_key(org_id, names.topic_hash(org_id, topic), partition)
 
 
 @pytest.fixture

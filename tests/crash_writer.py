@@ -17,7 +17,7 @@ def main() -> None:
     rng = random.Random(seed)
     w = walfs.Wal(path, fsync=fsync, fsync_interval_ms=20, **SMALL)
     topics = [f"t{i}" for i in range(4)]
-    next_off = {t: w.high_watermark(t) for t in topics}
+    next_off = {t: w.info(t).high_watermark for t in topics}
     print("ready", " ".join(f"{t}={n}" for t, n in next_off.items()), flush=True)
     while True:
         t = rng.choice(topics)
@@ -26,7 +26,7 @@ def main() -> None:
         if n == 1:  # one record per call: the stream handle's path (mapped write, no lock)
             first = w.append(t, payload(t, next_off[t]))
         else:
-            first = w.append_batch(t, [payload(t, next_off[t] + i) for i in range(n)])
+            first = w.append(t, [payload(t, next_off[t] + i) for i in range(n)])
         assert first == next_off[t]
         next_off[t] += n
         print(f"done {t} {first} {n}", flush=True)

@@ -86,21 +86,21 @@ def build_golden(path: str, seed: int = 1) -> Golden:
                 hdrs = [("h", rng.randbytes(rng.randint(0, 8)))] if rng.random() < 0.3 else []
                 ts = rng.randint(1, 2**40) if rng.random() < 0.3 else None
                 batch.append((k, _value(rng), hdrs, ts))
-            wal.append_records(topic, batch, part)
+            wal.append(topic, batch, part)
             g.records.setdefault(key, []).extend(_digest(k, v, h) for k, v, h, _ in batch)
             if rng.random() < 0.08:
-                high = wal.high_watermark(topic, part)
+                high = wal.info(topic, part).high_watermark
                 low = rng.randint(0, high)
                 wal.trim(topic, low, part)
                 g.low[key] = max(g.low.get(key, 0), low)
             if rng.random() < 0.15:
                 grp = rng.choice(GROUPS)
-                off = rng.randint(0, wal.high_watermark(topic, part))
-                wal.commit_offset(grp, topic, off, part)
+                off = rng.randint(0, wal.info(topic, part).high_watermark)
+                wal.commit(grp, topic, off, part)
                 g.cursors.setdefault(grp, {})[key] = off
-        wal.set_retention("topic-0", retention_ms=10**12, retention_groups=[GROUPS[0]])
+        wal.retention("topic-0", retention_ms=10**12, retention_groups=[GROUPS[0]])
         wal.sync()
-        wal.reclaim()
+        wal.engine.reclaim()
     finally:
         wal.close()
     for key in g.records:
@@ -184,6 +184,7 @@ def damage(d: str, rng: random.Random) -> list[str]:
 def read_everything(d: str) -> dict:
     """Opens the WAL and reads all of it. Returns {"error": ...} for a walfs exception
     (allowed), else what was read."""
+    from walfs.engine.rules import committed_offsets
     from walfs.errors import WalError
     from walfs.wal import Wal
 
@@ -200,7 +201,7 @@ def read_everything(d: str) -> dict:
     try:
         streams: dict[str, dict] = {}
         for topic, part in wal.streams():
-            low, high = wal.low_watermark(topic, part), wal.high_watermark(topic, part)
+            low, high = wal.info(topic, part).low_watermark, wal.info(topic, part).high_watermark
             got: dict[int, str] = {}
             off = low
             while off < high:
@@ -211,7 +212,9 @@ def read_everything(d: str) -> dict:
                     got[r.offset] = _digest(r.key, r.value, r.headers)
                 off = recs[-1].offset + 1
             streams[f"{topic}/{part}"] = {"low": low, "high": high, "got": got}
-        cursors = {grp: {f"{t}/{p}": o for (t, p), o in wal.committed_offsets(grp).items()} for grp in GROUPS}
+        cursors = {
+            grp: {f"{t}/{p}": o for (t, p), o in committed_offsets(wal.engine, grp).items()} for grp in GROUPS
+        }
         return {"streams": streams, "cursors": cursors}
     except WalError as e:
         return {"error": f"read: {type(e).__name__}: {e}"}

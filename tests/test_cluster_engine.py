@@ -181,8 +181,8 @@ def test_trims_reach_kafka_through_a_snapshot_and_opening_uses_it(cluster: Kafka
     t = target(cluster, regions=1)
     with walfs.Wal(t) as w:
         for k in range(20):
-            w.append_batch("t", [b"t%d-%d" % (k, i) for i in range(50)])
-            w.append_batch("u", [b"u%d" % k])
+            w.append("t", [b"t%d-%d" % (k, i) for i in range(50)])
+            w.append("u", [b"u%d" % k])
         w.trim("t", 500)
         w.trim("u", 20)
         eng = w.engine
@@ -191,9 +191,9 @@ def test_trims_reach_kafka_through_a_snapshot_and_opening_uses_it(cluster: Kafka
 
         lo, _hi = eng._query.get_watermark_offsets(TopicPartition(eng.t.log_topic, 0), timeout=30)  # type: ignore[attr-defined]
         assert lo > 0  # DeleteRecords ran below the first record still held
-        before = (w.low_watermark("t"), w.high_watermark("t"), eng.info("t").low_byte)
+        before = (w.info("t").low_watermark, w.info("t").high_watermark, eng.info("t").low_byte)
     with walfs.Wal(t) as w:
-        assert (w.low_watermark("t"), w.high_watermark("t"), w.engine.info("t").low_byte) == before
+        assert (w.info("t").low_watermark, w.info("t").high_watermark, w.engine.info("t").low_byte) == before
         assert w.read("t", 500, max_records=2) == [b"t10-0", b"t10-1"]
         assert w.engine.report()["snapshots"] == 1
         assert w.append("t", b"more") == 1000
@@ -205,8 +205,8 @@ def test_records_deleted_outside_walfs_are_reported(cluster: KafkaCluster) -> No
 
     t = target(cluster, regions=1)
     with walfs.Wal(t) as w:
-        w.append_batch("t", [b"x"] * 10)
-        w.append_batch("t", [b"y"] * 10)
+        w.append("t", [b"x"] * 10)
+        w.append("t", [b"y"] * 10)
         log_topic = w.engine.t.log_topic  # type: ignore[attr-defined]
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     for f in admin.delete_records([TopicPartition(log_topic, 0, 1)]).values():

@@ -27,40 +27,40 @@ def _cursor_file(wal_dir: str, group: str) -> str:
 
 def test_metadata_kept_across_reopen_and_old_form_without_it(open_wal, wal_dir):
     w = open_wal()
-    w.append_batch("t", [b"a", b"b", b"c"])
-    assert w.committed("g", "t") is None
-    w.commit_offset("g", "t", 2, metadata="consumer-7 gen 3 ✓")
-    assert w.committed("g", "t") == (2, "consumer-7 gen 3 ✓")
-    assert w.committed_offset("g", "t") == 2
+    w.append("t", [b"a", b"b", b"c"])
+    assert w.engine.committed("g", "t") is None
+    w.commit("g", "t", 2, metadata="consumer-7 gen 3 ✓")
+    assert w.engine.committed("g", "t") == (2, "consumer-7 gen 3 ✓")
+    assert w.committed("g", "t") == 2
     w.close()
     w = open_wal()
-    assert w.committed("g", "t") == (2, "consumer-7 gen 3 ✓")
+    assert w.engine.committed("g", "t") == (2, "consumer-7 gen 3 ✓")
     with open(_cursor_file(wal_dir, "g"), "rb") as f:
         assert f.read(8) == b"WALFSCU2"
     # A commit without metadata goes back to the 32-byte form.
-    w.commit_offset("g", "t", 3)
-    assert w.committed("g", "t") == (3, "")
+    w.commit("g", "t", 3)
+    assert w.engine.committed("g", "t") == (3, "")
     assert os.path.getsize(_cursor_file(wal_dir, "g")) == 32
     # advance_only: a commit that does not advance changes neither offset nor metadata.
-    w.commit_offset("g", "t", 3, metadata="x")
-    assert not w.commit_offset("g", "t", 1, advance_only=True, metadata="y")
-    assert w.committed("g", "t") == (3, "x")
+    w.commit("g", "t", 3, metadata="x")
+    assert not w.commit("g", "t", 1, advance_only=True, metadata="y")
+    assert w.engine.committed("g", "t") == (3, "x")
 
 
 def test_metadata_size_limit(open_wal):
     w = open_wal()
     w.append("t", b"a")
-    w.commit_offset("g", "t", 1, metadata="m" * MAX_METADATA_BYTES)
+    w.commit("g", "t", 1, metadata="m" * MAX_METADATA_BYTES)
     with pytest.raises(ValueError, match="metadata"):
-        w.commit_offset("g", "t", 0, metadata="m" * (MAX_METADATA_BYTES + 1))
-    assert w.committed("g", "t") == (1, "m" * MAX_METADATA_BYTES)
+        w.commit("g", "t", 0, metadata="m" * (MAX_METADATA_BYTES + 1))
+    assert w.engine.committed("g", "t") == (1, "m" * MAX_METADATA_BYTES)
 
 
 @pytest.mark.parametrize("damage", ["flip", "cut", "grow", "length", "utf8"])
 def test_damaged_metadata_cursor_is_reported(open_wal, wal_dir, damage: str):
     w = open_wal()
     w.append("t", b"a")
-    w.commit_offset("g", "t", 1, metadata="meta")
+    w.commit("g", "t", 1, metadata="meta")
     path = _cursor_file(wal_dir, "g")
     data = bytearray(open(path, "rb").read())
     if damage == "flip":
@@ -77,16 +77,16 @@ def test_damaged_metadata_cursor_is_reported(open_wal, wal_dir, damage: str):
     with open(path, "wb") as f:
         f.write(data)
     with pytest.raises(WalCorruptError, match="cursor file"):
-        w.committed("g", "t")
+        w.engine.committed("g", "t")
 
 
 def test_salvage_keeps_null_values_producer_sections_and_commit_metadata(open_wal, wal_dir, tmp_path):
 
     w = open_wal()
-    w.append_records("t", [(b"k", None, None, 5), (None, b"", None, 6)])
+    w.append("t", [(b"k", None, None, 5), (None, b"", None, 6)])
     meta = with_producer(encode_meta(b"k", None, 7), (99, 1, 10, 1))
-    w.append_bodies("t", meta + b"v", array.array("I", [len(meta)]), array.array("I", [1]))
-    w.commit_offset("g", "t", 2, metadata="kept")
+    w.engine.append("t", 0, meta + b"v", array.array("I", [len(meta)]), array.array("I", [1]))
+    w.commit("g", "t", 2, metadata="kept")
     w.close()
     new = str(tmp_path / "new")
     r = subprocess.run(
@@ -99,9 +99,9 @@ def test_salvage_keeps_null_values_producer_sections_and_commit_metadata(open_wa
     with walfs.Wal(new) as w2:
         recs = w2.read_records("t", 0)
         assert [(r.key, r.value) for r in recs] == [(b"k", None), (None, b""), (b"k", b"v")]
-        assert w2.committed("g", "t") == (2, "kept")
+        assert w2.engine.committed("g", "t") == (2, "kept")
         buf, descs = bytearray(1 << 16), bytearray(40 * 3)
-        assert w2.read_into("t", 0, buf, descs, 0, 3) == 3
+        assert w2.engine.read("t", 0, 0, buf, descs, 3) == 3
         _gid, _off, _ts, meta_len, _vlen, pos = struct.unpack_from("<QQqIIQ", descs, 80)
         assert producer_of(bytes(buf[pos : pos + meta_len])) == (99, 1, 10, 1)
 

@@ -27,7 +27,7 @@ import walfs
 from walfs.local.core import REC_SIZE
 from walfs.wire.batch_codec import encode_kafka_batch
 w = walfs.Wal(sys.argv[1], fsync="never", segment_size=1 << 20, block_size=64 << 10)
-w.append_batch("t", [b"x" * 4000 + b"\\n" for _ in range(50)])
+w.append("t", [b"x" * 4000 + b"\\n" for _ in range(50)])
 w.trim("t", 40)
 e = w.engine.core
 stream = w.engine._stream("t", 0, False).stream_no

@@ -119,17 +119,17 @@ def test_groups_on_a_mount(make_mount: Callable[[], Mount]) -> None:
     m.stop()
     # What the mount did is in the data directory, for the Python API.
     with walfs.Wal(str(m.data), read_only=True) as wal:
-        assert sorted(wal.consumer_groups()) == ["empty", "fresh"]
-        assert wal.committed_offset("fresh", "u") == 3  # the cat above consumed 1 and 2
+        assert sorted(wal.groups()) == ["empty", "fresh"]
+        assert wal.committed("fresh", "u") == 3  # the cat above consumed 1 and 2
 
 
 def test_groups_on_a_data_directory(tmp_path: Path) -> None:
     data = str(tmp_path / "data")
     with walfs.Wal(data) as wal:
-        wal.append_batch("t", [b"%d" % i for i in range(6)])
-        wal.append_batch("t", [b"x", b"y"], partition=1)
-        wal.commit_offset("g", "t", 4)
-        wal.create_group("idle")
+        wal.append("t", [b"%d" % i for i in range(6)])
+        wal.append("t", [b"x", b"y"], partition=1)
+        wal.commit("g", "t", 4)
+        wal.engine.create_group("idle")
     assert groups("list", data).stdout.split() == ["g", "idle"]
     assert rows(groups("describe", data, "g", "--json")) == [
         {"group": "g", "topic": "t", "partition": 0, "committed_offset": 4, "low_watermark": 0,
@@ -139,10 +139,10 @@ def test_groups_on_a_data_directory(tmp_path: Path) -> None:
     got = [(r["partition"], r["new_offset"], r["executed"]) for r in rows(plan)]
     assert got == [(0, 6, False), (1, 2, False)]
     with walfs.Wal(data, read_only=True) as wal:
-        assert wal.committed_offset("g", "t") == 4  # a dry run
+        assert wal.committed("g", "t") == 4  # a dry run
     groups("reset", data, "g", "--topic", "t", "--to-latest", "--execute")
     with walfs.Wal(data, read_only=True) as wal:
-        assert (wal.committed_offset("g", "t"), wal.committed_offset("g", "t", 1)) == (6, 2)
+        assert (wal.committed("g", "t"), wal.committed("g", "t", 1)) == (6, 2)
     groups("delete", data, "idle")
     assert groups("list", data).stdout.split() == ["g"]
     # Other orgs' groups are not this org's.

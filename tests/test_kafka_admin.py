@@ -77,7 +77,7 @@ def test_topic_configs_validated_stored_and_kept_across_restarts(tmp_path: Path)
         futs["kept"].result(15)
         for name in ("unknown-config", "compacted", "bad-value"):
             assert kafka_error(futs[name]).code() == KafkaError.INVALID_CONFIG, name
-            assert lst.wal.partitions(name) == []  # refused topics are not created
+            assert [p for _, p in lst.wal.streams(name)] == []  # refused topics are not created
         assert (
             "does not compact"
             in kafka_error(
@@ -152,7 +152,7 @@ def test_max_message_bytes_refuses_larger_batches(tmp_path: Path) -> None:
         [big2] = produce(lst.bootstrap, "broker-default", [b"z" * 5000])
         assert isinstance(big2, KafkaError) and big2.code() == KafkaError.MSG_SIZE_TOO_LARGE
         assert [r.value for r in lst.wal.read_records("small", 0)] == [b"x" * 100]
-        assert lst.wal.high_watermark("broker-default") == 1
+        assert lst.wal.info("broker-default").high_watermark == 1
 
 
 def test_log_append_time_stamps_records(tmp_path: Path) -> None:
@@ -176,7 +176,7 @@ def test_create_partitions(tmp_path: Path) -> None:
         a = admin(lst.bootstrap)
         a.create_topics([NewTopic("grows", 1, 1)])["grows"].result(15)
         a.create_partitions([NewPartitions("grows", 3)])["grows"].result(15)
-        assert lst.wal.partitions("grows") == [0, 1, 2]
+        assert [p for _, p in lst.wal.streams("grows")] == [0, 1, 2]
         err = kafka_error(a.create_partitions([NewPartitions("grows", 2)])["grows"])
         assert err.code() == KafkaError.INVALID_PARTITIONS and "would not be an increase" in err.str()
         err = kafka_error(a.create_partitions([NewPartitions("nope", 2)])["nope"])
@@ -193,7 +193,7 @@ def test_delete_records_moves_the_log_start(tmp_path: Path) -> None:
         a = admin(lst.bootstrap)
         [fut] = a.delete_records([TopicPartition("trimmed", 0, 6)]).values()
         assert fut.result(15).low_watermark == 6
-        assert lst.wal.low_watermark("trimmed") == 6
+        assert lst.wal.info("trimmed").low_watermark == 6
         [fut] = a.list_offsets({TopicPartition("trimmed", 0): OffsetSpec.earliest()}).values()
         assert fut.result(15).offset == 6
         # Beyond the end: OFFSET_OUT_OF_RANGE, nothing trimmed.
@@ -234,8 +234,8 @@ def test_groups_from_every_face_are_one_set(tmp_path: Path) -> None:
     with listener(tmp_path) as lst:
         wal = lst.wal
         produce(lst.bootstrap, "events", [b"e%d" % i for i in range(8)])
-        wal.commit_offset("python-face", "events", 5)  # a walfs consumer of the Python API
-        wal.create_group("made-by-mkdir")  # `mkdir .consumers/made-by-mkdir`
+        wal.commit("python-face", "events", 5)  # a walfs consumer of the Python API
+        wal.engine.create_group("made-by-mkdir")  # `mkdir .consumers/made-by-mkdir`
         live = Consumer(
             {
                 "bootstrap.servers": lst.bootstrap,
@@ -272,8 +272,8 @@ def test_groups_from_every_face_are_one_set(tmp_path: Path) -> None:
             assert kafka_error(dels["kafka-face"]).code() == KafkaError.NON_EMPTY_GROUP
             dels["python-face"].result(15)
             assert kafka_error(dels["never-was"]).code() == KafkaError.GROUP_ID_NOT_FOUND
-            assert "python-face" not in wal.consumer_groups()
-            assert wal.committed_offset("python-face", "events") is None
+            assert "python-face" not in wal.groups()
+            assert wal.committed("python-face", "events") is None
         finally:
             live.close()
         assert a.describe_cluster().result(15).cluster_id == "walfs"
@@ -310,10 +310,10 @@ def test_offset_delete(tmp_path: Path) -> None:
     with listener(tmp_path) as lst:
         wal = lst.wal
         wal.append("t", b"a")
-        wal.commit_offset("g", "t", 1)
+        wal.commit("g", "t", 1)
         code, parts = _offset_delete(lst.port, "g", "t", [0, 7])
         assert code == 0 and parts == {0: 0, 7: KafkaError.UNKNOWN_TOPIC_OR_PART}
-        assert wal.committed_offset("g", "t") is None
+        assert wal.committed("g", "t") is None
         code, _ = _offset_delete(lst.port, "no-such-group", "t", [0])
         assert code == KafkaError.GROUP_ID_NOT_FOUND
 
@@ -325,9 +325,9 @@ def test_broker_settings_num_partitions_and_auto_create(tmp_path: Path) -> None:
         a = admin(lst.bootstrap)
         [m] = produce(lst.bootstrap, "auto", [b"v"], partition=0)  # the producer's Metadata creates it
         assert m.error() is None
-        assert lst.wal.partitions("auto") == [0, 1, 2]
+        assert [p for _, p in lst.wal.streams("auto")] == [0, 1, 2]
         a.create_topics([NewTopic("defaulted", num_partitions=-1)])["defaulted"].result(15)
-        assert lst.wal.partitions("defaulted") == [0, 1, 2]
+        assert [p for _, p in lst.wal.streams("defaulted")] == [0, 1, 2]
         assert topic_configs(a, "auto")["message.timestamp.type"] == (
             "LogAppendTime",
             ConfigSource.STATIC_BROKER_CONFIG,
@@ -344,7 +344,7 @@ def test_broker_settings_num_partitions_and_auto_create(tmp_path: Path) -> None:
     with listener(tmp_path / "b", config=parse_broker_config(["auto.create.topics.enable=false"])) as lst:
         [err] = produce(lst.bootstrap, "not-made", [b"v"], partition=0)
         assert isinstance(err, KafkaError)
-        assert lst.wal.partitions("not-made") == []
+        assert [p for _, p in lst.wal.streams("not-made")] == []
 
 
 @pytest.mark.parametrize(
@@ -385,10 +385,10 @@ def test_retention_set_through_kafka_is_enforced(tmp_path: Path) -> None:
             )
             [fut] = a.incremental_alter_configs([res]).values()
             fut.result(15)
-        trimmed = lst.wal.apply_retention(now_ms=int(time.time() * 1000) + 60_000)
+        trimmed = lst.wal.engine.apply_retention(now_ms=int(time.time() * 1000) + 60_000)
         # (the background pass, woken by the new limits, may have trimmed first: same result)
-        assert trimmed.get((lst.wal.org_id, "aged", 0), lst.wal.low_watermark("aged")) == 5
-        assert trimmed.get((lst.wal.org_id, "sized", 0), lst.wal.low_watermark("sized")) == firsts[-1]
+        assert trimmed.get((lst.wal.engine.org_id, "aged", 0), lst.wal.info("aged").low_watermark) == 5
+        assert trimmed.get((lst.wal.engine.org_id, "sized", 0), lst.wal.info("sized").low_watermark) == firsts[-1]
         futs = a.list_offsets(
             {
                 TopicPartition("aged", 0): OffsetSpec.earliest(),

@@ -72,7 +72,7 @@ def test_aiokafka_codecs_group_commit_with_metadata(tmp_path: Path, codec: str |
             assert key == b"k%d" % (i % 7)
             assert value == (None if i % 50 == 49 else b"%s value %d " % (topic.encode(), i) * 5)
             assert ts == 1_700_000_000_000 + i
-        assert lst.wal.committed(f"aio-{topic}", topic, 0) == (N, "aiokafka was here")
+        assert lst.wal.engine.committed(f"aio-{topic}", topic, 0) == (N, "aiokafka was here")
         recs = lst.wal.read_records(topic, 0, max_records=N)
         assert [r.value is None for r in recs] == [i % 50 == 49 for i in range(N)]
 
@@ -103,10 +103,10 @@ async def _admin(bootstrap: str) -> dict[str, object]:
 
 def test_aiokafka_admin_configs_partitions_and_record_deletion(tmp_path: Path) -> None:
     with listener(tmp_path) as lst:
-        lst.wal.append_batch("aio-admin", [b"r%d" % i for i in range(50)])
+        lst.wal.append("aio-admin", [b"r%d" % i for i in range(50)])
         out = asyncio.run(_admin(lst.bootstrap))
         assert out["configs"] == {"retention.bytes": "1048576", "cleanup.policy": "delete"}
         assert out["compact_error"] == 40  # INVALID_CONFIG
-        assert out["partitions"] == 4 and lst.wal.partitions("aio-admin") == [0, 1, 2, 3]
-        assert lst.wal.low_watermark("aio-admin") == 30
+        assert out["partitions"] == 4 and [p for _, p in lst.wal.streams("aio-admin")] == [0, 1, 2, 3]
+        assert lst.wal.info("aio-admin").low_watermark == 30
         assert lst.wal.retention("aio-admin").bytes == 1_048_576

@@ -284,10 +284,10 @@ def test_confluent_kafka_scram_produce_consume_commit(
         c.close()
     srv.stop()
     with walfs.Wal(str(data), org_id=2, read_only=True, **SMALL_WAL) as w:
-        assert w.committed_offset("billing", "orders") == 20
-        assert w.consumer_groups() == ["billing"]
+        assert w.committed("billing", "orders") == 20
+        assert w.groups() == ["billing"]
     with walfs.Wal(str(data), org_id=1, read_only=True, **SMALL_WAL) as w:
-        assert w.consumer_groups() == []
+        assert w.groups() == []
 
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"])
@@ -377,12 +377,12 @@ def test_a_tenant_cannot_list_read_write_or_delete_another_orgs_topics_and_group
     srv.stop()
     with walfs.Wal(str(data), org_id=2, read_only=True, **SMALL_WAL) as w:
         assert w.read("payroll", 0) == [b"salary 1", b"salary 2"]
-        assert w.committed_offset("hr", "payroll") == 2
-        assert w.consumer_groups() == ["hr"]
+        assert w.committed("hr", "payroll") == 2
+        assert w.groups() == ["hr"]
     with walfs.Wal(str(data), org_id=3, read_only=True, **SMALL_WAL) as w:
         assert w.read("payroll", 0) == [b"bob's own"]
-        assert w.committed_offset("hr", "payroll") == 1
-        assert w.consumer_groups() == ["hr"]
+        assert w.committed("hr", "payroll") == 1
+        assert w.groups() == ["hr"]
 
 
 def test_users_added_while_serving_can_authenticate(

@@ -80,7 +80,7 @@ def test_requests_before_an_oversized_frame_are_answered_first(lst: Listener, ac
         assert [struct.unpack(">i", recv_frame(s)[:4])[0] for _ in range(2)] == [1, 2]
         assert is_closed(s)
     check_alive(lst.port)
-    assert lst.wal.high_watermark("ahead") == 2
+    assert lst.wal.info("ahead").high_watermark == 2
 
 
 def test_unknown_api_key_closes(lst: Listener, caplog: pytest.LogCaptureFixture) -> None:
@@ -127,7 +127,7 @@ def test_corrupt_batch_is_refused_and_nothing_written(lst: Listener) -> None:
         s.sendall(produce_request("corrupt", bytes(batch)))
         resp = recv_frame(s)
     assert struct.unpack_from(">i", resp)[0] == 5
-    assert lst.wal.high_watermark("corrupt") == 0
+    assert lst.wal.info("corrupt").high_watermark == 0
     # The same batch intact goes in
     good = encode_records_for_test([WireRecord(b"k", b"v", [("h", b"1")], 1234)])
     with raw_connect(lst.port) as s:
@@ -213,4 +213,4 @@ def test_truncated_produce_requests_write_nothing(lst: Listener, cut: int) -> No
     with raw_connect(lst.port) as s:
         s.sendall(frame[: min(cut, len(frame) - 1)])
     check_alive(lst.port)
-    assert lst.wal.high_watermark("trunc") == 0
+    assert lst.wal.info("trunc").high_watermark == 0

@@ -48,8 +48,8 @@ def test_c_batches_equal_the_python_encoding(open_wal):
         value = rnd.randbytes(rnd.choice([0, 1, 63, 64, 127, 128, 5000, 20000]))
         if i % 11 == 0:
             value = None  # a tombstone: fetched as a null value (length -1)
-        w.append_records("t", [(key, value, headers, ts)])
-    high = w.high_watermark("t")
+        w.append("t", [(key, value, headers, ts)])
+    high = w.info("t").high_watermark
     for offset, n, max_bytes in [
         (0, 1, 1 << 20),
         (0, 500, 1 << 20),
@@ -85,7 +85,7 @@ def test_the_batch_limit_is_counted_in_kafkas_encoding(open_wal):
     bodies would."""
     w = open_wal()
     values = [b"%010d" % i for i in range(1000)]
-    w.append_batch("t", values)
+    w.append("t", values)
     for max_bytes in (1, 100, 1000, 5000):
         got = bytes(w.engine.read_kafka_batch("t", 0, 0, 10_000, max_bytes))
         (batch,) = decode_batches(got)
@@ -101,9 +101,9 @@ def test_the_batch_limit_is_counted_in_kafkas_encoding(open_wal):
 
 def test_a_meta_section_that_does_not_parse_is_refused(open_wal):
     w = open_wal()
-    w.append_records("t", [(b"k", b"good", [], None)])
+    w.append("t", [(b"k", b"good", [], None)])
     bad_meta = b"\x01\x01\xff\xff\x00\x00"  # a key longer than the section
-    w.append_bodies("t", bad_meta + b"value", array.array("I", [len(bad_meta)]), array.array("I", [5]))
+    w.engine.append("t", 0, bad_meta + b"value", array.array("I", [len(bad_meta)]), array.array("I", [5]))
     # Straight from the log: the good record before it is served, then the bad one refused.
     (batch,) = decode_batches(bytes(w.engine.read_kafka_batch("t", 0, 0, 10, 1 << 20)))
     assert [(r.key, r.value) for r in batch.records] == [(b"k", b"good")]
@@ -133,9 +133,9 @@ def test_common_records_among_others_equal_the_python_encoding(open_wal):
                 rows.append(rnd.choice(others))
             else:
                 rows.append((None, value, [], ts))
-        w.append_records("t", rows)
+        w.append("t", rows)
     w.append_lines("t", b"no meta\nat all\n")
-    high = w.high_watermark("t")
+    high = w.info("t").high_watermark
     for offset in range(0, high, 7):
         for n, max_bytes in [(1, 1), (4, 1 << 20), (1000, 3000), (1000, 1 << 20)]:
             got = bytes(w.engine.read_kafka_batch("t", 0, offset, n, max_bytes))
@@ -159,8 +159,8 @@ def test_metas_near_the_common_one_take_the_general_path(open_wal, meta: bytes, 
     """Fourteen bytes like the common meta but not it: parsed in full, served as the
     Python reference reads them, or refused as before."""
     w = open_wal()
-    w.append_records("t", [(None, b"first", [], 5)])
-    w.append_bodies("t", meta + b"value", array.array("I", [len(meta)]), array.array("I", [5]))
+    w.append("t", [(None, b"first", [], 5)])
+    w.engine.append("t", 0, meta + b"value", array.array("I", [len(meta)]), array.array("I", [5]))
     if served:
         got = bytes(w.engine.read_kafka_batch("t", 0, 0, 10, 1 << 20))
         assert got == encode_batch(w.read_records("t", 0))
@@ -179,7 +179,7 @@ def test_a_damaged_long_record_ends_the_batch(wal_dir):
     vals = [b"long-%05d-" % i + bytes(rnd % 251 for rnd in range(1014)) for i in range(300)]
     with walfs.Wal(wal_dir, **GEOMETRY) as w:
         for i in range(0, len(vals), 25):
-            w.append_records("t", [(None, v, [], 1_700_000_000_000 + i) for v in vals[i : i + 25]])
+            w.append("t", [(None, v, [], 1_700_000_000_000 + i) for v in vals[i : i + 25]])
     bad = 123
     path, pos = find(Path(wal_dir), b"long-%05d-" % bad)
     flip(path, pos + 700)
@@ -267,7 +267,7 @@ def test_produce_with_append_bodies_reads_back(open_wal):
     body, count, base_ts = _records_section(rows)
     produced = decode_for_append(encode_records_for_test([WireRecord(*r) for r in rows]))
     assert produced is not None
-    assert w.append_bodies("t", produced.data, produced.meta_lens, produced.value_lens) == 0
+    assert w.engine.append("t", 0, produced.data, produced.meta_lens, produced.value_lens) == 0
     got = w.read_records("t", 0)
     assert [(r.key, r.value, list(r.headers)) for r in got] == [
         (b"k1", b"v1", [("h", b"x")]),
@@ -275,7 +275,7 @@ def test_produce_with_append_bodies_reads_back(open_wal):
         (None, b"", []),  # an empty value stays empty
     ]
     with pytest.raises(ValueError):
-        w.append_bodies("t", b"xx", array.array("I", [0]), array.array("I", [1]))
+        w.engine.append("t", 0, b"xx", array.array("I", [0]), array.array("I", [1]))
 
 
 @pytest.mark.parametrize(

@@ -140,7 +140,7 @@ def test_librdkafka_produces_with_each_codec(tmp_path: Path, codec: str) -> None
 
 def test_librdkafka_zstd_bomb_refused_then_next_producer_served(tmp_path: Path) -> None:
     with listener(tmp_path) as lst:
-        lst.wal.create_partition("t", 0)
+        lst.wal.create("t", 0)
         errors: list[KafkaError] = []
         p = Producer(
             {

@@ -47,7 +47,7 @@ def test_produce_consume_keys_headers_timestamps(tmp_path: Path, acks: str) -> N
 def test_engine_appends_are_served_with_null_keys(tmp_path: Path) -> None:
     with listener(tmp_path) as lst:
         lst.wal.append("plain", b"one")
-        lst.wal.append_batch("plain", [b"two", b"three"])
+        lst.wal.append("plain", [b"two", b"three"])
         c = consumer(lst.bootstrap, "g")
         c.assign([TopicPartition("plain", 0, OFFSET_BEGINNING)])
         got = consume(c, 3)
@@ -99,12 +99,12 @@ def test_delete_topics_refused_unless_allowed(tmp_path: Path) -> None:
     with listener(tmp_path / "b", allow_delete=True) as lst:
         lst.wal.append("gone", b"x")
         admin = AdminClient({"bootstrap.servers": lst.bootstrap})
-        lst.wal.commit_offset("g", "gone", 1)
+        lst.wal.commit("g", "gone", 1)
         admin.delete_topics(["gone"], operation_timeout=10)["gone"].result(timeout=30)
         # Deleted for real: gone from the listing, its offsets too; created again from 0.
         assert "gone" not in admin.list_topics(timeout=10).topics
         assert lst.wal.topics() == []
-        assert lst.wal.committed_offset("g", "gone") is None
+        assert lst.wal.committed("g", "gone") is None
         p = Producer({"bootstrap.servers": lst.bootstrap})
         p.produce("gone", b"again")
         assert p.flush(30) == 0
@@ -171,7 +171,7 @@ def test_group_of_two_shares_partitions_commits_and_resumes(tmp_path: Path) -> N
         a.close()
         b.close()
 
-        committed = {part: lst.wal.committed_offset("workers", "shared", part) for part in range(4)}
+        committed = {part: lst.wal.committed("workers", "shared", part) for part in range(4)}
         assert sum(v or 0 for v in committed.values()) == len(values)
 
         # Restart: a new member resumes from the commits and sees exactly the rest.
@@ -190,6 +190,6 @@ def test_created_topics_survive_a_restart(tmp_path: Path) -> None:
             timeout=30
         )
     with listener(tmp_path) as lst:
-        assert lst.wal.partitions("empty3") == [0, 1, 2]
+        assert [p for _, p in lst.wal.streams("empty3")] == [0, 1, 2]
         md = AdminClient({"bootstrap.servers": lst.bootstrap}).list_topics(timeout=30)
         assert sorted(md.topics["empty3"].partitions) == [0, 1, 2]

@@ -64,9 +64,9 @@ def broker_for(w: Any) -> Broker:
 async def test_an_answer_read_ahead_is_the_answer_a_fresh_read_gives(tmp_path: Path) -> None:
     values = [os.urandom(1000) for _ in range(3000)]
     with walfs.Wal(str(tmp_path / "d"), fsync="never", **GEOMETRY) as w:
-        w.append_batch("t", values)
-        w.create_partition("t", 1)
-        w.append_batch("t", values[:500], partition=1)
+        w.append("t", values)
+        w.create("t", 1)
+        w.append("t", values[:500], partition=1)
         broker = broker_for(w)
         full = broker.ahead_budget
         conn = new_conn()
@@ -105,7 +105,7 @@ def records_of(answer_batch: bytes) -> list[bytes | None]:
 
 async def test_it_is_used_only_for_the_same_offset_and_limit(tmp_path: Path) -> None:
     with walfs.Wal(str(tmp_path / "d"), fsync="never", **GEOMETRY) as w:
-        w.append_batch("t", [b"%05d" % i + b"x" * 995 for i in range(1000)])
+        w.append("t", [b"%05d" % i + b"x" * 995 for i in range(1000)])
         broker, conn = broker_for(w), new_conn()
         await fetch(broker, conn, request("t", {0: 0}))
         ahead = conn.fetch_ahead
@@ -123,13 +123,13 @@ async def test_it_is_used_only_for_the_same_offset_and_limit(tmp_path: Path) -> 
 
 async def test_a_topic_deleted_and_created_again_is_read_again(tmp_path: Path) -> None:
     with walfs.Wal(str(tmp_path / "d"), fsync="never", **GEOMETRY) as w:
-        w.append_batch("t", [b"old-%05d" % i + b"o" * 990 for i in range(500)])
+        w.append("t", [b"old-%05d" % i + b"o" * 990 for i in range(500)])
         broker, conn = broker_for(w), new_conn()
         await fetch(broker, conn, request("t", {0: 0}))
         end = batch_end(fresh_batch(w, 0, 0))
         assert conn.fetch_ahead is not None and conn.fetch_ahead.has("t", 0, end)
-        w.delete_topic("t")
-        w.append_batch("t", [b"new-%05d" % i + b"n" * 990 for i in range(500)])
+        w.delete("t")
+        w.append("t", [b"new-%05d" % i + b"n" * 990 for i in range(500)])
         got = await fetch(broker, conn, request("t", {0: end}))
         assert got == await fetch(broker_for(w), new_conn(), request("t", {0: end}))
         assert b"new-%05d" % end in got and b"old-" not in got
@@ -137,7 +137,7 @@ async def test_a_topic_deleted_and_created_again_is_read_again(tmp_path: Path) -
 
 async def test_a_trim_past_the_kept_offset_answers_out_of_range(tmp_path: Path) -> None:
     with walfs.Wal(str(tmp_path / "d"), fsync="never", segment_size=1 << 20, block_size=64 << 10) as w:
-        w.append_batch("t", [b"%05d" % i + b"x" * 995 for i in range(3000)])
+        w.append("t", [b"%05d" % i + b"x" * 995 for i in range(3000)])
         broker, conn = broker_for(w), new_conn()
         await fetch(broker, conn, request("t", {0: 0}))
         end = batch_end(fresh_batch(w, 0, 0))
@@ -168,7 +168,7 @@ async def test_a_damaged_record_ahead_is_reported_by_the_fetch_at_it(tmp_path: P
     vals = [b"sealed-%05d-" % i + b"p" * 200 for i in range(600)]
     with walfs.Wal(str(data), **SEALED_GEOMETRY) as w:
         for i in range(0, len(vals), 50):
-            w.append_batch("t", vals[i : i + 50])
+            w.append("t", vals[i : i + 50])
     bad = 40
     path, pos = find(data, b"sealed-%05d-" % bad)
     flip(path, pos - 12 if where == "header" else pos + 50)
@@ -193,8 +193,8 @@ async def test_a_damaged_record_ahead_is_reported_by_the_fetch_at_it(tmp_path: P
 async def test_what_is_kept_is_bounded_and_given_back(tmp_path: Path) -> None:
     with walfs.Wal(str(tmp_path / "d"), fsync="never", **GEOMETRY) as w:
         for p in range(8):
-            w.create_partition("t", p)
-            w.append_batch("t", [os.urandom(1000) for _ in range(2000)], partition=p)
+            w.create("t", p)
+            w.append("t", [os.urandom(1000) for _ in range(2000)], partition=p)
         w.sync()  # below the durable watermark: what a fetch's durable_end does first
         broker = broker_for(w)
         full = broker.ahead_budget
@@ -218,11 +218,11 @@ def test_real_clients_read_every_record_once_while_a_producer_appends(tmp_path: 
     first = [b"a-%06d-" % i + os.urandom(500) for i in range(6000)]
     more = [b"b-%06d-" % i + os.urandom(500) for i in range(3000)]
     with walfs.Wal(str(tmp_path / "d"), fsync="never", **GEOMETRY) as w, Listener(w) as lst:
-        w.append_batch("t", first)
+        w.append("t", first)
 
         def produce() -> None:
             for i in range(0, len(more), 100):
-                w.append_batch("t", more[i : i + 100])
+                w.append("t", more[i : i + 100])
 
         t = threading.Thread(target=produce)
         t.start()

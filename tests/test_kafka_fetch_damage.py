@@ -52,7 +52,7 @@ def damaged_log(data: Path, where: str) -> list[bytes]:
     vals = [b"sealed-%05d-" % i + b"p" * 200 for i in range(600)]
     with walfs.Wal(str(data), **GEOMETRY) as w:
         for i in range(0, len(vals), 50):
-            w.append_batch("t", vals[i : i + 50])
+            w.append("t", vals[i : i + 50])
     path, pos = find(data, b"sealed-%05d-" % BAD)
     flip(path, pos - 12 if where == "header" else pos + 50)
     return vals

@@ -43,14 +43,14 @@ def drop_page_cache(data: Path) -> None:
 def test_a_sync_due_or_many_partitions_send_the_read_to_a_thread(tmp_path: Path) -> None:
     with walfs.Wal(str(tmp_path / "d"), fsync="interval", fsync_interval_ms=HOUR_MS, **GEOMETRY) as w:
         broker = Broker(w.engine, api_versions=dict(SUPPORTED))
-        w.append_batch("t", [b"v%03d" % i for i in range(100)])
+        w.append("t", [b"v%03d" % i for i in range(100)])
         assert w.engine.info("t", 0).durable_watermark < 100
         assert not _readable_inline(broker, request("t", [0], 0))  # durable_end would fsync
         w.sync()
         assert _readable_inline(broker, request("t", [0], 0))
         assert _readable_inline(broker, request("t", [0], 100))  # at the end: nothing to read
         for p in range(1, MAX_INLINE_PARTITIONS + 1):
-            w.create_partition("t", p)
+            w.create("t", p)
         assert _readable_inline(broker, request("t", list(range(MAX_INLINE_PARTITIONS)), 0))
         assert not _readable_inline(broker, request("t", list(range(MAX_INLINE_PARTITIONS + 1)), 0))
         assert not _readable_inline(broker, request("t", [-1], 0))
@@ -60,7 +60,7 @@ def test_records_on_disk_only_are_read_in_a_thread_and_served_the_same(tmp_path:
     data = tmp_path / "d"
     values = [os.urandom(1000) for _ in range(2000)]  # ~2 MB: more than one fetch's MiB
     with walfs.Wal(str(data), fsync="never", **GEOMETRY) as w:
-        w.append_batch("t", values)
+        w.append("t", values)
     with walfs.Wal(str(data), fsync="never", **GEOMETRY) as w, Listener(w) as lst:
         drop_page_cache(data)  # after the open, which reads the runs' headers and index
         broker = Broker(w.engine, api_versions=dict(SUPPORTED))

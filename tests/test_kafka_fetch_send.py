@@ -33,7 +33,7 @@ MIB = 1 << 20
 def values_log(wal: walfs.Wal, n: int) -> list[bytes]:
     vals = [b"%06d" % i + bytes([i % 251]) * (VALUE - 6) for i in range(n)]
     for i in range(0, n, 32):
-        wal.append_batch("t", vals[i : i + 32])
+        wal.append("t", vals[i : i + 32])
     wal.sync()
     return vals
 

@@ -87,7 +87,7 @@ def test_the_rest_of_a_large_frame_waits_acknowledged_in_the_kernel_until_it_is_
         # Before, the reader woke for every part and took it (Recv-Q 0): one event-loop
         # turn per segment the client wrote.
         assert queues(lst.port, me)[0] == sum(parts)
-        assert lst.wal.high_watermark("t") == 0
+        assert lst.wal.info("t").high_watermark == 0
         s.sendall(frame[sent:])
         assert produce_answer(recv_frame(s), 3) == (ErrorCode.none, 0)
         assert queues(lst.port, me)[0] == 0
@@ -109,7 +109,7 @@ def test_a_large_frame_dribbled_in_small_pieces_is_answered(tmp_path: Path) -> N
         assert produce_answer(recv_frame(s), 4) == (ErrorCode.none, 0)
         s.sendall(api_versions_request(5))
         assert struct.unpack(">i", recv_frame(s)[:4])[0] == 5
-        assert lst.wal.high_watermark("t") == 12
+        assert lst.wal.info("t").high_watermark == 12
 
 
 def test_pipelined_large_frames_and_a_small_one_are_answered_in_order(tmp_path: Path) -> None:
@@ -159,4 +159,4 @@ def test_a_client_gone_in_the_middle_of_a_large_frame_writes_nothing(
             lambda: any(d in caplog.text for d in dropped), what="the listener dropping the connection"
         )
         check_alive(lst.port)
-        assert lst.wal.high_watermark("t") == 0
+        assert lst.wal.info("t").high_watermark == 0

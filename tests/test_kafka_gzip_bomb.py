@@ -31,7 +31,7 @@ def test_gzip_bomb_batch_refused_small_gzip_kept() -> None:
 
 def test_gzip_bomb_over_the_wire_refused_other_producer_served(tmp_path: Path) -> None:
     with listener(tmp_path) as lst:
-        lst.wal.create_partition("t", 0)
+        lst.wal.create("t", 0)
         bomber = KafkaProducer(
             bootstrap_servers=lst.bootstrap,
             compression_type="gzip",

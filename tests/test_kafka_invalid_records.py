@@ -54,7 +54,7 @@ def test_records_walfs_cannot_keep_get_per_record_errors(tmp_path: Path) -> None
     batch = bytearray(batch.replace(b"\x04\x01\x01", b"\x04\xff\xfe"))
     set_header_field(batch, "crc", crc32c(bytes(batch[CRC_START:])))
     with listener(tmp_path) as lst:
-        lst.wal.create_partition("t", 0)
+        lst.wal.create("t", 0)
         with Wire(lst.bootstrap) as w:
             p = _produce(w, 9, bytes(batch))
             assert int(p.error_code) == INVALID_RECORD
@@ -65,7 +65,7 @@ def test_records_walfs_cannot_keep_get_per_record_errors(tmp_path: Path) -> None
             assert p.error_message and "2 invalid record(s)" in p.error_message
             p7 = _produce(w, 7, bytes(batch))  # before v8: the code alone
             assert int(p7.error_code) == INVALID_RECORD
-            assert lst.wal.high_watermark("t", 0) == 0  # nothing of either batch
+            assert lst.wal.info("t", 0).high_watermark == 0  # nothing of either batch
             good = _produce(w, 9, encode_records_for_test([WireRecord(None, b"after", [], 5)]))
             assert int(good.error_code) == 0 and int(good.base_offset) == 0
         assert lst.wal.read("t", 0) == [b"after"]

@@ -52,5 +52,5 @@ def test_kafkajs_every_codec_group_commit_and_admin_offsets(tmp_path: Path) -> N
             low = 50 if codec == "gzip" else 0  # the admin client deleted js-gzip's records below 50
             recs = wal.read_records(f"js-{codec}", low, max_records=N + 1)
             assert len(recs) == N - low and recs[-1].value is None and recs[0].key == b"k%d" % (low % 5)
-            assert wal.committed("js-group", f"js-{codec}", 0) == (N, "")
-        assert wal.low_watermark("js-gzip") == 50 and wal.retention("js-none").ms == 86_400_000
+            assert wal.engine.committed("js-group", f"js-{codec}", 0) == (N, "")
+        assert wal.info("js-gzip").low_watermark == 50 and wal.retention("js-none").ms == 86_400_000

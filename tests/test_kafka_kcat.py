@@ -45,7 +45,7 @@ def test_kcat_produce_consume_with_keys_and_headers(tmp_path: Path) -> None:
 def test_kcat_reads_plain_appends_with_null_keys(tmp_path: Path) -> None:
     with listener(tmp_path) as lst:
         lst.wal.append("lines", b"appended by the engine")
-        lst.wal.append_batch("lines", [b"a", b"b"])
+        lst.wal.append("lines", [b"a", b"b"])
         got = kcat("-b", lst.bootstrap, "-C", "-t", "lines", "-e", "-Z", "-f", "%k:%s\n").splitlines()
         assert got == ["NULL:appended by the engine", "NULL:a", "NULL:b"]
 
@@ -62,7 +62,7 @@ def test_kcat_metadata_lists_topics_and_partitions(tmp_path: Path) -> None:
 
 def test_kcat_offsets_start_and_end(tmp_path: Path) -> None:
     with listener(tmp_path) as lst:
-        lst.wal.append_batch("o", [b"r%d" % i for i in range(10)])
+        lst.wal.append("o", [b"r%d" % i for i in range(10)])
         tail = kcat("-b", lst.bootstrap, "-C", "-t", "o", "-o", "-3", "-e", "-f", "%s\n")
         assert tail.split() == ["r7", "r8", "r9"]
         mid = kcat("-b", lst.bootstrap, "-C", "-t", "o", "-o", "5", "-c", "2", "-f", "%s\n")

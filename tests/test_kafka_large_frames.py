@@ -62,7 +62,7 @@ def test_real_clients_move_megabytes_of_16k_records_through_three_partitions(tmp
     values = {p: [os.urandom(16384) for _ in range(120)] for p in range(3)}
     with listener(tmp_path) as lst:
         for p in range(3):
-            lst.wal.create_partition("big", p)
+            lst.wal.create("big", p)
         prod = Producer(
             {"bootstrap.servers": lst.bootstrap, "acks": "all", "linger.ms": 20, "batch.size": 1 << 20}
         )
@@ -103,7 +103,7 @@ def test_a_dribbled_request_a_request_behind_it_and_an_answer_read_slowly(tmp_pa
         for i in range(0, 220, 55)
     ]
     with listener(tmp_path) as lst:
-        lst.wal.create_partition("dribble", 0)
+        lst.wal.create("dribble", 0)
         with raw_connect(lst.port) as s:
             s.settimeout(30)
             for n, batch in enumerate(batches):

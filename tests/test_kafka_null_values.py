@@ -52,7 +52,7 @@ def test_tombstones_round_trip_through_librdkafka(tmp_path: Path, codec: str) ->
 
 def test_python_api_appends_and_reads_null_values(open_wal) -> None:
     w = open_wal()
-    w.append_records("t", [(None, None, None, None), (b"k", None, [("h", None)], 5), (None, b"", None, None)])
+    w.append("t", [(None, None, None, None), (b"k", None, [("h", None)], 5), (None, b"", None, None)])
     got = w.read_records("t", 0)
     assert [(r.key, r.value, list(r.headers), r.timestamp_ms) for r in got][:2] == [
         (None, None, [], got[0].timestamp_ms),
@@ -73,7 +73,7 @@ def test_spark_columns_hold_null_values(open_wal) -> None:
     from walfs.spark.columnar import read_range
 
     w = open_wal()
-    w.append_records("t", [(b"a", b"1", None, 7), (b"a", None, None, 8), (None, b"", None, None)])
+    w.append("t", [(b"a", b"1", None, 7), (b"a", None, None, 8), (None, b"", None, None)])
     (batch,) = list(read_range(w.engine, "t", 0, 0, 3))
     assert batch.column("value").to_pylist() == [b"1", None, b""]
     assert batch.column("key").to_pylist() == [b"a", b"a", None]

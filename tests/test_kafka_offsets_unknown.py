@@ -12,12 +12,12 @@ from kafka_harness import listener
 
 def test_commit_and_fetch_unknown_topic_or_partition(tmp_path: Path) -> None:
     with listener(tmp_path) as lst:
-        lst.wal.create_partition("known", 0)
+        lst.wal.create("known", 0)
         lst.wal.append("known", b"a")
         c = Consumer({"bootstrap.servers": lst.bootstrap, "group.id": "g", "enable.auto.commit": False})
         try:
             c.commit(offsets=[TopicPartition("known", 0, 1)], asynchronous=False)
-            assert lst.wal.committed_offset("g", "known", 0) == 1
+            assert lst.wal.committed("g", "known", 0) == 1
             for tp in (TopicPartition("nope", 0, 0), TopicPartition("known", 5, 0)):
                 try:
                     res = c.commit(offsets=[tp], asynchronous=False)

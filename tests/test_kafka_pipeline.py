@@ -138,13 +138,13 @@ def test_next_produce_is_appended_while_the_first_waits_for_its_sync(
         s.sendall(produce("t", 5, 1) + produce("t", 3, 2))
         # Answering one request at a time, the second would stay unread until the first
         # one's sync returned: here both are appended while that sync is held.
-        wait_until(lambda: wal.high_watermark("t") == 8, 30, "the second request's append")
+        wait_until(lambda: wal.info("t").high_watermark == 8, 30, "the second request's append")
         assert wal.waiting >= 1
         assert nothing_to_read(s)  # no answer before its records are durable
         wal.gate.set()
         answers = [produce_answer(recv_frame(s)) for _ in range(2)]
     assert answers == [(1, 0, 0), (2, 0, 5)]
-    assert wal.durable_watermark("t") == 8
+    assert wal.info("t").durable_watermark == 8
     assert [v for v in wal.read("t", 0, max_records=10)] == [b"r1-%d" % i for i in range(5)] + [
         b"r2-%d" % i for i in range(3)
     ]
@@ -160,7 +160,7 @@ def test_answers_keep_request_order_behind_a_waiting_produce(gated: tuple[GatedW
             + produce("t", 1, 3, acks=1)
             + produce("t", 4, 4, acks=0)
         )
-        wait_until(lambda: wal.high_watermark("t") == 7, 30, "all three produces")
+        wait_until(lambda: wal.info("t").high_watermark == 7, 30, "all three produces")
         assert nothing_to_read(s)  # the ready answers wait behind the first one
         wal.gate.set()
         first = produce_answer(recv_frame(s))
@@ -182,11 +182,11 @@ def test_read_ahead_is_bounded(gated: tuple[GatedWal, Listener]) -> None:
         # PIPELINE_DEPTH answers are owed, one more request is appended and waits to queue
         # its answer; the rest stay unread in the socket until answers go out.
         owed = PIPELINE_DEPTH + 1
-        wait_until(lambda: wal.high_watermark("t") == owed, 30, "the read-ahead to fill")
+        wait_until(lambda: wal.info("t").high_watermark == owed, 30, "the read-ahead to fill")
         # The reader is parked on the full pipe; an ApiVersions on another connection is
         # answered meanwhile (the listener is not blocked), and this one reads no further.
         check_alive(lst.port)
-        assert wal.high_watermark("t") == owed
+        assert wal.info("t").high_watermark == owed
         wal.gate.set()
         answers = [produce_answer(recv_frame(s)) for _ in range(total)]
     assert answers == [(i, 0, i) for i in range(total)]
@@ -196,11 +196,11 @@ def test_client_gone_while_answers_wait(gated: tuple[GatedWal, Listener]) -> Non
     wal, lst = gated
     s = raw_connect(lst.port)
     s.sendall(produce("t", 2, 1) + produce("t", 2, 2))
-    wait_until(lambda: wal.high_watermark("t") == 4, 30, "both appends")
+    wait_until(lambda: wal.info("t").high_watermark == 4, 30, "both appends")
     s.close()
     wal.gate.set()
     # The answers have nowhere to go; the records are durable and the listener serves on.
-    wait_until(lambda: wal.durable_watermark("t") == 4, 30, "the held syncs")
+    wait_until(lambda: wal.info("t").durable_watermark == 4, 30, "the held syncs")
     check_alive(lst.port)
     with raw_connect(lst.port) as s2:
         s2.sendall(produce("t", 1, 9))
@@ -217,7 +217,7 @@ def test_waiting_answers_share_one_sync_round(gated: tuple[GatedWal, Listener]) 
         wait_until(lambda: wal.waiting == 1, 30, "the first sync round")
         for i, s in enumerate(conns):
             s.sendall(b"".join(produce("t", 1, 10 * i + k) for k in range(1, 4)))
-        wait_until(lambda: wal.high_watermark("t") == 13, 30, "all appends")
+        wait_until(lambda: wal.info("t").high_watermark == 13, 30, "all appends")
         fsyncs = wal.engine.report()["syncs"]
         wal.gate.set()
         answers = [produce_answer(recv_frame(s)) for s in conns for _ in range(4 if s is conns[0] else 3)]
@@ -232,7 +232,7 @@ def test_waiting_answers_share_one_sync_round(gated: tuple[GatedWal, Listener]) 
     # the gate opens, after every append, so the next one finds them durable.
     assert wal.calls == 2
     assert wal.engine.report()["syncs"] - fsyncs == 1
-    assert wal.durable_watermark("t") == 13
+    assert wal.info("t").durable_watermark == 13
 
 
 @pytest.mark.parametrize("policy", sorted(SYNCING_WALS))
@@ -246,7 +246,7 @@ def test_failed_sync_fails_every_waiting_answer(tmp_path: Path, policy: str) -> 
         answers = [produce_answer(recv_frame(s)) for _ in range(2)]
     # KAFKA_STORAGE_ERROR (56), no offset: nothing was acknowledged as durable.
     assert answers == [(2, 56, -1), (3, 56, -1)]
-    assert wal.failed
+    assert wal.engine.failed
     with pytest.raises(WalIOError):  # closing a failed WAL reports it too
         wal.close()
 
@@ -278,13 +278,13 @@ def test_acks_all_under_fsync_never_is_answered_once_appended(tmp_path: Path) ->
             answers = [produce_answer(recv_frame(s)) for _ in range(2)]
             assert answers == [(1, 0, 0), (2, 0, 5)]
             assert wal.calls == 0
-            assert wal.high_watermark("t") == 8
-            assert wal.durable_watermark("t") == 0
+            assert wal.info("t").high_watermark == 8
+            assert wal.info("t").durable_watermark == 0
             # A consumer is still handed durable records only: its fetch syncs first.
             wal.gate.set()
             assert consume_all(lst.bootstrap, "t", 8)[-1] == b"r2-2"
             assert wal.calls >= 1
-            assert wal.durable_watermark("t") == 8
+            assert wal.info("t").durable_watermark == 8
     finally:
         wal.gate.set()
         wal.close()
@@ -299,13 +299,13 @@ def test_acks_1_under_fsync_always_waits_for_the_shared_sync_round(tmp_path: Pat
     try:
         with Listener(wal) as lst, raw_connect(lst.port) as s:
             s.sendall(produce("t", 4, 1, acks=1) + produce("t", 2, 2, acks=1))
-            wait_until(lambda: wal.high_watermark("t") == 6, 30, "both appends")
+            wait_until(lambda: wal.info("t").high_watermark == 6, 30, "both appends")
             wait_until(lambda: wal.waiting >= 1, 30, "the shared sync round")
             assert nothing_to_read(s)  # no answer before the records are durable
-            assert wal.durable_watermark("t") == 0
+            assert wal.info("t").durable_watermark == 0
             wal.gate.set()
             assert [produce_answer(recv_frame(s)) for _ in range(2)] == [(1, 0, 0), (2, 0, 4)]
-            assert wal.durable_watermark("t") == 6
+            assert wal.info("t").durable_watermark == 6
     finally:
         wal.gate.set()
         wal.close()

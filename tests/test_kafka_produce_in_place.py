@@ -94,7 +94,7 @@ def test_under_always_acks_1_is_appended_in_place_and_acks_0_in_a_thread(
         for k in range(1, 4):
             s.sendall(produce("t", 2, k, acks=1))
             assert produce_answer(recv_frame(s)) == (k, 0, 2 * (k - 1))
-            assert wal.durable_watermark("t") == 2 * k
+            assert wal.info("t").durable_watermark == 2 * k
         s.sendall(produce("t", 3, 4, acks=0) + produce("t", 1, 5, acks=1))
         assert produce_answer(recv_frame(s)) == (5, 0, 9)
     assert [(name, on_loop) for name, on_loop, _ in wal.calls] == [
@@ -104,7 +104,7 @@ def test_under_always_acks_1_is_appended_in_place_and_acks_0_in_a_thread(
         ("append", False),  # acks=0
         ("append_nowait", True),
     ]
-    assert wal.durable_watermark("t") == 10
+    assert wal.info("t").durable_watermark == 10
 
 
 def big_produce(topic: str, n: int, size: int, correlation_id: int) -> bytes:

@@ -43,8 +43,8 @@ def test_kafka_python_round_trip_with_group_commit(tmp_path: Path) -> None:
         assert sorted(m.value for m in got) == sorted(b"v%d" % i for i in range(20))
         m5 = next(m for m in got if m.value == b"v5")
         assert (m5.key, m5.headers) == (b"k5", [("n", b"5")])
-        assert lst.wal.committed_offset("kpg", "kp", 0) == 10
-        assert lst.wal.committed_offset("kpg", "kp", 1) == 10
+        assert lst.wal.committed("kpg", "kp", 0) == 10
+        assert lst.wal.committed("kpg", "kp", 1) == 10
 
 
 def test_kafka_python_reads_engine_appends(tmp_path: Path) -> None:

@@ -31,13 +31,13 @@ def test_matches_a_full_scan_over_many_chunks(open_wal) -> None:
                 t = base + 10**9  # far-future stamps raise the running maximum mid-log
             ts.append(t)
             rows.append((None, b"v", None, t))
-        w.append_records("t", rows)
+        w.append("t", rows)
     # some records without a producer timestamp: their append time counts
-    w.append_batch("t", [b"plain"] * 10)
+    w.append("t", [b"plain"] * 10)
     for r in w.read_records("t", n, max_records=10):
         ts.append(r.timestamp_ms)
     times = RecordTimes()
-    high = w.high_watermark("t")
+    high = w.info("t").high_watermark
     targets = [base - 1, base, base + 5, base + 20_000, base + 40_000, ts[-1], max(ts), max(ts) + 1]
     targets += [rnd.randrange(base, base + n * 10) for _ in range(40)]
     answers = {times.offset_for(w.engine, "t", 0, t, 0, high)[1] for t in targets}
@@ -47,13 +47,13 @@ def test_matches_a_full_scan_over_many_chunks(open_wal) -> None:
     best = max(ts)
     assert times.max_timestamp(w.engine, "t", 0, 0, high) == (best, ts.index(best))
     # The partition grows: the index extends; the new records are found.
-    w.append_records("t", [(None, b"late", None, best + 7)])
+    w.append("t", [(None, b"late", None, best + 7)])
     ts.append(best + 7)
     assert times.offset_for(w.engine, "t", 0, best + 1, 0, high + 1) == (best + 7, high)
     assert times.max_timestamp(w.engine, "t", 0, 0, high + 1) == (best + 7, high)
     # A trim moves the log start: the index starts again there.
     w.trim("t", CHUNK + 1)
-    low = w.low_watermark("t")
+    low = w.info("t").low_watermark
     for target in targets[:10]:
         assert times.offset_for(w.engine, "t", 0, target, low, high + 1) == _brute(ts, low, target)
     assert times.max_timestamp(w.engine, "t", 0, low, low) == (-1, -1)

@@ -49,8 +49,8 @@ def test_produce_past_the_limit_gets_kafka_storage_error_when_retention_cannot_m
         # The acknowledged records have the offsets 0..n-1, and the WAL holds exactly them.
         offsets = sorted(m.offset() for m in acked)
         assert offsets == list(range(len(acked)))
-        assert lst.wal.high_watermark("bounded") == len(acked)
-        low = lst.wal.low_watermark("bounded")
+        assert lst.wal.info("bounded").high_watermark == len(acked)
+        low = lst.wal.info("bounded").low_watermark
         kept = {m.offset(): m.value() for m in acked if m.offset() >= low}
         got = lst.wal.read("bounded", low, max_records=10_000)
         assert got == [kept[o] for o in range(low, len(acked))]

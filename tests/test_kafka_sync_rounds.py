@@ -47,10 +47,10 @@ def test_what_is_appended_while_a_sync_runs_is_covered_by_the_next_one(
         # first) and on another: no second sync is called while the first is held.
         s.sendall(produce("t", 3, 2))
         s2.sendall(produce("t", 2, 3))
-        wait_until(lambda: wal.high_watermark("t") == 10, 30, "the later appends")
+        wait_until(lambda: wal.info("t").high_watermark == 10, 30, "the later appends")
         assert wal.calls == 1
         assert nothing_to_read(s) and nothing_to_read(s2)  # no answer before its records are durable
-        assert wal.durable_watermark("t") == 0
+        assert wal.info("t").durable_watermark == 0
         wal.gate.set()
         answers = [produce_answer(recv_frame(s)) for _ in range(2)] + [produce_answer(recv_frame(s2))]
     assert sorted(answers) == [(1, 0, 0), (2, 0, 5), (3, 0, 8)] or sorted(answers) == [
@@ -60,7 +60,7 @@ def test_what_is_appended_while_a_sync_runs_is_covered_by_the_next_one(
     ]
     # The held sync, then one more for both later requests, called when it returned.
     assert wal.calls == 2
-    assert wal.durable_watermark("t") == 10
+    assert wal.info("t").durable_watermark == 10
 
 
 @pytest.mark.parametrize("fails", [False, True], ids=["next-sync-ok", "next-sync-eio"])
@@ -70,13 +70,13 @@ def test_an_answer_waits_for_a_sync_called_after_its_append(tmp_path: Path, fail
         with Listener(wal) as lst, raw_connect(lst.port) as s, raw_connect(lst.port) as s2:
             s.sendall(produce("t", 5, 1))
             wait_until(lambda: wal.waiting == 1, 30, "the first sync, done and held")
-            assert wal.durable_watermark("t") == 5
+            assert wal.info("t").durable_watermark == 5
             # Appended after that sync read what it covers: on the same connection and on
             # another one.
             s.sendall(produce("t", 3, 2))
             s2.sendall(produce("t", 2, 3))
-            wait_until(lambda: wal.high_watermark("t") == 10, 30, "the later appends")
-            assert wal.durable_watermark("t") == 5  # in the page cache only
+            wait_until(lambda: wal.info("t").high_watermark == 10, 30, "the later appends")
+            assert wal.info("t").durable_watermark == 5  # in the page cache only
             if fails:
                 debug.inject_fault(wal, "sync", errno.EIO)
             wal.release.release()  # the first sync returns: only its own answer may go
@@ -85,7 +85,7 @@ def test_an_answer_waits_for_a_sync_called_after_its_append(tmp_path: Path, fail
             # answer is sent, though the first sync has returned.
             wait_until(lambda: wal.calls == 2 and wal.waiting == 1, 30, "the next sync, held")
             assert nothing_to_read(s) and nothing_to_read(s2)
-            assert wal.durable_watermark("t") == (5 if fails else 10)
+            assert wal.info("t").durable_watermark == (5 if fails else 10)
             wal.release.release()
             later = [produce_answer(recv_frame(s)), produce_answer(recv_frame(s2))]
             if fails:
@@ -158,7 +158,7 @@ def test_every_answered_record_survives_a_power_cut(
         # Nothing synced after the answers: every page written since the last sync reverts.
         debug.power_cut(wal, seed=seed * 10 + cycle, keep_permille=0)
         wal = reopen(tmp_path / "data", conf)
-        assert wal.high_watermark("t") == len(expect)
+        assert wal.info("t").high_watermark == len(expect)
         assert wal.read("t", 0, max_records=len(expect) + 10) == expect
     wal.close()
 
@@ -195,7 +195,7 @@ def test_a_chain_cancelled_before_its_thread_ran_does_not_hold_later_marks(tmp_p
     # The listener's nursery cancelled (its shutdown) while a chain waited for a worker
     # thread: the next mark, in a new nursery, still gets its sync.
     wal = walfs.Wal(str(tmp_path / "data"), fsync="always", **SMALL_WAL)
-    wal.append_batch("t", [b"a"])
+    wal.append("t", [b"a"])
     limiter = trio.CapacityLimiter(1)
     gs = GroupSync(wal.engine.sync, limiter)
 

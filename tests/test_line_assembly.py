@@ -25,7 +25,7 @@ def feed(wal: walfs.Wal, asm: LineAssembler, piece: bytes) -> None:
 def test_any_cut_gives_one_record_per_line(tmp_path: Path, size: int) -> None:
     text = b"".join(b"line %d %s\n" % (i, b"y" * (i % 13)) for i in range(500)) + b"tail"
     with walfs.Wal(tmp_path / "wal") as wal:
-        wal.create_partition("t")
+        wal.create("t")
         asm = LineAssembler()
         for pos in range(0, len(text), size):
             feed(wal, asm, text[pos : pos + size])

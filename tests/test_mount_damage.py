@@ -52,7 +52,7 @@ def damage(data: Path) -> None:
     """Writes the topic `t` (N lines), closes the WAL, flips a byte of record BAD's value."""
     with walfs.Wal(str(data), segment_size=16 << 20, block_size=1 << 20) as w:
         for i in range(0, N, 1000):
-            w.append_batch("t", LINES[i : i + 1000])
+            w.append("t", LINES[i : i + 1000])
     path, pos = find_in_segments(data, LINES[BAD])
     flip_byte(path, pos + 20)
 
@@ -132,7 +132,7 @@ def test_consumer_file_fails_and_its_cursor_never_passes_the_damage(make_mount) 
         assert TRUE[TRUE.index(LINES[start]) :].startswith(res.stdout), attempt
         # Nothing at or past the damaged record is committed, whatever was read before it.
         with walfs.Wal(str(m.data), read_only=True) as w:
-            committed = w.committed("g", "t")
+            committed = w.engine.committed("g", "t")
         if committed is not None:
             assert start <= committed[0] <= BAD, (attempt, committed)
             start = committed[0]

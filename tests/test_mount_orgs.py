@@ -24,11 +24,11 @@ def test_consumers_lists_only_the_mounts_own_groups(make_mount: Callable[[], Mou
     m = make_mount()
     with walfs.Wal(str(m.data), org_id=2, **SMALL) as other:
         other.append("t", b"theirs")
-        other.commit_offset("their-group", "t", 1)
-        other.create_group("their-empty-group")
+        other.commit("their-group", "t", 1)
+        other.engine.create_group("their-empty-group")
     with walfs.Wal(str(m.data), org_id=1, **SMALL) as own:
         own.append("mine", b"a")
-        own.create_group("own-group")
+        own.engine.create_group("own-group")
     m.start()
     try:
         assert m.out("ls .consumers").split() == ["own-group"]
@@ -40,18 +40,18 @@ def test_consumers_lists_only_the_mounts_own_groups(make_mount: Callable[[], Mou
     finally:
         m.stop()
     with walfs.Wal(str(m.data), org_id=2, read_only=True, **SMALL) as other:
-        assert other.consumer_groups() == ["their-empty-group", "their-group"]
-        assert other.committed_offset("their-group", "t") == 1
+        assert other.groups() == ["their-empty-group", "their-group"]
+        assert other.committed("their-group", "t") == 1
     with walfs.Wal(str(m.data), org_id=1, read_only=True, **SMALL) as own:
-        assert own.consumer_groups() == ["own-group", "their-group"]
-        assert own.committed_offset("their-group", "mine") is None
+        assert own.groups() == ["own-group", "their-group"]
+        assert own.committed("their-group", "mine") is None
 
 
 def test_salvage_keeps_the_org_of_empty_groups(tmp_path: Path) -> None:
     src, dst = tmp_path / "src", tmp_path / "dst"
     with walfs.Wal(str(src), org_id=2, **SMALL) as w:
         w.append("t", b"x")
-        w.create_group("g2")
+        w.engine.create_group("g2")
     r = subprocess.run(
         [sys.executable, "-m", "walfs", "fsck", str(src), "--repair", "--into", str(dst)],
         capture_output=True,
@@ -63,7 +63,7 @@ def test_salvage_keeps_the_org_of_empty_groups(tmp_path: Path) -> None:
     assert r.returncode == 0 and "everything kept" in r.stdout, r.stdout + r.stderr
     for org, groups in ((2, ["g2"]), (1, [])):
         with walfs.Wal(str(dst), org_id=org, read_only=True, **SMALL) as w:
-            assert w.consumer_groups() == groups
+            assert w.groups() == groups
 
 
 def _free_port() -> int:

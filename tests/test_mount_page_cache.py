@@ -71,7 +71,7 @@ def lines(n: int, tag: bytes = b"x", width: int = 100) -> bytes:
 def engine_view(data: Path, topic: str) -> bytes:
     """The topic's byte view as the engine holds it (the mount stopped)."""
     with walfs.Wal(str(data)) as wal:
-        return wal.read_bytes(topic, 0, wal.byte_size(topic))
+        return wal.read_bytes(topic, 0, wal.info(topic).byte_size)
 
 
 def write_in_pieces(path: Path, data: bytes, piece: int) -> None:

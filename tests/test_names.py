@@ -27,7 +27,7 @@ def test_python_api_refuses(tmp_path: Path, name: str) -> None:
         with pytest.raises(walfs.InvalidTopicError):
             w.append(name, b"x")
         with pytest.raises(walfs.InvalidTopicError):
-            w.commit_offset(name, "t", 0)  # groups obey the same rule
+            w.commit(name, "t", 0)  # groups obey the same rule
         assert w.topics() == []
 
 

@@ -41,7 +41,7 @@ def test_wal_matches_model(sequence):
                 model[(t, p)].append(v)
             elif op[0] == "batch":
                 _, t, p, vs = op
-                assert w.append_batch(t, vs, partition=p) == len(model.setdefault((t, p), []))
+                assert w.append(t, vs, partition=p) == len(model.setdefault((t, p), []))
                 model[(t, p)].extend(vs)
             elif op[0] == "trim":
                 _, t, p, frac = op
@@ -59,12 +59,12 @@ def test_wal_matches_model(sequence):
                 w = walfs.Wal(d, test_mode=True)
             for (t, p), vals in model.items():
                 lo = low.get((t, p), 0)
-                assert w.low_watermark(t, p) == lo
-                assert w.high_watermark(t, p) == len(vals)
+                assert w.info(t, p).low_watermark == lo
+                assert w.info(t, p).high_watermark == len(vals)
                 assert w.read(t, lo, p, max_records=10_000, max_bytes=1 << 30) == vals[lo:]
                 view = b"".join(v + b"\n" for v in vals)
                 start = len(b"".join(v + b"\n" for v in vals[:lo]))
-                assert w.byte_size(t, p) == len(view)
+                assert w.info(t, p).byte_size == len(view)
                 assert w.read_bytes(t, start, len(view), p) == view[start:]
         w.close()
     finally:

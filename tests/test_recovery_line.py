@@ -50,7 +50,7 @@ def test_open_after_a_clean_close(wal_dir: str, caplog: pytest.LogCaptureFixture
     w = walfs.Wal(wal_dir, **SMALL)  # type: ignore[arg-type]
     counts = {"a": 3, "b": 250, "c": 1}
     for t, n in counts.items():
-        w.append_batch(t, [b"%s-%d" % (t.encode(), i) for i in range(n)])
+        w.append(t, [b"%s-%d" % (t.encode(), i) for i in range(n)])
     w.close()
     w, record, m = open_logged(caplog, wal_dir)
     try:
@@ -59,7 +59,7 @@ def test_open_after_a_clean_close(wal_dir: str, caplog: pytest.LogCaptureFixture
         assert int(m["records"]) == sum(counts.values())
         assert int(m["segments"]) == len(seg_files(wal_dir))
         assert m["cut"] is None  # nothing cut
-        report = w.recovery_report()
+        report = w.engine.report()
         assert (int(m["runs"]), int(m["verified"])) == (report["blocks"], report["verified_records"])
     finally:
         w.close()
@@ -71,7 +71,7 @@ def test_open_after_a_clean_close(wal_dir: str, caplog: pytest.LogCaptureFixture
 
 def test_open_after_a_torn_tail_names_what_it_cut(wal_dir: str, caplog: pytest.LogCaptureFixture) -> None:
     w = walfs.Wal(wal_dir, test_mode=True, fsync="never", **SMALL)  # type: ignore[arg-type]
-    w.append_batch("t", [b"rec-%04d" % i for i in range(99)])
+    w.append("t", [b"rec-%04d" % i for i in range(99)])
     w.sync()
     w.append("t", b"LAST-RECORD-PAYLOAD")
     crash_after(w)
@@ -79,7 +79,7 @@ def test_open_after_a_torn_tail_names_what_it_cut(wal_dir: str, caplog: pytest.L
     poke(path, pos + 10, b"\0\0\0")  # the tail write was torn
     w, record, m = open_logged(caplog, wal_dir)
     try:
-        assert w.high_watermark("t") == 99
+        assert w.info("t").high_watermark == 99
         assert record.levelno == logging.WARNING
         assert (int(m["streams"]), int(m["records"]), int(m["cut"])) == (1, 99, 1)
         # The core's line before it says which stream and where it ends now.
@@ -98,7 +98,7 @@ def test_open_after_a_sigkilled_writer(wal_dir: str, caplog: pytest.LogCaptureFi
     w, record, m = open_logged(caplog, wal_dir)
     try:
         acked = check_after_kill(w, lines, {})
-        report = w.recovery_report()
+        report = w.engine.report()
         assert int(m["streams"]) == len(w.topics())
         assert int(m["records"]) == sum(acked.values()) > 0
         assert int(m["segments"]) == report["segments"] == len(seg_files(wal_dir))

@@ -37,14 +37,14 @@ def test_single_appends_make_no_write_syscall_per_record(wal_dir):
     body = """
         import sys, walfs
         w = walfs.Wal(sys.argv[1], fsync="never", segment_size=1 << 24, block_size=1 << 20)
-        w.append_batch("t", [b"warm"])  # the run exists: what follows is the steady state
+        w.append("t", [b"warm"])  # the run exists: what follows is the steady state
         a = w.appender("t")
         print("GO", flush=True)
         for i in range(1000):
             a.append(b"%d" % i * 10)
         for i in range(1000):
             w.append("t", b"%d" % i * 10)
-        print("HW", w.high_watermark("t"), flush=True)
+        print("HW", w.info("t").high_watermark, flush=True)
         w.close()
         """
     out = os.path.join(os.path.dirname(wal_dir), "strace.txt")
@@ -89,7 +89,7 @@ def test_single_appends_are_seen_by_a_reader_process_without_sync(wal_dir):
             import sys, walfs
             r = walfs.Wal(sys.argv[1], read_only=True)
             recs = r.read("t", 0, max_records=10_000)
-            print(len(recs), r.high_watermark("t"))
+            print(len(recs), r.info("t").high_watermark)
             for rec in recs:
                 print(rec.hex())
             """,
@@ -171,7 +171,7 @@ def close_racing_appends(d: str) -> None:
     try:
         for t, offsets in acked.items():
             assert offsets == list(range(len(offsets)))
-            assert r.high_watermark(t) == len(offsets)
+            assert r.info(t).high_watermark == len(offsets)
             assert r.read(t, 0, max_records=len(offsets) + 10) == [payload(t, i) for i in range(len(offsets))]
     finally:
         r.close()
@@ -197,7 +197,7 @@ def test_counters_are_exact_when_threads_share_one_handle(wal_dir):
 
         def scrape() -> None:
             while not stop.is_set():
-                seen.append(w.stats.records_appended)
+                seen.append(w.engine.stats.records_appended)
 
         def work(k: int) -> None:
             for _ in range(5000):
@@ -213,9 +213,9 @@ def test_counters_are_exact_when_threads_share_one_handle(wal_dir):
         stop.set()
         scraper.join(timeout=60)
         assert seen == sorted(seen) and seen[-1] <= 40_000  # never backwards, never over
-        assert w.stats.records_appended == 40_000
-        assert w.stats.appends_by_stream()[("t", 0)] == (40_000, 5000 * sum(range(1, 9)))
-        assert w.high_watermark("t") == 40_000
+        assert w.engine.stats.records_appended == 40_000
+        assert w.engine.stats.appends_by_stream()[("t", 0)] == (40_000, 5000 * sum(range(1, 9)))
+        assert w.info("t").high_watermark == 40_000
     finally:
         w.close()
 
@@ -229,14 +229,14 @@ def test_a_reference_to_the_handles_append_follows_deletes(wal_dir):
         append = w.appender("t").append
         w.append("other", b"o")
         assert [append(b"a"), append(b"b")] == [0, 1]
-        w.delete_topic("other")
+        w.delete("other")
         assert append(b"c") == 2
         for round_ in range(2):
-            w.delete_topic("t")
+            w.delete("t")
             assert append(b"new%d" % round_) == 0
             assert append(b"more") == 1
             assert w.read("t", 0, max_records=10) == [b"new%d" % round_, b"more"]
-        assert w.stats.appends_by_stream()[("t", 0)][0] == 7
+        assert w.engine.stats.appends_by_stream()[("t", 0)][0] == 7
     finally:
         w.close()
 

@@ -159,7 +159,7 @@ def test_standalone_cluster_reads_and_writes_through_bootstrap(cluster: str, tmp
     with walfs.Wal(data) as wal:
         for p in range(2):
             values = [f"order {p}-{i} paid" for i in range(200)]
-            wal.append_batch("in", [v.encode() for v in values], p)
+            wal.append("in", [v.encode() for v in values], p)
             expected[p] = [v.upper() for v in values]
     serve = ServeProcess(data)
     try:

@@ -28,7 +28,7 @@ def test_batch_read_and_write_through_the_cluster(spark: SparkSession) -> None:
     target = fresh_target()
     with walfs.Wal(target) as wal:
         for p in range(3):
-            wal.append_batch("orders", [f"order {p}-{i}".encode() for i in range(40)], p)
+            wal.append("orders", [f"order {p}-{i}".encode() for i in range(40)], p)
         wal.append("other", b"not read")
     df = spark.read.format("walfs").load(target).where("topic = 'orders'")
     rows = df.select("partition", "offset", F.col("value").cast("string").alias("v")).collect()
@@ -42,13 +42,13 @@ def test_batch_read_and_write_through_the_cluster(spark: SparkSession) -> None:
         assert values(target, "shouted", p) == [f"ORDER {p}-{i}" for i in range(40)]
     # A second engine on the same namespace (another machine's mount) sees the rows.
     with walfs.Wal(target, read_only=True) as other:
-        assert other.partitions("shouted") == [0, 1, 2]
+        assert [p for _, p in other.streams("shouted")] == [0, 1, 2]
 
 
 def test_stream_reads_appends_made_after_it_started(spark: SparkSession, tmp_path: Path) -> None:
     target = fresh_target()
     with walfs.Wal(target) as wal:
-        wal.append_batch("events", [f"e{i}".encode() for i in range(10)])
+        wal.append("events", [f"e{i}".encode() for i in range(10)])
         q = (
             spark.readStream.format("walfs")
             .option("path", target)
@@ -64,7 +64,7 @@ def test_stream_reads_appends_made_after_it_started(spark: SparkSession, tmp_pat
         )
         try:
             q.processAllAvailable()
-            wal.append_batch("events", [f"e{i}".encode() for i in range(10, 25)])
+            wal.append("events", [f"e{i}".encode() for i in range(10, 25)])
             q.processAllAvailable()
             got = spark.sql("select v, offset from walfs_on_kafka").collect()
         finally:

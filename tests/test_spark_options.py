@@ -90,15 +90,15 @@ def test_cap_rows_shares_in_proportion_and_always_progresses() -> None:
 
 def test_read_range_fast_path_matches_the_public_api(tmp_path: Path) -> None:
     with walfs.Wal(tmp_path / "d") as wal:
-        wal.append_batch("t", [b"plain %d" % i for i in range(100)])
-        wal.append_records(
+        wal.append("t", [b"plain %d" % i for i in range(100)])
+        wal.append(
             "t",
             [
                 (b"k%d" % i if i % 2 else None, b"v%d" % i, [("h", b"x")] if i % 3 else [], 1000 + i)
                 for i in range(50)
             ],
         )
-        wal.append_batch("t", [b"", b"\n", b"x" * 100_000])
+        wal.append("t", [b"", b"\n", b"x" * 100_000])
     with walfs.Wal(tmp_path / "d", read_only=True) as wal:
         # Small batches so ranges cut through runs of plain and meta-carrying records.
         fast = pa.Table.from_batches(
@@ -143,7 +143,7 @@ def test_timestamp_only_metas_take_the_vectorized_path(tmp_path: Path) -> None:
                 wal.append("t", b"keyed", key=b"k", timestamp_ms=5)
                 wal.append("t", b"plain")
     with walfs.Wal(tmp_path / "d", read_only=True) as wal:
-        n = wal.high_watermark("t")
+        n = wal.info("t").high_watermark
         fast = pa.Table.from_batches(list(read_range(wal.engine, "t", 0, 0, n, batch_records=9)))
         slow = pa.Table.from_batches([records_to_batch("t", 0, wal.read_records("t", 0, max_records=n))])
     assert fast.drop_columns(["timestampType"]).equals(slow.drop_columns(["timestampType"]))
@@ -156,10 +156,10 @@ def test_remote_ranges_equal_local_ones(tmp_path: Path) -> None:
     rows read_range gives on the data directory, except what the wire does not carry."""
     with listener(tmp_path) as lst:
         wal = lst.wal
-        wal.append_batch("t", [b"a%d" % i for i in range(300)])
+        wal.append("t", [b"a%d" % i for i in range(300)])
         wal.append("t", b"keyed", key=b"k", headers=[("h", b"v"), ("n", None)])
         wal.append("t", b"produced", timestamp_ms=12345)
-        wal.append_batch("t", [b"b%d" % i for i in range(50)])
+        wal.append("t", [b"b%d" % i for i in range(50)])
         wal.sync()
         local = pa.Table.from_batches(list(read_range(wal.engine, "t", 0, 3, 340)))
         # Small fetches: ranges start and end inside the daemon's batches.
@@ -170,7 +170,7 @@ def test_remote_ranges_equal_local_ones(tmp_path: Path) -> None:
     assert remote.column("gid").null_count == remote.num_rows
     # A range past the daemon's end (a restored, older copy): an error, not fewer rows.
     with listener(tmp_path / "other") as lst, pytest.raises(OffsetOutOfRangeError):
-        lst.wal.append_batch("t", [b"x"])
+        lst.wal.append("t", [b"x"])
         lst.wal.sync()
         list(read_remote_range(lst.bootstrap, "t", 0, 0, 5))
 

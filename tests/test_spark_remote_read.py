@@ -21,7 +21,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list
     rng = random.Random(9)
     with walfs.Wal(data) as wal:
         for i in range(40):  # batches of plain values, and records with keys and headers
-            wal.append_batch("t", [rng.randbytes(rng.randrange(200)) for _ in range(50)])
+            wal.append("t", [rng.randbytes(rng.randrange(200)) for _ in range(50)])
             wal.append("t", b"keyed %d" % i, key=b"k%d" % i, headers=[("h", b"v"), ("n", None)])
         records = wal.read_records("t", 0, 0, 10_000)
     serve = ServeProcess(data)

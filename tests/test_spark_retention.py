@@ -41,12 +41,12 @@ def append_and_apply_retention(data: Path, start: int, end: int) -> int:
     before = segment_files(data)
     with walfs.Wal(data, retention_bytes=LIMIT, reclaim_interval_s=3600, **SMALL) as wal:
         for k in range(start, end, 50):
-            wal.append_batch("s", [record(i) for i in range(k, min(k + 50, end))])
+            wal.append("s", [record(i) for i in range(k, min(k + 50, end))])
         wal.sync()  # full runs get their seals once durable: then reclamation may take them
         grown = segment_files(data)
-        wal.apply_retention()
-        wal.reclaim()  # (the background pass, woken by the growth, may have done it first)
-        low = wal.low_watermark("s")
+        wal.engine.apply_retention()
+        wal.engine.reclaim()  # (the background pass, woken by the growth, may have done it first)
+        low = wal.info("s").low_watermark
     assert not (before | grown) <= segment_files(data)  # files holding the old records are gone
     return low
 
@@ -54,7 +54,7 @@ def append_and_apply_retention(data: Path, start: int, end: int) -> int:
 def test_stream_resuming_past_retention_fails_or_skips_as_told(spark: SparkSession, tmp_path: Path) -> None:
     data, sink, ckpt = tmp_path / "data", tmp_path / "sink", tmp_path / "ckpt"
     with walfs.Wal(data, **SMALL) as wal:
-        wal.append_batch("s", [record(i) for i in range(100)])
+        wal.append("s", [record(i) for i in range(100)])
 
     def run(**options: str) -> BaseException | None:
         df = stream(spark, data, topic="s", startingOffsets="earliest", **options)

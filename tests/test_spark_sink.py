@@ -129,7 +129,7 @@ def test_strings_topic_option_and_defaults(spark: SparkSession, tmp_path: Path) 
 def test_rows_read_from_walfs_write_back_unchanged(spark: SparkSession, tmp_path: Path) -> None:
     src, dst = tmp_path / "src", tmp_path / "dst"
     with walfs.Wal(src) as wal:
-        wal.append_batch("t", [b"one", b"two"], 1)
+        wal.append("t", [b"one", b"two"], 1)
         wal.append("t", b"three", 1, key=b"k", headers=[("h", b"v")])
     # Every column of format("walfs") is there; the sink takes topic, partition, key,
     # value and headers and ignores the others (offset, timestamp, gid...).

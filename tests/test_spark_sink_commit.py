@@ -21,6 +21,7 @@ import pytest
 from kafka_harness import ServeProcess
 
 import walfs
+from walfs.engine.rules import committed_offsets
 from walfs.spark import sink
 from walfs.spark.options import WalfsOptionError, parse_sink_options
 from walfs.spark.sink import GROUP_PREFIX, MARKER, StagedRows, WalfsStreamWriter, stage
@@ -87,8 +88,8 @@ def test_replayed_batch_appends_nothing_twice(tmp_path: Path, remote: bool) -> N
 def test_crash_between_append_and_cursor_is_found_by_its_marker(tmp_path: Path, remote: bool) -> None:
     data = tmp_path / "data"
     with walfs.Wal(data) as wal:
-        wal.append_batch("out", [b"from another writer"])
-        wal.create_partition("out", 1)  # a daemon serves partitions that exist (Kafka's rule)
+        wal.append("out", [b"from another writer"])
+        wal.create("out", 1)  # a daemon serves partitions that exist (Kafka's rule)
     with writer(tmp_path, remote) as (w, _):
         w.commit([task_message(rows) for rows in BATCH_3], 3)
     # The driver died after appending batch 3 but before moving the sink's cursors: put
@@ -97,9 +98,9 @@ def test_crash_between_append_and_cursor_is_found_by_its_marker(tmp_path: Path, 
     with walfs.Wal(data) as wal:
         for t, p in wal.streams():
             before = 1 if (t, p) == ("out", 0) else 0
-            assert wal.committed_offset(group, t, p) is not None
-            wal.commit_offset(group, t, before, p)
-        wal.append_batch("out", [b"appended meanwhile"])
+            assert wal.committed(group, t, p) is not None
+            wal.commit(group, t, before, p)
+        wal.append("out", [b"appended meanwhile"])
         marks = [r.headers for t, p in wal.streams() for r in wal.read_records(t, 0, p) if r.headers]
     # One marker per stream, on the first record of the batch's rows there.
     assert sorted(h[0][1].decode() for h in marks) == [f"{QUERY}:3:0:1", f"{QUERY}:3:0:2", f"{QUERY}:3:0:2"]
@@ -130,7 +131,7 @@ def test_aborted_batch_leaves_nothing_and_a_query_needs_an_identity(tmp_path: Pa
     (ckpt / "metadata").write_text(json.dumps({"id": "from-the-checkpoint"}))
     no_id.commit([task_message(BATCH_4[0])], 0)
     with walfs.Wal(data, read_only=True) as wal:
-        assert wal.committed_offsets(GROUP_PREFIX + "from-the-checkpoint") == {("out", 0): 0}
+        assert committed_offsets(wal.engine, GROUP_PREFIX + "from-the-checkpoint") == {("out", 0): 0}
 
 
 def test_a_stream_larger_than_a_chunk_is_appended_once(
@@ -146,7 +147,7 @@ def test_a_stream_larger_than_a_chunk_is_appended_once(
     with walfs.Wal(data) as wal:
         markers = [r.headers[0][1] for r in wal.read_records("out", 0, 0, 10) if r.headers]
         assert markers == [f"{QUERY}:0:0:2".encode(), f"{QUERY}:0:1:2".encode(), f"{QUERY}:0:2:1".encode()]
-        assert wal.committed_offset(GROUP_PREFIX + QUERY, "out") == 0
+        assert wal.committed(GROUP_PREFIX + QUERY, "out") == 0
     w.commit([task_message(rows)], 0)
     assert [v[0] for v in contents(data)[("out", 0)]] == ["0", "1", "2", "3", "4"]
 
@@ -171,8 +172,8 @@ def test_a_daemon_with_a_lowered_message_limit_takes_a_large_batch_whole(tmp_pat
     batch write and from a streaming batch and its replay."""
     data = tmp_path / "data"
     with walfs.Wal(data) as wal:
-        wal.create_partition("narrow", 0)
-        wal.set_retention("narrow", max_message_bytes=20_000)
+        wal.create("narrow", 0)
+        wal.retention("narrow", max_message_bytes=20_000)
     serve = ServeProcess(data, "--kafka-config", "message.max.bytes=65536")
     try:
         opts = {"bootstrap": serve.bootstrap, "queryId": QUERY}

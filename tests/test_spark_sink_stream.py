@@ -23,7 +23,7 @@ PER_PARTITION = 300
 def out_values(data: Path | str) -> list[str]:
     with walfs.Wal(data, read_only=True) as wal:
         return (
-            [r.value.decode() for p in wal.partitions("out") for r in wal.read_records("out", 0, p, 100_000)]
+            [r.value.decode() for _, p in wal.streams("out") for r in wal.read_records("out", 0, p, 100_000)]
             if "out" in wal.topics()
             else []
         )
@@ -91,7 +91,7 @@ def driver_killed_then_restarted(
     if fill is None:
         with walfs.Wal(data) as wal:
             for p, values in inputs.items():
-                wal.append_batch("in", [v.encode() for v in values], p)
+                wal.append("in", [v.encode() for v in values], p)
     else:
         fill(inputs)
     expected = [v.upper() for values in inputs.values() for v in values]

@@ -79,7 +79,7 @@ class Target:
         if not self.data.exists():
             return 0
         with walfs.Wal(self.data, read_only=True) as wal:
-            return wal.high_watermark("t", 0)
+            return wal.info("t", 0).high_watermark
 
     def stored(self) -> list[walfs.Record]:
         if self.serve is not None:

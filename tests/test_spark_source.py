@@ -27,12 +27,12 @@ def make_wal(path: Path) -> str:
     record (key, headers, producer timestamp) at orders[0] offset 500; clicks: 7;
     org 2 has its own 'orders'."""
     with walfs.Wal(path) as wal:
-        wal.append_batch("orders", [b"order %d" % i for i in range(500)])
+        wal.append("orders", [b"order %d" % i for i in range(500)])
         wal.append("orders", b"with meta", key=b"k1", headers=[("h", b"v"), ("n", None)], timestamp_ms=1234)
-        wal.append_batch("orders", [b"p1 %d" % i for i in range(20)], partition=1)
-        wal.append_batch("clicks", [b"click %d" % i for i in range(7)])
+        wal.append("orders", [b"p1 %d" % i for i in range(20)], partition=1)
+        wal.append("clicks", [b"click %d" % i for i in range(7)])
     with walfs.Wal(path, org_id=2) as wal:
-        wal.append_batch("orders", [b"org2 %d" % i for i in range(3)])
+        wal.append("orders", [b"org2 %d" % i for i in range(3)])
     return str(path)
 
 
@@ -124,7 +124,7 @@ def test_every_record_once_with_values_in_order(spark: SparkSession, data: str) 
 
 def test_byte_bound_splits_too(spark: SparkSession, tmp_path: Path) -> None:
     with walfs.Wal(tmp_path / "d") as wal:
-        wal.append_batch("big", [bytes([65 + i % 26]) * 1000 for i in range(300)])
+        wal.append("big", [bytes([65 + i % 26]) * 1000 for i in range(300)])
     df = (
         spark.read.format("walfs")
         .option("topic", "big")
@@ -195,7 +195,7 @@ def test_starting_and_ending_offsets(spark: SparkSession, data: str) -> None:
 def test_trimmed_offsets_fail_unless_told(spark: SparkSession, tmp_path: Path) -> None:
     path = tmp_path / "d"
     with walfs.Wal(path) as wal:
-        wal.append_batch("t", [b"r%d" % i for i in range(10)])
+        wal.append("t", [b"r%d" % i for i in range(10)])
         wal.trim("t", 4)
     reader = spark.read.format("walfs").option("topic", "t").option("startingOffsets", '{"t": {"0": 2}}')
     with pytest.raises(PySparkException, match="trimmed"):
@@ -232,7 +232,7 @@ path, n_batches, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 with walfs.Wal(path, fsync="never") as wal:
     for b in range(n_batches):
         first = 1 + b * batch
-        wal.append_batch("live", [b"rec %08d " % j + b"x" * (j % 50) for j in range(first, first + batch)])
+        wal.append("live", [b"rec %08d " % j + b"x" * (j % 50) for j in range(first, first + batch)])
         if b == 0:
             print("started", flush=True)
         time.sleep(0.01)  # keep appending for a few seconds, while Spark plans and reads

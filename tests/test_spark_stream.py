@@ -58,7 +58,7 @@ def expected(topic: str, partition: int, start: int, end: int) -> list[tuple[str
 
 
 def append(wal: walfs.Wal, topic: str, partition: int, start: int, end: int) -> None:
-    wal.append_batch(topic, [f"{topic}-{partition}-{i}".encode() for i in range(start, end)], partition)
+    wal.append(topic, [f"{topic}-{partition}-{i}".encode() for i in range(start, end)], partition)
 
 
 def test_restart_from_checkpoint_has_no_gaps_and_no_duplicates(spark: SparkSession, tmp_path: Path) -> None:
@@ -133,7 +133,7 @@ path = sys.argv[1]
 with walfs.Wal(path) as wal:
     for b in range(60):
         for p in (0, 1):
-            wal.append_batch("live", [f"live-{p}-{i}".encode() for i in range(b * 50, b * 50 + 50)], p)
+            wal.append("live", [f"live-{p}-{i}".encode() for i in range(b * 50, b * 50 + 50)], p)
         if b == 0:
             print("started", flush=True)
         time.sleep(0.05)  # a few seconds of appends, while micro-batches run
@@ -143,8 +143,8 @@ with walfs.Wal(path) as wal:
 def test_stream_follows_a_writer_in_another_process(spark: SparkSession, tmp_path: Path) -> None:
     data, sink, ckpt = tmp_path / "data", tmp_path / "sink", tmp_path / "ckpt"
     with walfs.Wal(data) as wal:
-        wal.create_partition("live", 0)
-        wal.create_partition("live", 1)
+        wal.create("live", 0)
+        wal.create("live", 1)
     writer = subprocess.Popen([sys.executable, "-c", WRITER, str(data)], stdout=subprocess.PIPE, text=True)
     df = stream(spark, data, topic="live", startingOffsets="earliest")
     q = to_files(df, sink, ckpt).trigger(processingTime="0 seconds").start()  # type: ignore[attr-defined]

@@ -74,9 +74,9 @@ def test_unknown_version_refused(tmp_path: Path) -> None:
 def test_deleted_topic_loses_every_setting(tmp_path: Path) -> None:
     with walfs.Wal(str(tmp_path / "d"), segment_size=16 << 20, block_size=1 << 20) as wal:
         wal.append("t", b"x")
-        wal.set_retention("t", max_message_bytes=100, message_timestamp_type="LogAppendTime")
-        wal.set_retention("t", retention_ms=1000)
-        wal.delete_topic("t")
+        wal.retention("t", max_message_bytes=100, message_timestamp_type="LogAppendTime")
+        wal.retention("t", retention_ms=1000)
+        wal.delete("t")
         assert wal.engine.settings("t") == {}
     assert os.path.exists(tmp_path / "d" / "topics.conf")
     assert TopicSettings(str(tmp_path / "d")).overrides(1, "t") == {}

@@ -9,9 +9,10 @@ import sys
 import textwrap
 
 import pytest
-from conftest import SMALL, payload
+from conftest import SMALL, payload, stream_key
 
 import walfs
+from walfs.engine.rules import committed_offsets
 from walfs.local import debug
 
 SEG_HDR = 4096
@@ -142,7 +143,7 @@ def test_segment_header_unreadable_short_file_is_reported(open_wal, wal_dir):
 
 def fill_sealed_runs(open_wal) -> None:
     w = open_wal()
-    w.append_batch("t", [bytes([i % 251]) * 200 for i in range(1500)])
+    w.append("t", [bytes([i % 251]) * 200 for i in range(1500)])
     w.close()
 
 
@@ -188,7 +189,7 @@ def test_truncation_under_an_open_mapping_gives_eio_not_sigbus(wal_dir):
                 import errno, os, sys, walfs
                 d = sys.argv[1]
                 w = walfs.Wal(d, segment_size=1 << 20, block_size=64 << 10)
-                w.append_batch("t", [bytes([i % 251]) * 200 for i in range(1500)])
+                w.append("t", [bytes([i % 251]) * 200 for i in range(1500)])
                 w.sync()
                 os.truncate(os.path.join(d, "seg-0000000000000001.wal"), 4096)
                 for attempt in range(2):
@@ -248,7 +249,7 @@ def test_torn_tail_after_a_power_cut_is_still_cut(open_wal, wal_dir):
         w.append("t", b"record %03d" % i)
     w.sync()
     w.sync()  # the frontier written after the first sync is durable too
-    w.append_batch("t", [b"late %d" % i for i in range(300)])
+    w.append("t", [b"late %d" % i for i in range(300)])
     debug.power_cut(w, seed=3, keep_permille=500)
     w = open_wal()
     got = w.read("t", 0, max_records=1000)
@@ -265,7 +266,7 @@ def test_frontier_survives_many_sync_rounds_and_reopens(open_wal, wal_dir):
             w.append("t", b"r%d-%d" % (round_, i))
         w.close()
     w = open_wal()
-    assert w.high_watermark("t") == 120
+    assert w.info("t").high_watermark == 120
     w.close()
     flip(os.path.join(wal_dir, seg_name(1)), record_pos(wal_dir, 10, block=2) + 36)
     with pytest.raises(walfs.WalCorruptError, match="offset 90"):
@@ -324,10 +325,10 @@ def test_unreadable_data_under_fsck_is_reported_not_fatal(wal_dir):
                 import os, sys, walfs
                 d = sys.argv[1]
                 w = walfs.Wal(d, segment_size=1 << 20, block_size=64 << 10)
-                w.append_batch("t", [b"v" * 200] * 1500)
+                w.append("t", [b"v" * 200] * 1500)
                 w.sync()
                 os.truncate(os.path.join(d, "seg-0000000000000001.wal"), 4096)
-                problems = w.verify()
+                problems = w.engine.verify()
                 print("VERIFY", problems[0][3] if problems else "nothing found")
                 """
             ),
@@ -355,7 +356,7 @@ def test_sigbus_guard_survives_a_handler_installed_later(tmp_path):
                 walfs.Wal(a, segment_size=1 << 20, block_size=64 << 10).close()
                 faulthandler.enable()
                 w = walfs.Wal(b, segment_size=1 << 20, block_size=64 << 10)
-                w.append_batch("t", [b"v" * 200] * 1500)
+                w.append("t", [b"v" * 200] * 1500)
                 w.sync()
                 os.truncate(os.path.join(b, "seg-0000000000000001.wal"), 4096)
                 try:
@@ -416,9 +417,9 @@ def run_headers(wal_dir: str) -> list[tuple[str, int, int, int]]:
 def three_streams(open_wal) -> None:
     w = open_wal()
     for k in range(5):  # two segment files
-        w.append_batch("a", [payload("a", 40 * k + i, 3000) for i in range(40)])
-        w.append_batch("b", [payload("b", 40 * k + i, 3000) for i in range(40)])
-    w.append_batch("c", [payload("c", i, 100) for i in range(10)])
+        w.append("a", [payload("a", 40 * k + i, 3000) for i in range(40)])
+        w.append("b", [payload("b", 40 * k + i, 3000) for i in range(40)])
+    w.append("c", [payload("c", i, 100) for i in range(10)])
     w.close()
 
 
@@ -465,7 +466,7 @@ def test_deleted_segment_file_is_reported_not_a_shorter_stream(open_wal, wal_dir
     with open(os.path.join(wal_dir, newest), "wb") as f:
         f.write(saved)
     w = open_wal()
-    assert w.high_watermark("a") == 200 and w.read("a", 199) == [payload("a", 199, 3000)]
+    assert w.info("a").high_watermark == 200 and w.read("a", 199) == [payload("a", 199, 3000)]
 
 
 def test_zeroed_header_of_a_streams_last_run_is_reported(open_wal, wal_dir):
@@ -484,27 +485,27 @@ def test_zeroed_header_of_a_streams_last_run_is_reported(open_wal, wal_dir):
     assert tree_bytes(wal_dir) == before
     with open(path, "wb") as f:
         f.write(saved)
-    assert open_wal().high_watermark("a") == 200
+    assert open_wal().info("a").high_watermark == 200
 
 
 def test_reclaimed_segment_left_by_a_crash_before_its_unlink_is_deleted(open_wal, wal_dir):
     w = open_wal(reclaim_interval_s=3600)  # this test's reclaim(), not the background pass
-    w.append_batch("t", [payload("t", i, 3000) for i in range(600)])
+    w.append("t", [payload("t", i, 3000) for i in range(600)])
     w.sync()
     first = os.path.join(wal_dir, seg_name(1))
     saved = open(first, "rb").read()
     w.trim("t", 500)
-    assert w.reclaim() >= 1 and not os.path.exists(first)
+    assert w.engine.reclaim() >= 1 and not os.path.exists(first)
     w.close()
     # The crash: SEGMENT_GONE is in the catalog, the unlink never happened.
     with open(first, "wb") as f:
         f.write(saved)
     r = walfs.Wal(wal_dir, read_only=True, **SMALL)  # ignores it, changes nothing
-    assert r.low_watermark("t") == 500 and os.path.exists(first)
+    assert r.info("t").low_watermark == 500 and os.path.exists(first)
     r.close()
     w = open_wal()
     assert not os.path.exists(first)
-    assert (w.low_watermark("t"), w.high_watermark("t")) == (500, 600)
+    assert (w.info("t").low_watermark, w.info("t").high_watermark) == (500, 600)
     assert w.read("t", 500, max_records=1) == [payload("t", 500, 3000)]
 
 
@@ -537,9 +538,9 @@ def test_unlisted_newest_segment_without_runs_is_a_crashed_creation(open_wal, wa
         f.truncate(SMALL["segment_size"])
     w = open_wal()
     assert not os.path.exists(path) and w.read("t", 0) == [b"x"]
-    w.append_batch("t", [b"y" * 3000] * 600)  # new segments, listed, id 3 on
+    w.append("t", [b"y" * 3000] * 600)  # new segments, listed, id 3 on
     w.close()
-    assert open_wal().high_watermark("t") == 601
+    assert open_wal().info("t").high_watermark == 601
 
 
 def test_unlisted_segment_holding_runs_is_reported(open_wal, wal_dir):
@@ -548,7 +549,7 @@ def test_unlisted_segment_holding_runs_is_reported(open_wal, wal_dir):
     w.close()
     # An older, unlisted file with a run in it: only a lost catalog entry explains it.
     w = open_wal()
-    w.append_batch("u", [b"y" * 3000] * 400)  # fills seg 1 and creates seg 2
+    w.append("u", [b"y" * 3000] * 400)  # fills seg 1 and creates seg 2
     w.close()
     path = os.path.join(wal_dir, CAT)
     entries = cat_entries(path)
@@ -565,21 +566,21 @@ def test_unlisted_segment_holding_runs_is_reported(open_wal, wal_dir):
 def test_power_cuts_with_new_segments_trims_and_reclaims_never_look_like_damage(wal_dir):
     for seed in range(6):
         w = walfs.Wal(wal_dir, fsync="never", test_mode=True, **SMALL)
-        hwm = w.high_watermark("t")
-        w.append_batch("t", [payload("t", hwm + i, 2500) for i in range(300)])  # new segments
+        hwm = w.info("t").high_watermark
+        w.append("t", [payload("t", hwm + i, 2500) for i in range(300)])  # new segments
         w.sync()
         w.trim("t", hwm + 250)
-        w.reclaim()  # FLOOR marks, SEGMENT_GONE, unlinks
-        w.append_batch("t", [payload("t", hwm + 300 + i, 2500) for i in range(200)])
+        w.engine.reclaim()  # FLOOR marks, SEGMENT_GONE, unlinks
+        w.append("t", [payload("t", hwm + 300 + i, 2500) for i in range(200)])
         w.sync()
-        w.append_batch("t", [payload("t", hwm + 500 + i, 2500) for i in range(150)])  # not synced
+        w.append("t", [payload("t", hwm + 500 + i, 2500) for i in range(150)])  # not synced
         debug.power_cut(w, seed, keep_permille=seed * 150)
         w = walfs.Wal(wal_dir, **SMALL)
         try:
-            assert w.low_watermark("t") == hwm + 250
-            assert hwm + 500 <= w.high_watermark("t") <= hwm + 650
+            assert w.info("t").low_watermark == hwm + 250
+            assert hwm + 500 <= w.info("t").high_watermark <= hwm + 650
             assert w.read("t", hwm + 499, max_records=1) == [payload("t", hwm + 499, 2500)]
-            assert w.verify() == []
+            assert w.engine.verify() == []
         finally:
             w.close()
 
@@ -600,35 +601,35 @@ def to_version_1(wal_dir: str) -> None:
 
 def test_version_1_directory_opens_gets_a_manifest_and_is_upgraded_at_close(open_wal, wal_dir):
     w = open_wal()
-    w.append_batch("t", [b"r%d" % i for i in range(10)])
-    w.commit_offset("g", "t", 7)
+    w.append("t", [b"r%d" % i for i in range(10)])
+    w.commit("g", "t", 7)
     w.close()
     to_version_1(wal_dir)
     w = open_wal()
-    assert w.recovery_report()["catalog_version"] == 1
+    assert w.engine.report()["catalog_version"] == 1
     assert os.path.exists(os.path.join(wal_dir, "cursors.manifest"))  # built at the open
-    assert w.committed_offset("g", "t") == 7 and w.read("t", 9) == [b"r9"]
+    assert w.committed("g", "t") == 7 and w.read("t", 9) == [b"r9"]
     w.close()
     assert open(os.path.join(wal_dir, CAT), "rb").read(12)[8:12] == (2).to_bytes(4, "little")
     assert 6 in {typ for _o, typ, _l in cat_entries(os.path.join(wal_dir, CAT))}
     w = open_wal()
-    assert w.recovery_report()["catalog_version"] == 2 and w.committed_offset("g", "t") == 7
+    assert w.engine.report()["catalog_version"] == 2 and w.committed("g", "t") == 7
     w.close()
 
 
 def test_deleted_cursor_file_is_reported_not_read_as_no_cursor(open_wal, wal_dir):
     w = open_wal()
-    w.append_batch("t", [b"r%d" % i for i in range(10)])
-    w.commit_offset("g", "t", 7)
-    key = w.stream_key("t", 0)
+    w.append("t", [b"r%d" % i for i in range(10)])
+    w.commit("g", "t", 7)
+    key = stream_key("t", 0)
     w.close()
     os.unlink(os.path.join(wal_dir, "cursors", "g", key))
     w = open_wal()
     with pytest.raises(walfs.WalCorruptError) as exc:
-        w.committed_offset("g", "t")
+        w.committed("g", "t")
     assert "is missing" in str(exc.value) and "cursors.manifest" in str(exc.value)
     with pytest.raises(walfs.WalCorruptError):
-        w.committed_offsets("g")
+        committed_offsets(w.engine, "g")
     w.close()
     from walfs.local.salvage import salvage
 
@@ -639,7 +640,7 @@ def test_deleted_cursor_file_is_reported_not_read_as_no_cursor(open_wal, wal_dir
 def test_deleted_cursor_manifest_beside_cursor_files_is_reported(open_wal, wal_dir):
     w = open_wal()
     w.append("t", b"x")
-    w.commit_offset("g", "t", 1)
+    w.commit("g", "t", 1)
     w.close()
     os.unlink(os.path.join(wal_dir, "cursors.manifest"))
     with pytest.raises(walfs.WalCorruptError) as exc:
@@ -655,8 +656,8 @@ while True:
     t = f"t{i % 7}"
     w.append(t, b"x")
     g = f"g{i % 5}-{i // 35}"  # new groups and new (group, stream) pairs all along
-    off = w.high_watermark(t)
-    w.commit_offset(g, t, off)
+    off = w.info(t).high_watermark
+    w.commit(g, t, off)
     print(g, t, off, flush=True)
     i += 1
 """
@@ -686,7 +687,7 @@ def test_sigkill_while_cursors_are_created_never_looks_like_a_missing_cursor(wal
         w = walfs.Wal(wal_dir, **SMALL)
         try:
             for (g, t), off in done.items():
-                got = w.committed_offset(g, t)
+                got = w.committed(g, t)
                 assert got is not None and got >= off, (g, t)
         finally:
             w.close()
@@ -697,7 +698,7 @@ def test_sync_rounds_mark_durable_ends_so_a_lost_run_header_after_a_crash_is_rep
     import time
 
     w = open_wal(fsync="never", test_mode=True)
-    w.append_batch("a", [payload("a", i, 3000) for i in range(100)])  # several runs
+    w.append("a", [payload("a", i, 3000) for i in range(100)])  # several runs
     w.sync()
     time.sleep(1.1)  # marks are written at most once a second, by a sync round
     w.append("a", payload("a", 100, 3000))
@@ -719,7 +720,7 @@ def test_read_only_open_beside_a_writer_creating_segments_and_streams(open_wal, 
     import threading
 
     w = open_wal(test_mode=True)
-    w.append_batch("t", [payload("t", i, 3000) for i in range(300)])
+    w.append("t", [payload("t", i, 3000) for i in range(300)])
     w.sync()
     monkeypatch.setenv("WALFS_TEST_SCAN_DELAY_MS", "400")
     opened: list[walfs.Wal] = []
@@ -737,10 +738,10 @@ def test_read_only_open_beside_a_writer_creating_segments_and_streams(open_wal, 
 
     time.sleep(0.1)
     for k in range(4):
-        w.append_batch(f"new{k}", [payload("n", i, 3000) for i in range(150)])  # new segments
+        w.append(f"new{k}", [payload("n", i, 3000) for i in range(150)])  # new segments
     w.sync()
     w.trim("t", 290)
-    w.reclaim()
+    w.engine.reclaim()
     t.join()
     assert not failure, failure
     opened[0].close()
@@ -764,12 +765,12 @@ def test_org_markers_are_not_cursors_and_a_deleted_one_is_not_damage(open_wal, w
     manifest does not list it, so removing it changes the group's orgs, never reports a
     missing cursor; a deleted cursor beside a marker still is reported."""
     w = open_wal()
-    w.append_batch("t", [b"r%d" % i for i in range(5)])
-    w.create_group("g")
-    w.commit_offset("g", "t", 3)
+    w.append("t", [b"r%d" % i for i in range(5)])
+    w.engine.create_group("g")
+    w.commit("g", "t", 3)
     tenant = w.for_org(2)
-    tenant.create_group("g")
-    key = w.stream_key("t", 0)
+    tenant.engine.create_group("g")
+    key = stream_key("t", 0)
     w.close()
     names = sorted(os.listdir(os.path.join(wal_dir, "cursors", "g")))
     assert names == [".org-1", ".org-2", key]
@@ -779,13 +780,13 @@ def test_org_markers_are_not_cursors_and_a_deleted_one_is_not_damage(open_wal, w
     assert listed == {"g": {key}}
     os.unlink(os.path.join(wal_dir, "cursors", "g", ".org-2"))
     w = open_wal()
-    assert w.committed_offset("g", "t") == 3
-    assert w.consumer_groups() == ["g"] and w.for_org(2).consumer_groups() == []
+    assert w.committed("g", "t") == 3
+    assert w.groups() == ["g"] and w.for_org(2).groups() == []
     w.close()
     os.unlink(os.path.join(wal_dir, "cursors", "g", key))
     w = open_wal()
     with pytest.raises(walfs.WalCorruptError, match="is missing"):
-        w.committed_offset("g", "t")
+        w.committed("g", "t")
     w.close()
 
 
@@ -799,7 +800,7 @@ def test_a_read_reaching_a_damaged_record_fails_whole_and_names_it(open_wal, wal
     bad = 300  # in the first run, sealed: open does not re-check it
     vals = [b"v%04d-" % i + b"z" * 100 for i in range(1500)]
     w = open_wal()
-    w.append_batch("t", vals)
+    w.append("t", vals)
     w.close()
     path, pos = find_in_segments(wal_dir, vals[bad])
     flip_byte(path, pos - 12 if where == "header" else pos + 50)
@@ -841,7 +842,7 @@ def test_a_read_reaching_a_damaged_record_fails_whole_and_names_it(open_wal, wal
     assert len(logged) == 1 and logged[0].levelname == "ERROR"
     assert f"topic 't' partition 0 offset {bad}" in logged[0].getMessage()
     assert f"walfs fsck {wal_dir}" in logged[0].getMessage()
-    assert w.stats.corrupt.total == 1
+    assert w.engine.stats.corrupt.total == 1
 
 
 def test_damaged_records_remembered_are_bounded():

@@ -19,7 +19,7 @@ def segs(d: str) -> list[str]:
 
 def fill(w: walfs.Wal, topic: str, n: int, partition: int = 0) -> None:
     for k in range(0, n, 100):
-        w.append_batch(topic, [payload(topic, k + j, 500) for j in range(min(100, n - k))], partition)
+        w.append(topic, [payload(topic, k + j, 500) for j in range(min(100, n - k))], partition)
 
 
 def test_delete_frees_space_and_the_name_starts_again(open_wal, wal_dir):
@@ -27,21 +27,21 @@ def test_delete_frees_space_and_the_name_starts_again(open_wal, wal_dir):
     fill(w, "gone", 3000)
     fill(w, "gone", 10, partition=1)
     w.append("kept", b"k")
-    w.commit_offset("g", "gone", 100)
-    w.set_retention("gone", retention_ms=5)
+    w.commit("g", "gone", 100)
+    w.retention("gone", retention_ms=5)
     before = len(segs(wal_dir))
-    assert w.delete_topic("gone") == [0, 1]
+    assert w.delete("gone") == [0, 1]
     assert "gone" not in w.topics() and w.topics() == ["kept"]
-    assert w.committed_offset("g", "gone") is None
+    assert w.committed("g", "gone") is None
     assert w.retention("gone").unlimited
-    w.reclaim()
+    w.engine.reclaim()
     assert len(segs(wal_dir)) < before
     assert w.append("gone", b"again") == 0  # a new stream, from offset 0
     assert w.read("gone", 0) == [b"again"]
     w.close()
     w = open_wal(reclaim_interval_s=3600)
     assert w.topics() == ["gone", "kept"]
-    assert w.partitions("gone") == [0]
+    assert [p for _, p in w.streams("gone")] == [0]
     assert w.read("gone", 0) == [b"again"]
     assert w.read("kept", 0) == [b"k"]
     with pytest.raises(walfs.WalError):
@@ -52,7 +52,7 @@ def test_deleted_streams_survive_catalog_compaction(open_wal):
     w = open_wal(reclaim_interval_s=3600)
     for i in range(30):
         w.append(f"t{i}", b"x")
-        w.delete_topic(f"t{i}")
+        w.delete(f"t{i}")
     w.append("t0", b"new")
     for k in range(1, 1200):  # enough trims to compact the catalog
         w.append("busy", b"r")
@@ -79,10 +79,10 @@ def test_an_append_racing_a_delete_lands_in_one_stream_or_the_other(open_wal):
 
     t = threading.Thread(target=appender)
     t.start()
-    w.delete_topic("r")
+    w.delete("r")
     t.join()
     # Appends after the delete went to a new stream; one that raced it may be refused.
     assert all(isinstance(e, walfs.WalError) for e in errors)
     w.close()
     w = open_wal()
-    assert w.partitions("r") in ([], [0])
+    assert [p for _, p in w.streams("r")] in ([], [0])

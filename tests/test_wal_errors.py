@@ -40,7 +40,7 @@ def test_bad_partitions(open_wal, partition):
 
 def test_bad_offsets(open_wal):
     w = open_wal()
-    w.append_batch("t", [b"a", b"b"])
+    w.append("t", [b"a", b"b"])
     for bad in (-1, 3, 10**12):
         with pytest.raises(walfs.OffsetOutOfRangeError):
             w.read("t", bad)
@@ -51,19 +51,21 @@ def test_bad_offsets(open_wal):
     with pytest.raises(walfs.OffsetOutOfRangeError):
         w.trim("t", 3)
     with pytest.raises(walfs.OffsetOutOfRangeError):
-        w.commit_offset("g", "t", 3)
+        w.commit("g", "t", 3)
     assert w.read("t", 0) == [b"a", b"b"]
 
 
 def test_bad_batches(open_wal):
     w = open_wal()
     with pytest.raises(ValueError):
-        w.append_batch("t", [])
+        w.append("t", [])
     with pytest.raises(TypeError):
-        w.append_batch("t", b"not a list")
+        w.append("t", "not bytes")
+    with pytest.raises(TypeError):
+        w.append("t", [b"a"], key=b"one record only")
     with pytest.raises(walfs.RecordTooLargeError):
-        w.append_batch("t", [b"ok", b"x" * (2 << 20)])
-    assert w.high_watermark("t") == 0  # the whole batch was refused
+        w.append("t", [b"ok", b"x" * (2 << 20)])
+    assert w.info("t").high_watermark == 0  # the whole batch was refused
     assert w.append("t", b"fine") == 0
 
 
@@ -130,12 +132,12 @@ def test_missing_catalog_with_segments_is_reported(open_wal, wal_dir):
 
 def test_write_error_fails_only_that_append(open_wal):
     w = open_wal(test_mode=True)
-    w.append_batch("t", [b"a", b"b"])
+    w.append("t", [b"a", b"b"])
     debug.inject_fault(w, "write", errno.EIO, after=0, count=1)
     with pytest.raises(walfs.WalIOError) as e:
-        w.append_batch("t", [b"lost"] * 100)
+        w.append("t", [b"lost"] * 100)
     assert e.value.errno == errno.EIO
-    assert w.high_watermark("t") == 2
+    assert w.info("t").high_watermark == 2
     assert w.append("t", b"c") == 2
     w.close()
     w = open_wal()
@@ -176,12 +178,12 @@ def test_injected_enospc_on_new_segment(open_wal):
     w = open_wal(test_mode=True)
     debug.inject_fault(w, "alloc", errno.ENOSPC, after=0, count=1)
     with pytest.raises(walfs.WalIOError) as e:
-        w.append_batch("t", [b"x" * 1000] * 2000)  # needs new segments
+        w.append("t", [b"x" * 1000] * 2000)  # needs new segments
     assert e.value.errno == errno.ENOSPC
-    assert w.high_watermark("t") == 0
-    assert w.append_batch("t", [b"x" * 1000] * 2000) == 0  # space is back
+    assert w.info("t").high_watermark == 0
+    assert w.append("t", [b"x" * 1000] * 2000) == 0  # space is back
     w.close()
-    assert open_wal().high_watermark("t") == 2000
+    assert open_wal().info("t").high_watermark == 2000
 
 
 def tmpfs(path: str, size: str) -> None:
@@ -209,7 +211,7 @@ def test_real_disk_full_on_a_small_tmpfs(tmp_path):
         w.append("t", b"after")
         w.close()
         w = walfs.Wal(os.path.join(mnt, "wal"))
-        assert w.high_watermark("t") == len(acked) + 1
+        assert w.info("t").high_watermark == len(acked) + 1
         assert w.read("t", 0, max_records=1) == [b"r000000" + b"." * 1000]
         w.close()
     finally:
@@ -234,20 +236,20 @@ def test_min_free_refuses_early_and_retention_brings_appends_back(tmp_path):
         assert e.value.errno == errno.ENOSPC
         st = os.statvfs(mnt)
         assert st.f_bavail * st.f_frsize >= 4 << 20  # the reserve is still free
-        w.commit_offset("g", "t", acked)  # cursors still get written
+        w.commit("g", "t", acked)  # cursors still get written
         full = segment_bytes(os.path.join(mnt, "wal"))
-        w.set_retention("t", retention_bytes=100_000)
-        w.apply_retention()
+        w.retention("t", retention_bytes=100_000)
+        w.engine.apply_retention()
         # Setting a limit wakes the background pass, which may reclaim before this call
         # does: what counts is that segment files went away, whoever deleted them.
-        w.reclaim()
+        w.engine.reclaim()
         assert segment_bytes(os.path.join(mnt, "wal")) < full
         off = w.append("t", b"after")
         assert off == acked
         w.close()
         w = walfs.Wal(os.path.join(mnt, "wal"), min_free_bytes=5 << 20)
         assert w.read("t", acked) == [b"after"]
-        assert w.committed_offset("g", "t") == acked
+        assert w.committed("g", "t") == acked
         w.close()
     finally:
         subprocess.run(["umount", "-l", mnt], check=False)

@@ -26,7 +26,7 @@ def test_the_syncer_makes_appends_durable_after_rounds_led_by_others(tmp_path):
         w.append("t", b"synced-%d" % k)
         w.sync()
         w.append("t", b"left-%d" % k)
-        wait_until(lambda k=k: w.durable_watermark("t") == 2 * (k + 1), 30, "the syncer's round")
+        wait_until(lambda k=k: w.info("t").durable_watermark == 2 * (k + 1), 30, "the syncer's round")
     debug.power_cut(w, seed=4, keep_permille=0)
     w = walfs.Wal(path, fsync="interval", **SMALL)
     try:
@@ -43,7 +43,7 @@ def test_the_syncer_syncs_on_its_own_when_nobody_else_does(tmp_path):
         before = w.engine.report()["syncs"]
         for k in range(3):
             w.append("t", b"v%d" % k)
-            wait_until(lambda k=k: w.durable_watermark("t") == k + 1, 30, "the syncer's round")
+            wait_until(lambda k=k: w.info("t").durable_watermark == k + 1, 30, "the syncer's round")
         assert w.engine.report()["syncs"] - before >= 3
     finally:
         w.close()
@@ -63,7 +63,7 @@ def test_a_round_due_while_a_slow_one_runs_starts_when_that_one_ends(tmp_path):
         slow.start()
         time.sleep(0.2)  # the slow round has taken its files long before this
         w.append("t", b"left to the syncer")
-        wait_until(lambda: w.durable_watermark("t") == 2, 30, "the syncer's round")
+        wait_until(lambda: w.info("t").durable_watermark == 2, 30, "the syncer's round")
         took = time.monotonic() - start
         slow.join()
         assert 1.5 <= took < 1.85, took

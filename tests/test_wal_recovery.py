@@ -94,7 +94,7 @@ def check_after_kill(w: walfs.Wal, lines: list[str], base: dict[str, int]) -> di
             acked[t] = first + n
             in_flight = {}
     for t in set(acked) | set(in_flight):
-        hwm = w.high_watermark(t)
+        hwm = w.info(t).high_watermark
         done = acked.get(t, 0)
         # Every acknowledged record is there; of the batch in flight, all or nothing.
         assert hwm in (done, done + in_flight.get(t, 0)), (t, hwm, done, in_flight)
@@ -115,7 +115,7 @@ def test_sigkill_at_random_points_loses_nothing_acknowledged(wal_dir, fsync):
         w = walfs.Wal(wal_dir, **SMALL)
         try:
             acked = check_after_kill(w, lines, acked)
-            assert w.verify() == []
+            assert w.engine.verify() == []
         finally:
             w.close()
     assert sum(acked.values()) > 0
@@ -141,7 +141,7 @@ class Model:
 
     def check(self, w: walfs.Wal) -> None:
         for t, vals in self.values.items():
-            hwm = w.high_watermark(t)
+            hwm = w.info(t).high_watermark
             assert self.durable.get(t, 0) <= hwm <= len(vals), (t, hwm)
             assert hwm in self.batch_end[t], f"{t}: {hwm} is inside a batch"
             got = w.read(t, 0, max_records=1 << 20, max_bytes=1 << 30)
@@ -149,7 +149,7 @@ class Model:
             # What the crash took is forgotten: the next appends continue from hwm.
             del vals[hwm:]
             self.batch_end[t] = {e for e in self.batch_end[t] if e <= hwm}
-        assert w.verify() == []
+        assert w.engine.verify() == []
 
 
 @pytest.mark.parametrize("seed", range(24))
@@ -165,7 +165,7 @@ def test_power_loss_keeps_every_synced_record_and_whole_batches(wal_dir, seed):
             t = rng.choice(topics)
             n = rng.choice([1, 3, 40, 300])
             vals = [payload(t, rng.randrange(10**6), rng.randrange(0, 700)) for _ in range(n)]
-            w.append_batch(t, vals)
+            w.append(t, vals)
             model.append(t, vals)
             if fsync == "always":
                 model.synced()
@@ -180,15 +180,15 @@ def test_power_loss_keeps_every_synced_record_and_whole_batches(wal_dir, seed):
 
 def test_power_loss_in_the_middle_of_a_huge_batch(wal_dir):
     w = walfs.Wal(wal_dir, fsync="never", test_mode=True, **SMALL)
-    w.append_batch("t", [b"keep"] * 10)
+    w.append("t", [b"keep"] * 10)
     w.sync()
     # A batch over many blocks and segments, of which a random part reaches the disk.
-    w.append_batch("t", [b"x" * 900] * 5000)
+    w.append("t", [b"x" * 900] * 5000)
     debug.power_cut(w, seed=7, keep_permille=500)
     w = walfs.Wal(wal_dir, **SMALL)
-    assert w.high_watermark("t") == 10
+    assert w.info("t").high_watermark == 10
     assert w.read("t", 0, max_records=100) == [b"keep"] * 10
-    assert w.recovery_report()["cut_records"] >= 0
+    assert w.engine.report()["cut_records"] >= 0
     w.append("t", b"next")
     w.close()
     w = walfs.Wal(wal_dir, **SMALL)
@@ -208,15 +208,15 @@ def test_torn_tail_is_cut_and_never_comes_back(open_wal, wal_dir):
     # Only records above the durable frontier can be a torn tail: the last one was never
     # synced (a synced record damaged the same way is reported: test_wal_damage.py).
     w = open_wal(test_mode=True, fsync="never")
-    w.append_batch("t", [b"rec-%04d" % i for i in range(99)])
+    w.append("t", [b"rec-%04d" % i for i in range(99)])
     w.sync()
     w.append("t", b"LAST-RECORD-PAYLOAD")
     crash_after(w)
     path, pos = find(wal_dir, b"LAST-RECORD-PAYLOAD")
     poke(path, pos + 10, b"\0\0\0")  # the tail write was torn
     w = open_wal()
-    assert w.high_watermark("t") == 99
-    assert w.recovery_report()["cut_records"] == 1
+    assert w.info("t").high_watermark == 99
+    assert w.engine.report()["cut_records"] == 1
     assert w.append("t", b"replacement") == 99
     w.close()
     w = open_wal()
@@ -233,14 +233,14 @@ def test_torn_record_header_in_active_block(open_wal, wal_dir):
     path, pos = find(wal_dir, b"value-15")
     flip(path, pos - 20)  # inside record 15's header
     w = open_wal()
-    assert w.high_watermark("t") == 15
+    assert w.info("t").high_watermark == 15
     assert w.read("t", 14) == [b"value-14"]
 
 
 def fill_blocks(w: walfs.Wal, n: int = 600) -> list[bytes]:
     vals = [b"sealed-%05d-" % i + b"p" * 200 for i in range(n)]
     for i in range(0, n, 50):
-        w.append_batch("t", vals[i : i + 50])
+        w.append("t", vals[i : i + 50])
     return vals
 
 
@@ -252,7 +252,7 @@ def test_flipped_byte_in_sealed_block_is_reported_on_read(open_wal, wal_dir, whe
     path, pos = find(wal_dir, b"sealed-00010-")
     flip(path, pos - 12 if where == "header" else pos + 50)
     w = open_wal()
-    assert w.high_watermark("t") == len(vals)
+    assert w.info("t").high_watermark == len(vals)
     with pytest.raises(walfs.CorruptRecordError, match="offset 10"):
         w.read("t", 10)
     assert w.read("t", 0, max_records=20) == vals[:10]  # the good ones before it
@@ -271,7 +271,7 @@ def test_flipped_byte_in_sealed_block_is_reported_on_read(open_wal, wal_dir, whe
         w.read_bytes("t", bad_at, 100)
     after = bad_at + len(vals[10]) + 1
     assert w.read_bytes("t", after, 5000) == view[after : after + 5000]
-    assert [(t, off) for t, _p, off, _w in w.verify()] == [("t", 10)]
+    assert [(t, off) for t, _p, off, _w in w.engine.verify()] == [("t", 10)]
     w.close()
     fsck = subprocess.run([PYTHON, "-m", "walfs", "fsck", wal_dir], capture_output=True, text=True, cwd=REPO)
     assert fsck.returncode == 1 and "offset 10" in fsck.stdout
@@ -284,7 +284,7 @@ def test_zeroed_region_in_the_middle_is_reported(open_wal, wal_dir):
     path, pos = find(wal_dir, b"sealed-00100-")
     poke(path, pos, b"\0" * 4096)
     w = open_wal()
-    bad = sorted(off for _t, _p, off, _w in w.verify())
+    bad = sorted(off for _t, _p, off, _w in w.engine.verify())
     assert bad and bad[0] == 100 and len(bad) >= 10
     for off in bad:
         with pytest.raises(walfs.CorruptRecordError):
@@ -314,7 +314,7 @@ def test_reopen_after_clean_close_verifies_only_tails(open_wal):
     fill_blocks(w, 2000)
     w.close()
     w = open_wal()
-    report = w.recovery_report()
+    report = w.engine.report()
     assert report["records"] == 2000
     assert report["verified_records"] < 500  # sealed runs are trusted, not re-read
     assert report["cut_records"] == 0
@@ -330,6 +330,6 @@ def test_crash_during_segment_creation(open_wal, wal_dir):
     w = open_wal()
     assert w.read("t", 0) == [b"x"]
     assert not os.path.exists(os.path.join(wal_dir, "seg-00000000000000ff.wal"))
-    w.append_batch("t", [b"y" * 1000] * 3000)
+    w.append("t", [b"y" * 1000] * 3000)
     w.close()
-    assert open_wal().high_watermark("t") == 3001
+    assert open_wal().info("t").high_watermark == 3001

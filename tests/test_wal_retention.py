@@ -42,7 +42,7 @@ FS_META = 8192
 
 def fill(w: walfs.Wal, topic: str, n: int, start: int = 0, size: int = 500) -> None:
     for k in range(start, start + n, 100):
-        w.append_batch(topic, [payload(topic, k + j, size) for j in range(min(100, start + n - k))])
+        w.append(topic, [payload(topic, k + j, size) for j in range(min(100, start + n - k))])
 
 
 def test_by_size_keeps_at_most_the_limit_and_space_comes_back(open_wal, wal_dir):
@@ -52,12 +52,12 @@ def test_by_size_keeps_at_most_the_limit_and_space_comes_back(open_wal, wal_dir)
     before = len(segs(wal_dir))
     assert before >= 5
     w = open_wal(retention_bytes=2 * SEG + 1000, reclaim_interval_s=3600)
-    w.apply_retention()  # (the background thread may have done it first: same result)
-    w.reclaim()
-    low = w.low_watermark("t")
+    w.engine.apply_retention()  # (the background thread may have done it first: same result)
+    w.engine.reclaim()
+    low = w.info("t").low_watermark
     assert low > 0
     # The limit counts whole segment files: two fit in it, and they are all that is left.
-    assert w.disk_use("t") == 2 * SEG
+    assert w.engine.disk_use("t") == 2 * SEG
     assert seg_disk(wal_dir)[0] == 2 * SEG < w.retention("t").bytes
     # Nothing more than needed: the trim stopped at the first record of the oldest kept
     # file (the first record still stored is the low watermark), and one file less would
@@ -71,43 +71,43 @@ def test_by_size_keeps_at_most_the_limit_and_space_comes_back(open_wal, wal_dir)
 
 def test_by_age_with_a_controlled_clock(open_wal):
     w = open_wal(reclaim_interval_s=3600)
-    w.set_retention("t", retention_ms=60_000)
-    w.append_batch("t", [b"old"] * 10)
+    w.retention("t", retention_ms=60_000)
+    w.append("t", [b"old"] * 10)
     time.sleep(0.02)
     cut = int(time.time() * 1000)
     time.sleep(0.02)
-    w.append_batch("t", [b"new"] * 5)
-    assert w.apply_retention(now_ms=cut + 60_000) == {(1, "t", 0): 10}
+    w.append("t", [b"new"] * 5)
+    assert w.engine.apply_retention(now_ms=cut + 60_000) == {(1, "t", 0): 10}
     assert w.read("t", 10, max_records=100) == [b"new"] * 5
-    assert w.apply_retention(now_ms=cut + 10**9) == {(1, "t", 0): 15}  # everything is old
-    assert (w.low_watermark("t"), w.high_watermark("t")) == (15, 15)
+    assert w.engine.apply_retention(now_ms=cut + 10**9) == {(1, "t", 0): 15}  # everything is old
+    assert (w.info("t").low_watermark, w.info("t").high_watermark) == (15, 15)
     assert w.append("t", b"after") == 15
 
 
 def test_consumers_hold_data_until_the_size_cap_wins(open_wal, caplog):
     w = open_wal(reclaim_interval_s=3600)
-    w.set_retention("t", retention_ms=0, retention_groups=["billing"])
+    w.retention("t", retention_ms=0, retention_groups=["billing"])
     fill(w, "t", 5000)  # ~2.5 MB: three segment files
-    w.commit_offset("billing", "t", 300)
-    assert w.apply_retention() == {(1, "t", 0): 300}  # everything is old, billing is at 300
-    assert w.apply_retention() == {}
-    w.set_retention("t", retention_bytes=SEG)
+    w.commit("billing", "t", 300)
+    assert w.engine.apply_retention() == {(1, "t", 0): 300}  # everything is old, billing is at 300
+    assert w.engine.apply_retention() == {}
+    w.retention("t", retention_bytes=SEG)
     with caplog.at_level(logging.WARNING, logger="walfs"):
-        trimmed = w.apply_retention()
+        trimmed = w.engine.apply_retention()
     assert trimmed[(1, "t", 0)] > 300  # the hard cap wins over the group
     assert any("past what consumer groups billing have committed" in r.getMessage() for r in caplog.records)
 
 
 def test_settings_survive_restarts_and_damage_is_reported(open_wal, wal_dir):
     w = open_wal()
-    w.set_retention("t", retention_ms=1234, retention_bytes=None, retention_groups=["g"])
-    w.set_retention("u", retention_bytes=99)
+    w.retention("t", retention_ms=1234, retention_bytes=None, retention_groups=["g"])
+    w.retention("u", retention_bytes=99)
     w.close()
     w = open_wal(retention_bytes=10**9)
     assert w.retention("t") == walfs.engine.settings.Policy(ms=1234, bytes=None, groups=("g",))
     assert w.retention("u") == walfs.engine.settings.Policy(ms=None, bytes=99)
     assert w.retention("other") == walfs.engine.settings.Policy(bytes=10**9)
-    w.set_retention("u", retention_bytes="default")
+    w.retention("u", retention_bytes="default")
     assert w.retention("u").bytes == 10**9
     w.close()
     path = os.path.join(wal_dir, "topics.conf")
@@ -122,19 +122,19 @@ def test_bad_settings_are_refused(open_wal):
     w = open_wal()
     for bad in (-1, 1.5, "x", True, 2**63, 10**30):
         with pytest.raises(ValueError):
-            w.set_retention("t", retention_ms=bad)
+            w.retention("t", retention_ms=bad)
         with pytest.raises(ValueError):
-            w.set_retention("t", retention_bytes=bad)
+            w.retention("t", retention_bytes=bad)
     # The largest limit there is works in a retention pass (a larger one, accepted before,
     # made every background pass fail with OverflowError).
     w.append("t", b"x")
-    w.set_retention("t", retention_ms=2**63 - 1, retention_bytes=2**63 - 1)
-    assert w.apply_retention() == {}
-    w.set_retention("t", retention_ms="default", retention_bytes="default")
+    w.retention("t", retention_ms=2**63 - 1, retention_bytes=2**63 - 1)
+    assert w.engine.apply_retention() == {}
+    w.retention("t", retention_ms="default", retention_bytes="default")
     with pytest.raises(ValueError):
-        w.set_retention("t", compaction=True)
+        w.retention("t", compaction=True)
     with pytest.raises(walfs.InvalidTopicError):
-        w.set_retention(".consumers", retention_ms=1)
+        w.retention(".consumers", retention_ms=1)
     assert w.retention("t").unlimited
 
 
@@ -148,8 +148,8 @@ def test_background_retention_frees_space_without_a_remount(open_wal, wal_dir):
     while len(segs(wal_dir)) > 1 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(segs(wal_dir)) == 1
-    assert w.disk_use("t") == SEG
-    low = w.low_watermark("t")
+    assert w.engine.disk_use("t") == SEG
+    low = w.info("t").low_watermark
     assert 0 < low < 4000
     assert w.read("t", low, max_records=1) == [payload("t", low, 500)]
 
@@ -166,7 +166,7 @@ def test_a_trim_from_another_face_during_a_retention_pass_is_not_an_error(open_w
     def trimmer() -> None:
         try:
             while not stop.is_set():
-                low, high = w.low_watermark("t"), w.high_watermark("t")
+                low, high = w.info("t").low_watermark, w.info("t").high_watermark
                 w.trim("t", max(low, high - 5))
         except BaseException as e:  # pragma: no cover - the failure being tested
             errors.append(e)
@@ -177,18 +177,18 @@ def test_a_trim_from_another_face_during_a_retention_pass_is_not_an_error(open_w
             t.start()
         try:
             for k in range(0, 20_000, 20):
-                w.append_batch("t", [payload("t", k + j, 100) for j in range(20)])
-                w.apply_retention()
+                w.append("t", [payload("t", k + j, 100) for j in range(20)])
+                w.engine.apply_retention()
         finally:
             stop.set()
             for t in threads:
                 t.join()
     assert errors == []
     assert not [r for r in caplog.records if "background work failed" in r.getMessage()]
-    assert w.high_watermark("t") == 20_000
-    w.apply_retention()
-    w.reclaim()
-    assert w.disk_use("t") == SEG  # the limit (under one segment) keeps the file being filled
+    assert w.info("t").high_watermark == 20_000
+    w.engine.apply_retention()
+    w.engine.reclaim()
+    assert w.engine.disk_use("t") == SEG  # the limit (under one segment) keeps the file being filled
 
 
 def rec(topic: str, k: int) -> bytes:
@@ -211,14 +211,14 @@ def test_a_burst_far_past_the_limit_never_takes_more_than_the_limit_plus_one_seg
     def burst(topic: str) -> None:
         if topic == "t":
             for k in range(0, 20_000, 200):
-                w.append_batch(topic, [rec(topic, k + j) for j in range(200)])
+                w.append(topic, [rec(topic, k + j) for j in range(200)])
         else:
             a = w.engine.appender(topic, 0)
             for k in range(20_000):
                 assert a.append(rec(topic, k)) == k
 
     threads = [threading.Thread(target=sampler)] + [threading.Thread(target=burst, args=(t,)) for t in "tu"]
-    w.set_retention("u", retention_bytes=limit)
+    w.retention("u", retention_bytes=limit)
     for th in threads:
         th.start()
     for th in threads[1:]:
@@ -230,13 +230,13 @@ def test_a_burst_far_past_the_limit_never_takes_more_than_the_limit_plus_one_seg
     assert len(samples) > 10
     assert max(s[0] for s in samples) <= bound, max(samples)
     assert max(s[1] - FS_META * s[2] for s in samples) <= bound, max(samples)
-    w.apply_retention()
-    w.reclaim()
+    w.engine.apply_retention()
+    w.engine.reclaim()
     for topic in "tu":
-        assert w.high_watermark(topic) == 20_000
-        low = w.low_watermark(topic)
+        assert w.info(topic).high_watermark == 20_000
+        low = w.info(topic).low_watermark
         assert 0 < low < 20_000
-        assert w.disk_use(topic) <= limit
+        assert w.engine.disk_use(topic) <= limit
         got = w.read(topic, low, max_records=100_000)
         assert got == [rec(topic, k) for k in range(low, 20_000)]  # offsets kept
     assert seg_disk(wal_dir)[0] <= 2 * limit
@@ -253,20 +253,20 @@ def test_a_failing_reclaim_fails_appends_with_enospc_instead_of_growing(open_wal
     acked = 0
     with caplog.at_level(logging.ERROR, logger="walfs"), pytest.raises(walfs.WalIOError) as err:
         for k in range(0, 100_000, 100):  # 100 MB if nothing held it back
-            w.append_batch("t", [rec("t", k + j) for j in range(100)])
+            w.append("t", [rec("t", k + j) for j in range(100)])
             acked = k + 100
             assert seg_disk(wal_dir)[0] <= limit + SEG
     assert err.value.errno == errno.ENOSPC
     assert "size limit" in str(err.value) and "Input/output error" in str(err.value)
     assert 0 < acked < 100_000
-    assert w.high_watermark("t") == acked  # the refused batch appended nothing
+    assert w.info("t").high_watermark == acked  # the refused batch appended nothing
     assert seg_disk(wal_dir)[0] <= limit + SEG
-    low = w.low_watermark("t")
+    low = w.info("t").low_watermark
     assert w.read("t", low, max_records=100_000) == [rec("t", k) for k in range(low, acked)]
     w.engine.core.inject_fault("reclaim", 0)  # reclamation works again
     assert w.append("t", b"again") == acked
     for k in range(acked + 1, acked + 5000, 100):
-        w.append_batch("t", [rec("t", k + j) for j in range(100)])
+        w.append("t", [rec("t", k + j) for j in range(100)])
     assert seg_disk(wal_dir)[0] <= limit + SEG
 
 
@@ -274,12 +274,12 @@ def test_a_batch_larger_than_the_room_left_is_not_refused_for_its_own_size(open_
     """One append that needs more segment files than its stream's cap leaves is written
     (the cap counts the files held before it), and the next pass trims it back."""
     w = open_wal(retention_bytes=SEG, reclaim_interval_s=3600, backpressure_s=0.5)  # keep 1, cap 2
-    w.append_batch("t", [rec("t", k) for k in range(500)])
+    w.append("t", [rec("t", k) for k in range(500)])
     big = [rec("t", k) for k in range(500, 3500)]  # ~3 MB: three files at once
-    assert w.append_batch("t", big) == 500
-    assert w.high_watermark("t") == 3500
-    w.apply_retention()
-    w.reclaim()
-    assert w.disk_use("t") == SEG
-    low = w.low_watermark("t")
+    assert w.append("t", big) == 500
+    assert w.info("t").high_watermark == 3500
+    w.engine.apply_retention()
+    w.engine.reclaim()
+    assert w.engine.disk_use("t") == SEG
+    low = w.info("t").low_watermark
     assert w.read("t", low, max_records=5000) == [rec("t", k) for k in range(low, 3500)]

@@ -5,7 +5,7 @@ import os
 import time
 
 import pytest
-from conftest import SMALL, payload
+from conftest import SMALL, payload, stream_key
 
 import walfs
 
@@ -47,8 +47,8 @@ def test_single_record_sizes_survive_reopen(open_wal, size):
     w.close()
     w = open_wal()
     assert w.read("t", 0) == [b"before", data, b"after"]
-    assert w.byte_size("t") == len(b"before\n") + size + 1 + len(b"after\n")
-    assert w.verify() == []
+    assert w.info("t").byte_size == len(b"before\n") + size + 1 + len(b"after\n")
+    assert w.engine.verify() == []
 
 
 def test_all_sizes_in_one_stream_interleaved_with_another(open_wal):
@@ -90,10 +90,10 @@ def test_record_larger_than_a_segment_is_refused(open_wal):
 
 def test_batches_get_contiguous_offsets_and_cross_blocks(open_wal):
     w = open_wal()
-    first = w.append_batch("b", [payload("b", i) for i in range(5000)])
+    first = w.append("b", [payload("b", i) for i in range(5000)])
     assert first == 0
-    assert w.append_batch("b", [b"x", b"y"]) == 5000
-    assert w.high_watermark("b") == 5002
+    assert w.append("b", [b"x", b"y"]) == 5000
+    assert w.info("b").high_watermark == 5002
     got = w.read("b", 0, max_records=100_000, max_bytes=1 << 30)
     assert got[:5000] == [payload("b", i) for i in range(5000)]
     assert got[5000:] == [b"x", b"y"]
@@ -101,7 +101,7 @@ def test_batches_get_contiguous_offsets_and_cross_blocks(open_wal):
 
 def test_read_limits(open_wal):
     w = open_wal()
-    w.append_batch("t", [b"a" * 100] * 50)
+    w.append("t", [b"a" * 100] * 50)
     assert len(w.read("t", 0, max_records=7)) == 7
     assert len(w.read("t", 0, max_bytes=250)) == 2
     assert len(w.read("t", 0, max_bytes=1)) == 1  # at least one record
@@ -118,9 +118,9 @@ def test_many_streams_and_partitions(open_wal):
     w = open_wal()
     assert len(w.topics()) == 300
     for i in range(300):
-        assert w.partitions(f"topic-{i}") == [i % 3]
+        assert [p for _, p in w.streams(f"topic-{i}")] == [i % 3]
         assert w.read(f"topic-{i}", 0, partition=i % 3) == [payload(f"topic-{i}", 0)]
-        assert w.high_watermark(f"topic-{i}", partition=(i + 1) % 3) == 0
+        assert w.info(f"topic-{i}", partition=(i + 1) % 3).high_watermark == 0
 
 
 def test_orgs_are_separate(open_wal, wal_dir):
@@ -131,20 +131,20 @@ def test_orgs_are_separate(open_wal, wal_dir):
     assert w2.topics() == []
     w2.append("shared", b"org two")
     assert w2.read("shared", 0) == [b"org two"]
-    hash_two = w2.stream_info("shared").topic_hash
-    assert w2.stream_key("shared") == f"2-{hash_two}-0"
+    hash_two = w2.info("shared").topic_hash
+    assert stream_key("shared", org_id=2) == f"2-{hash_two}-0"
     w2.close()
     w = open_wal(org_id=1)
     assert w.read("shared", 0) == [b"org one"]
-    assert w.stream_info("shared").topic_hash != hash_two  # org-salted
+    assert w.info("shared").topic_hash != hash_two  # org-salted
 
 
 def test_byte_view_reads_at_every_position(open_wal):
     w = open_wal()
     values = [payload("v", i, i % 37) for i in range(400)]
-    w.append_batch("v", values)
+    w.append("v", values)
     view = b"".join(v + b"\n" for v in values)
-    assert w.byte_size("v") == len(view)
+    assert w.info("v").byte_size == len(view)
     assert w.read_bytes("v", 0, len(view) + 100) == view
     for pos in range(0, len(view), 97):
         for size in (1, 5, 4096):
@@ -156,7 +156,7 @@ def test_keys_headers_and_producer_timestamps(open_wal):
     w = open_wal()
     w.append("k", b"plain")
     w.append("k", b"v1", key=b"key", headers=[("h1", b"x"), ("h2", None)], timestamp_ms=1234)
-    w.append_records("k", [(None, b"v2", [("a", b"")], None), (b"", b"v3", None, 99)])
+    w.append("k", [(None, b"v2", [("a", b"")], None), (b"", b"v3", None, 99)])
     w.close()
     w = open_wal()
     recs = w.read_records("k", 0)
@@ -177,35 +177,35 @@ def test_keys_headers_and_producer_timestamps(open_wal):
 def test_offset_for_timestamp(open_wal):
     w = open_wal()
     t0 = int(time.time() * 1000)
-    w.append_batch("t", [b"a", b"b"])
+    w.append("t", [b"a", b"b"])
     time.sleep(0.02)
     t1 = int(time.time() * 1000)
-    w.append_batch("t", [b"c"] * 3000)
+    w.append("t", [b"c"] * 3000)
     recs = w.read_records("t", 0, max_records=5)
     assert all(r.timestamp_ms >= t0 for r in recs)
-    assert w.offset_for_timestamp("t", 0) == 0
-    assert w.offset_for_timestamp("t", t1) == 2
-    assert w.offset_for_timestamp("t", t1 + 10**9) == 3002
-    assert w.offset_for_timestamp("missing", t1) == 0
+    assert w.locate("t", timestamp_ms=0) == 0
+    assert w.locate("t", timestamp_ms=t1) == 2
+    assert w.locate("t", timestamp_ms=t1 + 10**9) == 3002
+    assert w.locate("missing", timestamp_ms=t1) == 0
 
 
 def test_stream_info_and_watermarks(open_wal):
     w = open_wal()
-    assert w.high_watermark("none") == 0 and w.low_watermark("none") == 0
-    w.append_batch("t", [b"12345", b"6"])
-    info = w.stream_info("t")
+    assert w.info("none").high_watermark == 0 and w.info("none").low_watermark == 0
+    w.append("t", [b"12345", b"6"])
+    info = w.info("t")
     assert (info.low_watermark, info.high_watermark, info.byte_size, info.partition) == (0, 2, 8, 0)
     assert len(info.topic_hash) == 32
-    assert w.stream_key("t") == f"1-{info.topic_hash}-0"
+    assert stream_key("t") == f"1-{info.topic_hash}-0"
 
 
 def test_empty_partition_created_explicitly(open_wal):
     w = open_wal()
-    w.create_partition("empty", 3)
-    assert w.partitions("empty") == [3]
+    w.create("empty", 3)
+    assert [p for _, p in w.streams("empty")] == [3]
     w.close()
     w = open_wal()
-    assert w.partitions("empty") == [3]
+    assert [p for _, p in w.streams("empty")] == [3]
     assert w.read("empty", 0, partition=3) == []
 
 
@@ -231,7 +231,7 @@ def test_fsync_modes_round_trip(open_wal, mode):
 
 def test_fdatasync_fallback_without_io_uring(open_wal):
     w = open_wal(fsync="always", io_uring=False)
-    w.append_batch("f", [b"a", b"b"])
+    w.append("f", [b"a", b"b"])
     w.close()
     assert open_wal().read("f", 0) == [b"a", b"b"]
 
@@ -240,19 +240,19 @@ def test_an_old_index_snapshot_is_removed_and_offsets_come_from_the_core(open_wa
     # Releases before issue 9 kept a second offset index (index.snap, roaring bitmaps of
     # gids). It is derived data: a writer's open deletes it, a damaged one included.
     w = open_wal()
-    w.append_batch("s", [payload("s", i) for i in range(3000)])
+    w.append("s", [payload("s", i) for i in range(3000)])
     w.close()
     path = os.path.join(wal_dir, "index.snap")
     with open(path, "wb") as f:
         f.write(b"WALFSIDX" + bytes(range(200)))  # whatever an old release left
     w = open_wal(read_only=True)
     assert os.path.exists(path)  # a read-only open changes nothing
-    assert w.high_watermark("s") == 3000
+    assert w.info("s").high_watermark == 3000
     w.close()
     w = open_wal()
     assert not os.path.exists(path)
-    w.append_batch("s", [b"tail"] * 10)
-    assert w.high_watermark("s") == 3010
+    w.append("s", [b"tail"] * 10)
+    assert w.info("s").high_watermark == 3010
     assert w.read("s", 2999, max_records=2) == [payload("s", 2999), b"tail"]
 
 
@@ -274,10 +274,10 @@ def test_append_lines_and_byte_positions(open_wal):
     view = b"a\nbb\n\nccc\ndd\n"
     assert w.read_bytes("l", 0, 100) == view
     starts = [0, 2, 5, 6, 10, 13]
-    assert [w.byte_position("l", i) for i in range(6)] == starts
+    assert [w.locate("l", offset=i) for i in range(6)] == starts
     for pos in range(len(view) + 3):
         expected = sum(1 for s in starts[1:] if s <= pos)
-        assert w.offset_at_byte("l", pos) == expected, pos
+        assert w.locate("l", byte=pos) == expected, pos
     assert w.streams() == [("l", 0)]
     with pytest.raises(ValueError):
         w.append_lines("l", b"")
@@ -293,11 +293,11 @@ def test_read_into_caller_buffers(open_wal):
     from walfs.local.core import REC_SIZE
 
     w = open_wal()
-    w.append_batch("z", [b"one", b"two", b"three"])
+    w.append("z", [b"one", b"two", b"three"])
     w.append("z", b"keyed", key=b"k")
     buf = bytearray(1 << 16)
     recs = bytearray(REC_SIZE * 10)
-    n = w.read_into("z", 1, buf, recs)
+    n = w.engine.read("z", 0, 1, buf, recs)
     assert n == 3
     words = array.array("Q", recs[: n * REC_SIZE])
     bodies = []
@@ -307,6 +307,6 @@ def test_read_into_caller_buffers(open_wal):
         bodies.append((offset, bytes(buf[pos + meta : pos + meta + vlen]), meta > 0))
     assert bodies == [(1, b"two", False), (2, b"three", False), (3, b"keyed", True)]
     with pytest.raises(walfs.BufferTooSmallError) as e:
-        w.read_into("z", 0, bytearray(1), recs)
+        w.engine.read("z", 0, 0, bytearray(1), recs)
     assert e.value.needed == 3
-    assert w.read_into("empty", 0, buf, recs) == 0
+    assert w.engine.read("empty", 0, 0, buf, recs) == 0

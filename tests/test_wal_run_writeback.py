@@ -157,10 +157,10 @@ def test_a_failed_writeback_fails_the_consumers_sync_and_the_wal_until_reopened(
     st = debug.writeback_wait(w)
     assert st["failed"] == 1 and st["queued"] >= 2
     assert "writeback of segment" in caplog.text and "failed" in caplog.text
-    assert not w.failed  # the writeback promised nothing; the sync reports it
+    assert not w.engine.failed  # the writeback promised nothing; the sync reports it
     with pytest.raises(walfs.WalFailedError):
         durable_end(e, "t", 0, len(synced))
-    assert w.failed
+    assert w.engine.failed
     assert e.info("t").durable_watermark == len(synced)
     with pytest.raises(walfs.WalFailedError):
         e.append("t", 0, *batch(values(0, VALUE)))
@@ -168,7 +168,7 @@ def test_a_failed_writeback_fails_the_consumers_sync_and_the_wal_until_reopened(
         w.close()
     w = walfs.Wal(wal_dir, fsync="never", **GEOMETRY)
     try:
-        end = w.high_watermark("t")
+        end = w.info("t").high_watermark
         assert len(synced) <= end <= len(synced) + n
         got = w.read("t", 0, max_records=end + 1, max_bytes=64 << 20)
         assert got == (synced + values(len(synced), n * VALUE))[:end]
@@ -206,7 +206,7 @@ def test_close_with_writeback_queued_drains_it_before_the_files_close(wal_dir, c
     assert "writeback" not in caplog.text
     w = walfs.Wal(wal_dir, fsync="never", **SMALL_RUNS)
     try:
-        assert w.high_watermark("t") == n
+        assert w.info("t").high_watermark == n
         assert w.read("t", n - 2, max_records=2) == values(n - 2, 2 * VALUE)
     finally:
         w.close()
@@ -223,12 +223,12 @@ def test_reclaim_of_segments_with_writeback_queued_forgets_it_first(wal_dir, cap
         n = fill_runs(e, "t", 0, 4 << 20, 16)
         w.sync()
         w.trim("t", n)
-        assert w.reclaim() >= 3
+        assert w.engine.reclaim() >= 3
         more = fill_runs(e, "t", n, 1 << 20, 16)
         st = debug.writeback_wait(w)
         assert st["failed"] == 0 and st["queued"] >= 1
         assert "writeback" not in caplog.text
         assert w.read("t", n, max_records=2) == values(n, 2 * VALUE)
-        assert w.high_watermark("t") == n + more
+        assert w.info("t").high_watermark == n + more
     finally:
         w.close()

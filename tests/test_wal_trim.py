@@ -30,24 +30,24 @@ def segs(d: str) -> list[str]:
 
 def fill(w: walfs.Wal, topic: str, n: int, start: int = 0) -> None:
     for k in range(start, start + n, 100):
-        w.append_batch(topic, [payload(topic, k + j, 500) for j in range(min(100, start + n - k))])
+        w.append(topic, [payload(topic, k + j, 500) for j in range(min(100, start + n - k))])
 
 
 def test_trim_raises_low_watermark_durably(open_wal):
     w = open_wal()
     fill(w, "t", 1000)
     w.trim("t", 400)
-    assert (w.low_watermark("t"), w.high_watermark("t")) == (400, 1000)
+    assert (w.info("t").low_watermark, w.info("t").high_watermark) == (400, 1000)
     with pytest.raises(walfs.OffsetOutOfRangeError):
         w.read("t", 399)
     assert w.read("t", 400, max_records=1) == [payload("t", 400, 500)]
     w.trim("t", 100)  # never lowers
-    assert w.low_watermark("t") == 400
+    assert w.info("t").low_watermark == 400
     w.close()
     w = open_wal()
-    assert (w.low_watermark("t"), w.high_watermark("t")) == (400, 1000)
+    assert (w.info("t").low_watermark, w.info("t").high_watermark) == (400, 1000)
     assert w.read("t", 400, max_records=1) == [payload("t", 400, 500)]
-    assert w.stream_info("t").low_byte > 0
+    assert w.info("t").low_byte > 0
     with pytest.raises(walfs.OffsetOutOfRangeError):
         w.read_bytes("t", 0, 10)
 
@@ -58,15 +58,15 @@ def test_reclaim_deletes_only_fully_trimmed_segments(open_wal, wal_dir):
     fill(w, "keep", 50)
     before = segs(wal_dir)
     assert len(before) >= 3
-    assert w.reclaim() == 0  # nothing trimmed yet
+    assert w.engine.reclaim() == 0  # nothing trimmed yet
     w.trim("old", 6000)
     w.sync()  # seals are written after the data they cover is durable
-    deleted = w.reclaim()
+    deleted = w.engine.reclaim()
     assert deleted >= 2
     after = segs(wal_dir)
     assert len(after) == len(before) - deleted
     assert w.read("keep", 0, max_records=100) == [payload("keep", k, 500) for k in range(50)]
-    assert (w.low_watermark("old"), w.high_watermark("old")) == (6000, 6000)
+    assert (w.info("old").low_watermark, w.info("old").high_watermark) == (6000, 6000)
     assert w.append("old", b"more") == 6000  # offsets continue, never reused
 
 
@@ -78,13 +78,13 @@ def test_reclaim_works_for_files_from_before_a_restart(open_wal, wal_dir):
     fill(w, "t", 200, start=6000)
     w.trim("t", 5000)
     w.sync()
-    assert w.reclaim() >= 2
+    assert w.engine.reclaim() >= 2
     w.close()
     w = open_wal()
-    assert (w.low_watermark("t"), w.high_watermark("t")) == (5000, 6200)
+    assert (w.info("t").low_watermark, w.info("t").high_watermark) == (5000, 6200)
     assert w.read("t", 5000, max_records=1) == [payload("t", 5000, 500)]
     assert w.read("t", 6199, max_records=1) == [payload("t", 6199, 500)]
-    assert w.verify() == []
+    assert w.engine.verify() == []
 
 
 def test_fully_reclaimed_stream_keeps_its_offsets_across_restart(open_wal, wal_dir):
@@ -94,10 +94,10 @@ def test_fully_reclaimed_stream_keeps_its_offsets_across_restart(open_wal, wal_d
     w.trim("gone", 4000)
     w.trim("other", 4000)
     w.sync()
-    assert w.reclaim() >= 1
+    assert w.engine.reclaim() >= 1
     w.close()
     w = open_wal()
-    assert (w.low_watermark("gone"), w.high_watermark("gone")) == (4000, 4000)
+    assert (w.info("gone").low_watermark, w.info("gone").high_watermark) == (4000, 4000)
     assert w.append("gone", b"after") == 4000
     w.close()
     w = open_wal()
@@ -132,22 +132,22 @@ def test_catalog_is_compacted_while_trimming_and_keeps_every_fact(open_wal, wal_
         w.append(t, b"x")
     w.trim("gone", 4000)
     w.sync()
-    assert w.reclaim() >= 1  # a FLOOR entry: "gone" has no run left
+    assert w.engine.reclaim() >= 1  # a FLOOR entry: "gone" has no run left
     sizes = []
     for k in range(1, 3001):
         w.trim("other", k)
         sizes.append(cat_size(wal_dir))
     assert max(sizes) < 1300 * 28  # bounded: ~24-byte TRIM entries, compacted past 1024
     assert sizes[-1] < sizes[1000] or min(sizes[1000:]) < 2000
-    assert (w.low_watermark("other"), w.high_watermark("other")) == (3000, 4000)
+    assert (w.info("other").low_watermark, w.info("other").high_watermark) == (3000, 4000)
     w.close()
     w = open_wal()
-    assert (w.low_watermark("gone"), w.high_watermark("gone")) == (4000, 4000)
-    assert (w.low_watermark("other"), w.high_watermark("other")) == (3000, 4000)
+    assert (w.info("gone").low_watermark, w.info("gone").high_watermark) == (4000, 4000)
+    assert (w.info("other").low_watermark, w.info("other").high_watermark) == (3000, 4000)
     assert sorted(w.topics()) == ["a", "b", "c", "gone", "other"]
     assert w.read("other", 3000, max_records=1) == [payload("other", 3000, 500)]
     assert w.append("gone", b"after") == 4000  # the floor survived compaction
-    assert w.verify() == []
+    assert w.engine.verify() == []
 
 
 def test_compacted_catalog_serves_readers_and_a_stale_temporary_is_ignored(open_wal, wal_dir):
@@ -158,15 +158,15 @@ def test_compacted_catalog_serves_readers_and_a_stale_temporary_is_ignored(open_
         for k in range(1, 5001):
             w.trim("t", k)  # several compactions replace the catalog file
         w.sync()
-        assert w.reclaim() >= 1
+        assert w.engine.reclaim() >= 1
         late = walfs.Wal(wal_dir, read_only=True)  # reads the replaced catalog
         try:
-            assert late.low_watermark("t") == 5000
+            assert late.info("t").low_watermark == 5000
             assert late.read("t", 5000, max_records=1) == [payload("t", 5000, 500)]
         finally:
             late.close()
         # The earlier reader keeps its snapshot: its mapped segments stay readable.
-        assert (reader.low_watermark("t"), reader.high_watermark("t")) == (0, 6000)
+        assert (reader.info("t").low_watermark, reader.info("t").high_watermark) == (0, 6000)
         assert reader.read("t", 0, max_records=1) == [payload("t", 0, 500)]
     finally:
         reader.close()
@@ -174,7 +174,7 @@ def test_compacted_catalog_serves_readers_and_a_stale_temporary_is_ignored(open_
     with open(os.path.join(wal_dir, "streams.cat.tmp"), "wb") as f:
         f.write(b"left by a crash in the middle of a compaction")
     w = open_wal()
-    assert (w.low_watermark("t"), w.high_watermark("t")) == (5000, 6000)
+    assert (w.info("t").low_watermark, w.info("t").high_watermark) == (5000, 6000)
     assert w.read("t", 5999, max_records=1) == [payload("t", 5999, 500)]
 
 
@@ -209,12 +209,12 @@ def test_read_only_open_survives_a_compaction_during_its_segment_scan(open_wal, 
     for k in range(1, 41):
         w.trim("t", 100 * k)  # 40 TRIMs: two compactions, the last trims in the new file
     w.sync()
-    assert w.reclaim() >= 1
+    assert w.engine.reclaim() >= 1
     t.join()
     assert not failure, failure
     r = opened[0]
     try:
-        assert r.low_watermark("t") == 4000
+        assert r.info("t").low_watermark == 4000
         assert r.read("t", 4000, max_records=1) == [payload("t", 4000, 500)]
     finally:
         r.close()
@@ -230,14 +230,14 @@ def test_failed_compaction_keeps_the_old_catalog_and_the_trim(open_wal, wal_dir)
     grown = cat_size(wal_dir)
     debug.inject_fault(w, "write", errno.ENOSPC, after=1, count=1)  # the TRIM passes, the rewrite fails
     w.trim("t", 17)
-    assert w.low_watermark("t") == 17
+    assert w.info("t").low_watermark == 17
     assert cat_size(wal_dir) > grown  # the old catalog, one entry longer
     assert not os.path.exists(os.path.join(wal_dir, "streams.cat.tmp"))
     w.trim("t", 18)  # the next trim compacts
     assert cat_size(wal_dir) < grown
     w.close()
     w = open_wal()
-    assert (w.low_watermark("t"), w.high_watermark("t")) == (18, 100)
+    assert (w.info("t").low_watermark, w.info("t").high_watermark) == (18, 100)
 
 
 def test_writer_open_compacts_a_long_catalog(open_wal, wal_dir):
@@ -249,10 +249,10 @@ def test_writer_open_compacts_a_long_catalog(open_wal, wal_dir):
     long = cat_size(wal_dir)
     w = open_wal(test_mode=True)  # test_mode compacts from 16 entries: at this open
     assert cat_size(wal_dir) < long // 10
-    assert (w.low_watermark("t"), w.high_watermark("t")) == (500, 1000)
+    assert (w.info("t").low_watermark, w.info("t").high_watermark) == (500, 1000)
     w.close()
     w = open_wal()
-    assert (w.low_watermark("t"), w.high_watermark("t")) == (500, 1000)
+    assert (w.info("t").low_watermark, w.info("t").high_watermark) == (500, 1000)
     assert w.read("t", 500, max_records=1) == [payload("t", 500, 500)]
 
 
@@ -260,26 +260,26 @@ def test_a_stream_trimmed_to_its_end_pins_no_segment(open_wal, wal_dir):
     # Issue 10: a stream's last run used to stay unsealed until full, so a topic trimmed
     # to its end (or idle after a trim) kept its segment file forever.
     w = open_wal(reclaim_interval_s=3600)
-    w.append_batch("a", [payload("a", i, 200) for i in range(20)])  # a small run in segment 1
+    w.append("a", [payload("a", i, 200) for i in range(20)])  # a small run in segment 1
     fill(w, "b", 5000)  # several segments
     assert len(segs(wal_dir)) >= 3
     w.trim("a", 20)
     w.trim("b", 5000)
-    w.reclaim()
+    w.engine.reclaim()
     assert len(segs(wal_dir)) == 1  # only the segment being filled
     # Both streams go on from their offsets, before and after a restart.
     assert w.append("a", b"next a") == 20
     assert w.append("b", b"next b") == 5000
     w.close()
     w = open_wal(reclaim_interval_s=3600)
-    assert (w.low_watermark("a"), w.high_watermark("a")) == (20, 21)
+    assert (w.info("a").low_watermark, w.info("a").high_watermark) == (20, 21)
     assert w.read("a", 20) == [b"next a"]
     assert w.read("b", 5000) == [b"next b"]
     fill(w, "c", 3000)  # new data reuses space and is reclaimed like any other
     w.trim("c", 3000)
     w.trim("a", 21)
     w.trim("b", 5001)
-    w.reclaim()
+    w.engine.reclaim()
     assert len(segs(wal_dir)) == 1
 
 
@@ -302,8 +302,8 @@ def test_an_appender_racing_reclamation_keeps_its_records(open_wal, wal_dir):
     t.start()
     try:
         for _ in range(50):
-            w.trim("b", w.high_watermark("b"))
-            w.reclaim()
+            w.trim("b", w.info("b").high_watermark)
+            w.engine.reclaim()
     finally:
         stop.set()
         t.join()

@@ -65,7 +65,7 @@ def check_recovered_prefix(
     no page survived, never a damaged one."""
     w = walfs.Wal(wal_dir, fsync="never", **geometry)
     try:
-        end = w.high_watermark("t")
+        end = w.info("t").high_watermark
         assert len(synced) <= end <= len(synced) + len(unsynced)
         if keep_permille == 0:
             assert end == len(synced)

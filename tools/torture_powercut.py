@@ -50,11 +50,11 @@ def run(cycles: int, seed: int, workdir: str) -> dict[str, Any]:
         )
         # --- check what the last cut left
         for t in TOPICS:
-            hwm = w.high_watermark(t) if t in w.topics() else 0
+            hwm = w.info(t).high_watermark if t in w.topics() else 0
             if hwm < durable[t]:
                 lost += durable[t] - hwm
                 details.append(f"cycle {cycle}: {t} high {hwm} < durable {durable[t]}")
-            start = max(low[t], w.low_watermark(t) if t in w.topics() else 0)
+            start = max(low[t], w.info(t).low_watermark if t in w.topics() else 0)
             got = w.read(t, start, max_records=1 << 20, max_bytes=1 << 30) if hwm > start else []
             if got != written[t][start : start + len(got)] or len(got) != hwm - start:
                 problems += 1
@@ -62,7 +62,7 @@ def run(cycles: int, seed: int, workdir: str) -> dict[str, Any]:
             del written[t][hwm:]
             durable[t] = min(durable[t], hwm)
         for (g, t), off in cursors.items():
-            have = w.committed_offset(g, t)
+            have = w.committed(g, t)
             if have != off:
                 problems += 1
                 details.append(f"cycle {cycle}: cursor {g}/{t} {have} != {off}")
@@ -74,9 +74,9 @@ def run(cycles: int, seed: int, workdir: str) -> dict[str, Any]:
                 n = rng.choice((1, 2, 7, 60))
                 base = len(written[t])
                 vals = [_value(rng, t, base + i) for i in range(n)]
-                w.append_batch(t, vals)
+                w.append(t, vals)
                 written[t].extend(vals)
-                if w.fsync == "always":
+                if w.engine.fsync == "always":
                     acked += n
                     durable[t] = len(written[t])
             elif op < 0.8:
@@ -89,11 +89,11 @@ def run(cycles: int, seed: int, workdir: str) -> dict[str, Any]:
                 w.trim(t, to)
                 low[t] = to
             elif op < 0.93:
-                w.reclaim()
+                w.engine.reclaim()
             elif durable[t]:
                 g = rng.choice(("g1", "g2"))
                 off = rng.randint(0, durable[t])
-                w.commit_offset(g, t, off)
+                w.commit(g, t, off)
                 cursors[(g, t)] = off
         debug.power_cut(w, seed=rng.randrange(1 << 30), keep_permille=rng.choice((0, 300, 700, 1000)))
     return {

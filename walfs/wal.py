@@ -118,10 +118,10 @@ class Wal:
                 append = self._appends.get(slot)
                 if append is None:
                     append = self._appends[slot] = appender(self.engine, topic, partition).append
-                return append(data)
+                return append(data)  # type: ignore[arg-type]  # any bytes-like value
             return self.engine.append(topic, partition, *encode_records([(key, data, headers, timestamp_ms)]))
         if key is not None or headers or timestamp_ms is not None:
-            raise TypeError("key, headers and timestamp_ms go with one record; a batch carries them per record")
+            raise TypeError("key, headers and timestamp_ms are for one record; a batch has them per record")
         if isinstance(data, str):
             raise TypeError("append takes bytes (one record) or an iterable of records, not str")
         return self._append_batch(topic, partition, data)

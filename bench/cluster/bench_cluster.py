@@ -90,7 +90,7 @@ def wal_append(
             try:
                 for c in range(k, calls, threads):
                     n = min(per_call, records - c * per_call)
-                    wal.append_batch(topic, [value] * n)
+                    wal.append(topic, [value] * n)
             except BaseException as e:
                 errors.append(e)
 
@@ -103,8 +103,8 @@ def wal_append(
         took = time.monotonic() - t0
         if errors:
             raise errors[0]
-        if wal.high_watermark(topic) != records:
-            raise RuntimeError(f"{topic}: {wal.high_watermark(topic)} records, expected {records}")
+        if wal.info(topic).high_watermark != records:
+            raise RuntimeError(f"{topic}: {wal.info(topic).high_watermark} records, expected {records}")
     return {**rate(records, size, took), "records_per_call": per_call, "threads": threads}
 
 

@@ -45,7 +45,7 @@ def bench_append_1k(base: str, total_mb: int, rounds: int = 3) -> dict[str, obje
         w = walfs.Wal(path, fsync="never")
         t0 = time.perf_counter()
         for _ in range(total_mb):
-            w.append_batch("t", batch)
+            w.append("t", batch)
         w.sync()
         wal_s.append(time.perf_counter() - t0)
         w.close()
@@ -75,7 +75,7 @@ def bench_append_100b(base: str, n: int) -> dict[str, float]:
     w = walfs.Wal(path, fsync="never")
     t0 = time.perf_counter()
     for _ in range(n // len(batch)):
-        w.append_batch("t", batch)
+        w.append("t", batch)
     elapsed = time.perf_counter() - t0
     w.sync()
     w.close()
@@ -104,7 +104,7 @@ def bench_always(base: str, seconds: float) -> dict[str, object]:
         for t in ts:
             t.join()
         out[f"threads_{threads}_records_per_s"] = sum(counts) / (time.perf_counter() - t0)
-        out[f"threads_{threads}_records_per_fsync"] = sum(counts) / max(1, w.recovery_report()["syncs"])
+        out[f"threads_{threads}_records_per_fsync"] = sum(counts) / max(1, w.engine.report()["syncs"])
         w.close()
         shutil.rmtree(path)
     plain = os.path.join(base, "plain-sync")
@@ -128,7 +128,7 @@ def bench_read(base: str, n: int) -> dict[str, float]:
     path = fresh(base, "read")
     w = walfs.Wal(path, fsync="never")
     for _ in range(n // 100_000):
-        w.append_batch("t", [rec] * 100_000)
+        w.append("t", [rec] * 100_000)
     w.sync()
     t0 = time.perf_counter()
     off, got = 0, 0
@@ -140,7 +140,7 @@ def bench_read(base: str, n: int) -> dict[str, float]:
         got += len(recs)
     el = time.perf_counter() - t0
     t0 = time.perf_counter()
-    pos, size = 0, w.byte_size("t")
+    pos, size = 0, w.info("t").byte_size
     while pos < size:
         pos += len(w.read_bytes("t", pos, 1 << 20))
     el_bytes = time.perf_counter() - t0
@@ -169,7 +169,7 @@ import sys, time, walfs
 w = walfs.Wal(sys.argv[1], fsync="never")
 rec = b"x" * 100
 for _ in range(int(sys.argv[2]) // 100000):
-    w.append_batch("t", [rec] * 100000)
+    w.append("t", [rec] * 100000)
 print("done", flush=True)
 time.sleep(600)
 """
@@ -179,10 +179,10 @@ import sys, time, walfs
 t0 = time.perf_counter()
 w = walfs.Wal(sys.argv[1])
 el = time.perf_counter() - t0
-assert w.high_watermark("t") == int(sys.argv[2])
+assert w.info("t").high_watermark == int(sys.argv[2])
 # Anonymous memory only: the mapped segment pages a verification touched are page cache.
 anon = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("RssAnon"))
-print(el, anon / 1024, w.recovery_report()["verified_records"])
+print(el, anon / 1024, w.engine.report()["verified_records"])
 w.close()
 """
 
@@ -201,7 +201,7 @@ def bench_recovery(base: str, n: int) -> dict[str, float]:
     w = walfs.Wal(path, fsync="never")
     rec = b"x" * 100
     for _ in range(n // 100_000):
-        w.append_batch("t", [rec] * 100_000)
+        w.append("t", [rec] * 100_000)
     w.close()
     clean_s, clean_rss, clean_verified = timed_open(path, n)
     used = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f.startswith("seg-"))

@@ -76,12 +76,12 @@ def walfs_case(base: str, how: str, size: int, count: int, fsync: str) -> tuple[
             done = 0
             while done < count:
                 n = min(BATCH, count - done)
-                w.append_batch("bench", batch if n == BATCH else batch[:n])
+                w.append("bench", batch if n == BATCH else batch[:n])
                 done += n
         else:
             raise ValueError(how)
         secs, cpu = time.perf_counter() - t0, time.process_time() - c0
-        assert w.high_watermark("bench") == count
+        assert w.info("bench").high_watermark == count
     finally:
         w.close()
     shutil.rmtree(path, ignore_errors=True)

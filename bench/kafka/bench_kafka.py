@@ -54,7 +54,7 @@ def engine(data_dir: Path, n: int, size: int) -> dict[str, Any]:
     with walfs.Wal(str(data_dir), fsync="interval") as wal:
         t0 = time.perf_counter()
         for i in range(0, n, batch):
-            wal.append_batch("bench", [payload] * min(batch, n - i))
+            wal.append("bench", [payload] * min(batch, n - i))
         wal.sync()
         appended = time.perf_counter() - t0
         t0 = time.perf_counter()

@@ -67,7 +67,7 @@ def run_slice(w: walfs.Wal, seconds: float, batch: list[bytes]) -> int:
     n = 0
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        w.append_batch("log", batch)
+        w.append("log", batch)
         n += len(batch)
     return n
 
@@ -109,7 +109,7 @@ def main() -> None:
 
     def sampler() -> None:
         while not stop.wait(a.sample):
-            info = kept.stream_info("log")
+            info = kept.info("log")
             seg, seg_du, other_du = dir_use(kept_dir)
             samples.append(
                 (
@@ -132,8 +132,8 @@ def main() -> None:
                 if name == "baseline":
                     # The baseline keeps everything: bound the bench's own disk use by
                     # trimming and reclaiming it too, outside the timed slice.
-                    w.trim("log", w.high_watermark("log"))
-                    w.reclaim()
+                    w.trim("log", w.info("log").high_watermark)
+                    w.engine.reclaim()
         stop.set()
         th.join()
         steady = [s for s in samples if s[6] > 0]  # after the first trim
@@ -163,8 +163,8 @@ def main() -> None:
             "statvfs_delta_max_bytes": max(s[4] for s in samples),
             "kept_view_bytes": percentiles([float(s[5]) for s in steady])
             | {"min": min(s[5] for s in steady)},
-            "backpressure_waits": kept.stats.backpressure_waits,
-            "reclaimed_segments": kept.stats.reclaimed_segments,
+            "backpressure_waits": kept.engine.stats.backpressure_waits,
+            "reclaimed_segments": kept.engine.stats.reclaimed_segments,
             "append_rate_retention": benchkit.spread(rates["retention"]),
             "append_rate_baseline": benchkit.spread(rates["baseline"]),
             "ratio_median": statistics.median(rates["retention"]) / statistics.median(rates["baseline"]),

@@ -135,7 +135,7 @@ def source_vs_text(spark: Any, base: Path, records: int, record_bytes: int, repe
     with walfs.Wal(data, fsync="never") as wal, open(plain, "wb", buffering=8 << 20) as f:
         for start in range(0, records, batch):
             vals = [b"%012d " % i + value for i in range(start, min(start + batch, records))]
-            wal.append_batch("bench", vals)
+            wal.append("bench", vals)
             f.write(b"\n".join(vals) + b"\n")
     prepare_s = time.perf_counter() - t
     walfs_count, walfs_s = timed(
@@ -199,7 +199,7 @@ def main() -> None:
         warm.write_bytes(b"warm\n" * 1000)
         spark.read.text(str(warm)).count()
         with walfs.Wal(base / "warm-data") as wal:
-            wal.append_batch("warm", [b"warm"] * 1000)
+            wal.append("warm", [b"warm"] * 1000)
         # Ten small tasks, so every executor core has started its Python worker.
         _, first_s = timed(
             lambda: (

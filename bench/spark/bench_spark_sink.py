@@ -429,7 +429,7 @@ def one_size(
     with walfs.Wal(base / f"engine{size}") as wal:
         t = time.perf_counter()
         for i in range(0, n, 65536):
-            wal.append_batch("t", values[i : i + 65536])
+            wal.append("t", values[i : i + 65536])
         wal.sync()
         run["append_batch_s"] = time.perf_counter() - t
     run.update(task_alone(base / f"task{size}", values[: n // 2]))
