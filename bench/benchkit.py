@@ -59,6 +59,13 @@ BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 
 
+def batch_append(wal: Any) -> Any:
+    """The Wal's call that appends a list of values as one batch: `wal.append` (a tree from
+    before issue 34 names it `append_batch`), so that bench/ab_trees.py can run a benchmark
+    against both trees. Marks are read as `wal.engine.info(...)`, which both trees have."""
+    return getattr(wal, "append_batch", None) or wal.append
+
+
 def face(name: str) -> None:
     """Put bench/NAME on sys.path: a benchmark using another face's helpers imports them."""
     where = str(BENCH / name)

@@ -112,7 +112,7 @@ class Wal:
         or (key, value, headers, timestamp_ms) tuples / Record-like objects; a None value
         is a null, a Kafka tombstone). A batch survives a crash whole or not at all.
         Returns the (first) record's offset."""
-        if isinstance(data, _ONE_RECORD):
+        if type(data) is bytes or isinstance(data, _ONE_RECORD):
             if key is None and not headers and timestamp_ms is None:
                 slot = topic if partition == 0 else (topic, partition)
                 append = self._appends.get(slot)
@@ -128,19 +128,23 @@ class Wal:
 
     def _append_batch(self, topic: str, partition: int, records: Iterable[Any]) -> int:
         items = records if isinstance(records, list | tuple) else list(records)
-        if not items:
-            raise ValueError("append needs at least one record")
-        if not all(isinstance(r, _ONE_RECORD) for r in items):
-            return self.engine.append(
-                topic,
-                partition,
-                *encode_records((None, r, None, None) if isinstance(r, _ONE_RECORD) else r for r in items),
-            )
         n = len(items)
-        lens = array.array("I", [len(items[0])] if n == 1 else map(len, items))
+        if n == 0:
+            raise ValueError("append needs at least one record")
+        try:  # plain values, the common case: their lengths and bytes, in C
+            if n == 1:
+                data = items[0]
+                if not isinstance(data, _ONE_RECORD):
+                    raise TypeError
+                lens = array.array("I", [len(data)])
+            else:
+                lens = array.array("I", map(len, items))
+                data = b"".join(items)
+        except TypeError:  # tuples or Record-like objects among them
+            bodies = encode_records((None, r, None, None) if isinstance(r, _ONE_RECORD) else r for r in items)
+            return self.engine.append(topic, partition, *bodies)
         if max(lens) > MAX_RECORD_BYTES:
             raise RecordTooLargeError("a record is larger than 4 GiB")
-        data = items[0] if n == 1 else b"".join(items)
         return self.engine.append(topic, partition, data, array.array("I", bytes(4 * n)), lens)
 
     def append_lines(self, topic: str, data: bytes, partition: int = 0) -> tuple[int, int]:

@@ -43,9 +43,10 @@ def bench_append_1k(base: str, total_mb: int, rounds: int = 3) -> dict[str, obje
     for _ in range(rounds):
         path = fresh(base, "a1k")
         w = walfs.Wal(path, fsync="never")
+        append = benchkit.batch_append(w)
         t0 = time.perf_counter()
         for _ in range(total_mb):
-            w.append("t", batch)
+            append("t", batch)
         w.sync()
         wal_s.append(time.perf_counter() - t0)
         w.close()
@@ -73,9 +74,10 @@ def bench_append_100b(base: str, n: int) -> dict[str, float]:
     batch = [rec] * 100_000
     path = fresh(base, "a100")
     w = walfs.Wal(path, fsync="never")
+    append = benchkit.batch_append(w)
     t0 = time.perf_counter()
     for _ in range(n // len(batch)):
-        w.append("t", batch)
+        append("t", batch)
     elapsed = time.perf_counter() - t0
     w.sync()
     w.close()
@@ -128,7 +130,7 @@ def bench_read(base: str, n: int) -> dict[str, float]:
     path = fresh(base, "read")
     w = walfs.Wal(path, fsync="never")
     for _ in range(n // 100_000):
-        w.append("t", [rec] * 100_000)
+        benchkit.batch_append(w)("t", [rec] * 100_000)
     w.sync()
     t0 = time.perf_counter()
     off, got = 0, 0
@@ -140,7 +142,7 @@ def bench_read(base: str, n: int) -> dict[str, float]:
         got += len(recs)
     el = time.perf_counter() - t0
     t0 = time.perf_counter()
-    pos, size = 0, w.info("t").byte_size
+    pos, size = 0, w.engine.info("t").byte_size
     while pos < size:
         pos += len(w.read_bytes("t", pos, 1 << 20))
     el_bytes = time.perf_counter() - t0
@@ -169,7 +171,7 @@ import sys, time, walfs
 w = walfs.Wal(sys.argv[1], fsync="never")
 rec = b"x" * 100
 for _ in range(int(sys.argv[2]) // 100000):
-    w.append("t", [rec] * 100000)
+    getattr(w, "append_batch", w.append)("t", [rec] * 100000)  # before issue 34: append_batch
 print("done", flush=True)
 time.sleep(600)
 """
@@ -179,7 +181,7 @@ import sys, time, walfs
 t0 = time.perf_counter()
 w = walfs.Wal(sys.argv[1])
 el = time.perf_counter() - t0
-assert w.info("t").high_watermark == int(sys.argv[2])
+assert w.engine.info("t").high_watermark == int(sys.argv[2])
 # Anonymous memory only: the mapped segment pages a verification touched are page cache.
 anon = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("RssAnon"))
 print(el, anon / 1024, w.engine.report()["verified_records"])
@@ -201,7 +203,7 @@ def bench_recovery(base: str, n: int) -> dict[str, float]:
     w = walfs.Wal(path, fsync="never")
     rec = b"x" * 100
     for _ in range(n // 100_000):
-        w.append("t", [rec] * 100_000)
+        benchkit.batch_append(w)("t", [rec] * 100_000)
     w.close()
     clean_s, clean_rss, clean_verified = timed_open(path, n)
     used = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f.startswith("seg-"))
