@@ -9,7 +9,7 @@ alternating which side goes first every round:
 
   kafka_produce   org.apache.kafka.tools.ProducerPerformance, acks=all, linger.ms=5,
                   batch.size=1 MiB, on a topic of 1 partition, replication factor 3
-  wal_append      Wal.append_batch on the Kafka engine (kafka://.../NS): one stream (so
+  wal_append      Wal.append (a list) on the Kafka engine (kafka://.../NS): one stream (so
                   one region, one partition, like the Kafka topic), --threads callers,
                   each call a batch of --batch-bytes (acks=all, idempotent producer)
   mount_append    `dd bs=1M` of a file of lines into a topic file of a `walfs mount` of
@@ -78,7 +78,7 @@ def rate(records: int, size: int, seconds: float) -> dict[str, Any]:
 def wal_append(
     target: str, topic: str, records: int, size: int, batch_bytes: int, threads: int
 ) -> dict[str, Any]:
-    """records of `size` bytes through Wal.append_batch, `threads` callers on one stream."""
+    """records of `size` bytes through Wal.append (a list), `threads` callers on one stream."""
     per_call = max(1, batch_bytes // size)
     calls = (records + per_call - 1) // per_call
     value = b"v" * size
@@ -185,8 +185,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--nodes", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=4, help="Wal.append_batch callers")
-    ap.add_argument("--batch-bytes", type=int, default=1 << 20, help="bytes per append_batch call")
+    ap.add_argument("--threads", type=int, default=4, help="Wal.append (a list) callers")
+    ap.add_argument("--batch-bytes", type=int, default=1 << 20, help="bytes per Wal.append (a list) call")
     ap.add_argument("--records-100", type=int, default=None)
     ap.add_argument("--records-1k", type=int, default=None)
     ap.add_argument("--no-mount", action="store_true")

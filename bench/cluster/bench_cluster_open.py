@@ -6,7 +6,7 @@
 Starts a real Kafka 4.1.1 cluster (tests/real_kafka.py; --nodes, default 1) or uses
 --bootstrap, writes --records small records (--size bytes) over --streams streams
 (topics s0000.., partition 0) of one namespace with --regions regions, in appends of
---batch records (Wal.append_batch on the Kafka engine, --writers threads), then times
+--batch records (Wal.append (a list) on the Kafka engine, --writers threads), then times
 opening the namespace (KafkaEngine construction: topics checked, meta topic read, every
 region replayed to the cluster's end, i.e. open + ready) in two ways, alternating:
 

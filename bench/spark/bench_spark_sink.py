@@ -6,7 +6,7 @@
 For each value size, with one local[*] SparkSession and N rows cached in memory first:
 
 - write: df.write.text(plain directory) vs df.write.format("walfs") to a data directory
-  (path) and through `walfs serve` (bootstrap), vs the engine's Wal.append_batch of the
+  (path) and through `walfs serve` (bootstrap), vs the engine's Wal.append (a list) of the
   same values from Python (no Spark): rows/s each, and sink / write.text.
 - engine and disk floors (no Spark): the same bytes, already in the stored layout,
   appended by the engine in the sink's chunk size then synced (engine_append_s,
