@@ -387,8 +387,9 @@ def test_retention_set_through_kafka_is_enforced(tmp_path: Path) -> None:
             fut.result(15)
         trimmed = lst.wal.engine.apply_retention(now_ms=int(time.time() * 1000) + 60_000)
         # (the background pass, woken by the new limits, may have trimmed first: same result)
-        assert trimmed.get((lst.wal.engine.org_id, "aged", 0), lst.wal.info("aged").low_watermark) == 5
-        assert trimmed.get((lst.wal.engine.org_id, "sized", 0), lst.wal.info("sized").low_watermark) == firsts[-1]
+        org = lst.wal.engine.org_id
+        assert trimmed.get((org, "aged", 0), lst.wal.info("aged").low_watermark) == 5
+        assert trimmed.get((org, "sized", 0), lst.wal.info("sized").low_watermark) == firsts[-1]
         futs = a.list_offsets(
             {
                 TopicPartition("aged", 0): OffsetSpec.earliest(),
