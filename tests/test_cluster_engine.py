@@ -19,6 +19,7 @@ from real_kafka import KafkaCluster
 
 import walfs
 from walfs.cluster.engine import KafkaEngine, region_of, stream_key_bytes
+from walfs.engine.rules import appender
 from walfs.errors import WalCorruptError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -133,7 +134,7 @@ def test_two_engines_on_one_log_see_one_order(cluster: KafkaCluster) -> None:
 
         def write(e: KafkaEngine, name: bytes) -> None:
             try:
-                app = e.appender("log")
+                app = appender(e, "log")
                 for k in range(200):
                     app.append(b"%s%d" % (name, k))
             except BaseException as exc:

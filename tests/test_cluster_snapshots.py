@@ -11,6 +11,7 @@ from conftest_mount import wait_until
 from real_kafka import fresh_target
 
 from walfs.cluster.engine import KafkaEngine
+from walfs.engine.rules import append_lines
 from walfs.errors import WalError
 
 
@@ -27,7 +28,7 @@ def test_periodic_snapshots_bound_what_an_open_replays() -> None:
     w = KafkaEngine(target, reclaim_interval_s=0.2, snapshot_every=20)
     try:
         for k in range(60):  # 60 log records over 6 streams in 2 regions
-            w.append_lines(f"s{k % 6}", 0, b"line %d\n" % k)
+            append_lines(w, f"s{k % 6}", 0, b"line %d\n" % k)
 
         # The cleaner (background, every 0.2 s) snapshots each region once it passed 20
         # records since its last one.
@@ -61,7 +62,7 @@ def test_ignoring_snapshots_is_refused_once_the_cleaner_deleted_below_them() -> 
     w = KafkaEngine(target, reclaim_interval_s=3600)
     try:
         for k in range(10):
-            w.append_lines("t", 0, b"x%d\n" % k)
+            append_lines(w, "t", 0, b"x%d\n" % k)
         w.trim("t", 0, 8)
         assert w.reclaim() == 1
     finally:

@@ -41,6 +41,7 @@ import benchkit  # noqa: E402
 from real_kafka import KafkaCluster  # noqa: E402
 
 from walfs.cluster.engine import KafkaEngine, region_of, stream_key_bytes  # noqa: E402
+from walfs.engine.rules import append_lines  # noqa: E402
 
 
 def write(target: str, records: int, streams: int, batch: int, size: int, writers: int) -> dict[str, Any]:
@@ -92,7 +93,7 @@ def append_behind(eng: KafkaEngine, per_region: int, streams: int) -> None:
         by_region.setdefault(region_of(stream_key_bytes(eng.org_id, name, 0), eng.t.regions), name)
     for name in by_region.values():
         for _ in range(per_region):
-            eng.append_lines(name, 0, b"late\n")
+            append_lines(eng, name, 0, b"late\n")
 
 
 def time_open(target: str, use_snapshots: bool) -> dict[str, Any]:
