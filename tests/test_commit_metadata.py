@@ -15,7 +15,7 @@ import blake3
 import pytest
 
 import walfs
-from walfs.consumer import MAX_METADATA_BYTES
+from walfs.engine.contract import MAX_METADATA_BYTES
 from walfs.engine.records import encode_meta, producer_of, with_producer
 from walfs.errors import WalCorruptError
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from walfs.cli.common import CliError, Parser, explain, module_main
-from walfs.cli.common import parse_size as _size
+from walfs.common.sizes import parse_size as _size
 
 if TYPE_CHECKING:
     from walfs.common.metrics import Metrics
@@ -197,7 +197,7 @@ def main(argv: list[str]) -> int:
         stream=sys.stderr,
     )
     from walfs.cli.malloc_tuning import keep_freed_buffers
-    from walfs.kafka import parse_listen_address
+    from walfs.common.addresses import parse_listen_address
 
     keep_freed_buffers()  # no page faults on each produce request's buffers
 

@@ -66,6 +66,7 @@ import blake3
 from walfs.common.metrics import WalStats
 from walfs.engine.contract import (
     MAX_METADATA_BYTES,
+    NO_GID,
     REC_SIZE,
     Appender,
     Change,
@@ -116,7 +117,6 @@ class _Shared:
 
 
 _KEY = struct.Struct("<QI")
-NO_GID = 2**64 - 1
 _MASK64 = 2**64 - 1
 CACHE_BYTES = 64 << 20
 # The cleaner snapshots a region once its replay has passed this many Kafka records since

@@ -58,6 +58,7 @@ REC_LAYOUT = [
     ("buf_pos", "<u8"),  # where the record's body (meta || value) starts in buf
 ]
 REC_SIZE = 40
+NO_GID = 2**64 - 1  # a descriptor's gid when the engine has none (the -1 above)
 
 
 # verify()'s progress: (streams done, streams, records checked, their bytes).

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from walfs.kafka.broker_config import BrokerConfig
-from walfs.kafka.fetch_ahead import FetchAhead, on_change
+from walfs.kafka.fetch_ahead import NextBatches, on_change
 from walfs.kafka.group_coordinator import GroupCoordinator
 from walfs.kafka.group_sync import GroupSync
 from walfs.kafka.producer_ids import ProducerIds
@@ -47,7 +47,7 @@ class Connection:
     # the answer went out whole and no request waits (the fetch's read-ahead).
     after_answer: Callable[[], None] | None = None
     # The batches read ahead for this connection's next fetch (walfs/kafka/fetch_ahead.py).
-    fetch_ahead: FetchAhead | None = None
+    fetch_ahead: NextBatches | None = None
 
 
 @dataclass

@@ -69,8 +69,8 @@ class _Kept:
     data: Data
 
 
-class FetchAhead:
-    """One connection's read-ahead (see the module's docstring)."""
+class NextBatches:
+    """The next batches of one connection's partitions, read ahead (see the module's docstring)."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker

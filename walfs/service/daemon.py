@@ -370,7 +370,8 @@ async def _start_kafka(
     """Runs serve_kafka on the mount's own Wal, in the daemon's nursery: it stops with the
     mount (the nursery is cancelled once pyfuse3.main returns), before Wal.close(). It
     serves the local socket always, the TCP listener with --kafka-listen."""
-    from walfs.kafka import parse_listen_address, serve_kafka
+    from walfs.common.addresses import parse_listen_address
+    from walfs.kafka import serve_kafka
     from walfs.kafka.auth_config import AuthConfig
 
     host: str | None = None

@@ -61,7 +61,7 @@ from walfs.spark.sink_phases import Phases
 from walfs.spark.sink_rows import Chunk, cuts, encode_chunk, row_costs
 
 if TYPE_CHECKING:
-    from walfs.spark.remote import ProduceAhead
+    from walfs.spark.remote import ProduceInFlight
     from walfs.spark.sink_remote import RemoteTarget
     from walfs.spark.sink_target import LocalTarget
 
@@ -298,7 +298,7 @@ class _RemoteOutlet:
         self.ph = ph
         # per stream, the request being filled: its batches, (stream, rows) per batch
         self.building: dict[tuple[str, int], tuple[list[bytes | bytearray | memoryview], Counts]] = {}
-        self.in_flight: deque[tuple[ProduceAhead, Counts]] = deque()
+        self.in_flight: deque[tuple[ProduceInFlight, Counts]] = deque()
 
     def put(self, st: TaskStream, chunk: Chunk) -> None:
         from walfs.spark.sink_remote import kafka_batch
