@@ -21,7 +21,7 @@ from walfs.kafka.topic_catalog import TopicCatalog
 
 if TYPE_CHECKING:
     from walfs.engine.contract import LogEngine
-    from walfs.kafka.sasl import SaslSession
+    from walfs.kafka.sasl_session import SaslSession
 
 log = logging.getLogger("walfs.kafka")
 

@@ -27,13 +27,23 @@ together too (``Broker.ahead_budget``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from walfs.kafka.record_batch import batch_end
 
 if TYPE_CHECKING:
     from walfs.engine.contract import Change, LogEngine
-    from walfs.kafka.broker import Broker
+
+
+class Broker(Protocol):
+    """What the read-ahead uses of its broker (walfs.kafka.broker.Broker, which holds a
+    connection's NextBatches: a protocol here, so that this module needs not import it)."""
+
+    wal: LogEngine
+    ahead_budget: int
+    topic_changes: int
+
+    def watch_topic_changes(self) -> int: ...
 
 # What one connection may keep between two fetches (its partitions' next batches).
 MAX_BYTES = 4 << 20

@@ -38,7 +38,7 @@ from walfs.kafka.framing import (
     read_preamble,
 )
 from walfs.kafka.pipeline import response_pipe
-from walfs.kafka.sasl import AuthenticationFailed, SaslSession
+from walfs.kafka.sasl_session import AuthenticationFailed, SaslSession
 from walfs.kafka.tenants import Tenants
 
 if TYPE_CHECKING:

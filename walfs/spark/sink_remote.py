@@ -19,8 +19,7 @@ from walfs.kafka.record_batch import BATCH_OVERHEAD
 from walfs.spark.options import WalfsOptionError
 from walfs.spark.remote import LATEST, RemoteWal
 from walfs.spark.remote_read import read_remote
-from walfs.spark.sink_rows import Chunk
-from walfs.spark.sink_target import headed
+from walfs.spark.sink_rows import Chunk, headed
 from walfs.wire.batch_codec import encode_kafka_batch_pieces
 
 # The most bytes of record batches in one Produce request: far under the daemon's
