@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from walfs import BufferTooSmallError, Record
+from walfs import BufferTooSmallError
 from walfs.engine.contract import REC_LAYOUT, REC_SIZE, LogEngine, read_records
-from walfs.engine.records import decode_meta, value_is_null
+from walfs.engine.records import Record, decode_meta, value_is_null
 from walfs.errors import OffsetOutOfRangeError
 from walfs.spark.schema import ARROW_SCHEMA, CREATE_TIME, HEADER_TYPE, LOG_APPEND_TIME
 
