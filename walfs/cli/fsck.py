@@ -19,6 +19,7 @@ import time
 from typing import TextIO
 
 from walfs.cli.common import XATTR, CliError, Parser, explain, module_main, not_a_data_dir, resolve
+from walfs.common.sizes import human
 from walfs.engine.capabilities import Checks, has
 from walfs.engine.targets import is_local
 from walfs.errors import WalError, WalIOError
@@ -48,8 +49,8 @@ class Progress:
         self.last = now
         rate = nbytes / max(now - self.start, 1e-9)
         line = (
-            f"fsck: {done}/{streams} streams, {records:,} records, {_human(nbytes)} checked "
-            f"({_human(rate)}/s)"
+            f"fsck: {done}/{streams} streams, {records:,} records, {human(nbytes)} checked "
+            f"({human(rate)}/s)"
         )
         try:
             self.out.write("\r\033[K" + line)
@@ -73,14 +74,6 @@ def _isatty(out: TextIO) -> bool:
         return out.isatty()
     except (AttributeError, ValueError):
         return False
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def main(argv: list[str]) -> int:

@@ -13,6 +13,7 @@ import json
 import os
 
 from walfs.cli.common import XATTR, CliError, Parser, module_main, mount_of, open_read_only, resolve
+from walfs.common.sizes import human
 from walfs.engine.names import CONSUMERS_DIR, PARTITION_PREFIX
 from walfs.engine.targets import is_local
 
@@ -64,15 +65,6 @@ def disk_use(data_dir: str) -> int:
                 if exc.errno != errno.ENOENT:
                     raise
     return total
-
-
-def human(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
 
 
 def main(argv: list[str]) -> int:

@@ -68,7 +68,14 @@ from walfs.engine.names import check_partition, topic_bytes, topic_hash
 from walfs.engine.rules import committed_offset
 from walfs.engine.settings import Policy, policy_of, updated
 from walfs.engine.settings import now_ms as retention_now_ms
-from walfs.engine.types import MAX_METADATA_BYTES, REC_SIZE, Change, StreamInfo, VerifyProgress
+from walfs.engine.types import (
+    MAX_METADATA_BYTES,
+    NO_GID,
+    REC_SIZE,
+    Change,
+    StreamInfo,
+    VerifyProgress,
+)
 from walfs.engine.watchers import Watchers
 from walfs.errors import (
     BufferTooSmallError,
@@ -108,7 +115,6 @@ class _Shared:
 
 
 _KEY = struct.Struct("<QI")
-NO_GID = 2**64 - 1
 _MASK64 = 2**64 - 1
 CACHE_BYTES = 64 << 20
 # The cleaner snapshots a region once its replay has passed this many Kafka records since

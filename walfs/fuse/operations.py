@@ -40,13 +40,14 @@ from walfs.fuse import consumer_files, kernel_flags, xattrs
 from walfs.fuse.attributes import Attributes
 from walfs.fuse.errnos import logged_fuse_error, topic_name_error, wal_errors_as_errno
 from walfs.fuse.handles import Handle, Handles
-from walfs.fuse.invalidation import Invalidator, Watcher
+from walfs.fuse.invalidation import Invalidator
 from walfs.fuse.line_assembly import DEFAULT_MAX_LINE_BYTES, LineAssembler
 from walfs.fuse.nodes import DIR_KINDS, Node, parse_partition_dir
 from walfs.fuse.page_push import PAGE, PagePusher
 from walfs.fuse.permissions import may_write_dir
 from walfs.fuse.requests import wrap_handlers
 from walfs.fuse.tree import Tree
+from walfs.fuse.watcher import Watcher
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",

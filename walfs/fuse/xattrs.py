@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import pyfuse3
 
+from walfs.common.sizes import parse_limit, show_limit
 from walfs.engine.contract import LogEngine
 from walfs.engine.rules import committed_offset, retention
-from walfs.engine.settings import parse_limit, show_limit
 from walfs.fuse.consumer_files import commit_offset, committed, reset_offset
 from walfs.fuse.nodes import Node
 

@@ -13,7 +13,7 @@ import trio
 
 from walfs.engine.capabilities import NoWaitAppend, has
 from walfs.kafka.broker_config import BrokerConfig
-from walfs.kafka.fetch_ahead import FetchAhead, on_change
+from walfs.kafka.fetch_ahead import NextBatches, on_change
 from walfs.kafka.group_coordinator import GroupCoordinator
 from walfs.kafka.group_sync import GroupSync
 from walfs.kafka.producer_ids import ProducerIds
@@ -22,7 +22,7 @@ from walfs.kafka.topic_catalog import TopicCatalog
 
 if TYPE_CHECKING:
     from walfs.engine.contract import LogEngine
-    from walfs.kafka.sasl import SaslSession
+    from walfs.kafka.sasl_session import SaslSession
 
 log = logging.getLogger("walfs.kafka")
 
@@ -48,7 +48,7 @@ class Connection:
     # the answer went out whole and no request waits (the fetch's read-ahead).
     after_answer: Callable[[], None] | None = None
     # The batches read ahead for this connection's next fetch (walfs/kafka/fetch_ahead.py).
-    fetch_ahead: FetchAhead | None = None
+    fetch_ahead: NextBatches | None = None
 
 
 @dataclass

@@ -21,7 +21,7 @@ import trio
 from walfs.engine.rules import durable_info, wait_for
 from walfs.kafka.api import Api, Written
 from walfs.kafka.broker import Broker, Connection
-from walfs.kafka.fetch_ahead import MAX_RECORDS_PER_READ, FetchAhead, Next, in_page_cache
+from walfs.kafka.fetch_ahead import MAX_RECORDS_PER_READ, Next, NextBatches, in_page_cache
 from walfs.kafka.fetch_answer import encode_fetch_answer
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.wal_errors import error_code_for
@@ -41,7 +41,7 @@ MAX_TIMESTAMP = -3
 
 
 def _read_partitions(
-    broker: Broker, req: Any, ahead: FetchAhead | None = None
+    broker: Broker, req: Any, ahead: NextBatches | None = None
 ) -> tuple[list[Any], int, list[tuple[str, int, int]]]:
     """Reads every requested partition (worker thread, or the event loop: _read), taking
     the batches ``ahead`` kept for exactly these reads instead of reading them again.
@@ -89,7 +89,7 @@ def _read_partitions(
     return topics, total, at_end
 
 
-def _readable_inline(broker: Broker, req: Any, ahead: FetchAhead | None = None) -> bool:
+def _readable_inline(broker: Broker, req: Any, ahead: NextBatches | None = None) -> bool:
     """Whether _read_partitions can run on the event loop without waiting: few partitions,
     none with a sync due (durable_end would fsync), and every one's records from its fetch
     offset on (up to its byte limit) in the page cache (LogEngine.resident, a mincore), or
@@ -119,7 +119,7 @@ def _readable_inline(broker: Broker, req: Any, ahead: FetchAhead | None = None) 
 
 
 async def _read(
-    broker: Broker, req: Any, ahead: FetchAhead | None
+    broker: Broker, req: Any, ahead: NextBatches | None
 ) -> tuple[list[Any], int, list[tuple[str, int, int]]]:
     if _readable_inline(broker, req, ahead):
         return _read_partitions(broker, req, ahead)
@@ -173,7 +173,7 @@ async def handle_fetch(broker: Broker, conn: Connection, version: int, req: Any)
     if ahead is None or ahead.broker is not broker:
         if ahead is not None:
             ahead.take_all()
-        ahead = conn.fetch_ahead = FetchAhead(broker)
+        ahead = conn.fetch_ahead = NextBatches(broker)
     try:
         topics, total, at_end = await _read(broker, req, ahead)
         wait_s = req.max_wait.total_seconds()

@@ -27,7 +27,7 @@ together too (``Broker.ahead_budget``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from walfs.engine.rules import resident
 from walfs.wire.batch_codec import read_kafka_batch
@@ -36,7 +36,17 @@ from walfs.wire.record_batch import batch_end
 if TYPE_CHECKING:
     from walfs.engine.contract import LogEngine
     from walfs.engine.types import Change
-    from walfs.kafka.broker import Broker
+
+
+class Broker(Protocol):
+    """What the read-ahead uses of its broker (walfs.kafka.broker.Broker, which holds a
+    connection's NextBatches: a protocol here, so that this module needs not import it)."""
+
+    wal: LogEngine
+    ahead_budget: int
+    topic_changes: int
+
+    def watch_topic_changes(self) -> int: ...
 
 # What one connection may keep between two fetches (its partitions' next batches).
 MAX_BYTES = 4 << 20
@@ -72,8 +82,8 @@ class _Kept:
     data: Data
 
 
-class FetchAhead:
-    """One connection's read-ahead (see the module's docstring)."""
+class NextBatches:
+    """The next batches of one connection's partitions, read ahead (see the module's docstring)."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker

@@ -38,7 +38,7 @@ from walfs.kafka.framing import (
     read_preamble,
 )
 from walfs.kafka.pipeline import response_pipe
-from walfs.kafka.sasl import AuthenticationFailed, SaslSession
+from walfs.kafka.sasl_session import AuthenticationFailed, SaslSession
 from walfs.kafka.tenants import Tenants
 
 if TYPE_CHECKING:
@@ -46,19 +46,6 @@ if TYPE_CHECKING:
     from walfs.kafka.auth_config import AuthConfig
 
 log = logging.getLogger("walfs.kafka")
-
-
-def parse_listen_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:9092`` for IPv6) -> (host, port). Port 0 = any free port."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    p = int(port)
-    if p > 65535:
-        raise ValueError(f"port {p} out of range")
-    return host, p
 
 
 def api_name(payload: bytes | memoryview) -> str:

@@ -1,7 +1,7 @@
 """Kafka topic configs: which ones walfs honours, how they are checked, where they live.
 
 A topic's configs are stored in the WAL's per-topic settings (walfs.engine.settings's
-TopicSettings, the data directory's topics.conf), so they survive restarts and are the
+rules; the local engine's topics.conf, walfs/local/settings_file.py), so they survive restarts and are the
 same settings the mount's xattrs show. Kafka's names map onto them:
 
 | Kafka topic config | settings key | values |

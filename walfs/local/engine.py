@@ -15,10 +15,9 @@ from typing import Any
 
 from walfs._core import ffi
 from walfs.common.metrics import TALLY_FOLD, WalStats
-from walfs.consumer import CursorStore
 from walfs.engine import settings as retention
 from walfs.engine.names import check_partition, stream_key, topic_bytes, topic_hash
-from walfs.engine.settings import Policy, TopicSettings
+from walfs.engine.settings import Policy
 from walfs.engine.types import REC_SIZE, Appender, Change, StreamInfo, VerifyProgress
 from walfs.engine.watchers import Watchers
 from walfs.errors import (
@@ -30,6 +29,8 @@ from walfs.errors import (
     WalIOError,
 )
 from walfs.local.core import Engine
+from walfs.local.cursors import CursorStore
+from walfs.local.settings_file import TopicSettings
 from walfs.local.topic_index import Stream, TopicIndex, drop_legacy_snapshot
 
 log = logging.getLogger("walfs")

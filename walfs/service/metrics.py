@@ -109,7 +109,7 @@ class Metrics:
         from prometheus_client import CollectorRegistry
         from prometheus_client.exposition import start_http_server
 
-        from walfs.kafka.listener import parse_listen_address
+        from walfs.common.addresses import parse_listen_address
 
         host, port = parse_listen_address(listen)
         registry = CollectorRegistry(auto_describe=False)

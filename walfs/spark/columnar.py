@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from walfs import BufferTooSmallError, Record
+from walfs import BufferTooSmallError
 from walfs.engine.contract import LogEngine
-from walfs.engine.records import decode_meta, value_is_null
+from walfs.engine.records import Record, decode_meta, value_is_null
 from walfs.engine.rules import read_records
 from walfs.engine.types import REC_LAYOUT, REC_SIZE
 from walfs.errors import OffsetOutOfRangeError

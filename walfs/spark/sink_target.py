@@ -19,9 +19,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from walfs import WalLockedError
 from walfs.common import local_socket
 from walfs.engine.contract import LogEngine
@@ -31,7 +28,7 @@ from walfs.engine.targets import is_local
 from walfs.open import open_engine
 from walfs.spark.columnar import read_range
 from walfs.spark.options import SinkOptions, WalfsOptionError
-from walfs.spark.sink_rows import Chunk
+from walfs.spark.sink_rows import Chunk, headed
 
 
 class SinkTarget(Protocol):
@@ -155,20 +152,7 @@ def open_local(
             wait = min(max_pause, wait * 2)
 
 
-def headed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Sequence[Header]]]:
-    """(offset, headers) of the records in the batches (walfs.spark.schema) that have
-    headers; only those rows reach Python."""
-    for b in batches:
-        counts = pc.list_value_length(b.column("headers"))
-        rows = b.filter(pc.greater(pc.fill_null(counts, 0), 0))
-        if rows.num_rows == 0:
-            continue
-        offsets = rows.column("offset").to_pylist()
-        for off, hs in zip(offsets, rows.column("headers").to_pylist(), strict=True):
-            yield off, [(h["key"], h["value"]) for h in hs]
-
-
-# What one append to a data directory takes: no limit of its own (sink.CHUNK_BYTES).
+# What one append to a data directory takes: no limit of its own (sink_rows.CHUNK_BYTES).
 LOCAL_CHUNK_BYTES: int | None = None
 
 
