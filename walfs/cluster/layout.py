@@ -19,13 +19,14 @@ For namespace NS (after HoraeDB's WAL on Kafka, seeds/003):
 
 Record formats (little-endian; every length checked against the record before use; a
 record that does not parse is reported with WalCorruptError naming topic, partition and
-offset). Each kind's value is written and read in one module, named on its right:
+offset). On the right, the module that writes and reads each kind's value:
 
     log key    u64 org | u32 partition | topic (UTF-8)                        (stream_key_bytes)
     log value  u8 op | u8 version (1) | u16 zero | body                       (HEAD, VERSION)
                op "D" data:   u32 count | count x (u32 meta_len, u32 value_len) | bodies
                                                                               (chunks.py)
-               op "C" create, "X" delete: no body; op "T" trim: u64 before    (replay.py)
+               op "C" create, "X" delete: no body; op "T" trim: u64 before
+                                                   (written by engine.py, read by replay.py)
     meta key   b"c" group \\0 stream-key  -> u64 offset | u8 advance_only | metadata
                                                                (a cursor:       cursors.py)
                b"G" u64 org | group        -> b""              (a group of an org: cursors.py)
