@@ -373,7 +373,7 @@ def setup_logging(level: str, path: str | None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # Every open's recovery summary (walfs.local.engine.log_recovery) shows at the default level.
+    # Every open's recovery summary (walfs.local.recovery_log.log_recovery) shows at the default level.
     if root.level == logging.WARNING:
         logging.getLogger("walfs.recovery").setLevel(logging.INFO)
 

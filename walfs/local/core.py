@@ -27,6 +27,7 @@ FSYNC_MODES = {
     "interval": lib.WALFS_FSYNC_INTERVAL,
     "always": lib.WALFS_FSYNC_ALWAYS,
 }
+MAX_U32 = 2**32 - 1  # a uint32_t of the ABI: a record's length, a stream's file cap
 CORE_LOG = logging.getLogger("walfs.core")
 
 
