@@ -1,8 +1,14 @@
 """LocalEngine: the local C core behind the engine interface (walfs/engine/contract.py).
 
-It owns the C core binding (walfs/local/core.py: the one source of truth for offsets and
-watermarks), the topic index (names -> streams), the cursor store (the one commit rule),
-the per-topic settings, and a background duty: retention, then segment reclamation."""
+This module is the engine's lifetime (open, org views, close) and its composition: the C
+core binding (core.py: the one source of truth for offsets and watermarks), the stream
+map (streams.py over topic_index.py), the cursor store and its one commit rule
+(commit.py), the per-topic settings, backpressure (backpressure.py), the retention pass
+(retention.py) and the background thread that runs it, then reclamation (background.py).
+The calls every append and read makes (the stream look-up, the appends, the reads) stay
+methods of the engine, reaching their collaborators' state through attributes bound at
+open: a call through another object would cost each a Python frame. LocalAppender is in
+appending.py; the open's summary line in recovery_log.py."""
 
 import copy
 import errno
