@@ -10,7 +10,7 @@ as soon as the stream is charged for more files than a pass keeps."""
 import errno
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from walfs.common.metrics import WalStats
 from walfs.engine import settings as retention
@@ -18,13 +18,8 @@ from walfs.engine.settings import Policy
 from walfs.errors import WalIOError
 from walfs.local.background import Background
 from walfs.local.core import MAX_U32, Engine
+from walfs.local.retention import Policies
 from walfs.local.topic_index import Stream
-
-
-class Policies(Protocol):
-    """What this module reads of the per-topic settings (LocalEngine.topics_conf)."""
-
-    def policy(self, org_id: int, topic: str, default: Policy) -> Policy: ...
 
 
 class Room:

@@ -13,11 +13,16 @@ from walfs.engine.names import stream_key
 from walfs.engine.settings import Policy
 from walfs.engine.types import Change
 from walfs.errors import OffsetOutOfRangeError
-from walfs.local.backpressure import Policies
 from walfs.local.core import Engine
 from walfs.local.topic_index import Stream, TopicIndex
 
 log = logging.getLogger("walfs")
+
+
+class Policies(Protocol):
+    """What the pass (and backpressure.py) read of the per-topic settings (LocalEngine.topics_conf)."""
+
+    def policy(self, org_id: int, topic: str, default: Policy) -> Policy: ...
 
 
 class Committed(Protocol):
