@@ -98,7 +98,7 @@ def main(argv: list[str]) -> int:
         return EXIT_CANNOT_CHECK
     try:
         # Read-only: fsck works beside a running daemon and never changes a byte.
-        wal = open_engine(data_dir, read_only=True)
+        engine = open_engine(data_dir, read_only=True)
     except WalIOError as e:
         if is_local(data_dir) and e.errno == errno.ENOENT and not os.listdir(data_dir):
             print(f"walfs fsck: {not_a_data_dir(data_dir)}", file=sys.stderr)
@@ -108,22 +108,23 @@ def main(argv: list[str]) -> int:
         return _cannot_open(data_dir, e)
     progress = Progress(sys.stderr)
     try:
-        checker: object = wal
+        checker: object = engine
         if not has(checker, Checks):
             print(f"walfs fsck: {data_dir}: this engine cannot check itself", file=sys.stderr)
             return EXIT_CANNOT_CHECK
         problems = checker.verify(progress)
         report = checker.report()
-        streams = len(wal.streams())
+        streams = len(engine.streams())
     finally:
         progress.clear()
-        wal.close()
+        engine.close()
     if args.json:
         print(json.dumps({"recovery": report, "streams": streams, "problems": problems}, indent=2))
     else:
         print(
             f"{data_dir}: {report['segments']} segments, {report['records']} records "
-            f"in {streams} streams (org {wal.org_id}); tail records verified: {report['verified_records']}, "
+            f"in {streams} streams (org {engine.org_id}); "
+            f"tail records verified: {report['verified_records']}, "
             f"incomplete tail records ignored: {report['cut_records']}"
         )
         for topic, partition, offset, what in problems:

@@ -91,14 +91,14 @@ def main(argv: list[str]) -> int:
         assert target.data_dir is not None
         data_dir = target.data_dir
         org = args.org_id if args.org_id is not None else 1
-        wal = open_read_only(data_dir, org_id=org)
+        engine = open_read_only(data_dir, org_id=org)
         try:
             rows = sorted(
                 (r.topic, r.partition, r.low_watermark, r.high_watermark, r.byte_size)
-                for r in (wal.info(t, part) for t, part in wal.streams())
+                for r in (engine.info(t, part) for t, part in engine.streams())
             )
         finally:
-            wal.close()
+            engine.close()
         mp = mount_of(data_dir) if is_local(data_dir) else None
         title = f"{data_dir}: walfs data directory (org {org}{f', mounted on {mp}' if mp else ''})"
     if args.json:

@@ -160,7 +160,7 @@ def main(argv: list[str]) -> int:
     from walfs.service import kafka_server, lifecycle
 
     try:
-        wal = lifecycle.open_wal(
+        engine = lifecycle.open_wal(
             args.data_dir,
             fsync=args.fsync,
             org_id=args.org_id,
@@ -190,7 +190,7 @@ def main(argv: list[str]) -> int:
         metrics_listen=args.metrics_listen,
     )
     try:
-        status = kafka_server.run(wal, config)
+        status = kafka_server.run(engine, config)
     except (OSError, BaseExceptionGroup) as e:
         # trio's nurseries deliver a failed bind (a ListenError naming its option and
         # address) wrapped in an exception group.

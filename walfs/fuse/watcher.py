@@ -42,8 +42,8 @@ class Watcher:
     engine's watch callback `poke`, and a round every WATCH_INTERVAL): new mtimes and
     sizes for the kernel, and the new bytes for its page cache (walfs.fuse.page_push)."""
 
-    def __init__(self, wal: LogEngine, tree: Tree, invalidator: Invalidator, pages: PagePusher) -> None:
-        self.wal = wal
+    def __init__(self, engine: LogEngine, tree: Tree, invalidator: Invalidator, pages: PagePusher) -> None:
+        self.engine = engine
         self.tree = tree
         self.invalidator = invalidator
         self.pages = pages
@@ -152,7 +152,7 @@ class Watcher:
     def _look_at(self, stream: Stream) -> bool:
         """Growth of the stream; returns whether its low watermark is not where its
         current generation starts (a trim bytes_changed has not handled)."""
-        info = self.wal.info(*stream)
+        info = self.engine.info(*stream)
         size = info.byte_size
         if self._seen_size.get(stream) != size:
             if stream in self._seen_size:

@@ -279,7 +279,7 @@ class InsecureListenError(ValueError):
 
 
 async def serve_kafka(
-    wal: LogEngine,
+    engine: LogEngine,
     host: str | None,
     port: int,
     *,
@@ -357,7 +357,7 @@ async def serve_kafka(
 
     async with trio.open_nursery() as nursery:
         tenants = Tenants(
-            wal,
+            engine,
             nursery,
             allow_delete=allow_delete,
             api_versions=dict(SUPPORTED),

@@ -213,13 +213,13 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
         # A daemon killed earlier left its mount behind: clear it so we can mount again.
         log.warning("%s is a dead mount; detaching it", config.mountpoint)
         lazy_unmount(config.mountpoint)
-    wal = open_wal(config)
+    engine = open_wal(config)
     ops = WalOperations(
-        wal,
+        engine,
         normalize_target(config.data_dir),
         # Appends that wait (for an fsync, or for a cluster's acknowledgement: an engine
         # that cannot append without waiting) run in worker threads, not on the event loop.
-        blocking_appends=config.fsync == "always" or not has(wal, NoWaitAppend),
+        blocking_appends=config.fsync == "always" or not has(engine, NoWaitAppend),
         max_line_bytes=config.max_line_bytes,
         uid=config.uid,
         gid=config.gid,
@@ -227,10 +227,10 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
         allow_delete=config.allow_delete,
         info={"fsync": config.fsync, "org_id": str(config.org_id)},
     )
-    metrics = Metrics(wal, fuse=ops.request_latency)
+    metrics = Metrics(engine, fuse=ops.request_latency)
     ops.metrics_text = metrics.summary_text  # the root's user.walfs.metrics: bounded
     try:
-        with lifecycle.running(wal, config.data_dir, metrics) as service:
+        with lifecycle.running(engine, config.data_dir, metrics) as service:
             if config.metrics_listen:
                 host, port = lifecycle.serve_metrics(service, config.metrics_listen)
                 ops.info["metrics_listen"] = f"{host}:{port}"
@@ -279,7 +279,7 @@ async def _serve(
         nursery.start_soon(ops.invalidator.run, name="walfs-invalidate")
         nursery.start_soon(ops.watcher.run, name="walfs-watch")
         nursery.start_soon(ops.pages.run, name="walfs-page-push")
-        ops.wal.watch(ops.watcher.poke)
+        ops.engine.watch(ops.watcher.poke)
         nursery.start_soon(_after_init, ops, config, name="walfs-after-init")
         if config.kafka_listen:
             # Before readiness: a port that cannot be bound fails the mount (run()

@@ -36,9 +36,9 @@ class ServeConfig:
     metrics_listen: str | None = None  # "HOST:PORT" of a Prometheus endpoint; None: off
 
 
-def run(wal: LogEngine, config: ServeConfig) -> int:
+def run(engine: LogEngine, config: ServeConfig) -> int:
     """Serves `wal` until a signal or its failure; closes it. Returns the exit status."""
-    with lifecycle.running(wal, config.data_dir, Metrics(wal)) as service:
+    with lifecycle.running(engine, config.data_dir, Metrics(engine)) as service:
         trio.run(_serve, service, config)
     return service.exit_status
 

@@ -96,7 +96,7 @@ def bind_local_socket(data_dir: str) -> local_socket.Bound | None:
 class Service:
     """A running daemon's engine, metrics and local socket; `exit_status` once it ended."""
 
-    wal: LogEngine
+    engine: LogEngine
     metrics: Metrics
     local: local_socket.Bound | None = None
     # The face's own closing (the mount's unmount), run after the local socket closes and
@@ -114,11 +114,11 @@ class Service:
 
 
 @contextlib.contextmanager
-def running(wal: LogEngine, data_dir: str, metrics: Metrics) -> Iterator[Service]:
+def running(engine: LogEngine, data_dir: str, metrics: Metrics) -> Iterator[Service]:
     """Binds the local socket; on the way out (whatever happened inside) closes the local
     socket, runs the face's `closing`, closes the metrics and the engine, in this order.
     A failed engine's close error is logged, not raised: the exit status tells."""
-    service = Service(wal, metrics, bind_local_socket(data_dir))
+    service = Service(engine, metrics, bind_local_socket(data_dir))
     try:
         yield service
     finally:
@@ -129,9 +129,9 @@ def running(wal: LogEngine, data_dir: str, metrics: Metrics) -> Iterator[Service
                 close()
         finally:
             metrics.close()
-            service.failed = bool(wal.failed)
+            service.failed = bool(engine.failed)
             try:
-                wal.close()
+                engine.close()
             except Exception:
                 if not service.failed:
                     raise
@@ -140,10 +140,10 @@ def running(wal: LogEngine, data_dir: str, metrics: Metrics) -> Iterator[Service
         log.error("walfs exits with status %d: an fsync failed (systemd restarts it)", EXIT_WAL_FAILED)
 
 
-async def watch_wal_failure(wal: Any, stop: Callable[[], None], every_s: float = 0.2) -> None:
+async def watch_wal_failure(engine: Any, stop: Callable[[], None], every_s: float = 0.2) -> None:
     """Stops the daemon once the WAL has failed: answering EIO forever helps nobody,
     while an exit lets systemd restart it with a clean recovery."""
-    while not wal.failed:
+    while not engine.failed:
         await trio.sleep(every_s)
     log.error("the WAL failed (an fsync error): stopping so that the service restarts")
     stop()
@@ -172,7 +172,7 @@ async def supervise(
     receiver open once this returns) and the watch that calls `stop` once the engine has
     failed."""
     await nursery.start(functools.partial(_signals, signals, on_signal), name="walfs-signals")
-    nursery.start_soon(watch_wal_failure, service.wal, stop, name="walfs-failure")
+    nursery.start_soon(watch_wal_failure, service.engine, stop, name="walfs-failure")
 
 
 class ListenError(OSError):
@@ -219,7 +219,7 @@ async def start_kafka(
         host, port = parse_listen_address(listen)
     start = functools.partial(
         serve_kafka,
-        service.wal,
+        service.engine,
         host,
         port,
         request_latency=service.metrics.kafka,

@@ -35,7 +35,7 @@ _FAST = REC_DTYPE.itemsize == REC_SIZE
 
 
 def read_range(
-    wal: LogEngine,
+    engine: LogEngine,
     topic: str,
     partition: int,
     start: int,
@@ -50,10 +50,10 @@ def read_range(
         want = min(batch_records, end - offset)
         batch = None
         if _FAST:
-            batch = _read_fast(wal, topic, partition, offset, want, batch_bytes)
+            batch = _read_fast(engine, topic, partition, offset, want, batch_bytes)
         if batch is None:
             batch = records_to_batch(
-                topic, partition, read_records(wal, topic, partition, offset, want, batch_bytes)
+                topic, partition, read_records(engine, topic, partition, offset, want, batch_bytes)
             )
         if batch.num_rows == 0:
             raise OffsetOutOfRangeError(
@@ -64,7 +64,7 @@ def read_range(
 
 
 def _read_fast(
-    wal: LogEngine, topic: str, partition: int, offset: int, want: int, max_bytes: int
+    engine: LogEngine, topic: str, partition: int, offset: int, want: int, max_bytes: int
 ) -> pa.RecordBatch | None:
     recs = np.empty(want, REC_DTYPE)
     buflen = max_bytes
@@ -72,7 +72,7 @@ def _read_fast(
         # An Arrow buffer, so the values column can point into it without a copy.
         buf = pa.allocate_buffer(buflen)
         try:
-            n = wal.read(topic, partition, offset, buf, recs, want, max_bytes)
+            n = engine.read(topic, partition, offset, buf, recs, want, max_bytes)
         except BufferTooSmallError as e:  # one record larger than the buffer: read it alone
             buflen = max_bytes = e.needed
             continue

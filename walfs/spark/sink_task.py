@@ -248,7 +248,7 @@ class _LocalOutlet:
                 # them (docs/spark.md). (On an error, the close syncs what was appended.)
                 synced = time.perf_counter()
                 with self.ph("sync"):
-                    target.wal.sync()
+                    target.engine.sync()
                 synced = time.perf_counter() - synced
             finally:
                 with self.ph("close"):
