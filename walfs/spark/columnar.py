@@ -1,7 +1,7 @@
 """Reads an offset range of one stream as pyarrow RecordBatches in the schema of
 walfs.spark.schema.
 
-Why not engine_api.read_records: it builds a Python Record per row (~6 µs each), which caps a
+Why not walfs.engine.rules.read_records: it builds a Python Record per row (~6 µs each), which caps a
 core at ~150k rows/s, while the C read itself costs ~0.25 µs per record. The fast path
 below calls the C reader into one Arrow buffer and turns the record table it fills
 (walfs_rec_t[]) into columns with numpy, so values of file-appended records reach Spark
