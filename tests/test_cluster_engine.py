@@ -18,8 +18,9 @@ import pytest
 from real_kafka import KafkaCluster
 
 import walfs
-from walfs.cluster.engine import KafkaEngine, region_of, stream_key_bytes
-from walfs.engine.rules import appender
+from walfs.cluster.engine import KafkaEngine
+from walfs.cluster.layout import region_of, stream_key_bytes
+from walfs.engine.rules import appender, committed_offset
 from walfs.errors import WalCorruptError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -160,9 +161,9 @@ def test_two_engines_on_one_log_see_one_order(cluster: KafkaCluster) -> None:
         )
         assert a.commit("billing", "log", 0, 123)
         deadline = time.monotonic() + 30
-        while b.committed("billing", "log") != 123 and time.monotonic() < deadline:
+        while committed_offset(b, "billing", "log") != 123 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert b.committed("billing", "log") == 123 and "billing" in b.groups()
+        assert committed_offset(b, "billing", "log") == 123 and "billing" in b.groups()
     finally:
         a.close()
         b.close()
@@ -190,7 +191,7 @@ def test_trims_reach_kafka_through_a_snapshot_and_opening_uses_it(cluster: Kafka
         assert eng.reclaim() == 1  # type: ignore[attr-defined]
         from confluent_kafka import TopicPartition
 
-        lo, _hi = eng._query.get_watermark_offsets(TopicPartition(eng.t.log_topic, 0), timeout=30)  # type: ignore[attr-defined]
+        lo, _hi = eng._clients.query.get_watermark_offsets(TopicPartition(eng.t.log_topic, 0), timeout=30)  # type: ignore[attr-defined]
         assert lo > 0  # DeleteRecords ran below the first record still held
         before = (w.info("t").low_watermark, w.info("t").high_watermark, eng.info("t").low_byte)
     with walfs.Wal(t) as w:

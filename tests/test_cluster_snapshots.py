@@ -33,7 +33,7 @@ def test_periodic_snapshots_bound_what_an_open_replays() -> None:
         # The cleaner (background, every 0.2 s) snapshots each region once it passed 20
         # records since its last one.
         def caught_up() -> bool:
-            return all(w._pos[r] - w._snapshot_upto.get(r, 0) < 20 for r in range(2))  # noqa: SLF001
+            return all(w._state.pos[r] - w._snapshots.upto.get(r, 0) < 20 for r in range(2))  # noqa: SLF001
 
         wait_until(caught_up, 30, "the cleaner's snapshots")
         assert w.report()["snapshots"] >= 1

@@ -15,8 +15,8 @@ import blake3
 import pytest
 
 import walfs
-from walfs.consumer import MAX_METADATA_BYTES
 from walfs.engine.records import encode_meta, producer_of, with_producer
+from walfs.engine.types import MAX_METADATA_BYTES
 from walfs.errors import WalCorruptError
 
 

@@ -26,7 +26,7 @@ import walfs
 from walfs.kafka.broker import Broker, Connection
 from walfs.kafka.dispatch import SUPPORTED
 from walfs.kafka.fetch import handle_fetch
-from walfs.kafka.fetch_ahead import MAX_BYTES, FetchAhead, Next
+from walfs.kafka.fetch_ahead import MAX_BYTES, Next, NextBatches
 from walfs.kafka.messages import ErrorCode
 from walfs.wire.record_batch import batch_end, decode_batches
 
@@ -198,13 +198,13 @@ async def test_what_is_kept_is_bounded_and_given_back(tmp_path: Path) -> None:
         w.sync()  # below the durable watermark: what a fetch's durable_end does first
         broker = broker_for(w)
         full = broker.ahead_budget
-        ahead = FetchAhead(broker)
+        ahead = NextBatches(broker)
         ahead.read([Next("t", p, 0, 1 << 20) for p in range(8)])
         kept = [p for p in range(8) if ahead.has("t", p, 0)]
         assert 1 <= len(kept) <= MAX_BYTES // (1 << 20)
         assert full - broker.ahead_budget <= MAX_BYTES
         # The broker's budget bounds all connections together.
-        others = [FetchAhead(broker) for _ in range(40)]
+        others = [NextBatches(broker) for _ in range(40)]
         for o in others:
             o.read([Next("t", p, 0, 1 << 20) for p in range(8)])
         assert full - broker.ahead_budget <= full

@@ -41,6 +41,7 @@ from test_mount_files import (  # noqa: F401
 from test_mount_trim_read import test_a_trimmed_topic_reads_from_its_first_kept_record  # noqa: F401
 
 from walfs.cluster.engine import KafkaEngine
+from walfs.engine.rules import committed_offset
 
 
 @pytest.fixture
@@ -72,7 +73,7 @@ def test_two_mounts_of_one_namespace_see_each_other(tmp_path: Path) -> None:
         a.sh("mkdir -p .consumers/g && head -c $(( $(head -n 30 t | wc -c) )) .consumers/g/t > /dev/null")
         observer = KafkaEngine(target, read_only=True)  # a third engine sees the commit
         try:
-            wait_until(lambda: observer.committed("g", "t") == 30, 30, "the commit on the cluster")
+            wait_until(lambda: committed_offset(observer, "g", "t") == 30, 30, "the commit on the cluster")
         finally:
             observer.close()
         wait_until(lambda: "g" in os.listdir(b.path / ".consumers"), 30, "the group on mount b")

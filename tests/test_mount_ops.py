@@ -36,11 +36,11 @@ async def test_lines_partials_and_stale_append_offsets(ops: WalOperations) -> No
     # The kernel's offset for O_APPEND is whatever it believed; it must not matter.
     assert await ops.write(fh, 0, b"one\ntw") == 6
     assert await ops.write(fh, 0, b"o\nthr") == 5
-    assert read_values(ops.wal, "t", 0, 0) == [b"one", b"two"]
+    assert read_values(ops.engine, "t", 0, 0) == [b"one", b"two"]
     assert (await ops.getattr(ino, CTX)).st_size == 8  # record boundary only
     await ops.flush(fh)
     await ops.release(fh)
-    assert read_values(ops.wal, "t", 0, 0) == [b"one", b"two", b"thr"]
+    assert read_values(ops.engine, "t", 0, 0) == [b"one", b"two", b"thr"]
     assert await ops.read((await ops.open(ino, os.O_RDONLY, CTX)).fh, 4, 100) == b"two\nthr\n"
 
 
@@ -56,13 +56,13 @@ async def test_requests_that_end_mid_line_join_the_held_partial(ops: WalOperatio
             assert await ops.write(fh, 0, text[pos : pos + size]) == len(text[pos : pos + size])
             pos += size
     await ops.release(fh)
-    assert read_values(ops.wal, "dd", 0, 0, max_records=100_000) == expected * 4
+    assert read_values(ops.engine, "dd", 0, 0, max_records=100_000) == expected * 4
     # Empty lines are records too, also right after a held partial.
     fh, _ino = await create(ops, b"empty", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     await ops.write(fh, 0, b"a")
     await ops.write(fh, 0, b"\n\n\nb")
     await ops.release(fh)
-    assert read_values(ops.wal, "empty", 0, 0) == [b"a", b"", b"", b"b"]
+    assert read_values(ops.engine, "empty", 0, 0) == [b"a", b"", b"", b"b"]
 
 
 async def test_sequential_writer_of_a_new_topic(ops: WalOperations) -> None:
@@ -73,7 +73,7 @@ async def test_sequential_writer_of_a_new_topic(ops: WalOperations) -> None:
     assert info.value.errno == errno.EPERM
     assert await ops.write(fh, 2, b"c\n") == 2
     await ops.release(fh)
-    assert read_values(ops.wal, "new", 0, 0) == [b"a", b"c"]
+    assert read_values(ops.engine, "new", 0, 0) == [b"a", b"c"]
     for flags in (os.O_WRONLY, os.O_RDWR, os.O_WRONLY | os.O_APPEND | os.O_TRUNC):
         with pytest.raises(pyfuse3.FUSEError) as info:
             await ops.open(ino, flags, CTX)
@@ -88,7 +88,7 @@ async def test_unexpected_errors_cost_one_request_not_the_mount(
     def broken(*args: object) -> int:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(ops.wal, "info", broken)
+    monkeypatch.setattr(ops.engine, "info", broken)
     with pytest.raises(pyfuse3.FUSEError) as info:
         await ops.getattr(ino, CTX)
     assert info.value.errno == errno.EIO

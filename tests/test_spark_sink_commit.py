@@ -22,7 +22,7 @@ from kafka_harness import ServeProcess
 
 import walfs
 from walfs.engine.rules import committed_offsets
-from walfs.spark import sink
+from walfs.spark import sink, sink_rows
 from walfs.spark.options import WalfsOptionError, parse_sink_options
 from walfs.spark.sink import GROUP_PREFIX, MARKER, StagedRows, WalfsStreamWriter, stage
 
@@ -139,7 +139,7 @@ def test_a_stream_larger_than_a_chunk_is_appended_once(
 ) -> None:
     """Rows of one stream beyond CHUNK_BYTES go in several appends, each marked with its
     chunk number and size; a replay of the batch appends none of them again."""
-    monkeypatch.setattr(sink, "CHUNK_BYTES", 1000)
+    monkeypatch.setattr(sink_rows, "CHUNK_BYTES", 1000)
     data = tmp_path / "data"
     rows = [("out", 0, f"{i}" + "x" * 400) for i in range(5)]
     w = WalfsStreamWriter(parse_sink_options({"path": str(data), "queryId": QUERY}))

@@ -454,7 +454,7 @@ def test_with_a_path_a_power_cut_in_a_turn_keeps_every_turn_before_it(
             turns.append((self, []))
         turns[-1][1].append(len(chunk))
         if len(turns) == 3:
-            debug.power_cut(self.wal, seed=seed, keep_permille=0)
+            debug.power_cut(self.engine, seed=seed, keep_permille=0)
             raise RuntimeError("the power went out")
         return first
 

@@ -13,7 +13,7 @@ import blake3
 import pytest
 
 import walfs
-from walfs.engine.settings import TopicSettings
+from walfs.local.settings_file import TopicSettings
 
 
 def write_settings(path: Path, version: int, topics: dict[str, dict[str, object]]) -> None:

@@ -774,7 +774,7 @@ def test_org_markers_are_not_cursors_and_a_deleted_one_is_not_damage(open_wal, w
     w.close()
     names = sorted(os.listdir(os.path.join(wal_dir, "cursors", "g")))
     assert names == [".org-1", ".org-2", key]
-    from walfs.consumer import CursorStore
+    from walfs.local.cursors import CursorStore
 
     listed = CursorStore(wal_dir, read_only=True).read_manifest()
     assert listed == {"g": {key}}

@@ -40,7 +40,8 @@ sys.path.insert(0, str(REPO / "bench"))
 import benchkit  # noqa: E402
 from real_kafka import KafkaCluster  # noqa: E402
 
-from walfs.cluster.engine import KafkaEngine, region_of, stream_key_bytes  # noqa: E402
+from walfs.cluster.engine import KafkaEngine  # noqa: E402
+from walfs.cluster.layout import region_of, stream_key_bytes  # noqa: E402
 from walfs.engine.rules import append_lines  # noqa: E402
 
 

@@ -331,7 +331,7 @@ def task_alone(where: Path, values: list[bytes]) -> dict[str, float]:
             took["task_encode_s"] += m - s
             took["task_append_s"] += time.perf_counter() - m
         s = time.perf_counter()
-        target.wal.sync()
+        target.engine.sync()
         took["task_sync_s"] = time.perf_counter() - s
         took["task_s"] = time.perf_counter() - started
     finally:

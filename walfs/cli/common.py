@@ -164,21 +164,6 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {message}\nTry '{self.prog} --help' for more information.\n")
 
 
-def parse_size(text: str) -> int:
-    """Bytes, or with a K, M or G suffix (KiB, MiB, GiB: 1024-based), e.g. 64M."""
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    t = text.strip().lower().removesuffix("ib").removesuffix("b")
-    try:
-        value = int(t[:-1]) * units[t[-1]] if t and t[-1] in units else int(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a size: give bytes or a number with K, M or G (e.g. 64M)"
-        ) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a size cannot be negative")
-    return value
-
-
 def octal(text: str) -> int:
     try:
         return int(text, 8)

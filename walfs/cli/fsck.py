@@ -19,6 +19,7 @@ import time
 from typing import TextIO
 
 from walfs.cli.common import XATTR, CliError, Parser, explain, module_main, not_a_data_dir, resolve
+from walfs.common.sizes import human
 from walfs.engine.capabilities import Checks, has
 from walfs.engine.targets import is_local
 from walfs.errors import WalError, WalIOError
@@ -48,8 +49,8 @@ class Progress:
         self.last = now
         rate = nbytes / max(now - self.start, 1e-9)
         line = (
-            f"fsck: {done}/{streams} streams, {records:,} records, {_human(nbytes)} checked "
-            f"({_human(rate)}/s)"
+            f"fsck: {done}/{streams} streams, {records:,} records, {human(nbytes)} checked "
+            f"({human(rate)}/s)"
         )
         try:
             self.out.write("\r\033[K" + line)
@@ -75,14 +76,6 @@ def _isatty(out: TextIO) -> bool:
         return False
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
 def main(argv: list[str]) -> int:
     p = Parser(prog="walfs fsck", description=__doc__)
     p.add_argument("data_dir", metavar="PATH", help="a data directory or a walfs mount point")
@@ -105,7 +98,7 @@ def main(argv: list[str]) -> int:
         return EXIT_CANNOT_CHECK
     try:
         # Read-only: fsck works beside a running daemon and never changes a byte.
-        wal = open_engine(data_dir, read_only=True)
+        engine = open_engine(data_dir, read_only=True)
     except WalIOError as e:
         if is_local(data_dir) and e.errno == errno.ENOENT and not os.listdir(data_dir):
             print(f"walfs fsck: {not_a_data_dir(data_dir)}", file=sys.stderr)
@@ -115,22 +108,23 @@ def main(argv: list[str]) -> int:
         return _cannot_open(data_dir, e)
     progress = Progress(sys.stderr)
     try:
-        checker: object = wal
+        checker: object = engine
         if not has(checker, Checks):
             print(f"walfs fsck: {data_dir}: this engine cannot check itself", file=sys.stderr)
             return EXIT_CANNOT_CHECK
         problems = checker.verify(progress)
         report = checker.report()
-        streams = len(wal.streams())
+        streams = len(engine.streams())
     finally:
         progress.clear()
-        wal.close()
+        engine.close()
     if args.json:
         print(json.dumps({"recovery": report, "streams": streams, "problems": problems}, indent=2))
     else:
         print(
             f"{data_dir}: {report['segments']} segments, {report['records']} records "
-            f"in {streams} streams (org {wal.org_id}); tail records verified: {report['verified_records']}, "
+            f"in {streams} streams (org {engine.org_id}); "
+            f"tail records verified: {report['verified_records']}, "
             f"incomplete tail records ignored: {report['cut_records']}"
         )
         for topic, partition, offset, what in problems:

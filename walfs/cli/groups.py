@@ -127,11 +127,11 @@ class DirGroups:
         if not os.path.isdir(path):
             raise GroupError(f"{path} is neither a walfs mount point nor a data directory")
         # Read-only first: it refuses a directory that holds no WAL instead of making one.
-        self.wal = open_engine(path, read_only=True, org_id=org_id)
+        self.engine = open_engine(path, read_only=True, org_id=org_id)
         if write:
-            self.wal.close()
+            self.engine.close()
             try:
-                self.wal = open_engine(path, org_id=org_id)
+                self.engine = open_engine(path, org_id=org_id)
             except WalLockedError:
                 raise GroupError(
                     f"{path} is in use by a running walfs daemon: run `walfs groups` on its mount "
@@ -139,32 +139,32 @@ class DirGroups:
                 ) from None
 
     def close(self) -> None:
-        self.wal.close()
+        self.engine.close()
 
     def groups(self) -> list[str]:
-        return sorted(self.wal.groups())
+        return sorted(self.engine.groups())
 
     def exists(self, group: str) -> bool:
-        return group in self.wal.groups()
+        return group in self.engine.groups()
 
     def streams(self, group: str) -> list[Stream]:
-        return sorted(self.wal.streams())
+        return sorted(self.engine.streams())
 
     def marks(self, group: str, stream: Stream) -> tuple[int, int]:
-        info = self.wal.info(*stream)
+        info = self.engine.info(*stream)
         return info.low_watermark, info.high_watermark
 
     def cursor(self, group: str, stream: Stream) -> int | None:
-        return committed_offset(self.wal, group, *stream)
+        return committed_offset(self.engine, group, *stream)
 
     def offset_for_time(self, group: str, stream: Stream, ms: int) -> int:
-        return self.wal.locate(*stream, timestamp_ms=ms)
+        return self.engine.locate(*stream, timestamp_ms=ms)
 
     def reset(self, group: str, stream: Stream, offset: int) -> None:
-        self.wal.commit(group, stream[0], stream[1], offset)
+        self.engine.commit(group, stream[0], stream[1], offset)
 
     def delete(self, group: str) -> None:
-        if not self.wal.forget(group):
+        if not self.engine.forget(group):
             raise GroupError(f"group {group!r} does not exist")
 
 

@@ -13,6 +13,7 @@ import json
 import os
 
 from walfs.cli.common import XATTR, CliError, Parser, module_main, mount_of, open_read_only, resolve
+from walfs.common.sizes import human
 from walfs.engine.names import CONSUMERS_DIR, PARTITION_PREFIX
 from walfs.engine.targets import is_local
 
@@ -66,15 +67,6 @@ def disk_use(data_dir: str) -> int:
     return total
 
 
-def human(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
-
-
 def main(argv: list[str]) -> int:
     p = Parser(prog="walfs info", description=__doc__)
     p.add_argument("path", metavar="PATH", help="a data directory or a walfs mount point")
@@ -99,14 +91,14 @@ def main(argv: list[str]) -> int:
         assert target.data_dir is not None
         data_dir = target.data_dir
         org = args.org_id if args.org_id is not None else 1
-        wal = open_read_only(data_dir, org_id=org)
+        engine = open_read_only(data_dir, org_id=org)
         try:
             rows = sorted(
                 (r.topic, r.partition, r.low_watermark, r.high_watermark, r.byte_size)
-                for r in (wal.info(t, part) for t, part in wal.streams())
+                for r in (engine.info(t, part) for t, part in engine.streams())
             )
         finally:
-            wal.close()
+            engine.close()
         mp = mount_of(data_dir) if is_local(data_dir) else None
         title = f"{data_dir}: walfs data directory (org {org}{f', mounted on {mp}' if mp else ''})"
     if args.json:

@@ -23,8 +23,8 @@ from walfs.cli.common import (
     module_main,
     mount_of,
     octal,
-    parse_size,
 )
+from walfs.common.sizes import parse_size
 from walfs.engine.targets import is_local, normalize_target, prepare_target
 
 # Options mount(8)/fstab pass that concern mount(8) itself, not the file system.
@@ -252,7 +252,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
     kafka_insecure = bool(args.kafka_insecure_listen) or "kafka_insecure_listen" in opts
     if (kafka_auth or kafka_insecure) and not kafka_listen:
         raise UsageError("--kafka-auth-config and --kafka-insecure-listen need --kafka-listen")
-    from walfs.kafka.listener import parse_listen_address
+    from walfs.common.addresses import parse_listen_address
 
     if kafka_listen:
         from walfs.kafka.auth_config import AuthConfig, AuthConfigError
@@ -351,7 +351,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[object, dict[str, str]]:
 
 def limit_option(text: str | None, name: str) -> int | None:
     """A retention limit option: a number with K/M/G, or -1 for none."""
-    from walfs.engine.settings import parse_limit
+    from walfs.common.sizes import parse_limit
 
     if text is None:
         return None
@@ -373,7 +373,7 @@ def setup_logging(level: str, path: str | None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # Every open's recovery summary (walfs.local.engine.log_recovery) shows at the default level.
+    # Every open's recovery summary (walfs.local.recovery_log.log_recovery) shows at the default level.
     if root.level == logging.WARNING:
         logging.getLogger("walfs.recovery").setLevel(logging.INFO)
 

@@ -17,8 +17,8 @@ import os
 from typing import TYPE_CHECKING
 
 from walfs.cli.common import XATTR, CliError, Parser, Target, module_main, mount_of, resolve
+from walfs.common.sizes import parse_limit, show_limit
 from walfs.engine.rules import retention
-from walfs.engine.settings import parse_limit, show_limit
 
 if TYPE_CHECKING:
     from walfs.engine.contract import LogEngine

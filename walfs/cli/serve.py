@@ -1,6 +1,7 @@
 """`walfs serve DATA_DIR --kafka-listen 127.0.0.1:9092`: the Kafka listener without a
 mount. Runs in the foreground (systemd, tests); SIGTERM or SIGINT stop it, and the
-WAL is closed (synced) on the way out.
+WAL is closed (synced) on the way out (walfs/service/kafka_server.py runs it; this module
+parses and checks the command line).
 
 Once listening it prints ``kafka listening on HOST:PORT`` on stdout, so a caller
 that passed port 0 learns the port. It also serves DATA_DIR/kafka.sock, as every daemon
@@ -12,22 +13,10 @@ import argparse
 import faulthandler
 import logging
 import os
-import signal
-import socket
 import sys
-from collections.abc import AsyncIterator
-from functools import partial
-from typing import TYPE_CHECKING
-
-import trio
 
 from walfs.cli.common import CliError, Parser, explain, module_main
-from walfs.cli.common import parse_size as _size
-
-if TYPE_CHECKING:
-    from walfs.engine.contract import LogEngine
-    from walfs.kafka.auth_config import AuthConfig
-    from walfs.service.metrics import Metrics
+from walfs.common.sizes import parse_size as _size
 
 DEFAULT_LISTEN = "127.0.0.1:9092"
 
@@ -123,71 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _run(
-    wal: LogEngine,
-    host: str,
-    port: int,
-    args: argparse.Namespace,
-    metrics: Metrics,
-    auth: AuthConfig | None,
-    local: socket.socket | None = None,
-) -> None:
-    from walfs.kafka.framing import DEFAULT_MAX_REQUEST_BYTES
-
-    limit = args.max_request_bytes or DEFAULT_MAX_REQUEST_BYTES
-    # The signals are caught from before the "listening" line: a caller that stops us as
-    # soon as it reads it gets a clean stop.
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
-        await _serve(wal, host, port, args, metrics, auth, limit, received, local)
-
-
-async def _serve(
-    wal: LogEngine,
-    host: str,
-    port: int,
-    args: argparse.Namespace,
-    metrics: Metrics,
-    auth: AuthConfig | None,
-    limit: int,
-    received: AsyncIterator[int],
-    local: socket.socket | None = None,
-) -> None:
-    from walfs.kafka import serve_kafka
-    from walfs.kafka.framing import DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_INFLIGHT_BYTES
-    from walfs.service.daemon import listening, watch_wal_failure
-
-    async with trio.open_nursery() as nursery:
-        with listening("--kafka-listen", args.kafka_listen):
-            bound = await nursery.start(
-                partial(
-                    serve_kafka,
-                    wal,
-                    host,
-                    port,
-                    allow_delete=args.allow_delete,
-                    max_request_bytes=limit,
-                    max_inflight_bytes=max(args.max_inflight_bytes or DEFAULT_MAX_INFLIGHT_BYTES, limit),
-                    max_connections=args.max_connections or DEFAULT_MAX_CONNECTIONS,
-                    request_latency=metrics.kafka,
-                    config=args.broker_config,
-                    auth=auth,
-                    insecure_listen=args.insecure_listen,
-                    local=local,
-                )
-            )
-        shown = f"[{host}]" if ":" in host else host
-        print(f"kafka listening on {shown}:{bound}", flush=True)
-        if args.metrics_listen:
-            with listening("--metrics-listen", args.metrics_listen):
-                mhost, mport = metrics.serve(args.metrics_listen)
-            print(f"metrics on http://{mhost}:{mport}/metrics", flush=True)
-        nursery.start_soon(watch_wal_failure, wal, nursery.cancel_scope.cancel)
-        async for signum in received:
-            logging.getLogger("walfs.kafka").info("%s: stopping", signal.Signals(signum).name)
-            nursery.cancel_scope.cancel()
-            break
-
-
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     faulthandler.enable(all_threads=True)  # a native crash leaves every thread's stack on stderr
@@ -197,7 +121,7 @@ def main(argv: list[str]) -> int:
         stream=sys.stderr,
     )
     from walfs.cli.malloc_tuning import keep_freed_buffers
-    from walfs.kafka import parse_listen_address
+    from walfs.common.addresses import parse_listen_address
 
     keep_freed_buffers()  # no page faults on each produce request's buffers
 
@@ -220,12 +144,11 @@ def main(argv: list[str]) -> int:
     from walfs.cli.mount import limit_option
     from walfs.engine.targets import is_local, prepare_target
     from walfs.kafka.broker_config import parse_broker_config, retention_options
-    from walfs.open import open_engine
 
     try:
-        args.broker_config = parse_broker_config(args.kafka_config)
+        broker_config = parse_broker_config(args.kafka_config)
         retention_ms, retention_bytes = retention_options(
-            args.broker_config, args.retention_ms, args.retention_bytes
+            broker_config, args.retention_ms, args.retention_bytes
         )
     except ValueError as e:
         print(f"walfs serve: --kafka-config: {e}", file=sys.stderr)
@@ -234,11 +157,10 @@ def main(argv: list[str]) -> int:
     if is_local(args.data_dir) and os.path.exists(args.data_dir) and not os.path.isdir(args.data_dir):
         raise CliError(f"{args.data_dir} is a file, not a data directory")
     prepare_target(args.data_dir)
+    from walfs.service import kafka_server, lifecycle
+
     try:
-        geometry = {
-            k: v for k, v in (("segment_size", args.segment_size), ("block_size", args.block_size)) if v
-        }
-        wal = open_engine(
+        engine = lifecycle.open_wal(
             args.data_dir,
             fsync=args.fsync,
             org_id=args.org_id,
@@ -246,7 +168,8 @@ def main(argv: list[str]) -> int:
             retention_ms=limit_option(retention_ms, "retention_ms"),
             retention_bytes=limit_option(retention_bytes, "retention_bytes"),
             min_free_bytes=limit_option(args.min_free, "min_free") or 0,
-            **geometry,
+            segment_size=args.segment_size or None,
+            block_size=args.block_size or None,
         )
     except Exception as e:
         line = explain(e, args.data_dir)
@@ -254,14 +177,20 @@ def main(argv: list[str]) -> int:
             raise
         print(f"walfs serve: cannot open {args.data_dir}: {line}", file=sys.stderr)
         return 1
-    from walfs.service.daemon import EXIT_WAL_FAILED, bind_local_socket
-    from walfs.service.metrics import Metrics
-
-    metrics = Metrics(wal)
-    # Writes by path (the Spark sink's option "path") come through it: walfs.common.local_socket.
-    local = bind_local_socket(args.data_dir)
+    config = kafka_server.ServeConfig(
+        data_dir=args.data_dir,
+        kafka_listen=args.kafka_listen,
+        allow_delete=args.allow_delete,
+        max_request_bytes=args.max_request_bytes,
+        max_inflight_bytes=args.max_inflight_bytes,
+        max_connections=args.max_connections,
+        broker_config=broker_config,
+        auth=auth,
+        insecure_listen=args.insecure_listen,
+        metrics_listen=args.metrics_listen,
+    )
     try:
-        trio.run(_run, wal, host, port, args, metrics, auth, local.sock if local is not None else None)
+        status = kafka_server.run(engine, config)
     except (OSError, BaseExceptionGroup) as e:
         # trio's nurseries deliver a failed bind (a ListenError naming its option and
         # address) wrapped in an exception group.
@@ -270,21 +199,9 @@ def main(argv: list[str]) -> int:
             raise
         print(f"walfs serve: {line}", file=sys.stderr)
         return 1
-    finally:
-        if local is not None:
-            local.close()
-        metrics.close()
-        failed = wal.failed
-        try:
-            wal.close()
-        except Exception as e:
-            if not failed:
-                raise
-            print(f"walfs serve: closing the failed WAL: {e}", file=sys.stderr)
-    if failed:
-        print(f"walfs serve: an fsync failed; exiting with status {EXIT_WAL_FAILED}", file=sys.stderr)
-        return EXIT_WAL_FAILED
-    return 0
+    if status == lifecycle.EXIT_WAL_FAILED:
+        print(f"walfs serve: an fsync failed; exiting with status {status}", file=sys.stderr)
+    return status
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Retention: how long a topic keeps its records, and the per-topic settings file.
+"""Retention and the per-topic settings: the rules every engine applies (no storage here).
 
 A policy has three optional parts (Kafka's names in brackets):
 - `ms` [retention.ms]: records appended more than this many ms ago go;
@@ -18,41 +18,20 @@ honours (walfs/kafka/topic_configs.py maps Kafka's names onto these keys):
 - `message_timestamp_type` [message.timestamp.type]: "CreateTime" or "LogAppendTime";
 - `cleanup_policy` [cleanup.policy]: "delete" (the only policy walfs has; no compaction).
 
-On disk (`topics.conf` in the data directory, the one home of per-topic settings; this
-module writes it): b"WALFSTOP" | u32 version (2) | u32 length N | N bytes of UTF-8 JSON
-{"topics": {"<org_id>/<topic>": {"retention_ms": int|null, "retention_bytes": int|null,
-"retention_groups": [str, ...], "max_message_bytes": int, "message_timestamp_type": str,
-"cleanup_policy": str}}} (every key optional) | the first 16 bytes of blake3 of
-everything before. Version 1 files (written before the last three keys existed, same
-layout) are read as they are and rewritten as version 2 at the next change; walfs
-releases that read only version 1 refuse a version 2 file instead of ignoring settings.
-It is replaced atomically (write topics.conf.tmp, fsync, rename, fsync the directory): a
-crash leaves the old or the new file. Any other content is damage: opening the WAL fails
-with WalCorruptError naming the file (settings are never silently reset to defaults). A
-missing file means no per-topic settings.
+The settings are stored by each engine: the local engine in `topics.conf`
+(walfs/local/settings_file.py, its format), the cluster engine in its meta topic (walfs/cluster/).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import struct
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import blake3
-
-from walfs.errors import WalCorruptError
-
-FILE_NAME = "topics.conf"
 # TEST ONLY: names a file holding the retention clock (ms since the epoch) for the daemon
 # tests, which cannot pass now_ms to the background pass. Never set in production.
 CLOCK_FILE_ENV = "WALFS_TEST_CLOCK_FILE"
-_MAGIC = b"WALFSTOP"
-_VERSION = 2
-_READABLE_VERSIONS = (1, 2)
 _RETENTION_KEYS = ("retention_ms", "retention_bytes", "retention_groups")
 # The other per-topic settings and their validators (value -> error text, or None when valid).
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
@@ -77,7 +56,6 @@ _OTHER_KEYS = {
     "cleanup_policy": _check_cleanup_policy,
 }
 SETTING_KEYS = (*_RETENTION_KEYS, *_OTHER_KEYS)
-_HEAD = struct.Struct("<8sII")
 
 
 @dataclass(frozen=True)
@@ -97,9 +75,6 @@ class Policy:
     @property
     def unlimited(self) -> bool:
         return self.ms is None and self.bytes is None
-
-
-_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 def now_ms() -> int:
@@ -133,23 +108,6 @@ def file_budget(limit: int, segment_size: int) -> tuple[int, int]:
       (backpressure)."""
     keep = max(1, limit // segment_size)
     return keep, keep + 1
-
-
-def parse_limit(text: str) -> int | None:
-    """An xattr or CLI value: a non-negative integer, optionally with K/M/G/T (powers of
-    1024), or -1 / "none" for no limit (Kafka spells "no limit" -1). ValueError otherwise."""
-    t = text.strip().lower()
-    if t in ("-1", "none"):
-        return None
-    unit = _UNITS.get(t[-1:], 1)
-    digits = t[:-1] if unit > 1 else t
-    if not digits.isdigit() or len(digits) > 19 or int(digits) * unit >= 2**63:
-        raise ValueError(f"not a retention limit: {text!r}")
-    return int(digits) * unit
-
-
-def show_limit(v: int | None) -> str:
-    return "-1" if v is None else str(v)
 
 
 def policy_of(entry: dict[str, Any] | None, default: Policy) -> Policy:
@@ -189,98 +147,3 @@ def check_settings(values: dict[str, Any]) -> None:
         problem = _OTHER_KEYS[k](v) if k in _OTHER_KEYS and v != "default" else None
         if problem:
             raise ValueError(problem)
-
-
-class TopicSettings:
-    """Per-topic overrides of the WAL's default policy, persisted in topics.conf."""
-
-    def __init__(self, dir_path: str, read_only: bool = False) -> None:
-        self.path = os.path.join(dir_path, FILE_NAME)
-        self.read_only = read_only
-        self._lock = threading.Lock()
-        self._topics: dict[str, dict[str, Any]] = self._load()
-
-    def _load(self) -> dict[str, dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return {}
-        if len(data) < _HEAD.size + 16:
-            raise WalCorruptError(f"{self.path}: {len(data)} bytes, too short for a settings file")
-        magic, version, n = _HEAD.unpack_from(data)
-        if magic != _MAGIC:
-            raise WalCorruptError(f"{self.path}: bad magic {magic!r}")
-        if version not in _READABLE_VERSIONS:
-            raise WalCorruptError(
-                f"{self.path}: version {version}, this walfs reads versions {_READABLE_VERSIONS}"
-            )
-        if _HEAD.size + n + 16 != len(data):
-            raise WalCorruptError(f"{self.path}: length {n} does not match the file ({len(data)} bytes)")
-        body = data[: _HEAD.size + n]
-        if blake3.blake3(body).digest(length=16) != data[-16:]:
-            raise WalCorruptError(f"{self.path}: checksum mismatch")
-        try:
-            doc = json.loads(body[_HEAD.size :].decode("utf-8"))
-            topics = doc["topics"]
-            if not isinstance(topics, dict):
-                raise TypeError("topics is not an object")
-            return {str(k): dict(v) for k, v in topics.items()}
-        except (ValueError, KeyError, TypeError) as e:
-            raise WalCorruptError(f"{self.path}: unreadable settings ({e})") from None
-
-    def _save(self) -> None:
-        body = json.dumps({"topics": self._topics}, sort_keys=True).encode()
-        head = _HEAD.pack(_MAGIC, _VERSION, len(body)) + body
-        data = head + blake3.blake3(head).digest(length=16)
-        tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        fd = os.open(os.path.dirname(self.path), os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    @staticmethod
-    def _key(org_id: int, topic: str) -> str:
-        return f"{org_id}/{topic}"
-
-    def policy(self, org_id: int, topic: str, default: Policy) -> Policy:
-        return policy_of(self._topics.get(self._key(org_id, topic)), default)
-
-    def overrides(self, org_id: int, topic: str) -> dict[str, Any]:
-        return dict(self._topics.get(self._key(org_id, topic), {}))
-
-    def value(self, org_id: int, topic: str, key: str, default: Any = None) -> Any:
-        """One setting of a topic (``default`` when the topic has no override)."""
-        entry = self._topics.get(self._key(org_id, topic))
-        return entry.get(key, default) if entry else default
-
-    def forget(self, org_id: int, topic: str) -> None:
-        """Removes every override of a topic (it was deleted), durably."""
-        if self._topics.get(self._key(org_id, topic)):
-            self.set(org_id, topic, **{k: "default" for k in SETTING_KEYS})
-
-    def set(self, org_id: int, topic: str, **values: Any) -> None:
-        """Sets (or, with the value "default", removes) per-topic overrides, durably."""
-        if self.read_only:
-            raise OSError(30, "read-only WAL")
-        with self._lock:
-            entry = updated(self._topics.get(self._key(org_id, topic), {}), values)
-            old = self._topics.get(self._key(org_id, topic))
-            if entry:
-                self._topics[self._key(org_id, topic)] = entry
-            else:
-                self._topics.pop(self._key(org_id, topic), None)
-            try:
-                self._save()
-            except BaseException:
-                if old is None:
-                    self._topics.pop(self._key(org_id, topic), None)
-                else:
-                    self._topics[self._key(org_id, topic)] = old
-                raise

@@ -31,7 +31,7 @@ class Attributes:
 
     def __init__(
         self,
-        wal: LogEngine,
+        engine: LogEngine,
         mtime_ns: dict[Stream, int],
         base: dict[int, int],
         ended: set[int],
@@ -42,7 +42,7 @@ class Attributes:
     ) -> None:
         if not 0 <= umask <= 0o777:
             raise ValueError(f"umask {umask:o} is not a permission mask")
-        self.wal = wal
+        self.engine = engine
         self.mtime_ns = mtime_ns
         self.base = base
         self.ended = ended
@@ -72,7 +72,7 @@ class Attributes:
         else:
             stream = (node.topic, node.partition)
             mtime = self.mtime_ns.get(stream, self.start_ns)
-            size = self.wal.info(node.topic, node.partition).byte_size
+            size = self.engine.info(node.topic, node.partition).byte_size
             if node.kind == "topic":
                 attrs.st_mode = stat.S_IFREG | self.file_mode
                 # One stream, two names when partition 0 (MOUNT/t and MOUNT/partition=0/t).
@@ -87,7 +87,7 @@ class Attributes:
                 # Its size moves with appends through other inodes and with commits by
                 # other handles: let the kernel ask every time (a cheap call).
                 attrs.attr_timeout = 0
-                size -= committed_byte(self.wal, node)
+                size -= committed_byte(self.engine, node)
             attrs.st_size = max(size, 0)
         attrs.st_blocks = (attrs.st_size + 511) // 512
         attrs.st_atime_ns = mtime

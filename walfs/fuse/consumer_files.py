@@ -12,57 +12,57 @@ from walfs.engine.rules import group_start
 from walfs.fuse.nodes import Node
 
 
-def committed(wal: LogEngine, node: Node) -> int:
+def committed(engine: LogEngine, node: Node) -> int:
     """The offset where the group's view of the node's stream starts."""
-    return group_start(wal, node.group, node.topic, node.partition)
+    return group_start(engine, node.group, node.topic, node.partition)
 
 
-def committed_byte(wal: LogEngine, node: Node) -> int:
+def committed_byte(engine: LogEngine, node: Node) -> int:
     """Byte position in the topic's view where the group's next record starts."""
-    offset = committed(wal, node)
-    info = wal.info(node.topic, node.partition)
+    offset = committed(engine, node)
+    info = engine.info(node.topic, node.partition)
     if offset >= info.high_watermark:
         return int(info.byte_size)
-    return int(wal.locate(node.topic, node.partition, offset=offset))
+    return int(engine.locate(node.topic, node.partition, offset=offset))
 
 
-def view_start(wal: LogEngine, node: Node) -> tuple[int, int]:
+def view_start(engine: LogEngine, node: Node) -> tuple[int, int]:
     """(offset, byte) where a consumer file opened now starts."""
-    offset = committed(wal, node)
-    return offset, int(wal.locate(node.topic, node.partition, offset=offset))
+    offset = committed(engine, node)
+    return offset, int(engine.locate(node.topic, node.partition, offset=offset))
 
 
-def commit_read(wal: LogEngine, node: Node, base_offset: int, base_byte: int, frontier: int) -> int:
+def commit_read(engine: LogEngine, node: Node, base_offset: int, base_byte: int, frontier: int) -> int:
     """Commits the whole records in the first `frontier` bytes of a view that started at
     (base_offset, base_byte); returns how many (0: nothing to commit). Blocking (a
     durable write): call it from a worker thread."""
-    end = int(wal.locate(node.topic, node.partition, byte=base_byte + frontier))
+    end = int(engine.locate(node.topic, node.partition, byte=base_byte + frontier))
     n = end - base_offset
     if n > 0:
         # Two handles of one group: never move the committed offset backwards
         # (advance_only checks and writes in one step under the cursor store's lock).
-        wal.commit(node.group, node.topic, node.partition, base_offset + n, advance_only=True)
+        engine.commit(node.group, node.topic, node.partition, base_offset + n, advance_only=True)
     return n
 
 
-def commit_offset(wal: LogEngine, node: Node, offset: int) -> None:
+def commit_offset(engine: LogEngine, node: Node, offset: int) -> None:
     """An explicit commit (setxattr user.walfs.committed_offset): forwards only from
     where the group's next record is, at most the high watermark; durable when it
     returns. ValueError for an offset out of that range. Blocking: a worker thread."""
-    start = committed(wal, node)
-    high = wal.info(node.topic, node.partition).high_watermark
+    start = committed(engine, node)
+    high = engine.info(node.topic, node.partition).high_watermark
     if offset < start:
         raise ValueError(f"{offset} is below the committed offset {start} (walfs groups reset moves back)")
     if offset > high:
         raise ValueError(f"{offset} is past the high watermark {high}")
-    wal.commit(node.group, node.topic, node.partition, offset, advance_only=True)
+    engine.commit(node.group, node.topic, node.partition, offset, advance_only=True)
 
 
-def reset_offset(wal: LogEngine, node: Node, offset: int) -> None:
+def reset_offset(engine: LogEngine, node: Node, offset: int) -> None:
     """A reset (setxattr user.walfs.reset_offset, `walfs groups reset`): the cursor moves
     to any offset from the low to the high watermark, durably. ValueError outside."""
-    info = wal.info(node.topic, node.partition)
+    info = engine.info(node.topic, node.partition)
     if not info.low_watermark <= offset <= info.high_watermark:
         low, high = info.low_watermark, info.high_watermark
         raise ValueError(f"{offset} is outside the retained offsets {low}..{high}")
-    wal.commit(node.group, node.topic, node.partition, offset)
+    engine.commit(node.group, node.topic, node.partition, offset)

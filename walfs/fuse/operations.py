@@ -40,13 +40,14 @@ from walfs.fuse import consumer_files, kernel_flags, xattrs
 from walfs.fuse.attributes import Attributes
 from walfs.fuse.errnos import logged_fuse_error, topic_name_error, wal_errors_as_errno
 from walfs.fuse.handles import Handle, Handles
-from walfs.fuse.invalidation import Invalidator, Watcher
+from walfs.fuse.invalidation import Invalidator
 from walfs.fuse.line_assembly import DEFAULT_MAX_LINE_BYTES, LineAssembler
 from walfs.fuse.nodes import DIR_KINDS, Node, parse_partition_dir
 from walfs.fuse.page_push import PAGE, PagePusher
 from walfs.fuse.permissions import may_write_dir
 from walfs.fuse.requests import wrap_handlers
 from walfs.fuse.tree import Tree
+from walfs.fuse.watcher import Watcher
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -84,7 +85,7 @@ class WalOperations(pyfuse3.Operations):
 
     def __init__(
         self,
-        wal: LogEngine,
+        engine: LogEngine,
         data_dir: str,
         *,
         uid: int | None = None,
@@ -100,15 +101,15 @@ class WalOperations(pyfuse3.Operations):
             raise ValueError(f"max_line_bytes must be at least {MIN_MAX_LINE_BYTES}")
         self.max_line_bytes = max_line_bytes
         self.allow_delete = allow_delete
-        self.wal = wal
+        self.engine = engine
         self.data_dir = data_dir
         self.blocking_appends = blocking_appends
         self.info = dict(info or {})
 
         self.invalidator = Invalidator()
-        self.tree = Tree(wal, self.invalidator)
+        self.tree = Tree(engine, self.invalidator)
         self.attributes = Attributes(
-            wal,
+            engine,
             self.tree.mtime_ns,
             self.tree.base,
             self.tree.ended,
@@ -119,8 +120,8 @@ class WalOperations(pyfuse3.Operations):
         self.handles = Handles()
         # Bytes appended go to the kernel's page cache of the topic's inode (run() is a
         # daemon task): the first read after writing is then served by the kernel.
-        self.pages = PagePusher(wal, base_of=self.tree.base_of)
-        self.watcher = Watcher(wal, self.tree, self.invalidator, self.pages)
+        self.pages = PagePusher(engine, base_of=self.tree.base_of)
+        self.watcher = Watcher(engine, self.tree, self.invalidator, self.pages)
 
         self._read_buf = bytearray(1 << 20)  # READ replies are built here (see read)
         self.cold_reads = 0  # READs sent to a thread because their data was not in memory
@@ -185,7 +186,7 @@ class WalOperations(pyfuse3.Operations):
         own = self.watcher.own_append
         own.active = True
         try:
-            append_lines(self.wal, node.topic, node.partition, lines)
+            append_lines(self.engine, node.topic, node.partition, lines)
         finally:
             own.active = False
 
@@ -228,7 +229,7 @@ class WalOperations(pyfuse3.Operations):
         frontier = h.frontier
         with wal_errors_as_errno("commit consumer offset"):
             n = await trio.to_thread.run_sync(
-                consumer_files.commit_read, self.wal, node, h.base_offset, h.base_byte, frontier
+                consumer_files.commit_read, self.engine, node, h.base_offset, h.base_byte, frontier
             )
         h.committed_frontier = frontier
         if n:
@@ -298,7 +299,7 @@ class WalOperations(pyfuse3.Operations):
         if not self.may_write_dir(ctx):
             raise pyfuse3.FUSEError(errno.EACCES)
         with wal_errors_as_errno(f"create group {group!r}"):
-            await trio.to_thread.run_sync(self.wal.create_group, group)
+            await trio.to_thread.run_sync(self.engine.create_group, group)
         self.tree.add_group(group)
         return self._entry(Node("group", group=group))
 
@@ -314,7 +315,7 @@ class WalOperations(pyfuse3.Operations):
         if not self.tree.is_topic(text, partition):
             raise pyfuse3.FUSEError(errno.ENOENT)
         with wal_errors_as_errno(f"delete {text!r}"):
-            await trio.to_thread.run_sync(self.wal.delete, text, partition)
+            await trio.to_thread.run_sync(self.engine.delete, text, partition)
         self.tree.drop_stream((text, partition))
         await self.watcher.bytes_changed((text, partition), deleted=True)
 
@@ -332,7 +333,7 @@ class WalOperations(pyfuse3.Operations):
         if self._group_readers(group):
             raise pyfuse3.FUSEError(errno.EBUSY)
         with wal_errors_as_errno(f"delete group {group!r}"):
-            await trio.to_thread.run_sync(self.wal.forget, group)
+            await trio.to_thread.run_sync(self.engine.forget, group)
         self.tree.drop_group(group)
         log.info("deleted consumer group %r", group)
 
@@ -424,7 +425,7 @@ class WalOperations(pyfuse3.Operations):
 
     async def _open_consumer(self, node: Node, ctx: pyfuse3.RequestContext) -> pyfuse3.FileInfo:
         with wal_errors_as_errno("open consumer file"):
-            base_offset, base_byte = consumer_files.view_start(self.wal, node)
+            base_offset, base_byte = consumer_files.view_start(self.engine, node)
         # The peek view never commits; the committing view commits for those who may
         # write the tree's directories.
         may_commit = not node.peek and self.may_write_dir(ctx)
@@ -468,7 +469,7 @@ class WalOperations(pyfuse3.Operations):
         self.tree.creating.add(stream)
         try:
             with wal_errors_as_errno(f"create {topic!r}"):
-                await trio.to_thread.run_sync(self.wal.create, topic, partition)
+                await trio.to_thread.run_sync(self.engine.create, topic, partition)
         finally:
             self.tree.creating.discard(stream)
         self.tree.add_stream(stream, made_in=parent_inode)
@@ -490,11 +491,11 @@ class WalOperations(pyfuse3.Operations):
             return b""  # a deleted topic's old generation: its end
         data: bytes | memoryview
         try:  # a plain try: this runs for every READ request
-            if resident(self.wal, topic, part, pos, size):
+            if resident(self.engine, topic, part, pos, size):
                 if len(self._read_buf) < size:
                     self._read_buf = bytearray(size)
                 out = memoryview(self._read_buf)[:size]
-                data = out[: self.wal.read_bytes(topic, part, pos, out)]
+                data = out[: self.engine.read_bytes(topic, part, pos, out)]
             else:
                 self.cold_reads += 1
                 data = await trio.to_thread.run_sync(self._read_cold, topic, part, pos, size)
@@ -516,13 +517,13 @@ class WalOperations(pyfuse3.Operations):
         (docs/mount.md "Trimming and retention")."""
         node = h.node
         try:
-            low = self.wal.info(node.topic, node.partition).low_byte
+            low = self.engine.info(node.topic, node.partition).low_byte
             cut = low - pos
             if node.kind == "topic" and 0 < cut < min(PAGE, size) and (pos - h.base_byte) % PAGE == 0:
                 buf = bytearray(size)
                 buf[cut - 1] = 0x0A  # every record's line ends with b"\n"
                 n = await trio.to_thread.run_sync(
-                    self.wal.read_bytes, node.topic, node.partition, low, memoryview(buf)[cut:]
+                    self.engine.read_bytes, node.topic, node.partition, low, memoryview(buf)[cut:]
                 )
                 return memoryview(buf)[: cut + n]
         except Exception as again:
@@ -532,7 +533,7 @@ class WalOperations(pyfuse3.Operations):
     def _read_cold(self, topic: str, part: int, pos: int, size: int) -> memoryview:
         """A read that may wait for the disk (in a worker thread), into its own buffer."""
         buf = bytearray(size)
-        return memoryview(buf)[: self.wal.read_bytes(topic, part, pos, buf)]
+        return memoryview(buf)[: self.engine.read_bytes(topic, part, pos, buf)]
 
     async def write(self, fh: int, off: int, buf: bytes) -> int:
         h = self.handles[fh]
@@ -583,7 +584,7 @@ class WalOperations(pyfuse3.Operations):
         # Always sync, also for read-only handles: fsync(fd) is how a reader asks that
         # what it saw is durable.
         with wal_errors_as_errno("fsync"):
-            await trio.to_thread.run_sync(self.wal.sync)
+            await trio.to_thread.run_sync(self.engine.sync)
 
     async def release(self, fh: int) -> None:
         h = self.handles.get(fh)
@@ -608,7 +609,7 @@ class WalOperations(pyfuse3.Operations):
     async def statfs(self, ctx: pyfuse3.RequestContext) -> pyfuse3.StatvfsData:
         out = pyfuse3.StatvfsData()
         out.f_namemax = MAX_NAME_BYTES
-        if not has(self.wal, DiskUse):
+        if not has(self.engine, DiskUse):
             # An engine without a disk of its own (the cluster) has no file system to
             # report: sizes show as 0 blocks (df shows the mount; Kafka's own tools show
             # the cluster's disks).
@@ -628,7 +629,7 @@ class WalOperations(pyfuse3.Operations):
 
     def _xattrs(self, node: Node) -> xattrs.Getters:
         if node.kind != "root":
-            return xattrs.stream_xattrs(self.wal, node)
+            return xattrs.stream_xattrs(self.engine, node)
         metrics = self.metrics_text
         return {
             "pid": lambda: str(os.getpid()),
@@ -646,7 +647,7 @@ class WalOperations(pyfuse3.Operations):
         node = self.tree.node(inode)
         key = xattrs.key_of(name)
         with wal_errors_as_errno("getxattr"):  # a consumer file's getters read its cursor
-            getter = xattrs.getter_for(self.wal, node, key, self._xattrs(node))
+            getter = xattrs.getter_for(self.engine, node, key, self._xattrs(node))
             if getter is None:
                 raise pyfuse3.FUSEError(pyfuse3.ENOATTR)
             if key in xattrs.SNAPSHOTTED:
@@ -667,7 +668,7 @@ class WalOperations(pyfuse3.Operations):
         stream that commits is open here). The kernel has checked write permission on the
         file (default_permissions)."""
         node = self.tree.node(inode)
-        key, change = xattrs.change_for(self.wal, node, name, value)
+        key, change = xattrs.change_for(self.engine, node, name, value)
         if key == "reset_offset" and self._group_readers(node.group, (node.topic, node.partition)):
             raise pyfuse3.FUSEError(errno.EBUSY)
         with wal_errors_as_errno(f"setxattr {key}"):

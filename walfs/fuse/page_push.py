@@ -112,7 +112,7 @@ class PagePusher:
 
     def __init__(
         self,
-        wal: LogEngine,
+        engine: LogEngine,
         *,
         cap: int = DEFAULT_CAP,
         coalesce: float = PUSH_COALESCE,
@@ -120,7 +120,7 @@ class PagePusher:
     ) -> None:
         if cap < PAGE:
             raise ValueError(f"cap must be at least {PAGE} bytes")
-        self.wal = wal
+        self.engine = engine
         # Where an inode's file starts in its stream's byte view (None: send it nothing).
         self.base_of = base_of
         self.cap = cap
@@ -191,7 +191,7 @@ class PagePusher:
     ) -> tuple[int, OSError | None]:
         """(bytes stored, the kernel's refusal or None). One round at a time uses _buf."""
         with memoryview(self._buf) as view:
-            n = self.wal.read_bytes(topic, partition, pos, view[:want])
+            n = self.engine.read_bytes(topic, partition, pos, view[:want])
             if n <= 0:
                 return n, None
             try:
@@ -210,7 +210,7 @@ class PagePusher:
         base = self.base_of(ino)
         if base is None:
             return
-        info = self.wal.info(topic, partition)
+        info = self.engine.info(topic, partition)
         size = info.byte_size
         if pending.held:
             # Still held: they stay pending (with what grows meanwhile).
@@ -230,7 +230,7 @@ class PagePusher:
             if ino in self._dropped:
                 return
             want = min(CHUNK, end - pos)
-            if not resident(self.wal, topic, partition, pos, want):
+            if not resident(self.engine, topic, partition, pos, want):
                 self.skipped_bytes += end - pos
                 return
             try:

@@ -39,8 +39,8 @@ class Tree:
     of a partition-0 topic share one inode), the streams and groups the mount knows, and
     each stream's mtime."""
 
-    def __init__(self, wal: LogEngine, invalidator: Invalidator) -> None:
-        self.wal = wal
+    def __init__(self, engine: LogEngine, invalidator: Invalidator) -> None:
+        self.engine = engine
         self.invalidator = invalidator
         self._inodes: dict[Node, int] = {ROOT: pyfuse3.ROOT_INODE}
         self._nodes: dict[int, Node] = {pyfuse3.ROOT_INODE: ROOT}
@@ -68,7 +68,7 @@ class Tree:
             self._inodes[node] = ino
             self._nodes[ino] = node
             if node.kind == "topic":
-                self.base[ino] = self.wal.info(node.topic, node.partition).low_byte
+                self.base[ino] = self.engine.info(node.topic, node.partition).low_byte
             self._inos_of_stream.clear()
         return ino
 
@@ -123,7 +123,7 @@ class Tree:
         if ino is None:
             return []  # the kernel has no inode: the next one gets the right base
         if not deleted:
-            low = self.wal.info(topic, partition).low_byte
+            low = self.engine.info(topic, partition).low_byte
             if low == self.base[ino]:
                 return []
             deleted = low < self.base[ino]  # the stream was deleted and made again
@@ -165,10 +165,10 @@ class Tree:
 
     def refresh_streams(self) -> list[Stream]:
         """Re-reads the engine's stream list (one pass); returns the streams new to the mount."""
-        new = [st for st in self.wal.streams() if st not in self.streams]
+        new = [st for st in self.engine.streams() if st not in self.streams]
         for st in new:
             self.add_stream(st)
-        groups = self.wal.groups()
+        groups = self.engine.groups()
         if not self.groups.issuperset(groups):
             self.groups.update(groups)
             self._inos_of_stream.clear()
@@ -217,7 +217,7 @@ class Tree:
             return True
         # Streams that did not come through this mount (e.g. an in-process Kafka
         # listener) are found here before the watcher's next round.
-        if (topic, partition) in self.wal.streams(topic):
+        if (topic, partition) in self.engine.streams(topic):
             self.add_stream((topic, partition))
             return True
         return False
@@ -237,7 +237,7 @@ class Tree:
     def known_groups(self) -> set[str]:
         """Groups stored in the data directory (made, or deleted by Kafka's DeleteGroups,
         by another face since the last look)."""
-        groups = set(self.wal.groups())
+        groups = set(self.engine.groups())
         if groups != self.groups:
             self.groups.intersection_update(groups)
             self.groups.update(groups)

@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import pyfuse3
 
+from walfs.common.sizes import parse_limit, show_limit
 from walfs.engine.contract import LogEngine
 from walfs.engine.rules import committed_offset, retention
-from walfs.engine.settings import parse_limit, show_limit
 from walfs.fuse.consumer_files import commit_offset, committed, reset_offset
 from walfs.fuse.nodes import Node
 
@@ -74,7 +74,7 @@ def key_of(name: bytes) -> str:
     return text[len(XATTR_PREFIX) :]
 
 
-def stream_xattrs(wal: LogEngine, node: Node) -> Getters:
+def stream_xattrs(engine: LogEngine, node: Node) -> Getters:
     """The getters of a topic or consumer file (none for directories)."""
     if node.kind not in ("topic", "cfile"):
         return {}
@@ -82,7 +82,7 @@ def stream_xattrs(wal: LogEngine, node: Node) -> Getters:
 
     def info(name: str) -> Callable[[], str]:
         def get() -> str:
-            return str(getattr(wal.info(t, p), name))
+            return str(getattr(engine.info(t, p), name))
 
         return get
 
@@ -94,21 +94,21 @@ def stream_xattrs(wal: LogEngine, node: Node) -> Getters:
         "low_watermark": info("low_watermark"),
         "high_watermark": info("high_watermark"),
         "durable_watermark": info("durable_watermark"),
-        "retention_ms": lambda: show_limit(retention(wal, t).ms),
-        "retention_bytes": lambda: show_limit(retention(wal, t).bytes),
+        "retention_ms": lambda: show_limit(retention(engine, t).ms),
+        "retention_bytes": lambda: show_limit(retention(engine, t).bytes),
         "byte_size": info("byte_size"),
     }
     if node.kind == "cfile":
         out["group"] = lambda: node.group
-        out["committed_offset"] = lambda: str(committed(wal, node))
+        out["committed_offset"] = lambda: str(committed(engine, node))
         # The stored cursor, listed only when the group committed on this stream.
-        cursor = committed_offset(wal, node.group, t, p)
+        cursor = committed_offset(engine, node.group, t, p)
         if cursor is not None:
             out["cursor"] = lambda: str(cursor)
     return out
 
 
-def getter_for(wal: LogEngine, node: Node, key: str, getters: Getters) -> Callable[[], str] | None:
+def getter_for(engine: LogEngine, node: Node, key: str, getters: Getters) -> Callable[[], str] | None:
     """The getter of `key` on `node`: a listed one, or the offset-for-time query."""
     getter = getters.get(key)
     if getter is not None or not key.startswith(TIME_QUERY) or node.kind not in ("topic", "cfile"):
@@ -117,15 +117,15 @@ def getter_for(wal: LogEngine, node: Node, key: str, getters: Getters) -> Callab
     if not text.isdigit():
         return None
     ms = int(text)
-    return lambda: str(wal.locate(node.topic, node.partition, timestamp_ms=ms))
+    return lambda: str(engine.locate(node.topic, node.partition, timestamp_ms=ms))
 
 
-def change_for(wal: LogEngine, node: Node, name: bytes, value: bytes) -> tuple[str, Callable[[], None]]:
+def change_for(engine: LogEngine, node: Node, name: bytes, value: bytes) -> tuple[str, Callable[[], None]]:
     """(key, the blocking engine call that sets it). ENOTSUP for anything not settable (not
     EPERM, so that `cp -a` and friends skip xattrs); EINVAL for a bad value."""
     key = name.decode("utf-8", "replace").removeprefix(XATTR_PREFIX)
     if node.kind == "cfile" and key in CONSUMER_SETTABLE:
-        return key, _consumer_change(wal, node, key, value)
+        return key, _consumer_change(engine, node, key, value)
     if node.kind != "topic" or key not in SETTABLE:
         raise pyfuse3.FUSEError(errno.ENOTSUP)
     t, p = node.topic, node.partition
@@ -135,23 +135,23 @@ def change_for(wal: LogEngine, node: Node, name: bytes, value: bytes) -> tuple[s
             if not text.isdigit():
                 raise ValueError(text)
             offset = int(text)
-            if offset > wal.info(t, p).high_watermark:
+            if offset > engine.info(t, p).high_watermark:
                 raise ValueError(f"{offset} is past the end")
 
             def change() -> None:
-                wal.trim(t, p, offset)
+                engine.trim(t, p, offset)
         else:
             setting: int | str | None = "default" if text == "default" else parse_limit(text)
 
             def change() -> None:
-                wal.set_settings(t, **{key: setting})
+                engine.set_settings(t, **{key: setting})
     except (UnicodeDecodeError, ValueError) as exc:
         log.info("setxattr %s on %r refused: %s", key, t, exc)
         raise pyfuse3.FUSEError(errno.EINVAL) from None
     return key, change
 
 
-def _consumer_change(wal: LogEngine, node: Node, key: str, value: bytes) -> Callable[[], None]:
+def _consumer_change(engine: LogEngine, node: Node, key: str, value: bytes) -> Callable[[], None]:
     """committed_offset: a commit (forwards only, at most the high watermark, durable
     when setxattr returns); reset_offset: the cursor moves to any retained offset."""
     try:
@@ -165,7 +165,7 @@ def _consumer_change(wal: LogEngine, node: Node, key: str, value: bytes) -> Call
 
     def change() -> None:
         try:
-            (commit_offset if key == "committed_offset" else reset_offset)(wal, node, offset)
+            (commit_offset if key == "committed_offset" else reset_offset)(engine, node, offset)
         except ValueError as exc:
             log.info("setxattr %s of group %r on %r refused: %s", key, node.group, node.topic, exc)
             raise pyfuse3.FUSEError(errno.EINVAL) from None

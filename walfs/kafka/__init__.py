@@ -10,6 +10,10 @@ __all__ = ["parse_listen_address", "serve_kafka"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "parse_listen_address":  # the one home is walfs.common.addresses
+        from walfs.common.addresses import parse_listen_address
+
+        return parse_listen_address
     if name in __all__:
         from walfs.kafka import listener
 

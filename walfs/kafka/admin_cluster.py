@@ -58,10 +58,10 @@ async def handle_describe_cluster(broker: Broker, conn: Connection, version: int
 
 def _log_dir(broker: Broker, mod: Any, req: Any) -> Any:
     """The one log directory's topics and partition sizes (worker thread)."""
-    wal = broker.wal
+    engine = broker.engine
     if req.topics is None:  # every topic
         by_topic: dict[str, list[int]] = {}
-        for t, p in wal.streams():
+        for t, p in engine.streams():
             by_topic.setdefault(t, []).append(p)
         wanted: list[tuple[str, list[int]]] = sorted(by_topic.items())
     else:
@@ -73,7 +73,7 @@ def _log_dir(broker: Broker, mod: Any, req: Any) -> Any:
         for p in parts:
             if not 0 <= p < known:
                 continue  # Kafka leaves out partitions the directory does not hold
-            info = wal.info(name, p)
+            info = engine.info(name, p)
             rows.append(
                 build(
                     mod.DescribeLogDirsPartition,
@@ -85,11 +85,11 @@ def _log_dir(broker: Broker, mod: Any, req: Any) -> Any:
             )
         if rows:
             topics.append(build(mod.DescribeLogDirsTopic, name=name, partitions=tuple(rows)))
-    st = os.statvfs(wal.path)
+    st = os.statvfs(engine.path)
     return build(
         mod.DescribeLogDirsResult,
         error_code=ErrorCode.none,
-        log_dir=os.path.abspath(wal.path),
+        log_dir=os.path.abspath(engine.path),
         topics=tuple(topics),
         total_bytes=st.f_blocks * st.f_frsize,
         usable_bytes=st.f_bavail * st.f_frsize,

@@ -53,7 +53,7 @@ def _broker_configs(broker: Broker) -> dict[str, tuple[str, int, int]]:
     """name -> (value, source, type) of the broker settings walfs has."""
     cfg = broker.config
     d = BrokerConfig()
-    ret = broker.wal.retention_default
+    ret = broker.engine.retention_default
 
     def src(changed: bool) -> int:
         return SOURCE_STATIC_BROKER if changed else SOURCE_DEFAULT
@@ -65,7 +65,7 @@ def _broker_configs(broker: Broker) -> dict[str, tuple[str, int, int]]:
             TYPE_BOOLEAN,
         ),
         "log.cleanup.policy": ("delete", SOURCE_DEFAULT, TYPE_LIST),
-        "log.dirs": (broker.wal.path, SOURCE_STATIC_BROKER, TYPE_STRING),
+        "log.dirs": (broker.engine.path, SOURCE_STATIC_BROKER, TYPE_STRING),
         "log.message.timestamp.type": (
             cfg.log_message_timestamp_type,
             src(cfg.log_message_timestamp_type != d.log_message_timestamp_type),
@@ -120,7 +120,7 @@ def _describe_one(broker: Broker, mod: Any, version: int, res: Any, synonyms: bo
         topic = res.resource_name
         if broker.catalog.partition_count(topic) == 0:
             return result(ErrorCode.unknown_topic_or_partition, f"topic {topic!r} does not exist", [])
-        eff = effective(broker.wal, broker.config, topic)
+        eff = effective(broker.engine, broker.config, topic)
         bconf = _broker_configs(broker)
         out = []
         for name, (value, source) in sorted(eff.items()):
@@ -213,7 +213,7 @@ async def _alter(
     if validate_only or not changes:
         return ErrorCode.none, None
     try:
-        await broker.blocking(store, broker.wal, res.resource_name, changes)
+        await broker.blocking(store, broker.engine, res.resource_name, changes)
     except Exception as e:
         return error_code_for(e, f"alter configs of {res.resource_name}"), str(e)
     log.info("%s: topic %s configs: %s", conn.peer, res.resource_name, changes)

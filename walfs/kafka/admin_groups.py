@@ -45,7 +45,7 @@ def _state(g: Group | None) -> str:
 
 
 async def _all_groups(broker: Broker) -> list[str]:
-    stored = await broker.blocking(broker.wal.groups)
+    stored = await broker.blocking(broker.engine.groups)
     live = [gid for gid in broker.groups.group_ids() if _live(broker, gid) is not None]
     return sorted(set(stored) | set(live))
 
@@ -53,7 +53,7 @@ async def _all_groups(broker: Broker) -> list[str]:
 async def _exists(broker: Broker, group_id: str) -> bool:
     if _live(broker, group_id) is not None:
         return True
-    return group_id in await broker.blocking(broker.wal.groups)
+    return group_id in await broker.blocking(broker.engine.groups)
 
 
 async def handle_list_groups(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
@@ -143,7 +143,7 @@ async def handle_delete_groups(broker: Broker, conn: Connection, version: int, r
             code = ErrorCode.non_empty_group
         else:
             try:
-                existed = await broker.blocking(broker.wal.forget, gid)
+                existed = await broker.blocking(broker.engine.forget, gid)
                 broker.groups.forget(gid)
                 code = ErrorCode.none if existed else ErrorCode.group_id_not_found
                 if existed:
@@ -182,7 +182,7 @@ async def handle_offset_delete(broker: Broker, conn: Connection, version: int, r
                     code = ErrorCode.group_subscribed_to_topic
                 else:
                     try:
-                        broker.wal.forget(gid, t.name, i)
+                        broker.engine.forget(gid, t.name, i)
                         code = ErrorCode.none
                     except Exception as e:
                         code = error_code_for(e, f"offset delete {gid} {t.name}/{i}")

@@ -31,6 +31,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from walfs.common.durable_file import write_durable
 from walfs.kafka.scram import MECHANISMS as SCRAM_MECHANISMS
 from walfs.kafka.scram import ScramCredential
 
@@ -198,23 +199,5 @@ def write_user(
         if not 0 <= org_id <= MAX_ORG_ID:
             raise AuthConfigError(f"org_id must be in 0..{MAX_ORG_ID}")
         users[name] = {"org_id": org_id, "scram": {c.mechanism: c.to_json() for c in credentials}}
-    tmp = f"{path}.tmp.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    write_durable(path, text, tmp=f"{path}.tmp.{os.getpid()}", mode=0o600)

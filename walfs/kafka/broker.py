@@ -13,7 +13,7 @@ import trio
 
 from walfs.engine.capabilities import NoWaitAppend, has
 from walfs.kafka.broker_config import BrokerConfig
-from walfs.kafka.fetch_ahead import FetchAhead, on_change
+from walfs.kafka.fetch_ahead import NextBatches, on_change
 from walfs.kafka.group_coordinator import GroupCoordinator
 from walfs.kafka.group_sync import GroupSync
 from walfs.kafka.producer_ids import ProducerIds
@@ -22,7 +22,7 @@ from walfs.kafka.topic_catalog import TopicCatalog
 
 if TYPE_CHECKING:
     from walfs.engine.contract import LogEngine
-    from walfs.kafka.sasl import SaslSession
+    from walfs.kafka.sasl_session import SaslSession
 
 log = logging.getLogger("walfs.kafka")
 
@@ -48,12 +48,12 @@ class Connection:
     # the answer went out whole and no request waits (the fetch's read-ahead).
     after_answer: Callable[[], None] | None = None
     # The batches read ahead for this connection's next fetch (walfs/kafka/fetch_ahead.py).
-    fetch_ahead: FetchAhead | None = None
+    fetch_ahead: NextBatches | None = None
 
 
 @dataclass
 class Broker:
-    wal: LogEngine
+    engine: LogEngine
     allow_delete: bool = False
     # Kafka's broker settings (num.partitions, message.max.bytes, ...).
     config: BrokerConfig = field(default_factory=BrokerConfig)
@@ -82,15 +82,15 @@ class Broker:
     _stop_watching: Callable[[], None] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.nowait_appends = has(self.wal, NoWaitAppend)
-        self.catalog = TopicCatalog(self.wal)
-        self.groups = GroupCoordinator(self.wal)
-        self.durable = GroupSync(self.wal.sync, self.io_limiter)
+        self.nowait_appends = has(self.engine, NoWaitAppend)
+        self.catalog = TopicCatalog(self.engine)
+        self.groups = GroupCoordinator(self.engine)
+        self.durable = GroupSync(self.engine.sync, self.io_limiter)
 
     def watch_topic_changes(self) -> int:
         """topic_changes, counted from the first call on (LogEngine.watch)."""
         if self._stop_watching is None:
-            self._stop_watching = self.wal.watch(lambda change: on_change(self, change))
+            self._stop_watching = self.engine.watch(lambda change: on_change(self, change))
         return self.topic_changes
 
     async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
@@ -106,7 +106,7 @@ class Broker:
         append (one whose answer waits for the shared sync round: answer_syncs)."""
         if not self.nowait_appends:
             return False
-        fsync = self.wal.fsync
+        fsync = self.engine.fsync
         return fsync in ("never", "interval") or (fsync == "always" and unsynced)
 
     def answer_syncs(self, acks: int) -> bool:
@@ -125,7 +125,7 @@ class Broker:
           reported; under "interval" and "never" it is answered once in the log, as
           any append of those policies returns.
         - acks=0: no (there is no answer; the append takes the engine's own policy)."""
-        fsync = self.wal.fsync
+        fsync = self.engine.fsync
         if acks == -1:
             return fsync != "never"
         return acks == 1 and fsync == "always"

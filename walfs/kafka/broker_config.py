@@ -35,7 +35,7 @@ class BrokerConfig:
     message_max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES
     log_message_timestamp_type: str = "CreateTime"
     # None: not given here (the WAL's own default stands); -1 in Kafka's spelling is kept as
-    # "no limit" by the caller that maps these onto the Wal (walfs.engine.settings.parse_limit).
+    # "no limit" by the caller that maps these onto the Wal (walfs.common.sizes.parse_limit).
     log_retention_ms: str | None = None
     log_retention_bytes: str | None = None
 
@@ -58,7 +58,7 @@ def _bool(name: str, text: str) -> bool:
 
 
 def _limit(name: str, text: str) -> str:
-    from walfs.engine.settings import parse_limit
+    from walfs.common.sizes import parse_limit
 
     try:
         parse_limit(text)

@@ -21,7 +21,7 @@ import trio
 from walfs.engine.rules import durable_info, wait_for
 from walfs.kafka.api import Api, Written
 from walfs.kafka.broker import Broker, Connection
-from walfs.kafka.fetch_ahead import MAX_RECORDS_PER_READ, FetchAhead, Next, in_page_cache
+from walfs.kafka.fetch_ahead import MAX_RECORDS_PER_READ, Next, NextBatches, in_page_cache
 from walfs.kafka.fetch_answer import encode_fetch_answer
 from walfs.kafka.messages import ErrorCode, build, response_module
 from walfs.kafka.wal_errors import error_code_for
@@ -41,14 +41,14 @@ MAX_TIMESTAMP = -3
 
 
 def _read_partitions(
-    broker: Broker, req: Any, ahead: FetchAhead | None = None
+    broker: Broker, req: Any, ahead: NextBatches | None = None
 ) -> tuple[list[Any], int, list[tuple[str, int, int]]]:
     """Reads every requested partition (worker thread, or the event loop: _read), taking
     the batches ``ahead`` kept for exactly these reads instead of reading them again.
 
     Returns per topic (name, [(partition, error, hwm, lwm, records bytes)]), the
     bytes found, and the (topic, partition, offset) of partitions at their end."""
-    wal = broker.wal
+    engine = broker.engine
     budget = getattr(req, "max_bytes", 0x7FFFFFFF)
     total = 0
     at_end: list[tuple[str, int, int]] = []
@@ -63,7 +63,7 @@ def _read_partitions(
             # The high watermark Kafka clients see is the durable one (Kafka's for acks=all):
             # a record a power cut could take back is never handed out. Records published
             # past it at this offset are made durable first (one group-committed sync).
-            info = durable_info(wal, topic, p, offset)
+            info = durable_info(engine, topic, p, offset)
             hwm, lwm = info.durable_watermark, info.low_watermark
             if offset < lwm or offset > info.high_watermark:
                 parts.append((p, ErrorCode.offset_out_of_range, hwm, lwm, b""))
@@ -79,7 +79,7 @@ def _read_partitions(
                     # Encoded in C straight from the log (capabilities.KafkaBatchRead).
                     n, limit = min(MAX_RECORDS_PER_READ, hwm - offset), max(limit, 1)
                     kept = ahead.take(topic, p, offset, limit) if ahead is not None else None
-                    data = kept if kept is not None else read_kafka_batch(wal, topic, p, offset, n, limit)
+                    data = kept if kept is not None else read_kafka_batch(engine, topic, p, offset, n, limit)
                 except Exception as e:
                     parts.append((p, error_code_for(e, f"fetch {topic}/{p}@{offset}"), hwm, lwm, b""))
                     continue
@@ -89,12 +89,12 @@ def _read_partitions(
     return topics, total, at_end
 
 
-def _readable_inline(broker: Broker, req: Any, ahead: FetchAhead | None = None) -> bool:
+def _readable_inline(broker: Broker, req: Any, ahead: NextBatches | None = None) -> bool:
     """Whether _read_partitions can run on the event loop without waiting: few partitions,
     none with a sync due (durable_end would fsync), and every one's records from its fetch
     offset on (up to its byte limit) in the page cache (LogEngine.resident, a mincore), or
     read ahead already."""
-    wal = broker.wal
+    engine = broker.engine
     budget = getattr(req, "max_bytes", 0x7FFFFFFF)
     n = 0
     try:
@@ -103,7 +103,7 @@ def _readable_inline(broker: Broker, req: Any, ahead: FetchAhead | None = None) 
                 n += 1
                 if n > MAX_INLINE_PARTITIONS or fp.partition < 0:
                     return False
-                info = wal.info(ft.topic, fp.partition)
+                info = engine.info(ft.topic, fp.partition)
                 offset = fp.fetch_offset
                 if info.durable_watermark <= offset < info.high_watermark:
                     return False  # records past the durable mark: a sync first
@@ -111,7 +111,7 @@ def _readable_inline(broker: Broker, req: Any, ahead: FetchAhead | None = None) 
                     continue
                 if info.low_watermark <= offset < info.durable_watermark:
                     size = max(1, min(fp.partition_max_bytes, budget))
-                    if not in_page_cache(wal, ft.topic, fp.partition, offset, size):
+                    if not in_page_cache(engine, ft.topic, fp.partition, offset, size):
                         return False
     except Exception:
         return False  # the worker-thread read reports it
@@ -119,7 +119,7 @@ def _readable_inline(broker: Broker, req: Any, ahead: FetchAhead | None = None) 
 
 
 async def _read(
-    broker: Broker, req: Any, ahead: FetchAhead | None
+    broker: Broker, req: Any, ahead: NextBatches | None
 ) -> tuple[list[Any], int, list[tuple[str, int, int]]]:
     if _readable_inline(broker, req, ahead):
         return _read_partitions(broker, req, ahead)
@@ -151,11 +151,11 @@ def _plan_ahead(req: Any, topics: list[Any]) -> list[Next]:
 
 async def _wait_for_any(broker: Broker, watch: list[tuple[str, int, int]], timeout_s: float) -> None:
     """Returns when one watched partition grows past its offset, or after timeout_s."""
-    wal = broker.wal
+    engine = broker.engine
 
     async def watch_one(topic: str, partition: int, offset: int, scope: trio.CancelScope) -> None:
         grew = await trio.to_thread.run_sync(
-            lambda: wait_for(wal, topic, partition, offset, timeout=timeout_s),
+            lambda: wait_for(engine, topic, partition, offset, timeout=timeout_s),
             abandon_on_cancel=True,
             limiter=broker.wait_limiter,
         )
@@ -173,7 +173,7 @@ async def handle_fetch(broker: Broker, conn: Connection, version: int, req: Any)
     if ahead is None or ahead.broker is not broker:
         if ahead is not None:
             ahead.take_all()
-        ahead = conn.fetch_ahead = FetchAhead(broker)
+        ahead = conn.fetch_ahead = NextBatches(broker)
     try:
         topics, total, at_end = await _read(broker, req, ahead)
         wait_s = req.max_wait.total_seconds()
@@ -193,11 +193,11 @@ async def handle_fetch(broker: Broker, conn: Connection, version: int, req: Any)
 def _list_offset(broker: Broker, version: int, topic: str, p: int, ts: int) -> tuple[ErrorCode, int, int]:
     """(error, timestamp, offset) for one ListOffsets query (worker thread): by record
     timestamp, as Kafka searches (walfs/kafka/record_times.py)."""
-    wal = broker.wal
+    engine = broker.engine
     if p < 0 or p >= broker.catalog.partition_count(topic):
         return ErrorCode.unknown_topic_or_partition, -1, -1
     try:
-        info = wal.info(topic, p)
+        info = engine.info(topic, p)
         hwm, low = info.high_watermark, info.low_watermark
         if ts == LATEST:
             return ErrorCode.none, -1, hwm
@@ -206,12 +206,12 @@ def _list_offset(broker: Broker, version: int, topic: str, p: int, ts: int) -> t
         if ts == MAX_TIMESTAMP:
             if version < 7:  # KIP-734: -3 exists from v7 on; Kafka refuses it before
                 return ErrorCode.unsupported_version, -1, -1
-            found_ts, off = broker.record_times.max_timestamp(wal, topic, p, low, hwm)
+            found_ts, off = broker.record_times.max_timestamp(engine, topic, p, low, hwm)
             return ErrorCode.none, found_ts, off
         if ts < 0:
             return ErrorCode.invalid_request, -1, -1
         # -1, -1 when no record is that new: Kafka's answer.
-        found_ts, off = broker.record_times.offset_for(wal, topic, p, ts, low, hwm)
+        found_ts, off = broker.record_times.offset_for(engine, topic, p, ts, low, hwm)
         return ErrorCode.none, found_ts, off
     except Exception as e:
         return error_code_for(e, f"list offsets {topic}/{p}@{ts}"), -1, -1

@@ -27,7 +27,7 @@ together too (``Broker.ahead_budget``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from walfs.engine.rules import resident
 from walfs.wire.batch_codec import read_kafka_batch
@@ -36,7 +36,17 @@ from walfs.wire.record_batch import batch_end
 if TYPE_CHECKING:
     from walfs.engine.contract import LogEngine
     from walfs.engine.types import Change
-    from walfs.kafka.broker import Broker
+
+
+class Broker(Protocol):
+    """What the read-ahead uses of its broker (walfs.kafka.broker.Broker, which holds a
+    connection's NextBatches: a protocol here, so that this module needs not import it)."""
+
+    engine: LogEngine
+    ahead_budget: int
+    topic_changes: int
+
+    def watch_topic_changes(self) -> int: ...
 
 # What one connection may keep between two fetches (its partitions' next batches).
 MAX_BYTES = 4 << 20
@@ -47,11 +57,11 @@ MAX_RECORDS_PER_READ = 100_000
 Data = bytes | bytearray | memoryview
 
 
-def in_page_cache(wal: LogEngine, topic: str, partition: int, offset: int, size: int) -> bool:
+def in_page_cache(engine: LogEngine, topic: str, partition: int, offset: int, size: int) -> bool:
     """Whether reading ``size`` bytes of records from ``offset`` on waits for no disk (a
     mincore: LogEngine.resident), so that the read may run on the event loop (the fetch's
     inline read and the read-ahead)."""
-    return resident(wal, topic, partition, wal.locate(topic, partition, offset=offset), size)
+    return resident(engine, topic, partition, engine.locate(topic, partition, offset=offset), size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +82,8 @@ class _Kept:
     data: Data
 
 
-class FetchAhead:
-    """One connection's read-ahead (see the module's docstring)."""
+class NextBatches:
+    """The next batches of one connection's partitions, read ahead (see the module's docstring)."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -107,21 +117,21 @@ class FetchAhead:
         limit below the durable watermark)."""
         self.take_all()
         broker = self.broker
-        wal = broker.wal
+        engine = broker.engine
         changes = broker.watch_topic_changes()
         for nxt in plan:
             room = min(MAX_BYTES - self._bytes, broker.ahead_budget)
             if nxt.limit > room:
                 break
             try:
-                info = wal.info(nxt.topic, nxt.partition)
+                info = engine.info(nxt.topic, nxt.partition)
                 durable = info.durable_watermark
                 if not info.low_watermark <= nxt.offset < durable:
                     continue
-                if not in_page_cache(wal, nxt.topic, nxt.partition, nxt.offset, nxt.limit):
+                if not in_page_cache(engine, nxt.topic, nxt.partition, nxt.offset, nxt.limit):
                     continue
                 n = min(MAX_RECORDS_PER_READ, durable - nxt.offset)
-                data = read_kafka_batch(wal, nxt.topic, nxt.partition, nxt.offset, n, nxt.limit)
+                data = read_kafka_batch(engine, nxt.topic, nxt.partition, nxt.offset, n, nxt.limit)
                 if len(data) == 0 or batch_end(data) >= nxt.offset + n:
                     continue  # it reached the end: the next fetch may find more
             except Exception:

@@ -110,8 +110,8 @@ class JoinRequest:
 
 
 class GroupCoordinator:
-    def __init__(self, wal: LogEngine, initial_delay_s: float = INITIAL_REBALANCE_DELAY_S) -> None:
-        self._wal = wal
+    def __init__(self, engine: LogEngine, initial_delay_s: float = INITIAL_REBALANCE_DELAY_S) -> None:
+        self._engine = engine
         self._groups: dict[str, Group] = {}
         self._initial_delay_s = initial_delay_s
 

@@ -168,7 +168,7 @@ async def handle_offset_commit(broker: Broker, conn: Connection, version: int, r
                     code = ErrorCode.offset_metadata_too_large  # offset.metadata.max.bytes
                 if code is ErrorCode.none:
                     try:
-                        broker.wal.commit(
+                        broker.engine.commit(
                             req.group_id, t.name, p.partition_index, p.committed_offset, metadata=metadata
                         )
                     except Exception as e:
@@ -187,7 +187,7 @@ async def handle_offset_commit(broker: Broker, conn: Connection, version: int, r
 
 async def handle_offset_fetch(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
     mod = response_module(9, version)
-    wal = broker.wal
+    engine = broker.engine
 
     def fetch_all() -> tuple[list[Any], ErrorCode]:
         out = []
@@ -195,7 +195,7 @@ async def handle_offset_fetch(broker: Broker, conn: Connection, version: int, re
         if req.topics is None:  # everything the group committed
             by_topic: dict[str, list[int]] = {}
             try:
-                committed = committed_offsets(wal, req.group_id)
+                committed = committed_offsets(engine, req.group_id)
             except Exception as e:  # a damaged cursor file
                 return [], error_code_for(e, f"offset fetch {req.group_id}")
             for topic, p in sorted(committed):
@@ -220,7 +220,7 @@ async def handle_offset_fetch(broker: Broker, conn: Connection, version: int, re
                     )
                     continue
                 try:
-                    entry = wal.committed(req.group_id, name, p)
+                    entry = engine.committed(req.group_id, name, p)
                     code = ErrorCode.none
                 except Exception as e:
                     entry, code = None, error_code_for(e, f"offset fetch {req.group_id} {name}/{p}")

@@ -38,7 +38,7 @@ from walfs.kafka.framing import (
     read_preamble,
 )
 from walfs.kafka.pipeline import response_pipe
-from walfs.kafka.sasl import AuthenticationFailed, SaslSession
+from walfs.kafka.sasl_session import AuthenticationFailed, SaslSession
 from walfs.kafka.tenants import Tenants
 
 if TYPE_CHECKING:
@@ -46,19 +46,6 @@ if TYPE_CHECKING:
     from walfs.kafka.auth_config import AuthConfig
 
 log = logging.getLogger("walfs.kafka")
-
-
-def parse_listen_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:9092`` for IPv6) -> (host, port). Port 0 = any free port."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    p = int(port)
-    if p > 65535:
-        raise ValueError(f"port {p} out of range")
-    return host, p
 
 
 def api_name(payload: bytes | memoryview) -> str:
@@ -292,7 +279,7 @@ class InsecureListenError(ValueError):
 
 
 async def serve_kafka(
-    wal: LogEngine,
+    engine: LogEngine,
     host: str | None,
     port: int,
     *,
@@ -370,7 +357,7 @@ async def serve_kafka(
 
     async with trio.open_nursery() as nursery:
         tenants = Tenants(
-            wal,
+            engine,
             nursery,
             allow_delete=allow_delete,
             api_versions=dict(SUPPORTED),

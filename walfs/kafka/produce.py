@@ -60,7 +60,7 @@ def _append_partition(
     on the event loop, where it raises _WouldWait, nothing appended, at the first step that
     could wait. ``unsynced``: the caller syncs before it answers (Broker.answer_syncs), so
     the append does not wait for durability."""
-    wal = broker.wal
+    engine = broker.engine
     count = broker.catalog.partition_count(topic)
     # A first produce to partition 0 creates the topic, as an append through the
     # mount does (clients usually auto-create through Metadata first anyway).
@@ -73,7 +73,7 @@ def _append_partition(
         count = 1
     if partition < 0 or partition >= count:
         return ErrorCode.unknown_topic_or_partition, -1, -1
-    limit = max_message_bytes(wal, cfg, topic)
+    limit = max_message_bytes(engine, cfg, topic)
     if data and any(size > limit for size in batch_sizes(data)):
         log.info("produce to %s/%d: a batch above max.message.bytes (%d)", topic, partition, limit)
         return ErrorCode.message_too_large, -1, -1
@@ -91,12 +91,12 @@ def _append_partition(
         log.warning("produce to %s/%d: rejected batch: %s", topic, partition, e)
         return ErrorCode.corrupt_message, -1, -1
     if produced is None:
-        info = wal.info(topic, partition)
+        info = engine.info(topic, partition)
         return ErrorCode.none, info.high_watermark, info.low_watermark
-    if log_append_time(wal, cfg, topic):  # message.timestamp.type=LogAppendTime
+    if log_append_time(engine, cfg, topic):  # message.timestamp.type=LogAppendTime
         stamp_timestamps(produced.data, produced.meta_lens, produced.value_lens, int(time.time() * 1000))
     if produced.producer_id < 0 or produced.base_sequence < 0:
-        return _append(wal, topic, partition, produced, unsynced, in_place)
+        return _append(engine, topic, partition, produced, unsynced, in_place)
     # An idempotent producer: its sequence is checked, and the batch carries its producer
     # section into the log, so the check survives a restart (walfs/kafka/producer_ids.py).
     ids = broker.producer_ids
@@ -114,19 +114,19 @@ def _append_partition(
     try:
         if in_place and ids.needs_search(pid, topic, partition):
             raise _WouldWait
-        verdict, offset = ids.check(wal, pid, epoch, topic, partition, first, n)
+        verdict, offset = ids.check(engine, pid, epoch, topic, partition, first, n)
         if verdict == DUPLICATE:
             log.info(
                 "produce to %s/%d: resent batch of producer %d not appended again", topic, partition, pid
             )
-            return ErrorCode.none, offset, wal.info(topic, partition).low_watermark
+            return ErrorCode.none, offset, engine.info(topic, partition).low_watermark
         if verdict == OUT_OF_ORDER:
             log.info("produce to %s/%d: producer %d sequence %d out of order", topic, partition, pid, first)
             return ErrorCode.out_of_order_sequence_number, -1, -1
         if verdict == STALE_EPOCH:
             return ErrorCode.invalid_producer_epoch, -1, -1
         produced.add_producer((pid, epoch, first, n))
-        code, base, start = _append(wal, topic, partition, produced, unsynced, in_place)
+        code, base, start = _append(engine, topic, partition, produced, unsynced, in_place)
         if code is ErrorCode.none:
             ids.remember(pid, epoch, topic, partition, first, n, base)
         return code, base, start
@@ -135,21 +135,21 @@ def _append_partition(
 
 
 def _append(
-    wal: Any, topic: str, partition: int, produced: ProducedBodies, unsynced: bool, in_place: bool
+    engine: Any, topic: str, partition: int, produced: ProducedBodies, unsynced: bool, in_place: bool
 ) -> tuple[ErrorCode, int, int]:
     try:
         if in_place:
             bodies = (produced.data, produced.meta_lens, produced.value_lens)
-            base = append_nowait(wal, topic, partition, *bodies)
+            base = append_nowait(engine, topic, partition, *bodies)
         else:
-            base = wal.append(
+            base = engine.append(
                 topic, partition, produced.data, produced.meta_lens, produced.value_lens, wait=not unsynced
             )
     except Exception as e:
         return error_code_for(e, f"produce to {topic}/{partition}"), -1, -1
     if base is None:  # the engine would have waited: nothing appended
         raise _WouldWait
-    return ErrorCode.none, base, wal.info(topic, partition).low_watermark
+    return ErrorCode.none, base, engine.info(topic, partition).low_watermark
 
 
 async def handle_produce(broker: Broker, conn: Connection, version: int, req: Any) -> Any:

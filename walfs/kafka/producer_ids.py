@@ -57,11 +57,11 @@ def _in_sequence(last: int, first: int) -> bool:
     return first == last + 1 or (first == 0 and last == 0x7FFFFFFF)
 
 
-def _search(wal: Any, topic: str, partition: int, pid: int) -> _State:
+def _search(engine: Any, topic: str, partition: int, pid: int) -> _State:
     """The producer's epoch and last batches, from the producer sections in the log."""
     state = _State()
     found: list[tuple[int, int, int, int]] = []  # (epoch, first, last, offset), newest first
-    info = wal.info(topic, partition)
+    info = engine.info(topic, partition)
     end, low = info.high_watermark, info.low_watermark
     size = 1 << 20
     buf, recs = bytearray(size), bytearray(REC_SIZE * SEARCH_CHUNK)
@@ -71,7 +71,7 @@ def _search(wal: Any, topic: str, partition: int, pid: int) -> _State:
         offset = start
         while offset < end:
             try:
-                got = wal.read(topic, partition, offset, buf, recs, end - offset, size)
+                got = engine.read(topic, partition, offset, buf, recs, end - offset, size)
             except BufferTooSmallError as e:
                 size = e.needed
                 buf = bytearray(size)
@@ -124,14 +124,14 @@ class ProducerIds:
         return (pid, topic, partition) not in self._states and pid not in self._mine
 
     def check(
-        self, wal: Any, pid: int, epoch: int, topic: str, partition: int, first: int, count: int
+        self, engine: Any, pid: int, epoch: int, topic: str, partition: int, first: int, count: int
     ) -> tuple[str | None, int]:
         """(None, -1) to append; (DUPLICATE, base offset) for a resend; (OUT_OF_ORDER or
         STALE_EPOCH, -1) to refuse. Call under ``guard``."""
         key = (pid, topic, partition)
         state = self._states.get(key)
         if state is None:
-            state = _State() if pid in self._mine else _search(wal, topic, partition, pid)
+            state = _State() if pid in self._mine else _search(engine, topic, partition, pid)
             with self._lock:
                 self._states[key] = state
                 if len(self._states) > MAX_STATES:

@@ -38,7 +38,7 @@ class _Partition:
     maxes: list[int] = field(default_factory=list)  # running maximum timestamp up to ends[i]
 
 
-def _timestamps(wal: Any, topic: str, partition: int, start: int, end: int) -> list[int]:
+def _timestamps(engine: Any, topic: str, partition: int, start: int, end: int) -> list[int]:
     """The record timestamps of offsets start..end-1 (producer's, else append time)."""
     out: list[int] = []
     size = 1 << 20
@@ -48,7 +48,7 @@ def _timestamps(wal: Any, topic: str, partition: int, start: int, end: int) -> l
         buf = bytearray(size)
         recs = bytearray(REC_SIZE * n)
         try:
-            got = wal.read(topic, partition, offset, buf, recs, n, size)
+            got = engine.read(topic, partition, offset, buf, recs, n, size)
         except BufferTooSmallError as e:
             size = e.needed
             continue
@@ -70,7 +70,7 @@ class RecordTimes:
         self._parts: dict[tuple[str, int], _Partition] = {}
         self._lock = threading.Lock()
 
-    def _index(self, wal: Any, topic: str, partition: int, low: int, high: int) -> _Partition:
+    def _index(self, engine: Any, topic: str, partition: int, low: int, high: int) -> _Partition:
         with self._lock:
             ix = self._parts.get((topic, partition))
             if ix is None or ix.start != low or (ix.ends and ix.ends[-1] > high):
@@ -78,7 +78,7 @@ class RecordTimes:
             done = ix.ends[-1] if ix.ends else ix.start
             # Only whole chunks are indexed; the tail past the last one is read per query.
             while high - done >= CHUNK:
-                ts = _timestamps(wal, topic, partition, done, done + CHUNK)
+                ts = _timestamps(engine, topic, partition, done, done + CHUNK)
                 if len(ts) < CHUNK:
                     break
                 prev = ix.maxes[-1] if ix.maxes else -(1 << 63)
@@ -88,26 +88,26 @@ class RecordTimes:
             return ix
 
     def offset_for(
-        self, wal: Any, topic: str, partition: int, target: int, low: int, high: int
+        self, engine: Any, topic: str, partition: int, target: int, low: int, high: int
     ) -> tuple[int, int]:
         """(timestamp, offset) of the first record at or after ``target`` in low..high-1,
         (-1, -1) when none is."""
-        ix = self._index(wal, topic, partition, low, high)
+        ix = self._index(engine, topic, partition, low, high)
         i = bisect.bisect_left(ix.maxes, target)
         begin = ix.start if i == 0 else ix.ends[i - 1]
         end = ix.ends[i] if i < len(ix.ends) else high
-        for off, ts in enumerate(_timestamps(wal, topic, partition, begin, end), begin):
+        for off, ts in enumerate(_timestamps(engine, topic, partition, begin, end), begin):
             if ts >= target:
                 return ts, off
         return -1, -1
 
-    def max_timestamp(self, wal: Any, topic: str, partition: int, low: int, high: int) -> tuple[int, int]:
+    def max_timestamp(self, engine: Any, topic: str, partition: int, low: int, high: int) -> tuple[int, int]:
         """(timestamp, offset) of the first record holding the largest timestamp in
         low..high-1; (-1, -1) for an empty partition."""
         if high <= low:
             return -1, -1
-        ix = self._index(wal, topic, partition, low, high)
+        ix = self._index(engine, topic, partition, low, high)
         tail_from = ix.ends[-1] if ix.ends else ix.start
-        tail = _timestamps(wal, topic, partition, tail_from, high)
+        tail = _timestamps(engine, topic, partition, tail_from, high)
         best = max(ix.maxes[-1] if ix.maxes else -(1 << 63), max(tail, default=-(1 << 63)))
-        return best, self.offset_for(wal, topic, partition, best, low, high)[1]
+        return best, self.offset_for(engine, topic, partition, best, low, high)[1]

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 class Tenants:
     def __init__(
         self,
-        wal: LogEngine,
+        engine: LogEngine,
         nursery: trio.Nursery,
         *,
         allow_delete: bool,
@@ -30,7 +30,7 @@ class Tenants:
         config: BrokerConfig,
         request_latency: Any = None,
     ) -> None:
-        self._wal = wal
+        self._engine = engine
         self._config = config
         self._nursery = nursery
         self._allow_delete = allow_delete
@@ -40,13 +40,13 @@ class Tenants:
         self._io_limiter = trio.CapacityLimiter(16)
         self._wait_limiter = trio.CapacityLimiter(256)
         self._brokers: dict[int, Broker] = {}
-        self.default = self.get(wal.org_id)
+        self.default = self.get(engine.org_id)
 
     def get(self, org_id: int) -> Broker:
         broker = self._brokers.get(org_id)
         if broker is None:
             broker = Broker(
-                self._wal.for_org(org_id),
+                self._engine.for_org(org_id),
                 allow_delete=self._allow_delete,
                 api_versions=self._api_versions,
                 config=self._config,

@@ -19,20 +19,20 @@ MAX_PARTITIONS = 10_000
 
 
 class TopicCatalog:
-    def __init__(self, wal: LogEngine) -> None:
-        self._wal = wal
+    def __init__(self, engine: LogEngine) -> None:
+        self._engine = engine
 
     def partition_count(self, topic: str) -> int:
         """0 for a topic that does not exist."""
-        stored = [p for _, p in self._wal.streams(topic)]
+        stored = [p for _, p in self._engine.streams(topic)]
         return max(stored) + 1 if stored else 0
 
     def topics(self) -> list[str]:
-        return sorted({t for t, _ in self._wal.streams()})
+        return sorted({t for t, _ in self._engine.streams()})
 
     def declare(self, topic: str, partitions: int) -> None:
         """Make the topic exist with at least ``partitions`` partitions, durably: the
         client is told the topic exists, so it must still exist after a crash."""
         for p in range(partitions):
-            self._wal.create(topic, p)
-        self._wal.sync()
+            self._engine.create(topic, p)
+        self._engine.sync()

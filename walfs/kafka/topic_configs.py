@@ -1,7 +1,7 @@
 """Kafka topic configs: which ones walfs honours, how they are checked, where they live.
 
 A topic's configs are stored in the WAL's per-topic settings (walfs.engine.settings's
-TopicSettings, the data directory's topics.conf), so they survive restarts and are the
+rules; the local engine's topics.conf, walfs/local/settings_file.py), so they survive restarts and are the
 same settings the mount's xattrs show. Kafka's names map onto them:
 
 | Kafka topic config | settings key | values |
@@ -169,9 +169,9 @@ def _shown(v: Any) -> str:
     return str(v)
 
 
-def broker_defaults(wal: LogEngine, cfg: BrokerConfig) -> dict[str, tuple[str, int]]:
+def broker_defaults(engine: LogEngine, cfg: BrokerConfig) -> dict[str, tuple[str, int]]:
     """Each topic config's broker-wide value and its source (a topic without an override)."""
-    d = wal.retention_default
+    d = engine.retention_default
     return {
         "cleanup.policy": ("delete", SOURCE_DEFAULT),
         "max.message.bytes": (
@@ -187,28 +187,28 @@ def broker_defaults(wal: LogEngine, cfg: BrokerConfig) -> dict[str, tuple[str, i
     }
 
 
-def effective(wal: LogEngine, cfg: BrokerConfig, topic: str) -> dict[str, tuple[str, int]]:
+def effective(engine: LogEngine, cfg: BrokerConfig, topic: str) -> dict[str, tuple[str, int]]:
     """Every topic config walfs honours for ``topic``: name -> (value as Kafka shows it, source)."""
-    out = broker_defaults(wal, cfg)
-    overrides = wal.settings(topic)
+    out = broker_defaults(engine, cfg)
+    overrides = engine.settings(topic)
     for c in TOPIC_CONFIGS.values():
         if c.key in overrides:
             out[c.name] = (_shown(overrides[c.key]), SOURCE_DYNAMIC_TOPIC)
     return out
 
 
-def max_message_bytes(wal: LogEngine, cfg: BrokerConfig, topic: str) -> int:
-    v = wal.settings(topic).get("max_message_bytes")
+def max_message_bytes(engine: LogEngine, cfg: BrokerConfig, topic: str) -> int:
+    v = engine.settings(topic).get("max_message_bytes")
     return cfg.message_max_bytes if v is None else int(v)
 
 
-def log_append_time(wal: LogEngine, cfg: BrokerConfig, topic: str) -> bool:
+def log_append_time(engine: LogEngine, cfg: BrokerConfig, topic: str) -> bool:
     """True when the topic stamps records with their append time (LogAppendTime)."""
-    v = wal.settings(topic).get("message_timestamp_type") or cfg.log_message_timestamp_type
+    v = engine.settings(topic).get("message_timestamp_type") or cfg.log_message_timestamp_type
     return bool(v == "LogAppendTime")
 
 
-def store(wal: LogEngine, topic: str, values: dict[str, Any]) -> None:
+def store(engine: LogEngine, topic: str, values: dict[str, Any]) -> None:
     """Persists settings in one durable write (a value "default" removes the override),
     through LogEngine.set_settings, which also drops the engine's cached size limits."""
-    wal.set_settings(topic, **values)
+    engine.set_settings(topic, **values)

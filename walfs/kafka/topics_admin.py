@@ -51,12 +51,12 @@ def _create_topic(broker: Broker, name: str, count: int, settings: dict[str, Any
     """Configs first, so nothing sees the topic without them; a topic that could not be
     made leaves no settings behind for a later one of that name."""
     if settings:
-        store(broker.wal, name, settings)
+        store(broker.engine, name, settings)
     try:
         broker.catalog.declare(name, count)
     except BaseException:
         if settings:
-            broker.wal.set_settings(name, **{k: "default" for k in settings})
+            broker.engine.set_settings(name, **{k: "default" for k in settings})
         raise
 
 
@@ -89,7 +89,7 @@ async def handle_create_topics(broker: Broker, conn: Connection, version: int, r
 def _delete_topic(broker: Broker, topic: str) -> None:
     """Deletes the topic for real (LogEngine.delete): its space comes back, its committed
     offsets go, and creating it again starts from offset 0, as on Kafka."""
-    broker.wal.delete(topic)
+    broker.engine.delete(topic)
 
 
 async def handle_delete_topics(broker: Broker, conn: Connection, version: int, req: Any) -> Any:
@@ -152,17 +152,17 @@ async def handle_create_partitions(broker: Broker, conn: Connection, version: in
 
 def _delete_records(broker: Broker, topic: str, partition: int, offset: int) -> tuple[ErrorCode, int]:
     """(error, new low watermark) of one DeleteRecords partition (worker thread)."""
-    wal = broker.wal
+    engine = broker.engine
     if not 0 <= partition < broker.catalog.partition_count(topic):
         return ErrorCode.unknown_topic_or_partition, -1
     try:
-        high = wal.info(topic, partition).high_watermark
+        high = engine.info(topic, partition).high_watermark
         if offset == -1:  # Kafka's "up to the high watermark"
             offset = high
         if not 0 <= offset <= high:
             return ErrorCode.offset_out_of_range, -1
-        wal.trim(topic, partition, offset)  # durable when it returns; below the low mark: nothing
-        return ErrorCode.none, wal.info(topic, partition).low_watermark
+        engine.trim(topic, partition, offset)  # durable when it returns; below the low mark: nothing
+        return ErrorCode.none, engine.info(topic, partition).low_watermark
     except Exception as e:
         return error_code_for(e, f"delete records of {topic}/{partition} before {offset}"), -1
 

@@ -19,6 +19,7 @@ from walfs._core import ffi, lib
 # that traceback's cycle, CPython 3.11 clears the memoryview despite the export and then
 # frees it twice (python/cpython#77894, fixed in 3.12): the process dies of a segfault.
 # tests/test_engine_buffers.py runs every such call into an error this way.
+from walfs.engine.types import REC_LAYOUT, REC_SIZE
 from walfs.errors import BufferTooSmallError, WalClosedError, WalFailedError, corrupt_record, from_errno
 
 FSYNC_MODES = {
@@ -26,7 +27,7 @@ FSYNC_MODES = {
     "interval": lib.WALFS_FSYNC_INTERVAL,
     "always": lib.WALFS_FSYNC_ALWAYS,
 }
-NO_GID = 2**64 - 1
+MAX_U32 = 2**32 - 1  # a uint32_t of the ABI: a record's length, a stream's file cap
 CORE_LOG = logging.getLogger("walfs.core")
 
 
@@ -39,17 +40,6 @@ def _walfs_core_log(level: int, directory: Any, message: Any) -> None:
 
 lib.walfs_set_log(lib._walfs_core_log)
 _append_one = lib.walfs_append_one  # looked up once: the single-append hot path
-# walfs_rec_t (csrc/walfs.h) as numpy-style fields, for callers of read_into that view the
-# descriptor array as a structured array; its size is checked against the C layout here.
-REC_LAYOUT = [
-    ("gid", "<u8"),
-    ("offset", "<u8"),
-    ("timestamp_ms", "<i8"),
-    ("meta_len", "<u4"),
-    ("value_len", "<u4"),
-    ("buf_pos", "<u8"),
-]
-REC_SIZE = 40
 # A fetch's batch is written whole by C before anyone reads it: no zero-fill first.
 _uncleared = ffi.new_allocator(should_clear_after_alloc=False)
 # Batches below this size are copied into bytes (and their buffer freed at once): the
@@ -57,7 +47,13 @@ _uncleared = ffi.new_allocator(should_clear_after_alloc=False)
 SMALL_BATCH = 64 * 1024
 # A fetch's buffer holds at most this much; the first record is always served whole.
 MAX_BATCH_BUFFER = 64 << 20
-assert ffi.sizeof("walfs_rec_t") == REC_SIZE and ffi.offsetof("walfs_rec_t", "buf_pos") == 32
+# The C walfs_rec_t (csrc/walfs.h) is the contract's REC_LAYOUT (walfs.engine.contract, the
+# one home of the descriptor layout): its size and every field's offset and size are checked.
+_REC_FIELDS = ffi.typeof("walfs_rec_t").fields
+assert ffi.sizeof("walfs_rec_t") == REC_SIZE and [n for n, _ in _REC_FIELDS] == [n for n, _ in REC_LAYOUT]
+assert [(f.offset, ffi.sizeof(f.type)) for _, f in _REC_FIELDS] == [
+    (sum(int(u[2:]) for _, u in REC_LAYOUT[:i]), int(t[2:])) for i, (_, t) in enumerate(REC_LAYOUT)
+]
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from walfs._core import ffi, lib
-from walfs.consumer import MANIFEST, CursorStore, key_org
 from walfs.engine.names import stream_key
 from walfs.engine.records import decode_meta, encode_meta, producer_of, value_is_null, with_producer
 from walfs.errors import WalCorruptError, WalError, from_errno
+from walfs.local.cursors import MANIFEST, CursorStore, key_org
 
 _SEG_NAME = re.compile(r"^seg-([0-9a-f]{16})\.wal$")
 _BATCH = 512
@@ -248,7 +248,7 @@ def _cursors(
     src: str, dst: str, shift_of: dict[str, Callable[[int], int | None]], report: SalvageReport
 ) -> None:
     root = os.path.join(src, "cursors")
-    # The manifest lists the cursor files that must exist (walfs/consumer.py): a listed
+    # The manifest lists the cursor files that must exist (walfs/local/cursors.py): a listed
     # one that is gone is a loss to report. A damaged manifest is listed, and only the
     # files are copied.
     listed: dict[str, set[str]] = {}
@@ -274,7 +274,7 @@ def _cursors(
             continue
         for key in sorted(found | listed.get(g, set())):
             where = f"cursors/{g}/{key}"
-            if key.startswith("."):  # an org marker (walfs/consumer.py): the group's org
+            if key.startswith("."):  # an org marker (walfs/local/cursors.py): the group's org
                 org = key_org(key)
                 if org is not None:
                     store.create_group(g, org)
@@ -283,7 +283,7 @@ def _cursors(
                 if not os.path.exists(os.path.join(root, g, key)):
                     report.lost.append(Loss(where, "cursor", f"missing (listed in {MANIFEST})"))
                     continue
-                # The cursor file format's one reader (walfs/consumer.py), both forms.
+                # The cursor file format's one reader (walfs/local/cursors.py), both forms.
                 entry = source.get_entry(g, key)
             except OSError as e:
                 report.lost.append(Loss(where, "cursor", f"unreadable ({e.strerror})"))

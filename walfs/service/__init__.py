@@ -1,1 +1,2 @@
-"""The service lifecycle shared by `walfs mount` and `walfs serve`."""
+"""The daemons: the service lifecycle (lifecycle.py) shared by `walfs mount` (daemon.py) and
+`walfs serve` (kafka_server.py)."""

@@ -1,6 +1,7 @@
 """Runs one mount: opens the Wal, mounts, serves until unmount or a signal, closes cleanly.
 
-Lifecycle (the order matters):
+The daemon's life is walfs/service/lifecycle.py's, shared with `walfs serve`; the mount's
+own steps in it (the order matters):
 1. open the Wal (takes its lock: a second daemon on the same data dir fails here, before
    anything is mounted), then bind the local socket DATA_DIR/kafka.sock
    (walfs.common.local_socket: writes by path; removed at the end, before the Wal closes);
@@ -16,28 +17,26 @@ Lifecycle (the order matters):
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import functools
 import importlib
 import logging
 import os
 import signal
 import socket
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyfuse3
 import trio
 
-from walfs.common import local_socket
 from walfs.engine.capabilities import NoWaitAppend, has
 from walfs.engine.contract import LogEngine
-from walfs.engine.targets import is_local, normalize_target
+from walfs.engine.targets import normalize_target
 from walfs.fuse import kernel_flags
 from walfs.fuse.operations import WalOperations
+from walfs.service import lifecycle
 from walfs.service.metrics import Metrics
 
 log = logging.getLogger("walfs.service.daemon")
@@ -184,19 +183,17 @@ def set_read_ahead(mountpoint: str, kib: int) -> None:
 
 
 def open_wal(config: MountConfig) -> LogEngine:
-    from walfs.open import open_engine  # late: `walfs --help` should not need the engine built
-
-    kwargs: dict[str, Any] = {
-        "fsync_interval_ms": config.fsync_interval_ms,
-        "retention_ms": config.retention_ms,
-        "retention_bytes": config.retention_bytes,
-        "min_free_bytes": config.min_free_bytes,
-    }
-    if config.segment_size is not None:
-        kwargs["segment_size"] = config.segment_size
-    if config.block_size is not None:
-        kwargs["block_size"] = config.block_size
-    return open_engine(config.data_dir, fsync=config.fsync, org_id=config.org_id, **kwargs)
+    return lifecycle.open_wal(
+        config.data_dir,
+        fsync=config.fsync,
+        org_id=config.org_id,
+        fsync_interval_ms=config.fsync_interval_ms,
+        retention_ms=config.retention_ms,
+        retention_bytes=config.retention_bytes,
+        min_free_bytes=config.min_free_bytes,
+        segment_size=config.segment_size,
+        block_size=config.block_size,
+    )
 
 
 def fuse_options(config: MountConfig) -> set[str]:
@@ -216,13 +213,13 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
         # A daemon killed earlier left its mount behind: clear it so we can mount again.
         log.warning("%s is a dead mount; detaching it", config.mountpoint)
         lazy_unmount(config.mountpoint)
-    wal = open_wal(config)
+    engine = open_wal(config)
     ops = WalOperations(
-        wal,
+        engine,
         normalize_target(config.data_dir),
         # Appends that wait (for an fsync, or for a cluster's acknowledgement: an engine
         # that cannot append without waiting) run in worker threads, not on the event loop.
-        blocking_appends=config.fsync == "always" or not has(wal, NoWaitAppend),
+        blocking_appends=config.fsync == "always" or not has(engine, NoWaitAppend),
         max_line_bytes=config.max_line_bytes,
         uid=config.uid,
         gid=config.gid,
@@ -230,106 +227,68 @@ def run(config: MountConfig, on_ready: Callable[[], None] | None = None) -> int:
         allow_delete=config.allow_delete,
         info={"fsync": config.fsync, "org_id": str(config.org_id)},
     )
-    metrics = Metrics(wal, fuse=ops.request_latency)
+    metrics = Metrics(engine, fuse=ops.request_latency)
     ops.metrics_text = metrics.summary_text  # the root's user.walfs.metrics: bounded
-    if config.metrics_listen:
-        with listening("--metrics-listen", config.metrics_listen):
-            host, port = metrics.serve(config.metrics_listen)
-        ops.info["metrics_listen"] = f"{host}:{port}"
-        log.info("metrics on http://%s:%d/metrics", host, port)
-    mounted = False
-    local = bind_local_socket(config.data_dir)
     try:
-        try:
-            pyfuse3.init(ops, config.mountpoint, fuse_options(config))
-        except RuntimeError as exc:  # pyfuse3's "fuse_session_mount failed": libfuse said why on stderr
-            raise OSError(
-                0, f"{config.mountpoint}: the kernel or fusermount3 refused the mount ({exc}); libfuse's "
-                "reason is on the daemon's stderr (`walfs mount -f`, or the --log-file)"
-            ) from exc
-        mounted = True
-        # Before the kernel's INIT is read (pyfuse3.main): cached pages survive growth.
-        kernel_flags.no_auto_inval_data()
-        trio.run(_serve, ops, config, on_ready, metrics, local)
-    finally:
-        if local is not None:
-            local.close()  # before the WAL closes: a client that connects finds it owned
-        if mounted:
-            # Lazy (libfuse detaches as root; fusermount3 -z otherwise): a reader holding a
-            # file must not keep the mount half alive.
+        with lifecycle.running(engine, config.data_dir, metrics) as service:
+            if config.metrics_listen:
+                host, port = lifecycle.serve_metrics(service, config.metrics_listen)
+                ops.info["metrics_listen"] = f"{host}:{port}"
+                log.info("metrics on http://%s:%d/metrics", host, port)
             try:
-                pyfuse3.close(unmount=True)
-            except Exception:
-                log.exception("unmount failed; detaching lazily")
-                lazy_unmount(config.mountpoint)
-        metrics.close()
-        failed = wal.failed
-        try:
-            wal.close()
-        except Exception:
-            if not failed:
-                raise
-            log.exception("closing a failed WAL")
+                pyfuse3.init(ops, config.mountpoint, fuse_options(config))
+            except RuntimeError as exc:  # pyfuse3's "fuse_session_mount failed": libfuse said why on stderr
+                raise OSError(
+                    0, f"{config.mountpoint}: the kernel or fusermount3 refused the mount ({exc}); libfuse's "
+                    "reason is on the daemon's stderr (`walfs mount -f`, or the --log-file)"
+                ) from exc
+            service.closing.append(lambda: _unmount(config.mountpoint))
+            # Before the kernel's INIT is read (pyfuse3.main): cached pages survive growth.
+            kernel_flags.no_auto_inval_data()
+            trio.run(_serve, ops, config, on_ready, service)
+    finally:
         log.info("walfs stopped: %s unmounted, WAL closed", config.mountpoint)
-    if failed:
-        log.error("walfs exits with status %d: an fsync failed (systemd restarts it)", EXIT_WAL_FAILED)
-        return EXIT_WAL_FAILED
-    return 0
+    return service.exit_status
 
 
-# Exit status of a daemon whose WAL failed (an fsync error): non-zero so that systemd's
-# Restart=on-failure reopens the WAL, whose recovery keeps exactly what reached the disk.
-EXIT_WAL_FAILED = 75
-
-
-async def watch_wal_failure(wal: Any, stop: Callable[[], None], every_s: float = 0.2) -> None:
-    """Stops the daemon once the WAL has failed: answering EIO forever helps nobody,
-    while an exit lets systemd restart it with a clean recovery."""
-    while not wal.failed:
-        await trio.sleep(every_s)
-    log.error("the WAL failed (an fsync error): stopping so that the service restarts")
-    stop()
-
-
-def bind_local_socket(data_dir: str) -> local_socket.Bound | None:
-    """The daemon's local socket in its data directory (walfs.common.local_socket), once the
-    WAL (and its lock) is open; None for a remote engine, or when it cannot be bound
-    (logged: the daemon serves everything else)."""
-    if not is_local(data_dir):
-        return None
+def _unmount(mountpoint: str) -> None:
+    # Lazy (libfuse detaches as root; fusermount3 -z otherwise): a reader holding a file
+    # must not keep the mount half alive.
     try:
-        bound = local_socket.bind(data_dir)
-    except OSError as exc:
-        log.warning("no local socket in %s (writes by path need it): %s", data_dir, exc)
-        return None
-    log.info("local socket %s", local_socket.socket_path(data_dir))
-    return bound
+        pyfuse3.close(unmount=True)
+    except Exception:
+        log.exception("unmount failed; detaching lazily")
+        lazy_unmount(mountpoint)
+
+
+def _on_signal(signum: signal.Signals) -> None:
+    log.info("signal %s: unmounting", signum.name)
+    sd_notify("STOPPING=1")
+    pyfuse3.terminate()
 
 
 async def _serve(
     ops: WalOperations,
     config: MountConfig,
     on_ready: Callable[[], None] | None,
-    metrics: Metrics,
-    local: local_socket.Bound | None = None,
+    service: lifecycle.Service,
 ) -> None:
     async with trio.open_nursery() as nursery:
+        signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        await lifecycle.supervise(nursery, service, pyfuse3.terminate, _on_signal, signals)
         nursery.start_soon(ops.invalidator.run, name="walfs-invalidate")
         nursery.start_soon(ops.watcher.run, name="walfs-watch")
         nursery.start_soon(ops.pages.run, name="walfs-page-push")
-        ops.wal.watch(ops.watcher.poke)
-        nursery.start_soon(_signals, name="walfs-signals")
-        nursery.start_soon(watch_wal_failure, ops.wal, pyfuse3.terminate, name="walfs-failure")
+        ops.engine.watch(ops.watcher.poke)
         nursery.start_soon(_after_init, ops, config, name="walfs-after-init")
         if config.kafka_listen:
-            # Before readiness: a port that cannot be bound fails the mount (the finally
-            # in run() unmounts), instead of a mount that silently lacks its listener.
-            with listening("--kafka-listen", config.kafka_listen):
-                await _start_kafka(nursery, ops, config, metrics, local)
-        elif local is not None:
+            # Before readiness: a port that cannot be bound fails the mount (run()
+            # unmounts), instead of a mount that silently lacks its listener.
+            await _start_kafka(nursery, service, config)
+        elif service.local is not None:
             # The local socket alone: its Kafka code (a second of CPU, ~20 MiB) is loaded
             # when the first client connects; it waits in the socket's backlog meanwhile.
-            nursery.start_soon(_serve_local, nursery, ops, config, metrics, local, name="walfs-local")
+            nursery.start_soon(_serve_local, nursery, service, config, name="walfs-local")
         # The mount exists since pyfuse3.init; requests wait in /dev/fuse until main runs,
         # which starts without yielding after this point.
         log.info("walfs serving %s on %s", config.data_dir, config.mountpoint)
@@ -350,86 +309,28 @@ async def _after_init(ops: WalOperations, config: MountConfig) -> None:
     set_read_ahead(config.mountpoint, config.read_ahead_kb)
 
 
-async def _serve_local(
-    nursery: trio.Nursery,
-    ops: WalOperations,
-    config: MountConfig,
-    metrics: Metrics,
-    local: local_socket.Bound,
-) -> None:
-    await trio.lowlevel.wait_readable(local.sock)  # a connection waits to be accepted
+async def _serve_local(nursery: trio.Nursery, service: lifecycle.Service, config: MountConfig) -> None:
+    assert service.local is not None
+    await trio.lowlevel.wait_readable(service.local.sock)  # a connection waits to be accepted
     await trio.to_thread.run_sync(importlib.import_module, "walfs.kafka")
-    await _start_kafka(nursery, ops, config, metrics, local)
+    await _start_kafka(nursery, service, config)
 
 
-async def _start_kafka(
-    nursery: trio.Nursery,
-    ops: WalOperations,
-    config: MountConfig,
-    metrics: Metrics,
-    local: local_socket.Bound | None = None,
-) -> None:
-    """Runs serve_kafka on the mount's own Wal, in the daemon's nursery: it stops with the
+async def _start_kafka(nursery: trio.Nursery, service: lifecycle.Service, config: MountConfig) -> None:
+    """The Kafka face on the mount's own Wal, in the daemon's nursery: it stops with the
     mount (the nursery is cancelled once pyfuse3.main returns), before Wal.close(). It
     serves the local socket always, the TCP listener with --kafka-listen."""
-    from walfs.kafka import parse_listen_address, serve_kafka
     from walfs.kafka.auth_config import AuthConfig
 
-    host: str | None = None
-    port = 0
-    if config.kafka_listen:
-        host, port = parse_listen_address(config.kafka_listen)
     auth = AuthConfig(config.kafka_auth_config) if config.kafka_auth_config else None
-    bound = await nursery.start(
-        functools.partial(
-            serve_kafka,
-            ops.wal,
-            host,
-            port,
-            allow_delete=config.kafka_allow_delete,
-            request_latency=metrics.kafka,
-            config=config.kafka_config,
-            auth=auth,
-            insecure_listen=config.kafka_insecure_listen,
-            local=local.sock if local is not None else None,
-        ),
-        name="walfs-kafka",
+    host, bound = await lifecycle.start_kafka(
+        nursery,
+        service,
+        config.kafka_listen,
+        allow_delete=config.kafka_allow_delete,
+        config=config.kafka_config,
+        auth=auth,
+        insecure_listen=config.kafka_insecure_listen,
     )
-    if host is None:
-        return
-    shown = f"[{host}]" if ":" in host else host
-    log.info("kafka listening on %s:%d", shown, bound)
-
-
-class ListenError(OSError):
-    """A listener (Kafka, metrics) that could not bind: names its option and address."""
-
-
-_LISTEN_HINTS = {
-    errno.EADDRINUSE: "another process holds this port: stop it, or choose another; port 0 picks a free one",
-    errno.EACCES: "ports below 1024 need root (or CAP_NET_BIND_SERVICE)",
-    errno.EADDRNOTAVAIL: "no interface of this machine has this address",
-}
-
-
-@contextlib.contextmanager
-def listening(option: str, address: str) -> Iterator[None]:
-    """Turns a failed bind inside into a ListenError naming `option` and `address`."""
-    try:
-        yield
-    except ListenError:
-        raise
-    except OSError as exc:
-        hint = _LISTEN_HINTS.get(exc.errno or 0)
-        what = exc.strerror or str(exc)
-        message = f"{option} {address}: cannot listen: {what}" + (f" ({hint})" if hint else "")
-        raise ListenError(exc.errno or 0, message) from exc
-
-
-async def _signals() -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async for signum in signals:
-            log.info("signal %s: unmounting", signal.Signals(signum).name)
-            sd_notify("STOPPING=1")
-            pyfuse3.terminate()
-            return
+    if host is not None:
+        log.info("kafka listening on %s", lifecycle.show_address(host, bound))

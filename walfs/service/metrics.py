@@ -21,8 +21,8 @@ class Metrics:
     """What one daemon exposes: its engine's figures (walfs.engine.contract.LogEngine) plus
     request latencies of its faces."""
 
-    def __init__(self, wal: Any, *, fuse: Latency | None = None) -> None:
-        self.wal = wal
+    def __init__(self, engine: Any, *, fuse: Latency | None = None) -> None:
+        self.engine = engine
         # The mount passes the histogram its request handlers time into (LoopLatency).
         self.fuse = Latency() if fuse is None else fuse
         self.kafka = Latency()
@@ -32,8 +32,8 @@ class Metrics:
     def families(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-        wal = self.wal
-        stats = wal.stats
+        engine = self.engine
+        stats = engine.stats
         appends = CounterMetricFamily("walfs_appends", "records appended", labels=["topic", "partition"])
         nbytes = CounterMetricFamily(
             "walfs_append_bytes", "value bytes appended", labels=["topic", "partition"]
@@ -43,7 +43,7 @@ class Metrics:
             nbytes.add_metric([topic, str(partition)], b)
         yield appends
         yield nbytes
-        report: dict[str, int] = wal.report() if has(wal, Checks) else {}
+        report: dict[str, int] = engine.report() if has(engine, Checks) else {}
         syncs = report.get("syncs", 0)
         yield CounterMetricFamily("walfs_fsync_rounds", "fsync rounds since open", value=syncs)
         total = stats.records_appended
@@ -51,7 +51,7 @@ class Metrics:
             "walfs_records_per_fsync", "records appended per fsync round since open",
             value=total / syncs if syncs else 0.0,
         )
-        yield from _disk_families(wal)
+        yield from _disk_families(engine)
         yield _histogram(HistogramMetricFamily, "walfs_durable_wait_seconds",
                          "time appenders and sync() waited for durability", "kind", stats.durable_waits)
         yield _histogram(HistogramMetricFamily, "walfs_fuse_request_seconds", "FUSE requests by op",
@@ -64,13 +64,13 @@ class Metrics:
                       "Kafka requests that failed or closed their connection", "api", self.kafka)
         lag = GaugeMetricFamily("walfs_consumer_lag", "records a group has not committed",
                                 labels=["group", "topic", "partition"])
-        for group, topic, partition, behind in consumer_lags(wal):
+        for group, topic, partition, behind in consumer_lags(engine):
             lag.add_metric([group, topic, str(partition)], behind)
         yield lag
-        st = os.statvfs(wal.path)
+        st = os.statvfs(engine.path)
         yield GaugeMetricFamily("walfs_disk_free_bytes", "free bytes on the data directory's file system",
                                 value=st.f_bavail * st.f_frsize)
-        segs = [e for e in os.scandir(wal.path) if e.name.startswith("seg-")]
+        segs = [e for e in os.scandir(engine.path) if e.name.startswith("seg-")]
         yield GaugeMetricFamily("walfs_segment_files", "segment files", value=len(segs))
         yield GaugeMetricFamily("walfs_segment_bytes", "bytes in segment files",
                                 value=sum(e.stat().st_size for e in segs))
@@ -109,7 +109,7 @@ class Metrics:
         from prometheus_client import CollectorRegistry
         from prometheus_client.exposition import start_http_server
 
-        from walfs.kafka.listener import parse_listen_address
+        from walfs.common.addresses import parse_listen_address
 
         host, port = parse_listen_address(listen)
         registry = CollectorRegistry(auto_describe=False)
@@ -134,14 +134,14 @@ class _Collector:
 
 
 # -- the disk as etcd's WAL metrics name it (issue 33) ------------------------------------
-def _disk_families(wal: Any) -> Iterator[Any]:
+def _disk_families(engine: Any) -> Iterator[Any]:
     """etcd's etcd_disk_wal_fsync_duration_seconds and etcd_disk_wal_write_bytes_total,
     as walfs_*: the C core's own counts (walfs_disk_stats), for an engine that has them."""
     from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
-    if not has(wal, DiskUse):
+    if not has(engine, DiskUse):
         return
-    d = wal.disk_stats()
+    d = engine.disk_stats()
     cumulative, acc = [], 0
     for bound, c in zip((*map(str, d["fsync_bounds"]), "+Inf"), d["fsync_counts"], strict=True):
         acc += c
@@ -207,17 +207,17 @@ def _errors(family: Any, name: str, doc: str, label: str, hist: Latency) -> Any:
     return fam
 
 
-def consumer_lags(wal: Any) -> list[tuple[str, str, int, int]]:
+def consumer_lags(engine: Any) -> list[tuple[str, str, int, int]]:
     """(group, topic, partition, records behind the high watermark) for every cursor."""
     out = []
-    streams = wal.streams()
-    for group in wal.groups():
+    streams = engine.streams()
+    for group in engine.groups():
         for topic, partition in streams:
             try:
-                offset = committed_offset(wal, group, topic, partition)
+                offset = committed_offset(engine, group, topic, partition)
             except WalError:
                 continue  # a damaged cursor file is reported where it is read
             if offset is not None:
-                behind = max(wal.info(topic, partition).high_watermark - offset, 0)
+                behind = max(engine.info(topic, partition).high_watermark - offset, 0)
                 out.append((group, topic, partition, behind))
     return out

@@ -45,5 +45,5 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
 
         yield from read_remote_range(p.bootstrap, p.topic, p.partition, p.start, p.end)
         return
-    wal = wal_cache.wal_covering(p.path, p.org_id, p.topic, p.partition, p.end)
-    yield from read_range(wal, p.topic, p.partition, p.start, p.end)
+    engine = wal_cache.wal_covering(p.path, p.org_id, p.topic, p.partition, p.end)
+    yield from read_range(engine, p.topic, p.partition, p.start, p.end)

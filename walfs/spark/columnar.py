@@ -1,7 +1,7 @@
 """Reads an offset range of one stream as pyarrow RecordBatches in the schema of
 walfs.spark.schema.
 
-Why not engine_api.read_records: it builds a Python Record per row (~6 µs each), which caps a
+Why not walfs.engine.rules.read_records: it builds a Python Record per row (~6 µs each), which caps a
 core at ~150k rows/s, while the C read itself costs ~0.25 µs per record. The fast path
 below calls the C reader into one Arrow buffer and turns the record table it fills
 (walfs_rec_t[]) into columns with numpy, so values of file-appended records reach Spark
@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from walfs import BufferTooSmallError, Record
+from walfs import BufferTooSmallError
 from walfs.engine.contract import LogEngine
-from walfs.engine.records import decode_meta, value_is_null
+from walfs.engine.records import Record, decode_meta, value_is_null
 from walfs.engine.rules import read_records
 from walfs.engine.types import REC_LAYOUT, REC_SIZE
 from walfs.errors import OffsetOutOfRangeError
@@ -35,7 +35,7 @@ _FAST = REC_DTYPE.itemsize == REC_SIZE
 
 
 def read_range(
-    wal: LogEngine,
+    engine: LogEngine,
     topic: str,
     partition: int,
     start: int,
@@ -50,10 +50,10 @@ def read_range(
         want = min(batch_records, end - offset)
         batch = None
         if _FAST:
-            batch = _read_fast(wal, topic, partition, offset, want, batch_bytes)
+            batch = _read_fast(engine, topic, partition, offset, want, batch_bytes)
         if batch is None:
             batch = records_to_batch(
-                topic, partition, read_records(wal, topic, partition, offset, want, batch_bytes)
+                topic, partition, read_records(engine, topic, partition, offset, want, batch_bytes)
             )
         if batch.num_rows == 0:
             raise OffsetOutOfRangeError(
@@ -64,7 +64,7 @@ def read_range(
 
 
 def _read_fast(
-    wal: LogEngine, topic: str, partition: int, offset: int, want: int, max_bytes: int
+    engine: LogEngine, topic: str, partition: int, offset: int, want: int, max_bytes: int
 ) -> pa.RecordBatch | None:
     recs = np.empty(want, REC_DTYPE)
     buflen = max_bytes
@@ -72,7 +72,7 @@ def _read_fast(
         # An Arrow buffer, so the values column can point into it without a copy.
         buf = pa.allocate_buffer(buflen)
         try:
-            n = wal.read(topic, partition, offset, buf, recs, want, max_bytes)
+            n = engine.read(topic, partition, offset, buf, recs, want, max_bytes)
         except BufferTooSmallError as e:  # one record larger than the buffer: read it alone
             buflen = max_bytes = e.needed
             continue

@@ -37,6 +37,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from walfs.common.addresses import parse_bootstrap
 from walfs.engine.names import name_error
 from walfs.engine.targets import is_local
 
@@ -192,15 +193,6 @@ def parse_options(options: Mapping[str, str], streaming: bool = False) -> WalfsO
         fail_on_data_loss=fail == "true",
         bootstrap=bootstrap,
     )
-
-
-def parse_bootstrap(text: str) -> tuple[str, int]:
-    """ "host:port" (IPv6 as "[::1]:9092") -> (host, port); the first of a comma list."""
-    first = text.split(",")[0].strip()
-    host, sep, port = first.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f'bootstrap must be "host:port", not {text!r}')
-    return host.strip("[]"), int(port)
 
 
 def _location(options: Mapping[str, str]) -> tuple[str, str | None, int]:

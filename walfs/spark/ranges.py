@@ -71,8 +71,8 @@ def current_bounds(opts: WalfsOptions) -> dict[StreamId, StreamBounds]:
 
         with RemoteWal(opts.bootstrap) as remote:
             return remote_stream_bounds(remote, opts)
-    with wal_cache.open_fresh(opts.path, opts.org_id) as wal:
-        return stream_bounds(wal, opts)
+    with wal_cache.open_fresh(opts.path, opts.org_id) as engine:
+        return stream_bounds(engine, opts)
 
 
 def remote_stream_bounds(remote: RemoteWal, opts: WalfsOptions) -> dict[StreamId, StreamBounds]:
@@ -89,12 +89,12 @@ def remote_stream_bounds(remote: RemoteWal, opts: WalfsOptions) -> dict[StreamId
     return {sid: StreamBounds(lows[sid], max(lows[sid], highs[sid]), 0.0) for sid in sids}
 
 
-def stream_bounds(wal: LogEngine, opts: WalfsOptions) -> dict[StreamId, StreamBounds]:
+def stream_bounds(engine: LogEngine, opts: WalfsOptions) -> dict[StreamId, StreamBounds]:
     """Every selected stream as the read-only handle `wal` sees it."""
     out: dict[StreamId, StreamBounds] = {}
-    for topic in opts.select(sorted({t for t, _ in wal.streams()})):
-        for _, p in wal.streams(topic):
-            info = wal.info(topic, p)
+    for topic in opts.select(sorted({t for t, _ in engine.streams()})):
+        for _, p in engine.streams(topic):
+            info = engine.info(topic, p)
             n = info.high_watermark - info.low_watermark
             per = (info.byte_size - info.low_byte) / n if n > 0 else 0.0
             out[(topic, p)] = StreamBounds(info.low_watermark, info.high_watermark, per)

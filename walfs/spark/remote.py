@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from walfs.common.addresses import parse_bootstrap
 from walfs.errors import WalError
-from walfs.spark.options import parse_bootstrap
 
 # kio (the listener's message classes) imports hypothesis when it is installed (a test
 # extra), only to register test strategies walfs never uses: over a second in every Spark
@@ -72,7 +72,7 @@ RESOURCE_BROKER = 4
 
 
 @dataclass(frozen=True)
-class FetchAhead:
+class FetchInFlight:
     """A Fetch sent, its answer not yet received (RemoteWal.fetch_ahead)."""
 
     topic: str
@@ -82,7 +82,7 @@ class FetchAhead:
 
 
 @dataclass(frozen=True, eq=False)
-class ProduceAhead:
+class ProduceInFlight:
     """A Produce sent, its answer not yet received (RemoteWal.produce_ahead)."""
 
     topic: str
@@ -135,8 +135,8 @@ class RemoteWal:
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._correlation = 0
         self._lock = threading.Lock()
-        self._ahead: FetchAhead | None = None
-        self._produces: deque[ProduceAhead] = deque()
+        self._ahead: FetchInFlight | None = None
+        self._produces: deque[ProduceInFlight] = deque()
 
     def close(self) -> None:
         self._sock.close()
@@ -288,7 +288,7 @@ class RemoteWal:
 
     def fetch_ahead(
         self, topic: str, partition: int, offset: int, max_bytes: int = FETCH_MAX_BYTES
-    ) -> FetchAhead:
+    ) -> FetchInFlight:
         """Sends a Fetch without waiting for its answer (fetch_result gets it), so the
         daemon reads the next records while the caller decodes the last ones. One at a
         time: no other request goes out until its answer is received."""
@@ -324,10 +324,10 @@ class RemoteWal:
                 raise RemoteError("a Fetch sent ahead has not been received (RemoteWal.fetch_result)")
             if self._produces:
                 raise RemoteError("a Produce sent ahead has not been answered (RemoteWal.produce_result)")
-            self._ahead = FetchAhead(topic, partition, offset, self._send(FETCH, req))
+            self._ahead = FetchInFlight(topic, partition, offset, self._send(FETCH, req))
             return self._ahead
 
-    def fetch_result(self, ahead: FetchAhead) -> bytes:
+    def fetch_result(self, ahead: FetchInFlight) -> bytes:
         """The records of a Fetch sent with fetch_ahead."""
         with self._lock:
             if self._ahead is not ahead:
@@ -347,7 +347,7 @@ class RemoteWal:
         durably: acks=all); the first one's first offset."""
         return self.produce_result(self.produce_ahead(topic, partition, batches))
 
-    def produce_ahead(self, topic: str, partition: int, batches: Sequence[Bytes]) -> ProduceAhead:
+    def produce_ahead(self, topic: str, partition: int, batches: Sequence[Bytes]) -> ProduceInFlight:
         """Sends a Produce (as `produce`) without waiting for its answer: several may be
         outstanding on the connection (the listener answers them in order), and no other
         request goes out until produce_result has received each of them."""
@@ -366,11 +366,11 @@ class RemoteWal:
         with self._lock:
             if self._ahead is not None:
                 raise RemoteError("a Fetch sent ahead has not been received (RemoteWal.fetch_result)")
-            ahead = ProduceAhead(topic, partition, self._send(PRODUCE, req, batches))
+            ahead = ProduceInFlight(topic, partition, self._send(PRODUCE, req, batches))
             self._produces.append(ahead)
             return ahead
 
-    def produce_result(self, ahead: ProduceAhead) -> int:
+    def produce_result(self, ahead: ProduceInFlight) -> int:
         """The first offset of a Produce sent with produce_ahead (the oldest outstanding)."""
         with self._lock:
             if not self._produces or self._produces[0] is not ahead:

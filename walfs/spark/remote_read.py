@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from walfs.errors import OffsetOutOfRangeError
 from walfs.spark.columnar import REC_DTYPE, _columns_to_batch
-from walfs.spark.remote import FETCH_MAX_BYTES, FetchAhead, RemoteError, RemoteWal
+from walfs.spark.remote import FETCH_MAX_BYTES, FetchInFlight, RemoteError, RemoteWal
 from walfs.wire.record_batch import BatchError, decode_for_append, end_of_batches, split_batches
 
 
@@ -37,7 +37,7 @@ def read_remote(
     (fetch_ahead) before this answer is decoded, so the daemon reads and sends them
     meanwhile; its answer is used only if it starts where decoding ended."""
     offset = start
-    ahead: FetchAhead | None = None
+    ahead: FetchInFlight | None = None
     try:
         while offset < end:
             if ahead is not None and ahead.offset != offset:

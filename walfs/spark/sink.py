@@ -87,13 +87,20 @@ from walfs.spark.columnar import _empty_lists, _repeated_string
 from walfs.spark.options import SinkOptions, WalfsOptionError
 from walfs.spark.schema import HEADER_TYPE
 from walfs.spark.sink_phases import Phases
-from walfs.spark.sink_rows import HEADER_OVERHEAD, Chunk, cuts, encode_chunk, row_costs
+from walfs.spark.sink_rows import (
+    MARKER,
+    Chunk,
+    chunk_limit,
+    cuts,
+    encode_chunk,
+    marker_reserve,
+    row_costs,
+    split_streams,
+)
 
 if TYPE_CHECKING:
     from walfs.spark.sink_target import SinkTarget
 
-MARKER = "walfs.sink"
-CHUNK_BYTES = 32 << 20
 GROUP_PREFIX = "spark-sink."
 
 # The rows, normalized: what a batch write's task appends, and what a streaming write's
@@ -245,38 +252,8 @@ def streams_of(
     yield from split_streams(table)
 
 
-def split_streams(table: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
-    """(topic, partition, its rows in their order) for every stream the rows name."""
-    if table.num_rows == 0:
-        return
-    topics = pc.unique(table.column("topic"))
-    parts = pc.min_max(table.column("partition"))
-    if len(topics) == 1 and parts["min"] == parts["max"]:
-        # one stream (the usual case): its rows are the table
-        yield topics[0].as_py(), parts["min"].as_py(), table
-        return
-    pairs = table.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
-    for topic, partition in sorted(
-        zip(pairs.column("topic").to_pylist(), pairs.column("partition").to_pylist(), strict=True)
-    ):
-        mask = pc.and_(pc.equal(table.column("topic"), topic), pc.equal(table.column("partition"), partition))
-        yield topic, partition, table.filter(mask)
-
-
-def chunk_limit(own: int | None, reserve: int = 0) -> int:
-    """The most row bytes (sink_rows.row_costs) of one chunk: CHUNK_BYTES or the target's
-    own limit (SinkTarget.chunk_bytes), less `reserve` (the marker header)."""
-    return max(1, min(CHUNK_BYTES, own if own is not None else CHUNK_BYTES) - reserve)
-
-
 # A chunk to append: its number and how to encode it (encoded only when appended).
 Planned = tuple[int, Callable[[], Chunk]]
-
-
-def marker_reserve(prefix: str) -> int:
-    """What the marker header "<prefix><chunk>:<rows>" (two numbers of at most 20
-    digits) takes of a chunk's limit: its name, value and framing."""
-    return len(MARKER) + len(prefix.encode()) + 41 + HEADER_OVERHEAD
 
 
 def marked_chunks(t: pa.Table, own_limit: int | None, prefix: str) -> list[Planned]:

@@ -18,8 +18,7 @@ from walfs.engine.records import Header
 from walfs.spark.options import WalfsOptionError
 from walfs.spark.remote import LATEST, RemoteWal
 from walfs.spark.remote_read import read_remote
-from walfs.spark.sink_rows import Chunk
-from walfs.spark.sink_target import headed
+from walfs.spark.sink_rows import Chunk, headed
 from walfs.wire.batch_codec import encode_kafka_batch_pieces
 from walfs.wire.record_batch import BATCH_OVERHEAD
 

@@ -16,7 +16,7 @@ chunk that carries the streaming sink's marker header is encoded in Python.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -204,3 +204,52 @@ def encode_chunk(t: pa.Table, marker: Header | None = None) -> Chunk:
         meta_lens = meta_lens.copy()
         meta_lens[0] = len(meta0)
     return Chunk(pieces, _u32(meta_lens), _u32(value_lens))
+
+
+# The streaming sink's marker header (walfs/spark/sink.py: exactly once) and the most row
+# bytes of one chunk (a target's own limit may be lower: SinkTarget.chunk_bytes).
+MARKER = "walfs.sink"
+CHUNK_BYTES = 32 << 20
+
+
+def split_streams(table: pa.Table) -> Iterator[tuple[str, int, pa.Table]]:
+    """(topic, partition, its rows in their order) for every stream the rows name."""
+    if table.num_rows == 0:
+        return
+    topics = pc.unique(table.column("topic"))
+    parts = pc.min_max(table.column("partition"))
+    if len(topics) == 1 and parts["min"] == parts["max"]:
+        # one stream (the usual case): its rows are the table
+        yield topics[0].as_py(), parts["min"].as_py(), table
+        return
+    pairs = table.select(["topic", "partition"]).group_by(["topic", "partition"]).aggregate([])
+    for topic, partition in sorted(
+        zip(pairs.column("topic").to_pylist(), pairs.column("partition").to_pylist(), strict=True)
+    ):
+        mask = pc.and_(pc.equal(table.column("topic"), topic), pc.equal(table.column("partition"), partition))
+        yield topic, partition, table.filter(mask)
+
+
+def chunk_limit(own: int | None, reserve: int = 0) -> int:
+    """The most row bytes (row_costs) of one chunk: CHUNK_BYTES or the target's
+    own limit (SinkTarget.chunk_bytes), less `reserve` (the marker header)."""
+    return max(1, min(CHUNK_BYTES, own if own is not None else CHUNK_BYTES) - reserve)
+
+
+def marker_reserve(prefix: str) -> int:
+    """What the marker header "<prefix><chunk>:<rows>" (two numbers of at most 20
+    digits) takes of a chunk's limit: its name, value and framing."""
+    return len(MARKER) + len(prefix.encode()) + 41 + HEADER_OVERHEAD
+
+
+def headed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Sequence[Header]]]:
+    """(offset, headers) of the records in the batches (walfs.spark.schema) that have
+    headers; only those rows reach Python."""
+    for b in batches:
+        counts = pc.list_value_length(b.column("headers"))
+        rows = b.filter(pc.greater(pc.fill_null(counts, 0), 0))
+        if rows.num_rows == 0:
+            continue
+        offsets = rows.column("offset").to_pylist()
+        for off, hs in zip(offsets, rows.column("headers").to_pylist(), strict=True):
+            yield off, [(h["key"], h["value"]) for h in hs]

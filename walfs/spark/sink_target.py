@@ -19,9 +19,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Protocol
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from walfs import WalLockedError
 from walfs.common import local_socket
 from walfs.engine.contract import LogEngine
@@ -31,7 +28,7 @@ from walfs.engine.targets import is_local
 from walfs.open import open_engine
 from walfs.spark.columnar import read_range
 from walfs.spark.options import SinkOptions, WalfsOptionError
-from walfs.spark.sink_rows import Chunk
+from walfs.spark.sink_rows import Chunk, headed
 
 
 class SinkTarget(Protocol):
@@ -155,26 +152,13 @@ def open_local(
             wait = min(max_pause, wait * 2)
 
 
-def headed(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, Sequence[Header]]]:
-    """(offset, headers) of the records in the batches (walfs.spark.schema) that have
-    headers; only those rows reach Python."""
-    for b in batches:
-        counts = pc.list_value_length(b.column("headers"))
-        rows = b.filter(pc.greater(pc.fill_null(counts, 0), 0))
-        if rows.num_rows == 0:
-            continue
-        offsets = rows.column("offset").to_pylist()
-        for off, hs in zip(offsets, rows.column("headers").to_pylist(), strict=True):
-            yield off, [(h["key"], h["value"]) for h in hs]
-
-
-# What one append to a data directory takes: no limit of its own (sink.CHUNK_BYTES).
+# What one append to a data directory takes: no limit of its own (sink_rows.CHUNK_BYTES).
 LOCAL_CHUNK_BYTES: int | None = None
 
 
 class LocalTarget:
-    def __init__(self, wal: LogEngine) -> None:
-        self.wal = wal
+    def __init__(self, engine: LogEngine) -> None:
+        self.engine = engine
 
     def ensure(self, topic: str, partitions: int, grow: bool = False) -> None:
         pass  # an append creates the stream
@@ -184,32 +168,32 @@ class LocalTarget:
 
     def append(self, topic: str, partition: int, chunks: Iterable[Chunk]) -> list[int]:
         firsts = [self.append_chunk(topic, partition, c) for c in chunks]
-        self.wal.sync()
+        self.engine.sync()
         return firsts
 
     def append_chunk(self, topic: str, partition: int, chunk: Chunk) -> int:
         """Appends one chunk atomically, durable under the engine's fsync policy (not
         waited for otherwise: see sync); its first offset."""
-        return append_pieces(self.wal, topic, partition, chunk.pieces, chunk.meta_lens, chunk.value_lens)
+        return append_pieces(self.engine, topic, partition, chunk.pieces, chunk.meta_lens, chunk.value_lens)
 
     def end(self, topic: str, partition: int) -> int:
-        return self.wal.info(topic, partition).high_watermark
+        return self.engine.info(topic, partition).high_watermark
 
     def ends(self, topic: str | None) -> dict[tuple[str, int], int]:
-        return {(t, p): self.end(t, p) for t, p in self.wal.streams(topic)}
+        return {(t, p): self.end(t, p) for t, p in self.engine.streams(topic)}
 
     def committed(self, group: str, topic: str, partition: int) -> int | None:
-        return committed_offset(self.wal, group, topic, partition)
+        return committed_offset(self.engine, group, topic, partition)
 
     def commit(self, group: str, topic: str, partition: int, offset: int) -> None:
-        self.wal.commit(group, topic, partition, offset)
+        self.engine.commit(group, topic, partition, offset)
 
     def scan(
         self, topic: str, partition: int, start: int, end: int
     ) -> Iterator[tuple[int, Sequence[Header]]]:
-        start = max(start, self.wal.info(topic, partition).low_watermark)  # retention may trim
+        start = max(start, self.engine.info(topic, partition).low_watermark)  # retention may trim
         if start < end:
-            yield from headed(read_range(self.wal, topic, partition, start, end))
+            yield from headed(read_range(self.engine, topic, partition, start, end))
 
     def close(self) -> None:
-        self.wal.close()
+        self.engine.close()

@@ -61,7 +61,7 @@ from walfs.spark.sink_phases import Phases
 from walfs.spark.sink_rows import Chunk, cuts, encode_chunk, row_costs
 
 if TYPE_CHECKING:
-    from walfs.spark.remote import ProduceAhead
+    from walfs.spark.remote import ProduceInFlight
     from walfs.spark.sink_remote import RemoteTarget
     from walfs.spark.sink_target import LocalTarget
 
@@ -248,7 +248,7 @@ class _LocalOutlet:
                 # them (docs/spark.md). (On an error, the close syncs what was appended.)
                 synced = time.perf_counter()
                 with self.ph("sync"):
-                    target.wal.sync()
+                    target.engine.sync()
                 synced = time.perf_counter() - synced
             finally:
                 with self.ph("close"):
@@ -298,7 +298,7 @@ class _RemoteOutlet:
         self.ph = ph
         # per stream, the request being filled: its batches, (stream, rows) per batch
         self.building: dict[tuple[str, int], tuple[list[bytes | bytearray | memoryview], Counts]] = {}
-        self.in_flight: deque[tuple[ProduceAhead, Counts]] = deque()
+        self.in_flight: deque[tuple[ProduceInFlight, Counts]] = deque()
 
     def put(self, st: TaskStream, chunk: Chunk) -> None:
         from walfs.spark.sink_remote import kafka_batch
@@ -365,7 +365,7 @@ class TaskWriter:
         existing: Collection[str],
         ph: Phases,
     ) -> None:
-        from walfs.spark.sink import MARKER, marker_reserve
+        from walfs.spark.sink_rows import MARKER, marker_reserve
 
         self.marker = MARKER
         self.reserve = marker_reserve(prefix)
@@ -384,7 +384,7 @@ class TaskWriter:
 
         target = None
         if opts.bootstrap:
-            from walfs.spark.sink import open_target
+            from walfs.spark.sink_target import open_target
 
             target = open_target(opts)
         else:
@@ -398,7 +398,7 @@ class TaskWriter:
     def _stream(self, topic: str, partition: int) -> TaskStream:
         st = self.streams.get((topic, partition))
         if st is None:
-            from walfs.spark.sink import chunk_limit
+            from walfs.spark.sink_rows import chunk_limit
 
             own = None
             if self.remote is not None:
@@ -410,7 +410,7 @@ class TaskWriter:
         return st
 
     def add(self, rows: pa.RecordBatch) -> None:
-        from walfs.spark.sink import split_streams
+        from walfs.spark.sink_rows import split_streams
 
         for topic, partition, t in split_streams(pa.Table.from_batches([rows])):
             st = self._stream(topic, partition)

@@ -25,33 +25,33 @@ _open: dict[tuple[str, int], LogEngine] = {}
 def open_fresh(path: str, org_id: int) -> Iterator[LogEngine]:
     """A new read-only handle that sees every complete record present now (the planner
     uses it to learn the latest offsets), closed when the with block ends."""
-    wal = open_engine(path, org_id=org_id, read_only=True)
+    engine = open_engine(path, org_id=org_id, read_only=True)
     try:
-        yield wal
+        yield engine
     finally:
-        wal.close()
+        engine.close()
 
 
 def wal_covering(path: str, org_id: int, topic: str, partition: int, end: int) -> LogEngine:
     """A shared read-only handle whose view of topic[partition] reaches offset `end`."""
     key = (path, org_id)
     with _lock:
-        wal = _open.get(key)
-        if wal is not None and wal.info(topic, partition).high_watermark >= end:
-            return wal
-        if wal is not None:
+        engine = _open.get(key)
+        if engine is not None and engine.info(topic, partition).high_watermark >= end:
+            return engine
+        if engine is not None:
             # Tasks of one worker run one at a time, so nobody else reads through it now.
             _open.pop(key)
-            wal.close()
-        wal = open_engine(path, org_id=org_id, read_only=True)
-        _open[key] = wal
-        high = wal.info(topic, partition).high_watermark
+            engine.close()
+        engine = open_engine(path, org_id=org_id, read_only=True)
+        _open[key] = engine
+        high = engine.info(topic, partition).high_watermark
         if high < end:
             raise WalError(
                 f"{topic!r}[{partition}] of {path} ends at offset {high}, but the query planned to read up "
                 f"to {end}: was the data directory replaced or restored from an older copy?"
             )
-        return wal
+        return engine
 
 
 def close_all() -> None:

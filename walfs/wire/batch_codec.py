@@ -1,6 +1,6 @@
 """The C library's Kafka record codecs (csrc/walfs_kafka.h, csrc/kafka_batch.c): produce
 batches' records into walfs record bodies, and records as an engine's read() left them
-(walfs.engine.contract.REC_LAYOUT) into one fetch batch; the batch CRC-32C. The fast paths
+(walfs.engine.types.REC_LAYOUT) into one fetch batch; the batch CRC-32C. The fast paths
 of record_batch.py's layout. Engine-neutral: they hold no engine state, so every face may
 use them."""
 

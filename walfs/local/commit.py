@@ -1,0 +1,96 @@
+"""The one commit rule of the local engine (LogEngine.commit): a cursor is committed only
+inside its stream's offsets, and only once the records before it are durable (a commit past
+the durable mark syncs first), so nothing a power cut can take back is ever committed. The
+cursor store (LocalEngine.cursors) keeps what it is given; this is the only path to it. At
+a writer's open, cursors past their stream's end are set back (clamp)."""
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from walfs.engine.names import check_partition, stream_key, topic_hash
+from walfs.errors import OffsetOutOfRangeError, WalCorruptError
+from walfs.local.core import Engine
+from walfs.local.topic_index import Stream
+
+log = logging.getLogger("walfs")
+
+
+class Cursors(Protocol):
+    """What the rule uses of the cursor store (LocalEngine.cursors)."""
+
+    def get(self, group: str, key: str) -> int | None: ...
+
+    def put(
+        self, group: str, key: str, offset: int, *, advance_only: bool = ..., metadata: str = ...
+    ) -> bool: ...
+
+    def groups(self, org_id: int | None = None) -> list[str]: ...
+
+    def keys(self, group: str) -> Iterable[str]: ...
+
+
+def cursor_key(org_id: int, topic: str, partition: int) -> str:
+    """The cursor store's key of a stream of org_id."""
+    return stream_key(org_id, topic_hash(org_id, topic), check_partition(partition))
+
+
+class CommitRule:
+    def __init__(self, core: Engine, cursors: Cursors) -> None:
+        self._core = core
+        self._cursors = cursors
+
+    def commit(
+        self,
+        find: Callable[[str, int, bool], Stream | None],
+        org_id: int,
+        group: str,
+        topic: str,
+        partition: int,
+        offset: int,
+        advance_only: bool,
+        metadata: str,
+    ) -> bool:
+        """LogEngine.commit on the engine (org view) whose stream look-up is `find`."""
+        if not isinstance(offset, int) or offset < 0:
+            raise OffsetOutOfRangeError(f"cannot commit offset {offset!r} of {topic!r}[{partition}]")
+        s = find(topic, partition, False)
+        high, durable = self._core.marks(s.stream_no)[1:3] if s else (0, 0)
+        if offset > high:
+            raise OffsetOutOfRangeError(
+                f"cannot commit offset {offset} of {topic!r}[{partition}]: the end is {high}"
+            )
+        if offset > durable:
+            self._core.sync()
+        return self._cursors.put(
+            group, cursor_key(org_id, topic, partition), offset, advance_only=advance_only, metadata=metadata
+        )
+
+    def clamp(self, streams: Iterable[Stream]) -> None:
+        """A cursor past its stream's end (the log lost its tail: a power cut under an
+        older release, a restored backup) would make the group skip the records that reuse
+        those offsets. It is set back to the end, and logged."""
+        ends = {}
+        for s in streams:
+            ends[stream_key(s.org_id, s.topic_hash, s.partition)] = (s, self._core.marks(s.stream_no)[1])
+        cursors = self._cursors
+        for group in cursors.groups():
+            for key in cursors.keys(group):
+                try:
+                    offset = cursors.get(group, key)
+                except WalCorruptError as e:
+                    log.error("%s", e)
+                    continue
+                s_end = ends.get(key)
+                end = s_end[1] if s_end else 0
+                if offset is not None and offset > end:
+                    name = f"{s_end[0].name!r}[{s_end[0].partition}]" if s_end else key
+                    log.warning(
+                        "cursor of group %r on %s was past the end (%d > %d): set back to %d",
+                        group,
+                        name,
+                        offset,
+                        end,
+                        end,
+                    )
+                    cursors.put(group, key, end)
