@@ -55,7 +55,8 @@ def flip(path: str, pos: int) -> None:
 
 
 def run_and_kill(wal_dir: str, fsync: str, seed: int, delay: float) -> list[str]:
-    env = dict(os.environ, PYTHONPATH=HERE)
+    # The tests folder for crash_writer.py, then this tree's walfs (not an installed one).
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, os.path.dirname(HERE)]))
     proc = subprocess.Popen(
         [PYTHON, os.path.join(HERE, "crash_writer.py"), wal_dir, fsync, str(seed)],
         stdout=subprocess.PIPE,
