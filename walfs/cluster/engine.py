@@ -47,7 +47,7 @@ from walfs.cluster.settings import Settings
 from walfs.cluster.snapshots import SNAPSHOT_EVERY, Snapshots
 from walfs.cluster.state import ClusterState
 from walfs.common.metrics import WalStats
-from walfs.engine.names import check_partition, topic_hash
+from walfs.engine.names import check_org_id, check_partition, topic_hash
 from walfs.engine.settings import Policy
 from walfs.engine.types import Change, StreamInfo, VerifyProgress
 from walfs.engine.watchers import Watchers
@@ -74,8 +74,7 @@ class KafkaEngine:
         snapshot_every: int = SNAPSHOT_EVERY,
         **_local_only: Any,
     ) -> None:
-        if not isinstance(org_id, int) or not 0 <= org_id < 2**63:
-            raise ValueError(f"org_id must be an int in 0..2**63-1, not {org_id!r}")
+        check_org_id(org_id)
         self.t = parse_target(target)
         self.path = target
         self.org_id = org_id
@@ -170,8 +169,7 @@ class KafkaEngine:
             raise ReadOnlyError(f"{self.path} is open read-only")
 
     def for_org(self, org_id: int) -> KafkaEngine:
-        if not isinstance(org_id, int) or isinstance(org_id, bool) or not 0 <= org_id < 2**63:
-            raise ValueError(f"org_id must be an int in 0..2**63-1, not {org_id!r}")
+        check_org_id(org_id)
         if org_id == self.org_id:
             return self
         view = copy.copy(self)  # every collaborator, client and thread shared; only the org differs

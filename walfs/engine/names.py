@@ -63,6 +63,13 @@ def check_partition(partition: int) -> int:
     return partition
 
 
+def check_org_id(org_id: int) -> int:
+    """An org (tenant) id: an int (not a bool) in 0..2**63-1 (ValueError otherwise)."""
+    if not isinstance(org_id, int) or isinstance(org_id, bool) or not 0 <= org_id < 2**63:
+        raise ValueError(f"org_id must be an int in 0..2**63-1, not {org_id!r}")
+    return org_id
+
+
 def topic_hash(org_id: int, topic: str) -> bytes:
     """blake3 of the org id and the name, truncated to 128 bits: two orgs' topics of the
     same name never share a hash."""

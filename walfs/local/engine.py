@@ -20,7 +20,7 @@ from typing import Any
 
 from walfs._core import ffi
 from walfs.common.metrics import WalStats
-from walfs.engine.names import check_partition, stream_key, topic_bytes, topic_hash
+from walfs.engine.names import check_org_id, check_partition, stream_key, topic_bytes, topic_hash
 from walfs.engine.settings import Policy
 from walfs.engine.types import REC_SIZE, Appender, Change, StreamInfo, VerifyProgress
 from walfs.engine.watchers import Watchers
@@ -71,8 +71,7 @@ class LocalEngine:
         test_mode: bool = False,
         io_uring: bool = True,
     ) -> None:
-        if not isinstance(org_id, int) or not 0 <= org_id < 2**63:
-            raise ValueError(f"org_id must be an int in 0..2**63-1, not {org_id!r}")
+        check_org_id(org_id)
         self.path = os.fspath(path)
         self.org_id = org_id
         self.read_only = read_only
@@ -167,8 +166,7 @@ class LocalEngine:
         return self.core.closed
 
     def for_org(self, org_id: int) -> "LocalEngine":
-        if not isinstance(org_id, int) or isinstance(org_id, bool) or not 0 <= org_id < 2**63:
-            raise ValueError(f"org_id must be an int in 0..2**63-1, not {org_id!r}")
+        check_org_id(org_id)
         if org_id == self.org_id:
             return self
         view = copy.copy(self)  # every collaborator, map and thread shared; only the org differs
