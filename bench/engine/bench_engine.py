@@ -177,25 +177,36 @@ time.sleep(600)
 """
 
 OPENER = """
-import sys, time, walfs
+import importlib, sys, time, walfs
+# The engine's modules first (open_engine imports them late): the figure is the open, not
+# the first import (bench/engine/bench_engine.py reports that apart, as import_engine_s).
+t_imp = time.perf_counter()
+for m in ("walfs.local.engine", "walfs.local_engine"):  # the second: trees before issue 34
+    try:
+        importlib.import_module(m)
+        break
+    except ImportError:
+        pass
+imp = time.perf_counter() - t_imp
 t0 = time.perf_counter()
 w = walfs.Wal(sys.argv[1])
 el = time.perf_counter() - t0
 assert w.engine.info("t").high_watermark == int(sys.argv[2])
 # Anonymous memory only: the mapped segment pages a verification touched are page cache.
 anon = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("RssAnon"))
-print(el, anon / 1024, w.engine.report()["verified_records"])
+print(el, anon / 1024, w.engine.report()["verified_records"], imp)
 w.close()
 """
 
 
-def timed_open(path: str, n: int) -> tuple[float, float, int]:
-    """Opens the WAL in a fresh process: (seconds, its anonymous RSS in MB, records verified)."""
+def timed_open(path: str, n: int) -> tuple[float, float, int, float]:
+    """Opens the WAL in a fresh process: (seconds, its anonymous RSS in MB, records verified,
+    seconds the engine's modules took to import before)."""
     out = subprocess.run(
         [sys.executable, "-c", OPENER, path, str(n)], capture_output=True, text=True, check=True
     )
-    el, rss, verified = out.stdout.split()
-    return float(el), float(rss), int(verified)
+    el, rss, verified, imp = out.stdout.split()
+    return float(el), float(rss), int(verified), float(imp)
 
 
 def bench_recovery(base: str, n: int) -> dict[str, float]:
@@ -205,18 +216,19 @@ def bench_recovery(base: str, n: int) -> dict[str, float]:
     for _ in range(n // 100_000):
         benchkit.batch_append(w)("t", [rec] * 100_000)
     w.close()
-    clean_s, clean_rss, clean_verified = timed_open(path, n)
+    clean_s, clean_rss, clean_verified, import_s = timed_open(path, n)
     used = sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if f.startswith("seg-"))
     shutil.rmtree(path)
     p = subprocess.Popen([sys.executable, "-c", WRITER, path, str(n)], stdout=subprocess.PIPE, text=True)
     assert p.stdout is not None and p.stdout.readline().strip() == "done"
     p.send_signal(signal.SIGKILL)
     p.wait()
-    kill_s, kill_rss, kill_verified = timed_open(path, n)
+    kill_s, kill_rss, kill_verified, _ = timed_open(path, n)
     shutil.rmtree(path)
     return {
         "records": n,
         "open_after_clean_close_s": clean_s,
+        "import_engine_s": import_s,
         "open_after_sigkill_s": kill_s,
         "records_verified_after_clean_close": clean_verified,
         "records_verified_after_sigkill": kill_verified,
