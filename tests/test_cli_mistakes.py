@@ -261,6 +261,19 @@ def test_verbs_on_a_mount_and_on_its_mounted_data_directory(mount: Mount) -> Non
     walfs("trim", data, "t", "2", rc=0)
     assert os.getxattr(mount.path / "t", "user.walfs.low_watermark") == b"2"
     walfs("trim", mp, "nope", "1", rc=1, says=(f"{mp}: no topic 'nope'",))
+    # A topic's file alone, as `truncate` takes a file: its topic and partition are its own.
+    walfs("trim", f"{mp}/t", "3", rc=0)
+    assert os.getxattr(mount.path / "t", "user.walfs.low_watermark") == b"3"
+    walfs("trim", f"{mp}/partition=2/t", "1", rc=0)
+    assert os.getxattr(mount.path / "partition=2" / "t", "user.walfs.low_watermark") == b"1"
+    assert os.getxattr(mount.path / "t", "user.walfs.low_watermark") == b"3"
+    past = ("offset 9 is past the end of 't'[2] (high watermark 3)",)
+    walfs("trim", f"{mp}/partition=2/t", "9", rc=1, says=past)
+    walfs("trim", f"{mp}/partition=2/t", "1", "--partition", "3", rc=1, says=("partition 2's file",))
+    walfs("trim", f"{mp}/nope", "1", rc=1, says=(f"{mp}/nope: no such file or directory",))
+    walfs("trim", data + "/streams.cat", "1", rc=1, says=("is not a topic's file on a walfs mount",))
+    walfs("trim", f"{mp}/t", "x", rc=2, says=("offset", "'x'"))
+    walfs("trim", mp, rc=2, says=("PATH TOPIC OFFSET",))
     assert "clean" in walfs("fsck", mp, rc=0).stdout
     walfs("info", data, "--org-id", "2", rc=0)  # read-only: any org of the directory
     walfs("info", mp, "--org-id", "2", rc=1, says=("shows org 1, not 2",))

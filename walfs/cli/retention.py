@@ -3,6 +3,7 @@ mount's xattrs, so the daemon that holds the data directory does the work) or on
 unmounted data directory (through the engine interface, walfs.engine.contract).
 
     walfs trim PATH TOPIC OFFSET [--partition N]
+    walfs trim TOPIC_FILE OFFSET           (a topic's file on a mount)
     walfs retention PATH TOPIC [--ms MS] [--bytes SIZE] [--partition N]
 
 PATH is a mount point or a data directory. A data directory that a mount serves is
@@ -92,32 +93,74 @@ def _engine_topic(w: LogEngine, topic: str, partition: int, path: str) -> None:
 
 
 def trim_main(argv: list[str]) -> int:
-    p = Parser(prog="walfs trim", description="Raise a topic's low watermark: records below OFFSET go.")
-    p.add_argument("path", help="a walfs mount point or a data directory")
-    p.add_argument("topic", help="the topic's name")
-    p.add_argument("offset", type=int, help="records below this offset go (at most the high watermark)")
-    p.add_argument("--partition", type=int, default=0, help="the partition (default 0)")
+    p = Parser(
+        prog="walfs trim",
+        usage="walfs trim PATH TOPIC OFFSET [--partition N] | walfs trim TOPIC_FILE OFFSET",
+        description="Raise a topic's low watermark: records below OFFSET go. "
+        "TOPIC_FILE is the topic's file on a mount (/mnt/wal/orders, /mnt/wal/partition=2/orders).",
+    )
+    p.add_argument("args", nargs="+", metavar="PATH TOPIC OFFSET", help="a mount point or a data "
+                   "directory, the topic's name and the offset; or a topic's file on a mount and the offset")
+    p.add_argument("--partition", type=int, default=None, help="the partition (default 0)")
     p.add_argument(
         "--org-id", type=int, default=None, help="for a data directory (default 1; a mount has its own)"
     )
     a = p.parse_args(argv)
-    if a.offset < 0:
-        p.error(f"argument offset: {a.offset} is negative")
-    target = resolve(a.path, "trim")
+    if len(a.args) not in (2, 3):
+        p.error("give PATH TOPIC OFFSET, or a topic's file on a mount and OFFSET")
+    try:
+        offset = int(a.args[-1])
+    except ValueError:
+        p.error(f"argument offset: invalid int value: {a.args[-1]!r}")
+    if offset < 0:
+        p.error(f"argument offset: {offset} is negative")
+    if len(a.args) == 2:
+        f, topic, partition = _topic_file_arg(a.args[0], a.partition)
+        _check_offset(offset, int(os.getxattr(f, XATTR + "high_watermark")), topic, partition)
+        os.setxattr(f, XATTR + "low_watermark", str(offset).encode())
+        return 0
+    path, topic = a.args[0], a.args[1]
+    partition = a.partition or 0
+    target = resolve(path, "trim")
     mount = _through_mount(target, a.org_id)
     if mount is not None:
-        f = _stream_file(mount, a.topic, a.partition)
-        _check_offset(a.offset, int(os.getxattr(f, XATTR + "high_watermark")), a.topic, a.partition)
-        os.setxattr(f, XATTR + "low_watermark", str(a.offset).encode())
+        f = _stream_file(mount, topic, partition)
+        _check_offset(offset, int(os.getxattr(f, XATTR + "high_watermark")), topic, partition)
+        os.setxattr(f, XATTR + "low_watermark", str(offset).encode())
         return 0
-    w = _open_data_dir(a.path, a.org_id or 1)
+    w = _open_data_dir(path, a.org_id or 1)
     try:
-        _engine_topic(w, a.topic, a.partition, a.path)
-        _check_offset(a.offset, w.info(a.topic, a.partition).high_watermark, a.topic, a.partition)
-        w.trim(a.topic, a.partition, a.offset)
+        _engine_topic(w, topic, partition, path)
+        _check_offset(offset, w.info(topic, partition).high_watermark, topic, partition)
+        w.trim(topic, partition, offset)
     finally:
         w.close()
     return 0
+
+
+def _topic_file_arg(path: str, partition: int | None) -> tuple[str, str, int]:
+    """A topic's file on a mount, given alone: the file, its topic and its partition (read
+    from the file's own xattrs, so every partition directory and org works the same)."""
+    try:
+        topic = os.getxattr(path, XATTR + "topic").decode()
+        part = int(os.getxattr(path, XATTR + "partition"))
+    except FileNotFoundError:
+        raise CliError(f"{path}: no such file or directory") from None
+    except OSError:
+        raise CliError(
+            f"{path} is not a topic's file on a walfs mount: give PATH TOPIC OFFSET "
+            "(PATH a mount point or a data directory), or a topic's file and OFFSET"
+        ) from None
+    try:
+        group = os.getxattr(path, XATTR + "group").decode()
+    except OSError:
+        group = None
+    if group is not None:
+        raise CliError(f"{path} is group {group!r}'s consumer file, not a topic's file: "
+                       "trim the topic's own file")
+    if partition is not None and partition != part:
+        raise CliError(f"{path} is partition {part}'s file, not partition {partition}'s")
+    return path, topic, part
 
 
 def _check_offset(offset: int, high: int, topic: str, partition: int) -> None:
