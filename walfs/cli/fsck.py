@@ -20,7 +20,7 @@ from typing import TextIO
 
 from walfs.cli.common import XATTR, CliError, Parser, explain, module_main, not_a_data_dir, resolve
 from walfs.common.sizes import human
-from walfs.engine.capabilities import Checks, has
+from walfs.engine.capabilities import Checks, Copies, has
 from walfs.engine.targets import is_local
 from walfs.errors import WalError, WalIOError
 from walfs.open import open_engine, repair
@@ -115,11 +115,16 @@ def main(argv: list[str]) -> int:
         problems = checker.verify(progress)
         report = checker.report()
         streams = len(engine.streams())
+        # Metadata kept twice (issue 36): each copy that is damaged while the other proves
+        # itself (a writer's open heals it), and damage with no good copy left.
+        unhealed = engine.check_cursors() if has(engine, Copies) else []
+        copies = engine.healed_copies() if has(engine, Copies) else []
     finally:
         progress.clear()
         engine.close()
     if args.json:
-        print(json.dumps({"recovery": report, "streams": streams, "problems": problems}, indent=2))
+        print(json.dumps({"recovery": report, "streams": streams, "problems": problems,
+                          "damaged_copies": copies, "damaged_metadata": unhealed}, indent=2))
     else:
         print(
             f"{data_dir}: {report['segments']} segments, {report['records']} records "
@@ -129,8 +134,15 @@ def main(argv: list[str]) -> int:
         )
         for topic, partition, offset, what in problems:
             print(f"  {topic}[{partition}] offset {offset}: {what}")
-        print("clean" if not problems else f"{len(problems)} damaged records")
-    return 1 if problems else 0
+        for line in copies:
+            print(f"  one copy damaged: {line}")
+        for line in unhealed:
+            print(f"  {line}")
+        found = [f"{len(problems)} damaged records"] if problems else []
+        found += [f"{len(copies)} damaged copies (a writer's open heals them)"] if copies else []
+        found += [f"{len(unhealed)} damaged cursor files"] if unhealed else []
+        print("; ".join(found) if found else "clean")
+    return 1 if problems or copies or unhealed else 0
 
 
 def _data_dir(path: str) -> str:

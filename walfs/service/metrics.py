@@ -84,6 +84,12 @@ class Metrics:
                                 value=report.get("cut_records", 0))
         yield GaugeMetricFamily("walfs_recovery_verified_records", "records checked by CRC at the last open",
                                 value=report.get("verified_records", 0))
+        yield CounterMetricFamily(
+            "walfs_healed_copies",
+            "metadata copies (catalog, topics.conf, cursors.manifest, cursor files) found damaged, "
+            "missing or behind at the open or a first read, and rewritten from their good copy",
+            value=report.get("healed", 0) + report.get("healed_files", 0),
+        )
         yield CounterMetricFamily("walfs_corrupt_records",
                                   "damaged records (failing their checksum) that reads ran into, each once",
                                   value=stats.corrupt.total)
