@@ -1,7 +1,10 @@
 """The damage fuzzer (issue 9): one closed WAL with many streams, batches, trims, cursors and
 records from 0 bytes to several blocks is damaged at random (flipped bits, zeroed 4 KiB
 pages, truncated files, deleted files, of every kind: streams.cat, segments, index.snap,
-cursor files, cursors.manifest, topics.conf), then opened and read whole in a forked child with a time limit.
+cursor files, cursors.manifest, topics.conf and their mirrors), then opened and read whole in a forked child
+with a time limit. With --one-copy (damage_one_copy, issue 36) only one copy of the metadata
+files kept twice is damaged (topics.conf, cursors.manifest, a cursor file's slot): every case
+must then read back whole.
 
 Allowed outcomes of a case: a clear walfs exception (at open or on read), or every record
 and cursor returned exactly as written. Anything else is a failure: a signal, a hang, other
@@ -180,6 +183,73 @@ def damage(d: str, rng: random.Random) -> list[str]:
     return done
 
 
+# The Python layer's files kept twice (issue 36): each damage of damage_one_copy hits one
+# copy of one of them, and a case must then read back whole (a refused open is a failure).
+MIRRORED = ("topics.conf", "cursors.manifest")
+
+
+def damage_one_copy(d: str, rng: random.Random) -> list[str]:
+    """Applies 1-3 damages to the metadata files kept twice, never both copies of one:
+    topics.conf or its mirror, cursors.manifest or its mirror, one slot of a cursor file
+    (slot A in the first 4 KiB page, slot B after it). Flipped bits, a zeroed 4 KiB page,
+    a truncation, a deletion (of a whole copy: a cursor file's slot B is cut off)."""
+    copies: dict[str, tuple[str, int, int | None]] = {}  # copy -> (file, first byte, end)
+    for name in MIRRORED:
+        for path in (os.path.join(d, name), os.path.join(d, name + ".mirror")):
+            if os.path.exists(path):
+                copies[os.path.relpath(path, d)] = (path, 0, None)
+    for path in _files(os.path.join(d, "cursors")):
+        if not os.path.basename(path).startswith("."):
+            rel = os.path.relpath(path, d)
+            copies[rel + " slot A"] = (path, 0, 4096)
+            copies[rel + " slot B"] = (path, 4096, None)
+    done: list[str] = []
+    hit: set[str] = set()
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        left = sorted(c for c in copies if c.split(" slot ")[0].removesuffix(".mirror") not in hit)
+        if not left:
+            break
+        # A kind first (topics.conf, the manifest, a cursor file), so that the many cursor
+        # files do not crowd out the rest.
+        kinds: dict[str, list[str]] = {}
+        for c in left:
+            kinds.setdefault("cursor" if " slot " in c else c.removesuffix(".mirror"), []).append(c)
+        copy = rng.choice(kinds[rng.choice(sorted(kinds))])
+        path, start, end = copies[copy]
+        hit.add(copy.split(" slot ")[0].removesuffix(".mirror"))
+        size = os.path.getsize(path)
+        end = size if end is None else min(end, size)
+        kind = rng.choices(("flip", "zero", "truncate", "delete"), (5, 3, 2, 1))[0]
+        if kind == "flip":
+            with open(path, "r+b") as f:
+                flips = []
+                for _ in range(rng.randint(1, 8)):
+                    pos = rng.randrange(start, end)
+                    f.seek(pos)
+                    b = f.read(1)[0] ^ (1 << rng.randrange(8))
+                    f.seek(pos)
+                    f.write(bytes([b]))
+                    flips.append(pos)
+            done.append(f"flip {copy} @{flips}")
+        elif kind == "zero":
+            with open(path, "r+b") as f:
+                f.seek(start)
+                f.write(bytes(min(4096, end - start)))
+            done.append(f"zero {copy} page@{start}")
+        elif kind == "truncate" or start:  # a cursor file's slot B: cut off
+            new = rng.randrange(max(start, 1) if start else 0, end)
+            os.truncate(path, new)
+            done.append(f"truncate {copy} {size}->{new}")
+        elif end == size:
+            os.unlink(path)
+            done.append(f"delete {copy}")
+        else:  # a cursor file's slot A: its page zeroed (a deletion would take both)
+            with open(path, "r+b") as f:
+                f.write(bytes(4096))
+            done.append(f"zero {copy} page@0")
+    return done
+
+
 # -- the check, in a child ----------------------------------------------------------------
 def read_everything(d: str) -> dict:
     """Opens the WAL and reads all of it. Returns {"error": ...} for a walfs exception
@@ -262,13 +332,14 @@ def _in_child(d: str, timeout: float) -> dict:
         os.unlink(out)
 
 
-def judge(g: Golden, res: dict) -> tuple[str, str] | None:
-    """None when the outcome is allowed, else (failure class, detail)."""
+def judge(g: Golden, res: dict, one_copy: bool = False) -> tuple[str, str] | None:
+    """None when the outcome is allowed, else (failure class, detail). With one_copy (the
+    damage left one good copy of everything: damage_one_copy), an error is a failure."""
     for bad in ("signal", "hang", "uncaught"):
         if bad in res:
             return bad, str(res[bad])
     if "error" in res:
-        return None
+        return ("refused with one copy intact", res["error"]) if one_copy else None
     streams = res["streams"]
     for key, written in g.records.items():
         low = g.low[key]
@@ -307,29 +378,32 @@ class Outcome:
     failure: tuple[str, str] | None
 
 
-def run_case(g: Golden, seed: int, workdir: str, timeout: float = CHILD_TIMEOUT_S) -> Outcome:
+def run_case(
+    g: Golden, seed: int, workdir: str, timeout: float = CHILD_TIMEOUT_S, one_copy: bool = False
+) -> Outcome:
     d = os.path.join(workdir, f"case-{seed}")
     shutil.copytree(g.path, d)
     try:
-        done = damage(d, random.Random(seed))
+        done = (damage_one_copy if one_copy else damage)(d, random.Random(seed))
         res = _in_child(d, timeout)
         summary = res.get("error") or next(
             (f"{k}: {res[k]}" for k in ("signal", "hang", "uncaught") if k in res), "read back"
         )
-        verdict = judge(g, res)
+        verdict = judge(g, res, one_copy)
         return Outcome(seed, done, summary, verdict)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def run(cases: int, first_seed: int, workdir: str, progress: bool = False) -> dict:
-    """Runs cases seeds first_seed.. and returns a JSON-able summary."""
+def run(cases: int, first_seed: int, workdir: str, progress: bool = False, one_copy: bool = False) -> dict:
+    """Runs cases seeds first_seed.. and returns a JSON-able summary (one_copy: the
+    metadata-only damage of damage_one_copy, which must read back whole)."""
     g = build_golden(os.path.join(workdir, "golden"))
     failures: list[Outcome] = []
     errors = clean = 0
     t0 = time.monotonic()
     for i in range(cases):
-        o = run_case(g, first_seed + i, workdir)
+        o = run_case(g, first_seed + i, workdir, one_copy=one_copy)
         if o.failure:
             failures.append(o)
         elif o.result == "read back":
@@ -362,14 +436,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=None, help="run this one seed and show it")
     p.add_argument("--first-seed", type=int, default=int(os.environ.get("WALFS_FUZZ_SEED", "1")))
     p.add_argument("--json-out", help="also write the JSON summary here")
+    p.add_argument("--one-copy", action="store_true", help="damage one copy of the files kept twice only")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="walfs-fuzz-") as wd:
         if args.seed is not None:
             g = build_golden(os.path.join(wd, "golden"))
-            o = run_case(g, args.seed, wd)
+            o = run_case(g, args.seed, wd, one_copy=args.one_copy)
             summary = {"seed": o.seed, "damage": o.damage, "outcome": o.result, "failure": o.failure}
         else:
-            summary = run(args.cases, args.first_seed, wd, progress=True)
+            summary = run(args.cases, args.first_seed, wd, progress=True, one_copy=args.one_copy)
     text = json.dumps(summary, indent=2)
     print(text)
     if args.json_out:
