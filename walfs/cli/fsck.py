@@ -1,7 +1,9 @@
 """walfs fsck PATH: recovers the data directory read-only, then reads every stored record
-and checks its CRC and index slot. PATH is a data directory or a walfs mount point (its
-data directory is checked, beside the running daemon). Exit 0 when clean, 1 when damage
-was found, 2 when the directory cannot be checked at all (or the command line is wrong).
+and checks its CRC and index slot, and every cursor file; lists each metadata copy found
+damaged while its other copy is good (a writer's open heals it: issue 36). PATH is a data
+directory or a walfs mount point (its data directory is checked, beside the running
+daemon). Exit 0 when clean, 1 when damage was found (a damaged copy too), 2 when the
+directory cannot be checked at all (or the command line is wrong).
 On a terminal, a progress line on stderr shows the streams, records and bytes checked.
 
 walfs fsck --repair DAMAGED_DIR --into NEW_DIR: salvage (walfs/local/salvage.py). Copies
