@@ -20,6 +20,7 @@ from conftest import SMALL, payload, stream_key
 import walfs
 from walfs.local.cursors import CursorStore
 from walfs.local.settings_file import TopicSettings
+from walfs.service.metrics import Metrics
 
 TOPICS = {"a": 200, "b": 200, "c": 10}  # records per topic: a and b span several segment files
 CURSORS = {("plain", "a"): (150, ""), ("meta", "b"): (77, "consumer-3 gen 9")}
@@ -150,6 +151,7 @@ def test_one_damaged_copy_is_served_healed_and_reported(wal_dir, copy, fault):
         (line,) = w.engine.healed_copies()
         assert path in line and "rewritten" in line, line
         assert w.engine.report()["healed_files"] == 1
+        assert b"walfs_healed_copies_total 1.0" in Metrics(w.engine).text()
         check(w)
     for name in ("topics.conf", "cursors.manifest"):
         p = os.path.join(wal_dir, name)
