@@ -75,7 +75,7 @@ def write_mirrored(path: str, data: bytes) -> None:
     number) in one durable step: <path>, then <path>.mirror, each atomically; then the
     directory fsync that makes both renames durable."""
     for p in (path, path + MIRROR):
-        tmp = f"{p}.tmp.{threading.get_ident()}"
+        tmp = p + ".tmp"  # one name (a crash's leftover is reused): the caller serializes writes
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -115,7 +115,7 @@ class Mirrored(Generic[T]):
         reader may be a writer's change in flight)."""
         for bad, why in self.bad + ([] if read_only else self.older):
             if not read_only:
-                write_durable(bad, self.raw)
+                write_durable(bad, self.raw, tmp=bad + ".tmp")
             note(bad, why, self.good)
 
 
