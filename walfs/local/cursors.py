@@ -159,6 +159,8 @@ def _decode(data: bytes, ident: bytes, path: str) -> tuple[tuple[int, str], str 
     b: tuple[tuple[int, str], bytes] | str = "missing"
     if isinstance(a, tuple):
         at = _after(a[1])
+        if data[at:] == a[1]:  # the usual case: slot B is slot A's bytes, so it verifies too
+            return a[0], None, None
         b = _slot(data, at, ident) if len(data) > at else "missing (file cut short)"
         if isinstance(b, tuple) and at + len(b[1]) != len(data):
             b = "bad length"
