@@ -156,6 +156,11 @@ TORTURE_OUT ?= torture-summary.json
 torture: testdeps
 	TORTURE_OUT=$(TORTURE_OUT) $(PY) tools/torture.py
 
+# The damage fuzzer at length (tests/damage_fuzz.py; CI runs a few hundred cases): WALFS_FUZZ_CASES
+# damaged WALs from TORTURE_SEED, a JSON summary on stdout.
+fuzz:
+	$(PY) tests/damage_fuzz.py --cases $${WALFS_FUZZ_CASES:-1000} --first-seed $${TORTURE_SEED:-1}
+
 # The mount fuzzer at length (tests/test_mount_fuzz.py; CI runs 300 calls per user).
 FUZZ_OPS ?= 5000
 fuzz-mount: testdeps
