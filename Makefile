@@ -11,7 +11,7 @@ START     ?= 1
 APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd strace iproute2 \
 	openjdk-17-jre-headless openssl
 
-.PHONY: install deps venv start testdeps kafka test lint ctest bench bench-figures bench-ab nullkafka walrus-baseline bench-single cluster cluster-stop bench-kafka torture fuzz-mount clean
+.PHONY: install deps venv start testdeps kafka test lint ctest bench bench-figures bench-ab nullkafka walrus-baseline bench-single cluster cluster-stop bench-kafka torture fuzz fuzz-mount clean
 
 install: deps venv
 	install -m 755 mount/mount.fuse.walfs /sbin/mount.fuse.walfs
