@@ -154,7 +154,7 @@ uint32_t crc_seed_for(uint64_t uuid) { return (uint32_t)(uuid ^ (uuid >> 32)); }
 /* ---- catalog ---- */
 
 void fmt_cat_header(uint8_t *out, uint64_t uuid, uint64_t created_ms, uint64_t segment_size,
-                    uint32_t block_size)
+                    uint32_t block_size, uint64_t generation, uint32_t copy)
 {
     memset(out, 0, CAT_HDR_SIZE);
     memcpy(out, CAT_MAGIC, 8);
@@ -163,6 +163,8 @@ void fmt_cat_header(uint8_t *out, uint64_t uuid, uint64_t created_ms, uint64_t s
     put64(out + 16, uuid);
     put64(out + 24, created_ms);
     put64(out + 32, segment_size);
+    put64(out + 40, generation);
+    put32(out + 48, copy);
     /* The header's crc cannot be seeded with the uuid it carries: use seed 0. */
     put32(out + 60, crc32c(0, out, 60));
 }
@@ -182,12 +184,41 @@ int fmt_cat_header_parse(const uint8_t *in, uint64_t *uuid, uint64_t *segment_si
 /* The version of a header that fmt_cat_header_parse accepted. */
 uint32_t fmt_cat_header_version(const uint8_t *in) { return get32(in + 8); }
 
-/* A version 1 header made version 2 (catalog.c: upgrade at close), crc redone. */
-void fmt_cat_header_upgrade(uint8_t *hdr)
+/* Version 3: the compaction generation and the copy number (0 streams.cat, 1 its mirror). */
+uint64_t fmt_cat_header_generation(const uint8_t *in) { return get32(in + 8) >= 3 ? get64(in + 40) : 0; }
+uint32_t fmt_cat_header_copy(const uint8_t *in) { return get32(in + 8) >= 3 ? get32(in + 48) : 0; }
+
+/* A header made version 3 (an upgrade, a compaction, a heal): generation and copy set,
+ * crc redone. */
+void fmt_cat_header_set(uint8_t *hdr, uint64_t generation, uint32_t copy)
 {
     put32(hdr + 8, CAT_VERSION);
+    memset(hdr + 40, 0, 20);
+    put64(hdr + 40, generation);
+    put32(hdr + 48, copy);
     put32(hdr + 60, crc32c(0, hdr, 60));
 }
+
+/* Version 3 binds each entry to its place: its crc is seeded with the WAL's seed run over
+ * (u32 copy, u64 byte offset of the entry in its file), so an entry written at another
+ * offset or into the other copy (a misdirected write) fails its check. */
+uint32_t fmt_cat_loc_seed(uint32_t seed, uint32_t copy, uint64_t off)
+{
+    uint8_t loc[12];
+    put32(loc, copy);
+    put64(loc + 4, off);
+    return crc32c(seed, loc, sizeof(loc));
+}
+
+/* Re-seals an entry built with the plain seed (fmt_cat_*) for its place in a version 3
+ * copy. */
+void fmt_cat_bind(uint8_t *entry, uint32_t seed, uint32_t copy, uint64_t off)
+{
+    put32(entry, crc32c(fmt_cat_loc_seed(seed, copy, off), entry + 4, (size_t)get16(entry + 6) - 4));
+}
+
+/* The length field of an entry (fmt_cat_* built it: no check). */
+size_t fmt_cat_entry_len(const uint8_t *entry) { return get16(entry + 6); }
 
 static size_t cat_entry_finish(uint8_t *out, uint32_t seed, uint16_t type, size_t len)
 {
@@ -234,10 +265,12 @@ size_t fmt_cat_delete(uint8_t *out, uint32_t seed, uint32_t stream_no)
     return cat_entry_finish(out, seed, CAT_DELETE, 16);
 }
 
-size_t fmt_cat_segment(uint8_t *out, uint32_t seed, uint16_t type, uint64_t seg_id)
+size_t fmt_cat_segment(uint8_t *out, uint32_t seed, uint16_t type, uint64_t seg_id, uint64_t created_ms)
 {
     put64(out + 8, seg_id);
-    return cat_entry_finish(out, seed, type, 16);
+    if (type != CAT_SEGMENT) return cat_entry_finish(out, seed, type, 16);
+    put64(out + 16, created_ms); /* version 3: what the segment header holds beyond the geometry */
+    return cat_entry_finish(out, seed, type, 24);
 }
 
 size_t fmt_cat_open(uint8_t *out, uint32_t seed, uint64_t epoch)
@@ -294,8 +327,12 @@ size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_e
         e->a = get64(in + 8);
         return len;
     case CAT_SEGMENT:
+        if (len != 16 && len != 24) BAD("SEGMENT entry of the wrong length");
+        e->a = get64(in + 8);
+        e->b = len == 24 ? get64(in + 16) : 0;
+        return len;
     case CAT_SEGMENT_GONE:
-        if (len != 16) BAD("SEGMENT entry of the wrong length");
+        if (len != 16) BAD("SEGMENT_GONE entry of the wrong length");
         e->a = get64(in + 8);
         return len;
     default:
@@ -306,29 +343,30 @@ size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_e
 
 /* ---- segment ---- */
 
-void fmt_seg_header(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t n_blocks)
+void fmt_seg_header(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t n_blocks, uint64_t created_ms)
 {
     memset(out, 0, SEG_HDR_SIZE);
     memcpy(out, SEG_MAGIC, 8);
-    put32(out + 8, FORMAT_VERSION);
+    put32(out + 8, SEG_HDR_VERSION);
     put32(out + 12, wal->opt.block_size);
     put64(out + 16, wal->opt.segment_size);
     put64(out + 24, seg_id);
     put64(out + 32, wal->uuid);
-    put64(out + 40, now_ms());
+    put64(out + 40, created_ms);
     put32(out + 48, n_blocks);
     put32(out + 60, crc32c(wal->crc_seed, out, 60));
 }
 
 int fmt_seg_header_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint64_t *seg_size,
-                         uint32_t *block_size, uint32_t *n_blocks)
+                         uint32_t *block_size, uint32_t *n_blocks, uint64_t *created_ms)
 {
     if (memcmp(in, SEG_MAGIC, 8) != 0) return -EUCLEAN;
     if (get32(in + 60) != crc32c(wal->crc_seed, in, 60)) return -EBADMSG;
-    if (get32(in + 8) != FORMAT_VERSION) return -EPROTONOSUPPORT;
+    if (get32(in + 8) != SEG_HDR_VERSION) return -EPROTONOSUPPORT;
     if (get64(in + 24) != seg_id || get64(in + 32) != wal->uuid) return -EUCLEAN;
     *block_size = get32(in + 12);
     *seg_size = get64(in + 16);
+    *created_ms = get64(in + 40);
     *n_blocks = get32(in + 48);
     return 0;
 }

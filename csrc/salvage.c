@@ -29,7 +29,7 @@ int walfs_salvage_identity(const uint8_t *buf, uint64_t len, uint64_t *uuid, uin
     if (len < 64 || memcmp(buf, "WALFSSEG", 8) != 0) return -EUCLEAN;
     uint64_t id = rd64(buf + 32);
     if (rd32(buf + 60) != crc32c(crc_seed_for(id), buf, 60)) return -EBADMSG;
-    if (rd32(buf + 8) != FORMAT_VERSION) return -EPROTONOSUPPORT;
+    if (rd32(buf + 8) != SEG_HDR_VERSION) return -EPROTONOSUPPORT;
     *uuid = id;
     *block_size = rd32(buf + 12);
     *segment_size = rd64(buf + 16);
@@ -50,9 +50,11 @@ int64_t walfs_salvage_catalog(const uint8_t *buf, uint64_t len, uint64_t uuid, w
         memcpy(&elen, buf + pos + 6, 2);
         cat_entry_t e;
         const char *why;
-        size_t used = type >= CAT_DEFINE && type <= CAT_SEGMENT_GONE && elen >= 8 && elen <= 42 + MAX_NAME
-                          ? fmt_cat_entry_parse(buf + pos, len - pos, seed, &e, &why)
-                          : 0;
+        int plausible = type >= CAT_DEFINE && type <= CAT_SEGMENT_GONE && elen >= 8 && elen <= 42 + MAX_NAME;
+        size_t used = plausible ? fmt_cat_entry_parse(buf + pos, len - pos, seed, &e, &why) : 0;
+        /* Version 3 binds entries to their place in streams.cat (copy 0) or its mirror (1). */
+        for (uint32_t copy = 0; plausible && !used && copy < 2; copy++)
+            used = fmt_cat_entry_parse(buf + pos, len - pos, fmt_cat_loc_seed(seed, copy, pos), &e, &why);
         if (!used || e.type < CAT_DEFINE || e.type > CAT_SEGMENT_GONE) {
             pos++;
             (*skipped)++;
