@@ -253,7 +253,7 @@ static void note_heal(walfs_t *wal, uint32_t copy, const char *fmt, uint64_t at,
     snprintf(what, sizeof(what), fmt, at, why);
 #pragma GCC diagnostic pop
     if (!(wal->cat_heal & (1 << copy)))
-        wal_log(wal, "%s/%s: %s; served from %s%s", wal->dir, copy_name[copy], what, copy_name[1 - copy],
+        wal_log(wal, "%s: %s; served from %s%s", copy_name[copy], what, copy_name[1 - copy],
                 wal->opt.read_only ? " (a writer's open will rewrite it)" : ", rewritten at this open");
     wal->cat_heal |= 1 << copy;
 }
@@ -374,8 +374,7 @@ static int cat_open_copies(walfs_t *wal, cat_copy_t *cp)
     int ok0 = !cp[0].hdr_rc, ok1 = !cp[1].hdr_rc;
     if (ok0 && fmt_cat_header_version(cp[0].buf) < 3) {
         /* Version 1 or 2: one copy, read as before (a writer's open upgrades it). */
-        if (cp[1].fd >= 0) wal_log(wal, "%s/" MIR_NAME ": ignored beside a version %u catalog", wal->dir,
-                                   fmt_cat_header_version(cp[0].buf));
+        if (cp[1].fd >= 0) wal_log(wal, MIR_NAME ": ignored beside a version %u catalog", fmt_cat_header_version(cp[0].buf));
         drop_copy(&cp[1]);
         use_header(wal, cp[0].buf);
         int64_t used = apply_all(wal, cp[0].buf + CAT_HDR_SIZE, cp[0].size - CAT_HDR_SIZE, 0, CAT_HDR_SIZE, 0);
@@ -675,7 +674,7 @@ int cat_heal_upgrade(walfs_t *wal, int v1_too)
     for (uint32_t c = 0; heal && c < 2; c++)
         if (wal->cat_heal & (1 << c)) {
             wal->report.healed++;
-            wal_log(wal, "%s/%s: rewritten from the good copy (healed)", wal->dir, copy_name[c]);
+            wal_log(wal, "%s: rewritten from the good copy (healed)", copy_name[c]);
         }
     wal->cat_heal &= ~3;
     return 0;

@@ -171,8 +171,7 @@ static int seg_rebuild_header(walfs_t *wal, int fd, uint64_t id, uint64_t file_s
                       : rc == -EPROTONOSUPPORT ? "has an unknown format version"
                                                : "has a bad magic, segment id or WAL uuid";
     if (wal->opt.read_only) {
-        wal_log(wal, "%s/%s: header %s; rebuilt in memory from streams.cat (a writer's open will write it)", wal->dir,
-                name, why);
+        wal_log(wal, "%s: header %s; rebuilt in memory from streams.cat (a writer's open will write it)", name, why);
         return 0;
     }
     uint8_t hdr[SEG_HDR_SIZE];
@@ -183,7 +182,7 @@ static int seg_rebuild_header(walfs_t *wal, int fd, uint64_t id, uint64_t file_s
         return -EIO;
     }
     wal->report.healed++;
-    wal_log(wal, "%s/%s: header %s; rebuilt from streams.cat and rewritten (healed)", wal->dir, name, why);
+    wal_log(wal, "%s: header %s; rebuilt from streams.cat and rewritten (healed)", name, why);
     return 0;
 }
 
