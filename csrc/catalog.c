@@ -252,6 +252,7 @@ static void note_heal(walfs_t *wal, uint32_t copy, const char *fmt, uint64_t at,
 #pragma GCC diagnostic ignored "-Wformat-nonliteral"
     snprintf(what, sizeof(what), fmt, at, why);
 #pragma GCC diagnostic pop
+    if (!(wal->cat_heal & (1 << copy))) wal->report.metadata_damaged++;
     if (!(wal->cat_heal & (1 << copy)))
         wal_log(wal, "%s: %s; served from %s%s", copy_name[copy], what, copy_name[1 - copy],
                 wal->opt.read_only ? " (a writer's open will rewrite it)" : ", rewritten at this open");
@@ -389,6 +390,7 @@ static int cat_open_copies(walfs_t *wal, cat_copy_t *cp)
         else
             wal_damage(wal, "%s/" CAT_NAME ": %s, and %s/" MIR_NAME ": %s", wal->dir, cp[0].hdr_why, wal->dir,
                        cp[1].hdr_why);
+        if (cp[1].fd >= 0) return -EUCLEAN;
         return cp[0].hdr_rc == -EPROTONOSUPPORT ? -EPROTONOSUPPORT : cp[0].hdr_rc == -EBADMSG ? -EBADMSG : -EUCLEAN;
     }
     if (ok0 && ok1) {

@@ -170,6 +170,7 @@ static int seg_rebuild_header(walfs_t *wal, int fd, uint64_t id, uint64_t file_s
                       : rc == -EBADMSG         ? "fails its crc"
                       : rc == -EPROTONOSUPPORT ? "has an unknown format version"
                                                : "has a bad magic, segment id or WAL uuid";
+    wal->report.metadata_damaged++;
     if (wal->opt.read_only) {
         wal_log(wal, "%s: header %s; rebuilt in memory from streams.cat (a writer's open will write it)", name, why);
         return 0;

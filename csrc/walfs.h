@@ -84,6 +84,8 @@ typedef struct walfs_recovery_report {
                                     1 waits for walfs_catalog_upgrade or the clean close) */
     uint64_t healed;             /* damaged metadata copies this open rewrote from a good one (a
                                     catalog copy, a segment header); a read-only open counts none */
+    uint64_t metadata_damaged;   /* damaged metadata copies this open found and served from the
+                                    good one (a writer's open: the same as healed) */
 } walfs_recovery_report_t;
 
 /* The disk as the WAL's appends and syncs use it, since open (for Prometheus: etcd's
