@@ -707,9 +707,11 @@ int cat_append_n(walfs_t *wal, const uint8_t *buf, size_t len, uint64_t n_entrie
     if (rc) return rc;
     int copies = wal->cat_version >= 3 ? 2 : 1;
     int fds[2] = {wal->cat_fd, wal->cat_fd2};
+    int split = copies == 2 ? fault_hit(wal, WALFS_FAULT_CAT_SPLIT) : 0; /* test mode: die between the copies */
+    if (split) copies = 1;
     if (copies == 2 && fds[1] < 0) return -EIO; /* never: the open heals a missing mirror first */
     uint8_t *bound = NULL;
-    if (copies == 2 && !(bound = malloc(len))) return -ENOMEM;
+    if (wal->cat_version >= 3 && !(bound = malloc(len))) return -ENOMEM;
     for (int c = 0; c < copies; c++) {
         const uint8_t *out = buf;
         if (bound) {
@@ -732,6 +734,7 @@ int cat_append_n(walfs_t *wal, const uint8_t *buf, size_t len, uint64_t n_entrie
     rc = fault_hit(wal, WALFS_FAULT_SYNC);
     for (int c = 0; c < copies && !rc; c++)
         if (fdatasync(fds[c]) != 0) rc = -errno;
+    if (!rc && split) rc = split;
     if (rc) {
         atomic_store(&wal->failed, rc);
         return rc;

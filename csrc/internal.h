@@ -211,7 +211,7 @@ struct walfs {
     int wb_inited, wb_started, wb_stop;
     int wb_waiting;              /* the thread waits on wb_cond: a queued range signals it */
 
-    fault_t faults[6];
+    fault_t faults[7];
     _Atomic uint32_t slow_sync_ms; /* the next round sleeps this long first (walfs_debug_slow_sync) */
     uint64_t tally_mark;     /* budget.c: the last scratch tally's mark; under wal->lock */
     walfs_recovery_report_t report;

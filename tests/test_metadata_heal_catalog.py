@@ -360,3 +360,25 @@ def test_copied_directory_heals_like_the_original(open_wal, wal_dir, tmp_path):
     assert w.engine.report()["healed"] == 1
     check_whole(w, expected)
     w.close()
+
+
+def test_a_crash_between_the_copies_writes_through_the_fault_hook(open_wal, wal_dir):
+    """The core's own crash point (debug "catalog_split"): the DEFINE of a new topic is
+    written and synced in streams.cat only, the process dies (power cut). Nothing
+    acknowledged is lost; the entry, in one copy, is kept; the mirror is healed."""
+    import errno
+
+    from walfs.local import debug
+
+    expected = build(open_wal)
+    w = open_wal(test_mode=True, fsync="always")
+    w.append("a", b"acknowledged")
+    expected["a"].append(b"acknowledged")
+    debug.inject_fault(w, "catalog_split", errno.EIO, after=0, count=1)
+    with pytest.raises(walfs.WalError):
+        w.create("split")
+    debug.power_cut(w, seed=7)
+    heals(open_wal, wal_dir, expected)
+    w = open_wal()
+    assert "split" in w.topics()
+    w.close()

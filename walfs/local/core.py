@@ -686,6 +686,7 @@ class Engine:
             "alloc": lib.WALFS_FAULT_ALLOC,
             "reclaim": lib.WALFS_FAULT_RECLAIM,
             "writeback": lib.WALFS_FAULT_WRITEBACK,
+            "catalog_split": lib.WALFS_FAULT_CAT_SPLIT,
         }
         h = self._enter()
         try:
