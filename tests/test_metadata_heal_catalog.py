@@ -272,11 +272,15 @@ def test_a_compaction_cut_short_between_its_renames_takes_the_newer_copy(open_wa
 # -- read-only opens and the upgrade --------------------------------------------------------
 
 
+def file_bytes(d: str) -> dict[str, bytes]:
+    return {e.name: open(e.path, "rb").read() for e in os.scandir(d) if e.is_file() and e.name != "LOCK"}
+
+
 def test_a_read_only_open_serves_from_the_good_copy_and_writes_nothing(open_wal, wal_dir):
     expected = build(open_wal)
     flip(os.path.join(wal_dir, MIRROR), entry_not_last(os.path.join(wal_dir, MIRROR)) + 20)
     zero(os.path.join(wal_dir, seg_name(1)), 0, 512)
-    files = {e.name: open(e.path, "rb").read() for e in os.scandir(wal_dir) if e.is_file() and e.name != "LOCK"}
+    files = file_bytes(wal_dir)
     w = open_wal(read_only=True)
     report = w.engine.report()
     assert report["healed"] == 0 and report["metadata_damaged"] == 2, report
@@ -285,8 +289,7 @@ def test_a_read_only_open_serves_from_the_good_copy_and_writes_nothing(open_wal,
     w.close()
     r = fsck(wal_dir)
     assert r.returncode == 1 and "2 damaged metadata copies" in r.stdout, (r.stdout, r.stderr)
-    after = {e.name: open(e.path, "rb").read() for e in os.scandir(wal_dir) if e.is_file() and e.name != "LOCK"}
-    assert after == files
+    assert file_bytes(wal_dir) == files
     heals(open_wal, wal_dir, expected, healed=2)
 
 

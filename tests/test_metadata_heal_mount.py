@@ -14,7 +14,7 @@ pytest_plugins = ["conftest_mount"]
 def test_mount_starts_and_serves_with_a_damaged_catalog_copy(make_mount) -> None:
     m: Mount = make_mount()
     m.start()
-    m.sh("for i in $(seq 1 200); do echo \"line $i of a\" >> a; echo \"line $i of b\" >> b; done")
+    m.sh('for i in $(seq 1 200); do echo "line $i of a" >> a; echo "line $i of b" >> b; done')
     want = {t: "".join(f"line {i} of {t}\n" for i in range(1, 201)) for t in ("a", "b")}
     m.stop()
     data = str(m.data)

@@ -744,7 +744,7 @@ def test_read_only_open_beside_a_writer_creating_segments_and_streams(open_wal, 
 
 def test_zeroed_newest_segment_the_catalog_lists_is_reported_and_kept(open_wal, wal_dir):
     three_streams(open_wal)
-    to_legacy(wal_dir, 2)  # version 3 rebuilds the header; its records are still missing (test_metadata_heal_catalog.py)
+    to_legacy(wal_dir, 2)  # v3 rebuilds the header, records still missing: test_metadata_heal_catalog.py
     newest = sorted(n for n in os.listdir(wal_dir) if n.startswith("seg-"))[-1]
     path = os.path.join(wal_dir, newest)
     with open(path, "r+b") as f:  # looks like a creation cut short, but the catalog lists it
