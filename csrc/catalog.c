@@ -175,7 +175,7 @@ static int apply(walfs_t *wal, const cat_entry_t *e, int merge)
  * their place (format.c), older versions use the WAL's seed alone. */
 static uint32_t entry_seed(const walfs_t *wal, uint32_t copy, uint64_t off)
 {
-    return wal->cat_version >= 3 ? fmt_cat_loc_seed(wal->crc_seed, copy, off) : wal->crc_seed;
+    return wal->cat_version >= 3 ? fmt_cat_loc_seed(wal->crc_seed, copy, off, wal->cat_gen) : wal->crc_seed;
 }
 
 static size_t parse_at(const walfs_t *wal, const uint8_t *buf, size_t size, size_t pos, uint32_t copy, uint64_t base,
@@ -512,10 +512,17 @@ int cat_refresh(walfs_t *wal)
     if (fstatat(wal->dirfd, copy_name[wal->cat_copy], &named, 0) == 0 && named.st_ino != st.st_ino) {
         int fd = openat(wal->dirfd, copy_name[wal->cat_copy], O_RDONLY | O_CLOEXEC);
         if (fd < 0) return -errno;
-        if (fstat(fd, &st) != 0 || st.st_size < CAT_HDR_SIZE) {
+        uint8_t hdr[CAT_HDR_SIZE];
+        uint64_t uuid, seg_size;
+        uint32_t block_size;
+        if (fstat(fd, &st) != 0 || st.st_size < CAT_HDR_SIZE || pread(fd, hdr, sizeof(hdr), 0) != CAT_HDR_SIZE ||
+            fmt_cat_header_parse(hdr, &uuid, &seg_size, &block_size) != 0 || uuid != wal->uuid) {
             close(fd);
             return -EUCLEAN;
         }
+        /* A compaction (generation + 1), or the writer's upgrade of the version this open read. */
+        wal->cat_version = fmt_cat_header_version(hdr);
+        wal->cat_gen = fmt_cat_header_generation(hdr);
         close(wal->cat_fd);
         wal->cat_fd = fd;
         wal->cat_end = CAT_HDR_SIZE;
@@ -569,10 +576,10 @@ static int write_file(walfs_t *wal, const char *name, const uint8_t *buf, size_t
 
 /* buf: a whole catalog image, entries sealed with the plain seed: binds them for `copy`
  * (version 3) in place. */
-static void bind_all(const walfs_t *wal, uint8_t *buf, size_t len, uint32_t copy)
+static void bind_all(const walfs_t *wal, uint8_t *buf, size_t len, uint32_t copy, uint64_t gen)
 {
     for (size_t pos = CAT_HDR_SIZE; pos < len; pos += fmt_cat_entry_len(buf + pos))
-        fmt_cat_bind(buf + pos, wal->crc_seed, copy, pos);
+        fmt_cat_bind(buf + pos, wal->crc_seed, copy, pos, gen);
 }
 
 static int cat_compact(walfs_t *wal, int upgrade)
@@ -621,8 +628,8 @@ static int cat_compact(walfs_t *wal, int upgrade)
         memcpy(copy1, buf, len);
         fmt_cat_header_set(buf, gen, 0);
         fmt_cat_header_set(copy1, gen, 1);
-        bind_all(wal, buf, len, 0);
-        bind_all(wal, copy1, len, 1);
+        bind_all(wal, buf, len, 0, gen);
+        bind_all(wal, copy1, len, 1, gen);
     }
     rc = write_file(wal, CAT_NAME ".tmp", buf, len, &fd[0]);
     if (!rc && v3) rc = write_file(wal, MIR_NAME ".tmp", copy1, len, &fd[1]);
@@ -717,7 +724,7 @@ int cat_append_n(walfs_t *wal, const uint8_t *buf, size_t len, uint64_t n_entrie
         if (bound) {
             memcpy(bound, buf, len);
             for (size_t pos = 0; pos < len; pos += fmt_cat_entry_len(bound + pos))
-                fmt_cat_bind(bound + pos, wal->crc_seed, (uint32_t)c, wal->cat_end + pos);
+                fmt_cat_bind(bound + pos, wal->crc_seed, (uint32_t)c, wal->cat_end + pos, wal->cat_gen);
             out = bound;
         }
         ssize_t n = pwrite(fds[c], out, len, (off_t)wal->cat_end);

@@ -26,7 +26,8 @@
  *   The sizes are the WAL's for life: options given at a later open are ignored.
  *   entry:  0 u32 crc of bytes 4..len | 4 u16 type | 6 u16 len (whole entry) | 8 payload
  *     v3: the crc is seeded with crc32c(seed, u32 copy | u64 byte offset of the entry in its
- *     file) (fmt_cat_loc_seed): an entry at another offset or in the other copy fails.
+ *     file | u64 generation) (fmt_cat_loc_seed): an entry at another offset, in the other
+ *     copy or of another generation fails.
  *     type 1 DEFINE: u32 stream_no | u32 partition | u64 org_id | u8[16] topic_hash
  *                    | u16 name_len | name bytes
  *     type 2 TRIM:   u32 stream_no | u32 0 | u64 low_offset
@@ -221,21 +222,23 @@ void fmt_cat_header_set(uint8_t *hdr, uint64_t generation, uint32_t copy)
 }
 
 /* Version 3 binds each entry to its place: its crc is seeded with the WAL's seed run over
- * (u32 copy, u64 byte offset of the entry in its file), so an entry written at another
- * offset or into the other copy (a misdirected write) fails its check. */
-uint32_t fmt_cat_loc_seed(uint32_t seed, uint32_t copy, uint64_t off)
+ * (u32 copy, u64 byte offset of the entry in its file, u64 generation of the file), so an
+ * entry written at another offset, into the other copy or left from another generation
+ * (a misdirected write, a compaction cut between its renames) fails its check. */
+uint32_t fmt_cat_loc_seed(uint32_t seed, uint32_t copy, uint64_t off, uint64_t generation)
 {
-    uint8_t loc[12];
+    uint8_t loc[20];
     put32(loc, copy);
     put64(loc + 4, off);
+    put64(loc + 12, generation);
     return crc32c(seed, loc, sizeof(loc));
 }
 
 /* Re-seals an entry built with the plain seed (fmt_cat_*) for its place in a version 3
  * copy. */
-void fmt_cat_bind(uint8_t *entry, uint32_t seed, uint32_t copy, uint64_t off)
+void fmt_cat_bind(uint8_t *entry, uint32_t seed, uint32_t copy, uint64_t off, uint64_t generation)
 {
-    put32(entry, crc32c(fmt_cat_loc_seed(seed, copy, off), entry + 4, (size_t)get16(entry + 6) - 4));
+    put32(entry, crc32c(fmt_cat_loc_seed(seed, copy, off, generation), entry + 4, (size_t)get16(entry + 6) - 4));
 }
 
 /* The length field of an entry (fmt_cat_* built it: no check). */

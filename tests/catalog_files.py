@@ -41,10 +41,6 @@ def wal_seed(wal_dir: str) -> int:
     raise AssertionError("no catalog header")
 
 
-def loc_seed(seed: int, copy: int, off: int) -> int:
-    return crc32c(copy.to_bytes(4, "little") + off.to_bytes(8, "little"), seed)
-
-
 def seal(entry: bytes, seed: int) -> bytes:
     return crc32c(entry[4:], seed).to_bytes(4, "little") + entry[4:]
 
