@@ -7,9 +7,16 @@ Allowed outcomes of a case: a clear walfs exception (at open or on read), or eve
 and cursor returned exactly as written. Anything else is a failure: a signal, a hang, other
 bytes, durable records or cursors missing without an error.
 
+Metadata-only damage (issue 36, --metadata): damage to ONE of the catalog's two copies
+(streams.cat or streams.cat.mirror: flipped bits, zeroed sectors and pages, cut short,
+deleted) and to segment headers (flipped bits, zeroed first sector or page). One copy of
+everything stays intact, so the only allowed outcome is a WAL that opens, reads back every
+record and cursor as written, and heals: a second open finds nothing to heal.
+
 Used by tests/test_damage_fuzz.py (a few hundred cases in CI) and by `make torture`
 (tools/torture_fuzz.py, WALFS_FUZZ_CASES cases). Every case is reproducible from its seed:
     python tests/damage_fuzz.py --seed N   (prints the damage and the outcome)
+    python tests/damage_fuzz.py --metadata --seed N
 """
 
 from __future__ import annotations
@@ -180,6 +187,65 @@ def damage(d: str, rng: random.Random) -> list[str]:
     return done
 
 
+CATALOG_COPIES = ("streams.cat", "streams.cat.mirror")
+
+
+def damage_metadata(d: str, rng: random.Random) -> list[str]:
+    """1-3 damages of metadata that has a second source: one catalog copy (the same one
+    for the whole case) and segment headers (rebuilt from the catalog)."""
+    done = []
+    copy = rng.choice(CATALOG_COPIES)
+    segs = sorted(f for f in _files(d) if os.path.basename(f).startswith("seg-"))
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        if rng.random() < 0.6 or not segs:
+            path = os.path.join(d, copy)
+            if not os.path.exists(path):
+                continue
+            size = os.path.getsize(path)
+            kind = rng.choices(("flip", "sector", "page", "truncate", "delete"), (5, 3, 2, 2, 1))[0]
+            if kind == "flip" and size:
+                with open(path, "r+b") as f:
+                    flips = []
+                    for _ in range(rng.randint(1, 8)):
+                        pos = rng.randrange(min(size, 64)) if rng.random() < 0.3 else rng.randrange(size)
+                        f.seek(pos)
+                        b = f.read(1)[0] ^ (1 << rng.randrange(8))
+                        f.seek(pos)
+                        f.write(bytes([b]))
+                        flips.append(pos)
+                done.append(f"flip {copy} @{flips}")
+            elif kind in ("sector", "page") and size:
+                unit = 512 if kind == "sector" else 4096
+                pos = rng.randrange(size) // unit * unit
+                with open(path, "r+b") as f:
+                    f.seek(pos)
+                    f.write(bytes(min(unit, size - pos)))
+                done.append(f"zero {copy} {unit}@{pos}")
+            elif kind == "truncate":
+                new = rng.randrange(size + 1)
+                os.truncate(path, new)
+                done.append(f"truncate {copy} {size}->{new}")
+            elif kind == "delete":
+                os.unlink(path)
+                done.append(f"delete {copy}")
+        else:
+            path = rng.choice(segs)
+            rel = os.path.relpath(path, d)
+            kind = rng.choice(("flip", "sector", "page"))
+            with open(path, "r+b") as f:
+                if kind == "flip":
+                    pos = rng.randrange(64)
+                    f.seek(pos)
+                    b = f.read(1)[0] ^ (1 << rng.randrange(8))
+                    f.seek(pos)
+                    f.write(bytes([b]))
+                    done.append(f"flip {rel} header @{pos}")
+                else:
+                    f.write(bytes(512 if kind == "sector" else 4096))
+                    done.append(f"zero {rel} first {kind}")
+    return done
+
+
 # -- the check, in a child ----------------------------------------------------------------
 def read_everything(d: str) -> dict:
     """Opens the WAL and reads all of it. Returns {"error": ...} for a walfs exception
@@ -225,7 +291,24 @@ def read_everything(d: str) -> dict:
             pass
 
 
-def _in_child(d: str, timeout: float) -> dict:
+def second_open(d: str) -> dict | None:
+    """After a metadata-only case healed at its first open: None when the second open finds
+    nothing to heal, else what is wrong."""
+    from walfs.errors import WalError
+    from walfs.wal import Wal
+
+    try:
+        wal = Wal(d, fsync="never", segment_size=SEGMENT_SIZE, block_size=BLOCK_SIZE, reclaim_interval_s=3600)
+    except WalError as e:
+        return {"error": f"reopen: {type(e).__name__}: {e}"}
+    rep = wal.engine.report()
+    wal.close()
+    if rep["healed"] or rep["metadata_damaged"]:
+        return {"uncaught": f"a second open still heals: {rep}"}
+    return None
+
+
+def _in_child(d: str, timeout: float, reopen: bool = False) -> dict:
     fd, out = tempfile.mkstemp(prefix="fuzz-out-")
     os.close(fd)
     pid = os.fork()
@@ -233,6 +316,8 @@ def _in_child(d: str, timeout: float) -> dict:
         code = 0
         try:
             res = read_everything(d)
+            if reopen and "error" not in res:
+                res = second_open(d) or res
             with open(out, "w") as f:
                 json.dump(res, f)
         except BaseException as e:  # noqa: BLE001 - reported as a failure by the parent
@@ -307,12 +392,16 @@ class Outcome:
     failure: tuple[str, str] | None
 
 
-def run_case(g: Golden, seed: int, workdir: str, timeout: float = CHILD_TIMEOUT_S) -> Outcome:
+def run_case(
+    g: Golden, seed: int, workdir: str, timeout: float = CHILD_TIMEOUT_S, metadata: bool = False
+) -> Outcome:
     d = os.path.join(workdir, f"case-{seed}")
     shutil.copytree(g.path, d)
     try:
-        done = damage(d, random.Random(seed))
-        res = _in_child(d, timeout)
+        done = (damage_metadata if metadata else damage)(d, random.Random(seed))
+        res = _in_child(d, timeout, reopen=metadata)
+        if metadata and "error" in res:  # one copy of everything was intact: a refusal fails
+            return Outcome(seed, done, res["error"], ("refused", res["error"]))
         summary = res.get("error") or next(
             (f"{k}: {res[k]}" for k in ("signal", "hang", "uncaught") if k in res), "read back"
         )
@@ -322,14 +411,14 @@ def run_case(g: Golden, seed: int, workdir: str, timeout: float = CHILD_TIMEOUT_
         shutil.rmtree(d, ignore_errors=True)
 
 
-def run(cases: int, first_seed: int, workdir: str, progress: bool = False) -> dict:
+def run(cases: int, first_seed: int, workdir: str, progress: bool = False, metadata: bool = False) -> dict:
     """Runs cases seeds first_seed.. and returns a JSON-able summary."""
     g = build_golden(os.path.join(workdir, "golden"))
     failures: list[Outcome] = []
     errors = clean = 0
     t0 = time.monotonic()
     for i in range(cases):
-        o = run_case(g, first_seed + i, workdir)
+        o = run_case(g, first_seed + i, workdir, metadata=metadata)
         if o.failure:
             failures.append(o)
         elif o.result == "read back":
@@ -346,6 +435,7 @@ def run(cases: int, first_seed: int, workdir: str, progress: bool = False) -> di
         )
     return {
         "cases": cases,
+        "metadata_only": metadata,
         "first_seed": first_seed,
         "read_back_intact": clean,
         "clear_errors": errors,
@@ -362,14 +452,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=None, help="run this one seed and show it")
     p.add_argument("--first-seed", type=int, default=int(os.environ.get("WALFS_FUZZ_SEED", "1")))
     p.add_argument("--json-out", help="also write the JSON summary here")
+    p.add_argument(
+        "--metadata", action="store_true", help="metadata-only damage: one copy of everything intact"
+    )
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="walfs-fuzz-") as wd:
         if args.seed is not None:
             g = build_golden(os.path.join(wd, "golden"))
-            o = run_case(g, args.seed, wd)
+            o = run_case(g, args.seed, wd, metadata=args.metadata)
             summary = {"seed": o.seed, "damage": o.damage, "outcome": o.result, "failure": o.failure}
         else:
-            summary = run(args.cases, args.first_seed, wd, progress=True)
+            summary = run(args.cases, args.first_seed, wd, progress=True, metadata=args.metadata)
     text = json.dumps(summary, indent=2)
     print(text)
     if args.json_out:

@@ -19,8 +19,14 @@ def log_recovery(path: str, report: dict[str, int], streams: int, seconds: float
         if cut
         else "nothing cut"
     )
+    damaged = report.get("metadata_damaged", 0)
+    if damaged:
+        outcome += (
+            f"; {damaged} damaged metadata copies served from the good copy"
+            + (f", {report.get('healed', 0)} rewritten (healed)" if not read_only else "")
+        )
     RECOVERY_LOG.log(
-        logging.WARNING if cut and not read_only else logging.INFO,
+        logging.WARNING if (cut or damaged) and not read_only else logging.INFO,
         "recovered %s%s: %d streams, %d records in %d segments (%d runs, %d records checked by CRC); %s; "
         "took %.0f ms",
         path,
