@@ -3,6 +3,7 @@
  * lock (not its append lock), so they run while an append is writing. */
 #include "internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -31,10 +32,59 @@ size_t find_block_by_offset(const stream_t *s, uint64_t offset)
     return lo;
 }
 
+int block_quarantined(const block_t *b, uint64_t idx)
+{
+    uint32_t lo = 0, hi = b->n_quar;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (b->quar[mid].hi <= idx)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < b->n_quar && b->quar[lo].lo <= idx;
+}
+
+int block_quarantine(block_t *b, uint64_t idx)
+{
+    if (block_quarantined(b, idx)) return 0;
+    uint32_t at = 0;
+    while (at < b->n_quar && b->quar[at].hi <= idx) at++;
+    if (at > 0 && b->quar[at - 1].hi == idx) { /* the usual case: recovery goes in index order */
+        b->quar[at - 1].hi++;
+        if (at < b->n_quar && b->quar[at].lo == idx + 1) {
+            b->quar[at - 1].hi = b->quar[at].hi;
+            memmove(&b->quar[at], &b->quar[at + 1], (b->n_quar - at - 1) * sizeof(*b->quar));
+            b->n_quar--;
+        }
+        return 0;
+    }
+    if (at < b->n_quar && b->quar[at].lo == idx + 1) {
+        b->quar[at].lo = idx;
+        return 0;
+    }
+    quar_range_t *q = realloc(b->quar, (b->n_quar + 1) * sizeof(*q));
+    if (!q) return -ENOMEM;
+    memmove(&q[at + 1], &q[at], (b->n_quar - at) * sizeof(*q));
+    q[at] = (quar_range_t){idx, idx + 1};
+    b->quar = q;
+    b->n_quar++;
+    return 0;
+}
+
+void block_free(block_t *b)
+{
+    if (!b) return;
+    free(b->quar);
+    free(b);
+}
+
 /* Locates record idx (< b->count) of run b and checks that its slot and header lie inside
- * the run's data area and agree with each other (not its CRC). */
+ * the run's data area and agree with each other (not its CRC). A quarantined record
+ * (recovery found it damaged) is refused whatever its bytes say now. */
 int record_locate(const block_t *b, uint64_t idx, const uint8_t **p, rec_hdr_t *r)
 {
+    if (b->n_quar && block_quarantined(b, idx)) return -EBADMSG;
     slot_t sl;
     slot_get(b, idx, &sl);
     uint64_t limit = b->run_size - b->count * SLOT_SIZE;

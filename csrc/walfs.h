@@ -81,6 +81,8 @@ typedef struct walfs_recovery_report {
     uint64_t freed_blocks;
     uint64_t syncs;              /* since open: fsync rounds (one round syncs every dirty file) */
     uint64_t catalog_version;    /* of streams.cat as found at open (1: upgraded at a writer's clean close) */
+    uint64_t quarantined;        /* damaged records kept, not cut: below a durable frontier or in a
+                                    sealed run; each read of one fails (-EBADMSG), the rest are served */
 } walfs_recovery_report_t;
 
 /* The disk as the WAL's appends and syncs use it, since open (for Prometheus: etcd's
