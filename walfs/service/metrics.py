@@ -84,6 +84,9 @@ class Metrics:
                                 value=report.get("cut_records", 0))
         yield GaugeMetricFamily("walfs_recovery_verified_records", "records checked by CRC at the last open",
                                 value=report.get("verified_records", 0))
+        yield GaugeMetricFamily("walfs_recovery_quarantined_records",
+                                "damaged durable records the last open kept and refuses to read",
+                                value=report.get("quarantined", 0))
         yield CounterMetricFamily("walfs_corrupt_records",
                                   "damaged records (failing their checksum) that reads ran into, each once",
                                   value=stats.corrupt.total)
