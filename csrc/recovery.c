@@ -84,9 +84,9 @@ static int quarantine(walfs_t *wal, const stream_t *s, block_t *b, uint64_t i, u
     seg_path(wal, b->seg->id, name, sizeof(name));
     wal->report.quarantined++;
     wal_error(wal, "%s/%s: stream %u (%.*s, partition %u), record at offset %" PRIu64 " (file byte %" PRIu64 ") %s; "
-                   "it lies below the run's durable %s: quarantined (each read of it fails, every other record is served)",
+                   "it lies %s: quarantined (each read of it fails, every other record is served)",
               wal->dir, name, b->stream_no, (int)s->name_len, s->name, s->partition, b->first_offset + i,
-              b->file_off + pos, why, b->sealed ? "seal" : "frontier");
+              b->file_off + pos, why, b->sealed ? "in a sealed run" : "below the run's durable frontier");
     return 0;
 }
 
@@ -422,6 +422,12 @@ static int settle_stream(walfs_t *wal, stream_t *s)
                 if ((rc = quarantine(wal, s, b, b->count - 1, sl.pos, "has an index slot or header that does not fit the run")))
                     return rc;
                 last_batch_left = 0;
+            } else if (r.batch_left && fmt_rec_check(p, wal->crc_seed, &r)) {
+                /* An unfinished append would be cut on its word: it must prove itself. */
+                slot_t sl;
+                slot_get(b, b->count - 1, &sl);
+                if ((rc = quarantine(wal, s, b, b->count - 1, sl.pos, "fails its checks"))) return rc;
+                last_batch_left = 0;
             } else {
                 last_batch_left = r.batch_left;
             }
@@ -452,6 +458,13 @@ static int settle_stream(walfs_t *wal, stream_t *s)
             rec_hdr_t r;
             uint64_t pos;
             if ((rc = header_at(wal, b, k - 1, &r, &pos))) return rc;
+            /* A sealed run's records were not read at open: one whose batch_left would cut
+             * durable records must prove itself first. */
+            if (b->sealed && r.batch_left && fmt_rec_check(run_ptr(b, pos), wal->crc_seed, &r)) {
+                if ((rc = quarantine(wal, s, b, k - 1, pos, "fails its checks"))) return rc;
+                found = 1;
+                break;
+            }
             if (r.batch_left == 0) {
                 found = 1;
                 break;
