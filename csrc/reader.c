@@ -449,19 +449,21 @@ int walfs_offset_for_time(walfs_t *wal, uint32_t stream_no, int64_t ts, uint64_t
     pthread_mutex_lock(&s->lock);
     GUARD_BEGIN(&s->lock, return -EIO);
     uint64_t result = s->next_offset;
-    int rc = 0;
     for (size_t bi = find_block_by_offset(s, s->low_offset); bi < s->n_blocks; bi++) {
         const block_t *b = s->blocks[bi];
         if (!b->count || b->last_ts < ts) continue;
         /* Append times never decrease within a stream: binary search the run. */
         uint64_t l = 0, h = b->count;
         while (l < h) {
-            uint64_t m = (l + h) / 2;
+            uint64_t m = (l + h) / 2, g = m;
             const uint8_t *p;
             rec_hdr_t r;
-            if ((rc = record_at(wal, b, m, &p, &r))) goto out;
-            if (r.ts < ts)
-                l = m + 1;
+            /* A damaged record tells no time: the first good one after it does. Damaged
+             * records count as late enough, so that a seek by time never passes one. */
+            int bad;
+            while ((bad = record_at(wal, b, g, &p, &r)) != 0 && g + 1 < h) g++;
+            if (!bad && r.ts < ts)
+                l = g + 1;
             else
                 h = m;
         }
@@ -470,10 +472,9 @@ int walfs_offset_for_time(walfs_t *wal, uint32_t stream_no, int64_t ts, uint64_t
     }
     if (result < s->low_offset) result = s->low_offset;
     *offset = result;
-out:
     GUARD_END();
     pthread_mutex_unlock(&s->lock);
-    return rc;
+    return 0;
 }
 
 /* What walfs_verify_progress has checked so far, and whom to tell. */
@@ -507,7 +508,10 @@ static int64_t verify_stream(walfs_t *wal, stream_t *s, walfs_fsck_cb cb, void *
             rec_hdr_t r;
             if (record_at(wal, b, k, &p, &r)) {
                 bad++;
-                if (cb) cb(ctx, s->no, b->first_offset + k, "record fails its checksum or index slot");
+                if (cb)
+                    cb(ctx, s->no, b->first_offset + k,
+                       b->n_quar && block_quarantined(b, k) ? "record damaged: quarantined at open (fails its checks)"
+                                                            : "record fails its checksum or index slot");
             } else {
                 pr->bytes += REC_HDR_SIZE + (uint64_t)r.meta_len + r.value_len;
             }

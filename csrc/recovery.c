@@ -74,19 +74,54 @@ static int clear_tail(walfs_t *wal, const block_t *b, int write)
     return 1;
 }
 
-/* Record i of run b, of stream s, proved damaged where a crash cannot explain it (below a
- * durable frontier, or in a sealed run): kept in the count, refused to every read, reported
- * (a line naming the file, offset and byte; the open's `quarantined` count). */
-static int quarantine(walfs_t *wal, const stream_t *s, block_t *b, uint64_t i, uint64_t pos, const char *why)
+/* Why a record is quarantined; singular and plural for the log line. */
+enum { Q_FAILS, Q_SLOT, Q_UNFIT };
+static const char *const q_why[3][2] = {
+    {"fails its checks", "fail their checks"},
+    {"proves itself but its index slot disagrees with it", "prove themselves but their index slots disagree with them"},
+    {"has an index slot or header that does not fit the run", "have index slots or headers that do not fit the run"},
+};
+
+/* Consecutive quarantined records of one run, told in one line (a zeroed page holds many). */
+typedef struct qlog {
+    uint64_t first, n, byte;
+    int why;
+} qlog_t;
+
+static void qlog_flush(walfs_t *wal, const stream_t *s, const block_t *b, qlog_t *q)
 {
-    if (block_quarantine(b, i)) return -ENOMEM;
+    if (!q->n) return;
     char name[64];
     seg_path(wal, b->seg->id, name, sizeof(name));
+    const char *where = b->sealed ? "in a sealed run" : "below the run's durable frontier";
+    if (q->n == 1)
+        wal_error(wal, "%s/%s: stream %u (%.*s, partition %u), record at offset %" PRIu64 " (file byte %" PRIu64 ") %s; "
+                       "it lies %s: quarantined (each read of it fails, every other record is served)",
+                  wal->dir, name, b->stream_no, (int)s->name_len, s->name, s->partition, b->first_offset + q->first,
+                  b->file_off + q->byte, q_why[q->why][0], where);
+    else
+        wal_error(wal, "%s/%s: stream %u (%.*s, partition %u), %" PRIu64 " records at offsets %" PRIu64 " to %" PRIu64
+                       " (from file byte %" PRIu64 ") %s; they lie %s: quarantined (each read of one fails, every other "
+                       "record is served)",
+                  wal->dir, name, b->stream_no, (int)s->name_len, s->name, s->partition, q->n, b->first_offset + q->first,
+                  b->first_offset + q->first + q->n - 1, b->file_off + q->byte, q_why[q->why][1], where);
+    q->n = 0;
+}
+
+/* Record i of run b, of stream s, proved damaged where a crash cannot explain it (below a
+ * durable frontier, or in a sealed run): kept in the count, refused to every read, reported
+ * (a line naming the file, offsets and byte: at once, or with the records after it in `q`;
+ * the open's `quarantined` count). */
+static int quarantine(walfs_t *wal, const stream_t *s, block_t *b, uint64_t i, uint64_t pos, int why, qlog_t *q)
+{
+    if (block_quarantine(b, i)) return -ENOMEM;
     wal->report.quarantined++;
-    wal_error(wal, "%s/%s: stream %u (%.*s, partition %u), record at offset %" PRIu64 " (file byte %" PRIu64 ") %s; "
-                   "it lies %s: quarantined (each read of it fails, every other record is served)",
-              wal->dir, name, b->stream_no, (int)s->name_len, s->name, s->partition, b->first_offset + i,
-              b->file_off + pos, why, b->sealed ? "in a sealed run" : "below the run's durable frontier");
+    qlog_t one = {0, 0, 0, 0};
+    qlog_t *l = q ? q : &one;
+    if (l->n && (l->first + l->n != i || l->why != why)) qlog_flush(wal, s, b, l);
+    if (!l->n) *l = (qlog_t){i, 0, pos, why};
+    l->n++;
+    if (!q) qlog_flush(wal, s, b, l);
     return 0;
 }
 
@@ -149,6 +184,7 @@ static int verify_run(walfs_t *wal, stream_t *s, size_t bi, uint32_t *last_batch
     int any_good = 0;
     uint64_t last_bad_view = UINT64_MAX, last_bad_pos = 0;
     const uint64_t fc = b->durable_count;
+    qlog_t ql = {0, 0, 0, 0};
     *last_batch_left = 0;
     for (;;) {
         if (i == fc && !trusted) {
@@ -180,11 +216,12 @@ static int verify_run(walfs_t *wal, stream_t *s, size_t bi, uint32_t *last_batch
                         view_known = 1;
                     }
                     if (slot_ok) {
+                        qlog_flush(wal, s, b, &ql);
                         wal->report.verified_records++;
                     } else {
                         /* A record that proves itself at its place, and an index slot that
                          * says otherwise: reads go through the slot, so the record is refused. */
-                        int rc = quarantine(wal, s, b, i, at, "proves itself but its index slot disagrees with it");
+                        int rc = quarantine(wal, s, b, i, at, Q_SLOT, &ql);
                         if (rc) return rc;
                     }
                     /* Its lengths are proved: the view goes on (known or not) and so does pos. */
@@ -197,7 +234,7 @@ static int verify_run(walfs_t *wal, stream_t *s, size_t bi, uint32_t *last_batch
             }
             /* Damaged. Its batch_left is not looked at: the frontier counts whole appends
              * (frontier.c takes published counts), so the last durable record ends one. */
-            int rc = quarantine(wal, s, b, i, at, "fails its checks");
+            int rc = quarantine(wal, s, b, i, at, Q_FAILS, &ql);
             if (rc) return rc;
             if (view_known && sl.view_delta == view) {
                 last_bad_view = view;
@@ -242,6 +279,7 @@ static int verify_run(walfs_t *wal, stream_t *s, size_t bi, uint32_t *last_batch
         wal->report.verified_records++;
         i++;
     }
+    qlog_flush(wal, s, b, &ql);
     if (!any_good) b->last_gid = b->first_gid; /* record 0's gid, by the open header */
     b->count = i;
     b->data_end = pos;
@@ -419,14 +457,14 @@ static int settle_stream(walfs_t *wal, stream_t *s)
             if (record_locate(b, b->count - 1, &p, &r)) {
                 slot_t sl;
                 slot_get(b, b->count - 1, &sl);
-                if ((rc = quarantine(wal, s, b, b->count - 1, sl.pos, "has an index slot or header that does not fit the run")))
+                if ((rc = quarantine(wal, s, b, b->count - 1, sl.pos, Q_UNFIT, NULL)))
                     return rc;
                 last_batch_left = 0;
             } else if (r.batch_left && fmt_rec_check(p, wal->crc_seed, &r)) {
                 /* An unfinished append would be cut on its word: it must prove itself. */
                 slot_t sl;
                 slot_get(b, b->count - 1, &sl);
-                if ((rc = quarantine(wal, s, b, b->count - 1, sl.pos, "fails its checks"))) return rc;
+                if ((rc = quarantine(wal, s, b, b->count - 1, sl.pos, Q_FAILS, NULL))) return rc;
                 last_batch_left = 0;
             } else {
                 last_batch_left = r.batch_left;
@@ -461,7 +499,7 @@ static int settle_stream(walfs_t *wal, stream_t *s)
             /* A sealed run's records were not read at open: one whose batch_left would cut
              * durable records must prove itself first. */
             if (b->sealed && r.batch_left && fmt_rec_check(run_ptr(b, pos), wal->crc_seed, &r)) {
-                if ((rc = quarantine(wal, s, b, k - 1, pos, "fails its checks"))) return rc;
+                if ((rc = quarantine(wal, s, b, k - 1, pos, Q_FAILS, NULL))) return rc;
                 found = 1;
                 break;
             }
