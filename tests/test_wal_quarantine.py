@@ -29,7 +29,6 @@ from test_wal_recovery import crash_after, find, poke
 
 import walfs
 from walfs.kafka.messages import ErrorCode
-from walfs.local import debug
 
 pytest_plugins = ["conftest_mount"]
 
@@ -164,18 +163,22 @@ def check_served(w: walfs.Wal, want: dict[str, list[bytes]], bad: set[int]) -> N
 
 
 def quarantine_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "walfs.core" and "quarantined" in r.getMessage()]
+    msgs = [r.getMessage() for r in caplog.records if r.name == "walfs.core"]
+    return [m for m in msgs if "quarantined" in m]
+
+
+Damaged = tuple[dict[str, list[bytes]], set[int]]  # every topic's values, the damaged offsets of t
 
 
 @pytest.fixture
-def damaged(request: pytest.FixtureRequest, wal_dir: str) -> Iterator[tuple[dict[str, list[bytes]], set[int]]]:
+def damaged(request: pytest.FixtureRequest, wal_dir: str) -> Iterator[Damaged]:
     want = build(wal_dir)
     yield want, damage(wal_dir, request.param)
 
 
 @pytest.mark.parametrize("damaged", ["flip", "page"], indirect=True)
 def test_a_damaged_record_of_the_active_run_is_quarantined(
-    wal_dir: str, damaged: tuple[dict[str, list[bytes]], set[int]], caplog: pytest.LogCaptureFixture
+    wal_dir: str, damaged: Damaged, caplog: pytest.LogCaptureFixture
 ) -> None:
     want, bad = damaged
     path, _ = record_start(wal_dir, live("t", 0))
