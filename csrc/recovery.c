@@ -1,8 +1,9 @@
 /* recovery.c: rebuilds the in-memory state from the catalog and the segment files (see the
  * validity rule in format.c). Sealed runs are trusted from their seal header; unsealed
  * runs are verified record by record; each stream is then cut after its last complete
- * append. Damage that a crash cannot explain (a hole before a sealed run) is reported,
- * never skipped. */
+ * append. Damage that a crash cannot explain is reported, never skipped: a damaged record
+ * below a durable frontier (or in a sealed run) is quarantined (kept, refused to reads,
+ * counted); damage to what places records (a hole before a sealed run) fails the open. */
 #include "internal.h"
 
 #include <dirent.h>
@@ -493,13 +494,15 @@ static int settle_stream(walfs_t *wal, stream_t *s)
                 found = 1;
                 break;
             }
+            const uint8_t *p;
             rec_hdr_t r;
-            uint64_t pos;
-            if ((rc = header_at(wal, b, k - 1, &r, &pos))) return rc;
-            /* A sealed run's records were not read at open: one whose batch_left would cut
-             * durable records must prove itself first. */
-            if (b->sealed && r.batch_left && fmt_rec_check(run_ptr(b, pos), wal->crc_seed, &r)) {
-                if ((rc = quarantine(wal, s, b, k - 1, pos, Q_FAILS, NULL))) return rc;
+            /* A sealed run's records were not read at open (an unsealed run's were): one
+             * that does not fit, or whose batch_left would cut durable records but that
+             * fails its crc, is quarantined like a damaged record below a frontier. */
+            if (record_locate(b, k - 1, &p, &r) || (r.batch_left && fmt_rec_check(p, wal->crc_seed, &r))) {
+                slot_t sl;
+                slot_get(b, k - 1, &sl);
+                if ((rc = quarantine(wal, s, b, k - 1, sl.pos, Q_FAILS, NULL))) return rc;
                 found = 1;
                 break;
             }
