@@ -18,6 +18,7 @@ import os
 import re
 import socket
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -349,8 +350,14 @@ def test_the_mount_serves_everything_but_the_quarantined_record(make_mount: Call
     m = make_mount()
     want = build(str(m.data))
     (bad,) = damage(str(m.data), "flip")
-    m.start()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    m.start("--metrics-listen", f"127.0.0.1:{port}")
     try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        assert re.search(r"^walfs_recovery_quarantined_records 1\.0$", metrics, re.M), metrics
         res = m.sh("cat t", check=False)
         assert res.returncode != 0 and b"Input/output error" in res.stderr, res
         assert view(want["t"]).startswith(res.stdout)
