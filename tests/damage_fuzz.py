@@ -231,6 +231,37 @@ def damage(d: str, rng: random.Random, spans: list[tuple[str, int, int]] | None 
     return done
 
 
+def damage_data(d: str, rng: random.Random, areas: dict[str, list[tuple[int, int]]],
+                spans: list[tuple[str, int, int]]) -> list[str]:
+    """Data damage only (--data-only): 1-3 of flipped bits or a zeroed 4 KiB page (clipped to
+    the run), each inside the records, index slots or free space of one run (data_areas)."""
+    done = []
+    choices = [(rel, lo, hi) for rel, ranges in sorted(areas.items()) for lo, hi in ranges]
+    for _ in range(rng.choice((1, 1, 1, 2, 3))):
+        rel, lo, hi = rng.choice(choices)
+        path = os.path.join(d, rel)
+        # Where the bytes are: the run's first records, or its last index slots.
+        near = (lo, min(hi, lo + 16384)) if rng.random() < 0.7 else (max(lo, hi - 8192), hi)
+        with open(path, "r+b") as f:
+            if rng.random() < 0.6:
+                flips = sorted({rng.randrange(*near) for _ in range(rng.randint(1, 8))})
+                for pos in flips:
+                    f.seek(pos)
+                    b = f.read(1)[0] ^ (1 << rng.randrange(8))
+                    f.seek(pos)
+                    f.write(bytes([b]))
+                    spans.append((rel, pos, pos + 1))
+                done.append(f"flip {rel} @{flips}")
+            else:
+                page = rng.randrange(*near) & ~4095
+                start, end = max(page, lo), min(page + 4096, hi)
+                f.seek(start)
+                f.write(bytes(end - start))
+                spans.append((rel, start, end))
+                done.append(f"zero {rel} {start}..{end}")
+    return done
+
+
 # -- the check, in a child ----------------------------------------------------------------
 def read_everything(d: str) -> dict:
     """Opens the WAL and reads all of it. Returns {"error": ...} for a walfs exception
@@ -370,12 +401,17 @@ class Outcome:
     data_damage: bool = False
 
 
-def run_case(g: Golden, seed: int, workdir: str, timeout: float = CHILD_TIMEOUT_S) -> Outcome:
+def run_case(
+    g: Golden, seed: int, workdir: str, timeout: float = CHILD_TIMEOUT_S, data_only: bool = False
+) -> Outcome:
     d = os.path.join(workdir, f"case-{seed}")
     shutil.copytree(g.path, d)
     try:
         spans: list[tuple[str, int, int]] = []
-        done = damage(d, random.Random(seed), spans)
+        if data_only:
+            done = damage_data(d, random.Random(seed), g.areas, spans)
+        else:
+            done = damage(d, random.Random(seed), spans)
         res = _in_child(d, timeout)
         corrupt = sum(len(s["corrupt"]) for s in res.get("streams", {}).values())
         summary = res.get("error") or next(
@@ -388,14 +424,15 @@ def run_case(g: Golden, seed: int, workdir: str, timeout: float = CHILD_TIMEOUT_
         shutil.rmtree(d, ignore_errors=True)
 
 
-def run(cases: int, first_seed: int, workdir: str, progress: bool = False) -> dict:
-    """Runs cases seeds first_seed.. and returns a JSON-able summary."""
+def run(cases: int, first_seed: int, workdir: str, progress: bool = False, data_only: bool = False) -> dict:
+    """Runs cases seeds first_seed.. and returns a JSON-able summary (data_only: damage to
+    records alone, each case of which must open)."""
     g = build_golden(os.path.join(workdir, "golden"))
     failures: list[Outcome] = []
     errors = clean = data_cases = quarantined = 0
     t0 = time.monotonic()
     for i in range(cases):
-        o = run_case(g, first_seed + i, workdir)
+        o = run_case(g, first_seed + i, workdir, data_only=data_only)
         data_cases += o.data_damage
         if o.failure:
             failures.append(o)
@@ -432,11 +469,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=None, help="run this one seed and show it")
     p.add_argument("--first-seed", type=int, default=int(os.environ.get("WALFS_FUZZ_SEED", "1")))
     p.add_argument("--json-out", help="also write the JSON summary here")
+    p.add_argument("--data-only", action="store_true", help="damage records alone (each case must open)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="walfs-fuzz-") as wd:
         if args.seed is not None:
             g = build_golden(os.path.join(wd, "golden"))
-            o = run_case(g, args.seed, wd)
+            o = run_case(g, args.seed, wd, data_only=args.data_only)
             summary = {
                 "seed": o.seed,
                 "damage": o.damage,
@@ -445,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
                 "failure": o.failure,
             }
         else:
-            summary = run(args.cases, args.first_seed, wd, progress=True)
+            summary = run(args.cases, args.first_seed, wd, progress=True, data_only=args.data_only)
     text = json.dumps(summary, indent=2)
     print(text)
     if args.json_out:
