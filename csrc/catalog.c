@@ -44,7 +44,7 @@ stream_t *stream_new(walfs_t *wal)
 void stream_free(stream_t *s)
 {
     if (!s) return;
-    for (size_t i = 0; i < s->n_blocks; i++) free(s->blocks[i]);
+    for (size_t i = 0; i < s->n_blocks; i++) block_free(s->blocks[i]);
     free(s->blocks);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->append_lock);

@@ -135,14 +135,18 @@
  *   - A run exists when its open header is valid (crc, uuid, segment id, block index).
  *   - A run with a valid seal header holds exactly `count` records: seals are written only
  *     after an fsync made the whole run durable, so they are trusted without reading data
- *     (their figures are still bounds-checked against the run, and the slot of the last
- *     record before it is read: a misfit is -EUCLEAN).
+ *     (their figures are still bounds-checked against the run, a misfit is -EUCLEAN; the
+ *     slot of the last record is read for its batch_left: a misfit there quarantines it).
  *   - A run without a seal is verified record by record from byte 1024: a record is valid
  *     when its crc matches, it names the run's stream, its gid is the run's first_gid (first record) or above the
  *     previous one, it ends before the slot area it needs, and its index slot matches it.
  *     The first invalid record ends the run if it is at or above the run's frontier count
- *     (a torn tail); below it, it is damage (-EUCLEAN, nothing cut), and no rule below
- *     cuts records under a frontier either. Later runs of the stream that do not
+ *     (a torn tail); below it, it is quarantined: kept in the count, refused to every read
+ *     (-EBADMSG), reported at every open; the next record is found through its index slot
+ *     (slot and record must agree), or at the frontier's data_end after the last durable
+ *     one (recovery.c; docs/format.md spells out what proves what). No rule below cuts
+ *     records under a frontier (-EUCLEAN). A run holding quarantined records is never
+ *     sealed: its frontier is rewritten to its whole count instead. Later runs of the stream that do not
  *     continue its offsets are cut. Bytes beyond a run's end are never zeroed: a new
  *     writer epoch gives every later record a higher gid, so stale records, whose gids
  *     are lower, can never be taken for a continuation.

@@ -76,6 +76,11 @@ struct segment {
     size_t n_saves, cap_saves;
 };
 
+/* Records of a run that recovery quarantined: indexes [lo, hi) of the run (recovery.c). */
+typedef struct quar_range {
+    uint64_t lo, hi;
+} quar_range_t;
+
 typedef struct block {
     segment_t *seg;
     uint32_t index;         /* first block of the run */
@@ -94,6 +99,13 @@ typedef struct block {
      * run's bytes below wb_end, and wb_slots bytes of index slots at its end */
     uint64_t wb_end, wb_slots;
     uint64_t durable_count;  /* at open: the frontier found on disk (recovery.c) */
+    uint64_t durable_end;    /* at open: the frontier's data_end, where record durable_count starts */
+    /* Damaged records (recovery.c, "quarantine"): sorted, disjoint index ranges that every
+     * read refuses (record_locate: -EBADMSG). Set at open only, before the stream is
+     * published; freed with the run (block_free). A run holding any is never sealed
+     * (sync.c write_seals writes its frontier instead), so every open finds them again. */
+    quar_range_t *quar;
+    uint32_t n_quar;
     int dirty_tail;          /* at open: bytes follow its last record (zeroed once the stream is judged) */
 } block_t;
 
@@ -308,6 +320,8 @@ int bodies_from_pieces(uint32_t n, uint32_t n_pieces, const uint8_t *const *piec
                        const uint32_t *meta_lens, const uint32_t *value_lens, const uint8_t **bodies, uint8_t **joined);
 /* Routine events (catalog compaction): INFO level. */
 void wal_info(const walfs_t *wal, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Logs at error level (damage the open survives: a quarantined record). */
+void wal_error(const walfs_t *wal, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Logs at error level and keeps the first such message for the open's error text. */
 void wal_damage(walfs_t *wal, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int fault_hit(walfs_t *wal, int op);
@@ -377,6 +391,12 @@ void wb_forget(walfs_t *wal, segment_t *seg);
 const uint8_t *run_ptr(const block_t *b, uint64_t rel);
 void slot_get(const block_t *b, uint64_t i, slot_t *s);
 int record_locate(const block_t *b, uint64_t idx, const uint8_t **p, rec_hdr_t *r);
+/* 1 if record idx of run b is quarantined (recovery found it damaged). */
+int block_quarantined(const block_t *b, uint64_t idx);
+/* Adds record idx to run b's quarantined records: 0 or -ENOMEM. */
+int block_quarantine(block_t *b, uint64_t idx);
+/* Frees a run's memory (its quarantine list included). */
+void block_free(block_t *b);
 size_t find_block_by_offset(const stream_t *s, uint64_t offset);
 uint64_t stream_low_byte(const stream_t *s);
 

@@ -60,6 +60,12 @@ void wal_info(const walfs_t *wal, const char *fmt, ...)
     emit(WALFS_LOG_INFO, wal->dir, line);
 }
 
+void wal_error(const walfs_t *wal, const char *fmt, ...)
+{
+    FORMAT_LINE(line, fmt);
+    emit(WALFS_LOG_ERROR, wal->dir, line);
+}
+
 void wal_damage(walfs_t *wal, const char *fmt, ...)
 {
     FORMAT_LINE(line, fmt);

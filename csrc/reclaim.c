@@ -219,7 +219,7 @@ int walfs_reclaim(walfs_t *wal)
             size_t si = seg_index(wal, b->seg);
             if (si != SIZE_MAX && !t[si].keep) {
                 if (!b->sealed) forget_pending_seal(wal, b);
-                free(b);
+                block_free(b);
             } else
                 s->blocks[keep++] = b;
         }

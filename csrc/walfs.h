@@ -86,6 +86,8 @@ typedef struct walfs_recovery_report {
                                     catalog copy, a segment header); a read-only open counts none */
     uint64_t metadata_damaged;   /* damaged metadata copies this open found and served from the
                                     good one (a writer's open: the same as healed) */
+    uint64_t quarantined;        /* damaged records kept, not cut: below a durable frontier or in a
+                                    sealed run; each read of one fails (-EBADMSG), the rest are served */
 } walfs_recovery_report_t;
 
 /* The disk as the WAL's appends and syncs use it, since open (for Prometheus: etcd's

@@ -228,22 +228,27 @@ def record_pos(wal_dir: str, index: int, block: int = 0) -> int:
         return run + int.from_bytes(f.read(4), "little")
 
 
-def test_flipped_bit_in_the_active_run_after_sync_is_reported_not_cut(open_wal, wal_dir):
+def test_flipped_bit_in_the_active_run_after_sync_is_reported_not_cut(open_wal, wal_dir, caplog):
     w = open_wal()
     for i in range(100):
         w.append("t", b"record %03d" % i)
     w.sync()
     w.close()
     seg = os.path.join(wal_dir, seg_name(1))
-    flip(seg, record_pos(wal_dir, 50) + 36 + 3)  # a byte of record 50's value
-    size_before = open(seg, "rb").read()
-    with pytest.raises(walfs.WalCorruptError, match="offset 50") as exc:
-        open_wal()
-    assert seg_name(1) in str(exc.value)
-    assert open(seg, "rb").read() == size_before  # nothing cut or zeroed
-    # Read-only opens say the same.
-    with pytest.raises(walfs.WalCorruptError, match="offset 50"):
-        open_wal(read_only=True)
+    pos = record_pos(wal_dir, 50)
+    flip(seg, pos + 36 + 3)  # a byte of record 50's value
+    before = open(seg, "rb").read()
+    # Issue 36: the open succeeds, record 50 is quarantined (reported, never cut).
+    with caplog.at_level("ERROR", logger="walfs.core"):
+        w = open_wal(read_only=True)
+    assert open(seg, "rb").read() == before  # nothing cut or zeroed
+    [line] = [r.getMessage() for r in caplog.records if "quarantined" in r.getMessage()]
+    assert seg_name(1) in line and "offset 50" in line and f"file byte {pos}" in line
+    assert w.engine.report()["quarantined"] == 1 and w.info("t").high_watermark == 100
+    with pytest.raises(walfs.CorruptRecordError, match="offset 50"):
+        w.read("t", 50)
+    assert w.read("t", 51, max_records=100) == [b"record %03d" % i for i in range(51, 100)]
+    w.close()
 
 
 def test_torn_tail_after_a_power_cut_is_still_cut(open_wal, wal_dir):
@@ -272,8 +277,11 @@ def test_frontier_survives_many_sync_rounds_and_reopens(open_wal, wal_dir):
     assert w.info("t").high_watermark == 120
     w.close()
     flip(os.path.join(wal_dir, seg_name(1)), record_pos(wal_dir, 10, block=2) + 36)
-    with pytest.raises(walfs.WalCorruptError, match="offset 90"):
-        open_wal()
+    w = open_wal()
+    assert w.engine.report()["quarantined"] == 1
+    with pytest.raises(walfs.CorruptRecordError, match="offset 90"):
+        w.read("t", 90)
+    assert w.read("t", 91, max_records=100) == [b"r2-%d" % i for i in range(11, 40)]
 
 
 def test_core_messages_reach_python_logging(open_wal, wal_dir, caplog):

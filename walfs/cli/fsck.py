@@ -126,6 +126,7 @@ def main(argv: list[str]) -> int:
             f"in {streams} streams (org {engine.org_id}); "
             f"tail records verified: {report['verified_records']}, "
             f"incomplete tail records ignored: {report['cut_records']}"
+            + (f", damaged records quarantined: {report['quarantined']}" if report.get("quarantined") else "")
         )
         damaged = report.get("metadata_damaged", 0)
         if damaged:
