@@ -492,7 +492,9 @@ class Outcome:
 MODES = ("any", "data", "metadata")  # any damage; records alone (must open); one copy of metadata (must heal)
 
 
-def run_case(g: Golden, seed: int, workdir: str, timeout: float = CHILD_TIMEOUT_S, mode: str = "any") -> Outcome:
+def run_case(
+    g: Golden, seed: int, workdir: str, timeout: float = CHILD_TIMEOUT_S, mode: str = "any"
+) -> Outcome:
     d = os.path.join(workdir, f"case-{seed}")
     shutil.copytree(g.path, d)
     try:
