@@ -133,7 +133,14 @@ def main(argv: list[str]) -> int:
             f"in {streams} streams (org {engine.org_id}); "
             f"tail records verified: {report['verified_records']}, "
             f"incomplete tail records ignored: {report['cut_records']}"
+            + (f", damaged records quarantined: {report['quarantined']}" if report.get("quarantined") else "")
         )
+        damaged = report.get("metadata_damaged", 0)
+        if damaged:
+            print(
+                f"  {damaged} damaged metadata copies (a catalog copy or segment header): "
+                "served from the good copy; a writer's open rewrites them (the log names each)"
+            )
         for topic, partition, offset, what in problems:
             print(f"  {topic}[{partition}] offset {offset}: {what}")
         for line in copies:
@@ -141,10 +148,11 @@ def main(argv: list[str]) -> int:
         for line in unhealed:
             print(f"  {line}")
         found = [f"{len(problems)} damaged records"] if problems else []
+        found += [f"{damaged} damaged metadata copies"] if damaged else []
         found += [f"{len(copies)} damaged copies (a writer's open heals them)"] if copies else []
         found += [f"{len(unhealed)} damaged cursor files"] if unhealed else []
         print("; ".join(found) if found else "clean")
-    return 1 if problems or copies or unhealed else 0
+    return 1 if problems or damaged or copies or unhealed else 0
 
 
 def _data_dir(path: str) -> str:

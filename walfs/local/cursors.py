@@ -47,7 +47,8 @@ A listed file that is missing is damage too (WalCorruptError naming the file). V
 (one file, no sequence: b"WALFSCMF" | u32 1 | u32 N | JSON | blake3-16) is read and
 rewritten as version 2 with its mirror at a writer's open. Data directories from before
 the manifest (catalog version 1, `legacy`) get one, built from the files, at a writer's
-open.
+open; the catalog is upgraded right after it, at the same open (walfs/local/engine.py:
+walfs_catalog_upgrade).
 
 Groups belong to orgs (tenants): a group is listed for an org when it holds a cursor of one of
 that org's streams (the key starts with "<org_id>-") or an org marker, cursors/<group>/.org-<org_id>,
@@ -244,7 +245,8 @@ class CursorStore:
         # then kept up to date by put and create_group (one process owns the directory).
         self._orgs: dict[str, set[int]] | None = None
         if not read_only:
-            self._manifest()  # a writer's open heals and upgrades it (legacy: builds it)
+            self._manifest()  # a writer's open heals and upgrades it (legacy: builds it, and
+            # the engine upgrades the catalog right after)
 
     # -- the manifest -----------------------------------------------------------------
     def _files(self) -> dict[str, set[str]]:

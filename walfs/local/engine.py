@@ -105,6 +105,8 @@ class LocalEngine:
         try:
             self.cursors = CursorStore(self.path, read_only, legacy=legacy, heals=self._heals)
             self.topics_conf = TopicSettings(self.path, read_only, heals=self._heals)
+            if legacy and not read_only:
+                self.core.upgrade_catalog()  # after the cursor manifest: version 1 had none
         except BaseException:
             self.core.close()
             raise
@@ -537,10 +539,16 @@ class LocalEngine:
 
     # -- checks -----------------------------------------------------------------------
     def report(self) -> dict[str, int]:
-        """The C core's recovery report, and `healed_files`: the metadata copies of the
-        Python layer's files (topics.conf, cursors.manifest, cursor files) this writer
-        rewrote from their good copy since its open (healed_copies() names them)."""
-        return {**self.core.recovery_report(), "healed_files": self._heals.healed}
+        """The C core's recovery report (its `healed` and `metadata_damaged`: catalog copies
+        and segment headers), and the same for the Python layer's files (topics.conf,
+        cursors.manifest, cursor slots) since the open: `damaged_files` found damaged,
+        missing or behind, `healed_files` of them rewritten by this writer (healed_copies()
+        names them)."""
+        return {
+            **self.core.recovery_report(),
+            "healed_files": self._heals.healed,
+            "damaged_files": len(self._heals.notes),
+        }
 
     def healed_copies(self) -> list[str]:
         """The damaged, missing or older metadata copies found since the open, one line
