@@ -119,7 +119,9 @@ def run(cycles: int, seed: int, workdir: str, meta_faults: bool = True) -> dict[
             refused += 1
             details.append(f"cycle {cycle}: open refused: {exc}")
             break
-        healed += w.engine.report()["healed"]
+        rep = w.engine.report()
+        healed += rep["healed"] + rep.get("healed_files", 0)  # the C core's copies, the Python files'
+
         # --- check what the last cut left
         for t in TOPICS:
             hwm = w.info(t).high_watermark if t in w.topics() else 0
