@@ -93,8 +93,8 @@ class Metrics:
                                 value=report.get("quarantined", 0))
         yield CounterMetricFamily(
             "walfs_healed_copies",
-            "metadata copies (catalog, topics.conf, cursors.manifest, cursor files) found damaged, "
-            "missing or behind at the open or a first read, and rewritten from their good copy",
+            "metadata copies (catalog, segment headers, topics.conf, cursors.manifest, cursor files) found "
+            "damaged, missing or behind at the open or a first read, and rewritten from their good copy",
             value=report.get("healed", 0) + report.get("healed_files", 0),
         )
         yield CounterMetricFamily("walfs_corrupt_records",
