@@ -151,7 +151,7 @@ def test_one_damaged_copy_is_served_healed_and_reported(wal_dir, copy, fault):
         (line,) = w.engine.healed_copies()
         assert path in line and "rewritten" in line, line
         assert w.engine.report()["healed_files"] == 1
-        assert b"walfs_recovery_healed 1.0" in Metrics(w.engine).text()
+        assert b"walfs_healed_copies_total 1.0" in Metrics(w.engine).text()
         check(w)
     for name in ("topics.conf", "cursors.manifest"):
         p = os.path.join(wal_dir, name)

@@ -124,6 +124,7 @@ def main(argv: list[str]) -> int:
     finally:
         progress.clear()
         engine.close()
+    damaged = report.get("metadata_damaged", 0)  # the C core's copies: the catalog, segment headers
     if args.json:
         print(json.dumps({"recovery": report, "streams": streams, "problems": problems,
                           "damaged_copies": copies, "damaged_metadata": unhealed}, indent=2))
@@ -135,7 +136,6 @@ def main(argv: list[str]) -> int:
             f"incomplete tail records ignored: {report['cut_records']}"
             + (f", damaged records quarantined: {report['quarantined']}" if report.get("quarantined") else "")
         )
-        damaged = report.get("metadata_damaged", 0)
         if damaged:
             print(
                 f"  {damaged} damaged metadata copies (a catalog copy or segment header): "
@@ -148,11 +148,11 @@ def main(argv: list[str]) -> int:
         for line in unhealed:
             print(f"  {line}")
         found = [f"{len(problems)} damaged records"] if problems else []
-        found += [f"{damaged} damaged metadata copies"] if damaged else []
         found += [f"{len(copies)} damaged copies (a writer's open heals them)"] if copies else []
+        found += [f"{damaged} damaged metadata copies (a writer's open heals them)"] if damaged else []
         found += [f"{len(unhealed)} damaged cursor files"] if unhealed else []
         print("; ".join(found) if found else "clean")
-    return 1 if problems or damaged or copies or unhealed else 0
+    return 1 if problems or copies or unhealed or damaged else 0
 
 
 def _data_dir(path: str) -> str:

@@ -245,8 +245,7 @@ class CursorStore:
         # then kept up to date by put and create_group (one process owns the directory).
         self._orgs: dict[str, set[int]] | None = None
         if not read_only:
-            self._manifest()  # a writer's open heals and upgrades it (legacy: builds it, and
-            # the engine upgrades the catalog right after)
+            self._manifest()  # a writer's open heals and upgrades it (legacy: builds it)
 
     # -- the manifest -----------------------------------------------------------------
     def _files(self) -> dict[str, set[str]]:

@@ -539,16 +539,10 @@ class LocalEngine:
 
     # -- checks -----------------------------------------------------------------------
     def report(self) -> dict[str, int]:
-        """The C core's recovery report (its `healed` and `metadata_damaged`: catalog copies
-        and segment headers), and the same for the Python layer's files (topics.conf,
-        cursors.manifest, cursor slots) since the open: `damaged_files` found damaged,
-        missing or behind, `healed_files` of them rewritten by this writer (healed_copies()
-        names them)."""
-        return {
-            **self.core.recovery_report(),
-            "healed_files": self._heals.healed,
-            "damaged_files": len(self._heals.notes),
-        }
+        """The C core's recovery report, and `healed_files`: the metadata copies of the
+        Python layer's files (topics.conf, cursors.manifest, cursor files) this writer
+        rewrote from their good copy since its open (healed_copies() names them)."""
+        return {**self.core.recovery_report(), "healed_files": self._heals.healed}
 
     def healed_copies(self) -> list[str]:
         """The damaged, missing or older metadata copies found since the open, one line

@@ -53,7 +53,7 @@ class Heals:
     copy proved itself: a writer rewrote each from the good copy (healed), a read-only
     open served the good copy and changed nothing. Each is logged once, naming the file,
     on walfs.recovery; the engine exposes them (LocalEngine.healed_copies, the report's
-    `healed_files`, the walfs_metadata_healed metric, `walfs fsck`)."""
+    `healed_files`, the walfs_healed_copies_total metric, `walfs fsck`)."""
 
     def __init__(self, read_only: bool = False) -> None:
         self.read_only = read_only
