@@ -178,110 +178,131 @@ static uint64_t end_view(walfs_t *wal, const stream_t *s, size_t bi, const block
 static int verify_run(walfs_t *wal, stream_t *s, size_t bi, uint32_t *last_batch_left)
 {
     block_t *b = s->blocks[bi];
+    const uint64_t fc = b->durable_count;
     uint64_t pos = BLK_DATA_OFF, i = 0, view = 0;
     uint64_t prev = 0;            /* gid of the last record that proved itself */
+    int64_t last_ts = 0;
+    uint32_t batch_left = 0;
     int trusted = 1;              /* pos is proved: where record i starts (records are packed) */
     int view_known = 1;           /* view is proved: record i's view position; else at least that */
-    int any_good = 0;
+    uint64_t n_quar = 0, n_failed = 0; /* quarantined records; those of them that prove nothing */
     uint64_t last_bad_view = UINT64_MAX, last_bad_pos = 0;
-    const uint64_t fc = b->durable_count;
     qlog_t ql = {0, 0, 0, 0};
-    *last_batch_left = 0;
     for (;;) {
-        if (i == fc && !trusted) {
+        if (!trusted && i == fc) {
             pos = b->durable_end; /* the frontier's data_end: where record fc starts */
             trusted = 1;
         }
-        if (i < fc) {
-            /* Below the frontier: the record is durable; it is kept, good or quarantined. */
-            slot_t sl;
-            slot_get(b, i, &sl);
-            uint64_t at = trusted ? pos : sl.pos;
+        if (view_known) { /* and so trusted: the path of every record of an undamaged run */
+            /* The record at pos, as every record is checked: it fits, names the run's stream,
+             * its gid rises (the subtraction wraps below first_gid), its slot matches it,
+             * its crc. */
+            int ok = 0;
             rec_hdr_t r;
-            int good = (trusted || sl.pos >= pos + REC_HDR_SIZE) &&
-                       proves_itself(wal, b, i, at, b->durable_end, prev, &r);
-            if (good) {
-                uint64_t delta = r.gid - b->first_gid;
-                int slot_ok = sl.pos == at && sl.gid_delta == delta &&
-                              (view_known ? sl.view_delta == view : sl.view_delta >= view);
-                if (!slot_ok && !trusted) good = 0; /* found through its slot: they must agree */
-                if (good) {
-                    if (!any_good) b->first_ts = r.ts;
-                    any_good = 1;
-                    b->last_ts = r.ts;
-                    b->last_gid = r.gid;
-                    prev = r.gid;
-                    *last_batch_left = r.batch_left;
-                    if (!view_known && slot_ok) {
-                        view = sl.view_delta;
-                        view_known = 1;
-                    }
-                    if (slot_ok) {
-                        qlog_flush(wal, s, b, &ql);
-                        wal->report.verified_records++;
-                    } else {
-                        /* A record that proves itself at its place, and an index slot that
-                         * says otherwise: reads go through the slot, so the record is refused. */
-                        int rc = quarantine(wal, s, b, i, at, Q_SLOT, &ql);
-                        if (rc) return rc;
-                    }
-                    /* Its lengths are proved: the view goes on (known or not) and so does pos. */
-                    view += r.value_len + 1ull;
-                    pos = at + REC_HDR_SIZE + (uint64_t)r.meta_len + r.value_len;
-                    trusted = 1;
-                    i++;
-                    continue;
+            const uint8_t *p = run_ptr(b, pos);
+            uint64_t end = 0;
+            if (pos + REC_HDR_SIZE + (i + 1) * SLOT_SIZE <= b->run_size) {
+                fmt_rec_parse(p, &r);
+                end = pos + REC_HDR_SIZE + (uint64_t)r.meta_len + r.value_len;
+                if (end + (i + 1) * SLOT_SIZE <= b->run_size && r.stream_no == b->stream_no &&
+                    (i == 0 ? r.gid == b->first_gid : r.gid > prev) && r.gid - b->first_gid <= UINT32_MAX) {
+                    slot_t sl;
+                    slot_get(b, i, &sl);
+                    ok = sl.pos == pos && sl.gid_delta == r.gid - b->first_gid && sl.view_delta == view &&
+                         fmt_rec_check(p, wal->crc_seed, &r) == 0;
                 }
             }
-            /* Damaged. Its batch_left is not looked at: the frontier counts whole appends
-             * (frontier.c takes published counts), so the last durable record ends one. */
-            int rc = quarantine(wal, s, b, i, at, Q_FAILS, &ql);
-            if (rc) return rc;
-            if (view_known && sl.view_delta == view) {
-                last_bad_view = view;
-                last_bad_pos = at;
-            } else {
-                last_bad_view = UINT64_MAX;
+            if (ok) {
+                if (i == n_failed) b->first_ts = r.ts; /* the first record that tells a time */
+                last_ts = r.ts;
+                prev = r.gid;
+                batch_left = r.batch_left;
+                view += r.value_len + 1ull;
+                pos = end;
+                i++;
+                continue;
             }
-            if (trusted) pos = at; /* the next record starts at least one header after this one */
-            trusted = 0;
-            view_known = 0;
-            view += 1; /* at least its '\n' */
-            *last_batch_left = 0;
+            /* Above the frontier the first record that fails ends the run (a torn tail). */
+            if (i >= fc) break;
+        } else if (i >= fc) {
+            /* The first record above the frontier after quarantined ones, at the frontier's
+             * data_end: checked the same way, its slot's view position at least the least
+             * the quarantined records leave. */
+            rec_hdr_t r;
+            slot_t sl;
+            if (pos + REC_HDR_SIZE + (i + 1) * SLOT_SIZE > b->run_size ||
+                !proves_itself(wal, b, i, pos, b->run_size - (i + 1) * SLOT_SIZE, prev, &r))
+                break;
+            slot_get(b, i, &sl);
+            if (sl.pos != pos || sl.gid_delta != r.gid - b->first_gid || sl.view_delta < view) break;
+            if (i == n_failed) b->first_ts = r.ts;
+            if (ql.n) qlog_flush(wal, s, b, &ql);
+            view = sl.view_delta + r.value_len + 1ull;
+            view_known = 1;
+            last_ts = r.ts;
+            prev = r.gid;
+            batch_left = r.batch_left;
+            pos += REC_HDR_SIZE + (uint64_t)r.meta_len + r.value_len;
             i++;
             continue;
         }
-        /* Above the frontier: the first record that fails ends the run (a torn tail). */
-        if (pos + REC_HDR_SIZE + (i + 1) * SLOT_SIZE > b->run_size) break;
-        const uint8_t *p = run_ptr(b, pos);
-        rec_hdr_t r;
-        fmt_rec_parse(p, &r);
-        uint64_t end = pos + REC_HDR_SIZE + (uint64_t)r.meta_len + r.value_len;
-        if (end + (i + 1) * SLOT_SIZE > b->run_size) break;
-        if (r.stream_no != b->stream_no || (i == 0 ? r.gid != b->first_gid : r.gid <= prev)) break;
-        if (r.gid < b->first_gid || r.gid - b->first_gid > UINT32_MAX) break;
+        /* Below the frontier: the record is durable; it is kept, good or quarantined. */
         slot_t sl;
         slot_get(b, i, &sl);
-        if (sl.pos != pos || sl.gid_delta != r.gid - b->first_gid || (view_known ? sl.view_delta != view : sl.view_delta < view))
-            break;
-        if (fmt_rec_check(p, wal->crc_seed, &r)) break;
-        if (!any_good) b->first_ts = r.ts;
-        any_good = 1;
-        if (!view_known) {
-            view = sl.view_delta;
-            view_known = 1;
+        uint64_t at = trusted ? pos : sl.pos;
+        rec_hdr_t r;
+        if ((trusted || sl.pos >= pos + REC_HDR_SIZE) && proves_itself(wal, b, i, at, b->durable_end, prev, &r) &&
+            (trusted || (sl.gid_delta == r.gid - b->first_gid && sl.view_delta >= view))) {
+            /* Found through its slot (slot and record agree: a good record), or at its
+             * packed place while its slot says otherwise: reads go through the slot, so
+             * that record is refused. Either way its lengths are proved. */
+            if (!trusted) {
+                view = sl.view_delta;
+                view_known = 1;
+                if (ql.n) qlog_flush(wal, s, b, &ql);
+            } else {
+                int rc = quarantine(wal, s, b, i, at, Q_SLOT, &ql);
+                if (rc) return rc;
+                n_quar++;
+            }
+            if (i == n_failed) b->first_ts = r.ts;
+            last_ts = r.ts;
+            prev = r.gid;
+            batch_left = r.batch_left;
+            view += r.value_len + 1ull;
+            pos = at + REC_HDR_SIZE + (uint64_t)r.meta_len + r.value_len;
+            trusted = 1;
+            i++;
+            continue;
         }
-        b->last_ts = r.ts;
-        b->last_gid = r.gid;
-        *last_batch_left = r.batch_left;
-        prev = r.gid;
-        view += r.value_len + 1ull;
-        pos = end;
-        wal->report.verified_records++;
+        /* Damaged. Its batch_left is not looked at: the frontier counts whole appends
+         * (frontier.c takes published counts), so the last durable record ends one. */
+        int rc = quarantine(wal, s, b, i, at, Q_FAILS, &ql);
+        if (rc) return rc;
+        n_quar++;
+        n_failed++;
+        if (view_known && sl.view_delta == view) {
+            last_bad_view = view;
+            last_bad_pos = at;
+        } else {
+            last_bad_view = UINT64_MAX;
+        }
+        if (trusted) pos = at; /* the next record starts at least one header after this one */
+        trusted = 0;
+        view_known = 0;
+        view += 1; /* at least its '\n' */
+        batch_left = 0;
         i++;
     }
     qlog_flush(wal, s, b, &ql);
-    if (!any_good) b->last_gid = b->first_gid; /* record 0's gid, by the open header */
+    wal->report.verified_records += i - n_quar;
+    *last_batch_left = batch_left;
+    if (i > n_failed) {
+        b->last_gid = prev;
+        b->last_ts = last_ts;
+    } else if (i > 0) {
+        b->last_gid = b->first_gid; /* all quarantined: record 0's gid, by the open header */
+    }
     b->count = i;
     b->data_end = pos;
     b->byte_len = view_known ? view : end_view(wal, s, bi, b, view, last_bad_view, last_bad_pos);
