@@ -19,21 +19,37 @@ stream_t *stream_get(walfs_t *wal, uint32_t no)
     return wal->chunks[no / STREAM_CHUNK][no % STREAM_CHUNK];
 }
 
-/* Under wal->lock (or during open). The caller fills it in, then publishes it by
- * incrementing wal->n_streams. */
-stream_t *stream_new(walfs_t *wal)
+/* Under wal->lock (or during open). The caller fills it in (its name: name_len bytes,
+ * at most MAX_NAME), then publishes it by incrementing wal->n_streams. */
+stream_t *stream_new(walfs_t *wal, uint32_t name_len)
 {
     size_t no = atomic_load(&wal->n_streams);
-    if (no >= (size_t)STREAM_CHUNK * STREAM_CHUNKS) return NULL;
+    if (no >= (size_t)STREAM_CHUNK * STREAM_CHUNKS || name_len > MAX_NAME) return NULL;
     stream_t ***chunk = &wal->chunks[no / STREAM_CHUNK];
     if (!*chunk && !(*chunk = calloc(STREAM_CHUNK, sizeof(stream_t *)))) return NULL;
-    stream_t *s = calloc(1, sizeof(*s));
+    stream_t *s = calloc(1, sizeof(*s) + name_len + 1);
     if (!s) return NULL;
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->append_lock, NULL);
     s->no = (uint32_t)no;
     (*chunk)[no % STREAM_CHUNK] = s;
     return s;
+}
+
+int walfs_stream_ids(walfs_t *wal, uint32_t first, walfs_stream_id_t *out, uint32_t max)
+{
+    uint32_t n = 0;
+    for (stream_t *s; n < max && (s = stream_get(wal, first + n)); n++) {
+        walfs_stream_id_t *o = &out[n];
+        o->stream_no = s->no;
+        o->partition = s->partition;
+        o->org_id = s->org_id;
+        memcpy(o->topic_hash, s->hash, 16);
+        o->deleted = (uint32_t)s->deleted;
+        o->name_len = s->name_len;
+        memcpy(o->name, s->name, s->name_len);
+    }
+    return (int)n;
 }
 
 void stream_free(stream_t *s)
@@ -117,7 +133,7 @@ static int apply(walfs_t *wal, const cat_entry_t *e, int merge)
             return s && !memcmp(s->hash, e->hash, 16) && s->org_id == e->org_id ? 0 : -EUCLEAN;
         }
         if (e->stream_no != atomic_load(&wal->n_streams)) return -EUCLEAN;
-        if (!(s = stream_new(wal))) return -ENOMEM;
+        if (!(s = stream_new(wal, e->name_len))) return -ENOMEM;
         s->partition = e->partition;
         s->org_id = e->org_id;
         memcpy(s->hash, e->hash, 16);

@@ -101,7 +101,6 @@ typedef struct stream {
     uint64_t org_id;
     uint8_t hash[16];
     uint16_t name_len;
-    char name[MAX_NAME + 1];
     block_t **blocks;       /* in offset order */
     size_t n_blocks, cap_blocks;
     uint64_t low_offset;
@@ -113,6 +112,8 @@ typedef struct stream {
     int64_t last_ts;
     uint32_t file_cap;      /* budget.c: at most this many charged segment files (0: no cap); under wal->lock */
     uint64_t written_bytes; /* under lock: bytes its appends wrote into segment files (walfs_disk_stats) */
+    char name[];            /* name_len bytes and a NUL: allocated to fit (stream_new), so that a
+                               stream costs its name, not MAX_NAME + 1 bytes (100,000 topics) */
 } stream_t;
 
 typedef struct pending_seal {
@@ -324,7 +325,7 @@ int cat_new_epoch(walfs_t *wal);
 int cat_refresh(walfs_t *wal);
 int cat_compact_if_due(walfs_t *wal);
 stream_t *stream_get(walfs_t *wal, uint32_t no);
-stream_t *stream_new(walfs_t *wal);
+stream_t *stream_new(walfs_t *wal, uint32_t name_len);
 void stream_free(stream_t *s);
 int stream_add_block(stream_t *s, block_t *b);
 

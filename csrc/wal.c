@@ -186,7 +186,7 @@ int walfs_stream_open(walfs_t *wal, uint64_t org_id, uint32_t partition, const u
         goto out;
     }
     if ((rc = atomic_load(&wal->failed))) goto out;
-    stream_t *s = stream_new(wal);
+    stream_t *s = stream_new(wal, name_len);
     if (!s) {
         rc = -ENOMEM;
         goto out;

@@ -136,10 +136,11 @@ class LocalEngine:
         live = self._streams.load()
         log_recovery(self.path, self.core.recovery_report(), live, self.stats.open_seconds, read_only)
         if not read_only:
-            for s in self._index.org_streams_all():
-                self._limit_of(s)  # sets the stream's file cap before any append
+            streams = self._index.org_streams_all()
+            room.caps_at_open(streams)  # the size-limited streams' file caps, before any append
             drop_legacy_snapshot(self.path)
-            self._commit_rule.clamp(self._index.org_streams_all())
+            self._commit_rule.clamp(streams)
+            del streams
             self._background.start(reclaim_interval_s)
 
     # -- lifetime -------------------------------------------------------------------
