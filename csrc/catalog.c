@@ -36,6 +36,69 @@ stream_t *stream_new(walfs_t *wal, uint32_t name_len)
     return s;
 }
 
+/* The stream table's index by identity (org, partition, topic hash), so that finding a
+ * stream by name costs one probe, not a scan of every stream (100,000 topics: each new one
+ * looked for first). Open addressing over stream_no + 1 (0: empty), at most half full.
+ * Nothing is removed: a deleted stream's entry stays and no longer matches; a number
+ * reused after a failed create is checked like any other. Under wal->lock (or open). */
+static size_t stream_slot(uint64_t org_id, uint32_t partition, const uint8_t *topic_hash, size_t cap)
+{
+    uint64_t h;
+    memcpy(&h, topic_hash, 8); /* a hash already (blake3 of org and topic) */
+    h ^= org_id * 0x9E3779B97F4A7C15ull ^ (uint64_t)partition * 0xC2B2AE3D27D4EB4Full;
+    h ^= h >> 29;
+    return (size_t)(h & (cap - 1));
+}
+
+static int stream_matches(const stream_t *s, uint64_t org_id, uint32_t partition, const uint8_t *topic_hash)
+{
+    return s && !s->deleted && s->org_id == org_id && s->partition == partition &&
+           memcmp(s->hash, topic_hash, 16) == 0;
+}
+
+/* Room for one more entry (the only step that can fail: before the DEFINE is written). */
+int stream_index_reserve(walfs_t *wal)
+{
+    if (2 * (wal->stream_ix_used + 1) > wal->stream_ix_cap) {
+        size_t cap = wal->stream_ix_cap ? 2 * wal->stream_ix_cap : 1024;
+        uint32_t *ix = calloc(cap, sizeof(*ix));
+        if (!ix) return -ENOMEM;
+        for (size_t i = 0; i < wal->stream_ix_cap; i++) {
+            uint32_t v = wal->stream_ix[i];
+            if (!v) continue;
+            const stream_t *o = wal->chunks[(v - 1) / STREAM_CHUNK][(v - 1) % STREAM_CHUNK];
+            if (!o) continue; /* a failed create's number, not reused yet */
+            size_t j = stream_slot(o->org_id, o->partition, o->hash, cap);
+            while (ix[j]) j = (j + 1) & (cap - 1);
+            ix[j] = v;
+        }
+        free(wal->stream_ix);
+        wal->stream_ix = ix;
+        wal->stream_ix_cap = cap;
+    }
+    return 0;
+}
+
+/* After stream_index_reserve. */
+void stream_index_add(walfs_t *wal, const stream_t *s)
+{
+    size_t j = stream_slot(s->org_id, s->partition, s->hash, wal->stream_ix_cap);
+    while (wal->stream_ix[j]) j = (j + 1) & (wal->stream_ix_cap - 1);
+    wal->stream_ix[j] = s->no + 1;
+    wal->stream_ix_used++;
+}
+
+stream_t *stream_find(walfs_t *wal, uint64_t org_id, uint32_t partition, const uint8_t *topic_hash)
+{
+    if (!wal->stream_ix_cap) return NULL;
+    for (size_t j = stream_slot(org_id, partition, topic_hash, wal->stream_ix_cap); wal->stream_ix[j];
+         j = (j + 1) & (wal->stream_ix_cap - 1)) {
+        stream_t *s = stream_get(wal, wal->stream_ix[j] - 1);
+        if (stream_matches(s, org_id, partition, topic_hash)) return s;
+    }
+    return NULL;
+}
+
 int walfs_stream_ids(walfs_t *wal, uint32_t first, walfs_stream_id_t *out, uint32_t max)
 {
     uint32_t n = 0;
@@ -139,6 +202,8 @@ static int apply(walfs_t *wal, const cat_entry_t *e, int merge)
         memcpy(s->hash, e->hash, 16);
         s->name_len = e->name_len;
         memcpy(s->name, e->name, e->name_len);
+        if (stream_index_reserve(wal)) return -ENOMEM;
+        stream_index_add(wal, s);
         atomic_fetch_add(&wal->n_streams, 1);
         return 0;
     case CAT_TRIM:

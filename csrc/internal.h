@@ -152,6 +152,8 @@ struct walfs {
     uint64_t next_seg_id;
     stream_t **chunks[STREAM_CHUNKS]; /* stream_no -> stream, STREAM_CHUNK per chunk */
     atomic_size_t n_streams;          /* published after the stream is complete */
+    uint32_t *stream_ix;              /* catalog.c stream_find: stream_no + 1 by identity, 0: empty */
+    size_t stream_ix_cap, stream_ix_used; /* under wal->lock (or during open) */
     int cat_fd;
     uint64_t cat_end;
     uint64_t cat_torn;      /* bytes of a torn last entry after cat_end, cut after recovery */
@@ -326,6 +328,9 @@ int cat_refresh(walfs_t *wal);
 int cat_compact_if_due(walfs_t *wal);
 stream_t *stream_get(walfs_t *wal, uint32_t no);
 stream_t *stream_new(walfs_t *wal, uint32_t name_len);
+int stream_index_reserve(walfs_t *wal);
+void stream_index_add(walfs_t *wal, const stream_t *s);
+stream_t *stream_find(walfs_t *wal, uint64_t org_id, uint32_t partition, const uint8_t *topic_hash);
 void stream_free(stream_t *s);
 int stream_add_block(stream_t *s, block_t *b);
 
