@@ -5,6 +5,7 @@ advertises the address the client reached it at."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from walfs.engine.names import kafka_topic_error
@@ -29,7 +30,11 @@ async def handle_api_versions(broker: Broker, conn: Connection, version: int, re
     return build(mod.ApiVersionsResponse, error_code=ErrorCode.none, api_keys=keys)
 
 
+@lru_cache(maxsize=256)
 def _partitions(mod: Any, count: int) -> tuple[Any, ...]:
+    """A topic's partition list, the same for every topic of `count` partitions (the
+    listener leads them all): built once per count and version, not once per topic of a
+    Metadata answer for 100,000 topics. The entries are frozen: sharing them is safe."""
     return tuple(
         build(
             mod.MetadataResponsePartition,
