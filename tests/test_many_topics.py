@@ -52,6 +52,11 @@ def test_topic_index_partitions_of_single_and_many_partition_topics() -> None:
     assert ix.topics(1) == ["a", "b", "c"] and ix.topics(2) == ["a"]
     assert ix.org_streams(1) == [a0, b0, b2, c1]
     assert ix.org_streams_all() == [a0, b0, b2, c1, other]
+    bulk = TopicIndex()  # the open's add_all: the same index, whatever the order
+    assert bulk.add_all([b2, other, c1, b0, a0]) == 5
+    for org, name in ((1, "a"), (1, "b"), (1, "c"), (2, "a"), (1, "nope")):
+        assert bulk.partitions(org, name) == ix.partitions(org, name)
+    assert bulk.org_streams(1) == ix.org_streams(1) and bulk.by_no(4) is None
     ix.remove(b0)
     assert ix.partitions(1, "b") == [2]
     ix.remove(b2)

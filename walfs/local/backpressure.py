@@ -60,10 +60,12 @@ class Room:
         return limit
 
     def caps_at_open(self, streams: Iterable[Stream]) -> None:
-        """At open, before any append: the file cap of every size-limited stream. The core
-        opens with no cap (0) on every stream, which is already right for the others: their
-        limit is cached by their first append (limit_of), so that an open of 100,000
-        streams without limits makes no call and no entry per stream."""
+        """At open, before any append: the file cap of every size-limited stream among
+        `streams` (every stream when the WAL's default has a size limit, else those of the
+        topics whose settings set one). The core opens with no cap (0) on every stream,
+        which is already right for the others: their limit is cached by their first
+        append (limit_of), so that an open of 100,000 streams without limits makes no
+        call and no entry per stream."""
         policies, default = self._policies, self._default
         for s in streams:
             if policies.policy(s.org_id, s.name, default).bytes is not None:

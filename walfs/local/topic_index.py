@@ -19,6 +19,7 @@ of its own: only a topic with another partition keeps a bitmap of its streams.
 import logging
 import os
 import threading
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from pyroaring import BitMap
@@ -68,6 +69,39 @@ class TopicIndex:
             if orgs is None:
                 orgs = self._orgs[org] = BitMap()
             orgs.add(no)
+
+    def add_all(self, streams: Iterable[Stream]) -> int:
+        """add() of many (the open's listing of every stream), under one lock; returns
+        how many."""
+        n = 0
+        with self._lock:
+            by_no, by_name, topics = self._by_no, self._by_name, self._topics
+            nos: dict[int, list[int]] = {}
+            for s in streams:
+                no, org, name, partition = s.stream_no, s.org_id, s.name, s.partition
+                if no >= len(by_no):
+                    by_no.extend([None] * (no + 1 - len(by_no)))
+                by_no[no] = s
+                by_name[(org, name, partition)] = s
+                if partition != 0 or (org, name) in topics:
+                    bm = topics.get((org, name))
+                    if bm is None:
+                        bm = topics[(org, name)] = BitMap()
+                        zero = by_name.get((org, name, 0))
+                        if zero is not None:
+                            bm.add(zero.stream_no)
+                    bm.add(no)
+                org_nos = nos.get(org)
+                if org_nos is None:
+                    org_nos = nos[org] = []
+                org_nos.append(no)
+                n += 1
+            for org, got in nos.items():
+                orgs = self._orgs.get(org)
+                if orgs is None:
+                    orgs = self._orgs[org] = BitMap()
+                orgs.update(got)
+        return n
 
     def remove(self, s: Stream) -> None:
         with self._lock:
