@@ -134,7 +134,7 @@ class WalOperations(pyfuse3.Operations):
         self.xattr_snapshots = xattrs.Snapshots()  # the metrics text, read by size then value
         self.request_latency = LoopLatency(REQUESTS)
 
-        self.tree.refresh_streams()
+        self.tree.load_streams()
         # Set once the kernel's INIT has been answered (settings such as the read-ahead
         # must be changed after it: INIT resets them).
         self.initialized = trio.Event()
