@@ -129,6 +129,7 @@ elif what == "open":
     t0 = time.perf_counter()
     w = walfs.Wal(d)
     out["open_s"] = time.perf_counter() - t0
+    out["core_open_s"] = w.engine.stats.open_seconds  # the C core's recovery, within open_s
     gc.collect()
     r1, a1 = mem()
     out["rss_open_bytes"], out["anon_open_bytes"] = r1 - r0, a1 - a0
