@@ -36,7 +36,7 @@ start:
 		echo "walfs: $(DATA_DIR) mounted at $(MOUNTPOINT); try: echo hello >> $(MOUNTPOINT)/orders"; fi
 
 test: testdeps lint ctest
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=30 tests
 
 testdeps: kafka tests/js/node_modules nullkafka
 	$(PY) -m pip install -q -e '.[test]'

@@ -70,5 +70,5 @@ void release_run(walfs_t *wal, block_t *b)
 {
     (void)wal;
     for (uint32_t i = 0; i < b->n_blocks; i++) b->seg->block_state[b->index + i] = BS_FREE;
-    free(b);
+    block_free(b);
 }

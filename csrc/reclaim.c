@@ -202,7 +202,7 @@ int walfs_reclaim(walfs_t *wal)
         uint8_t *ebuf = malloc(n_going * 16);
         size_t elen = 0;
         for (size_t si = 0; ebuf && si < nseg; si++)
-            if (!t[si].keep) elen += fmt_cat_segment(ebuf + elen, wal->crc_seed, CAT_SEGMENT_GONE, wal->segs[si]->id);
+            if (!t[si].keep) elen += fmt_cat_segment(ebuf + elen, wal->crc_seed, CAT_SEGMENT_GONE, wal->segs[si]->id, 0);
         rc = ebuf ? cat_append_n(wal, ebuf, elen, n_going) : -ENOMEM;
         free(ebuf);
     }
@@ -219,7 +219,7 @@ int walfs_reclaim(walfs_t *wal)
             size_t si = seg_index(wal, b->seg);
             if (si != SIZE_MAX && !t[si].keep) {
                 if (!b->sealed) forget_pending_seal(wal, b);
-                free(b);
+                block_free(b);
             } else
                 s->blocks[keep++] = b;
         }
