@@ -318,7 +318,60 @@ def cluster(res: Path) -> dict[str, str]:
     }
 
 
-FIGURES = (vs_kafka, mount, spark, engine, cluster)
+def topics(res: Path) -> dict[str, str]:
+    """bench/engine/bench_topics.py: the trees' runs side by side (one topic of one record
+    each), with Apache Kafka where the run measured it."""
+    doc = json.loads((res / "topics.json").read_text())
+    runs = doc["runs"]
+    counts = sorted({r["topics"] for run in runs for r in run["runs"] if r["records_per_topic"] == 1})
+
+    def row(run: dict[str, Any], n: int) -> dict[str, Any]:
+        return next((r for r in run["runs"] if r["topics"] == n and r["records_per_topic"] == 1), {})
+
+    def get(d: dict[str, Any], *path: str) -> float | None:
+        for k in path:
+            if not isinstance(d, dict) or k not in d:
+                return None
+            d = d[k]
+        return float(d) if isinstance(d, int | float) else None
+
+    names = [run["name"] for run in runs]
+    kafka = [get(row(run, n), "apache_kafka", "kafka", "metadata_s") for run in runs for n in counts]
+    series = names + (["Apache Kafka 4.1.1"] if any(v is not None for v in kafka) else [])
+
+    def groups(*path: str, kafka_path: tuple[str, ...] | None = None) -> list[tuple[str, list[Value]]]:
+        out: list[tuple[str, list[Value]]] = []
+        for n in counts:
+            vals: list[Value] = [get(row(run, n), *path) for run in runs]
+            if len(series) > len(names):
+                k = [get(row(run, n), *kafka_path) for run in runs] if kafka_path else []
+                vals.append(next((v for v in k if v is not None), None))
+            out.append((f"{n:,} topics", vals))
+        return out
+
+    panels: list[Panel] = [
+        ("open after a clean close", "s", groups("api", "open_clean", "open_s")),
+        ("open after SIGKILL", "s", groups("api", "open_after_sigkill", "open_s")),
+        ("private memory per stream", "bytes", groups("api", "anon_per_stream_bytes")),
+        ("ls of the mount root", "s", groups("mount", "ls_first_s")),
+        (
+            "one Metadata request, all topics",
+            "s",
+            groups("mount", "kafka", "metadata_s", kafka_path=("apache_kafka", "kafka", "metadata_s")),
+        ),
+    ]
+    return {
+        "topics.svg": chart(
+            "Many topics of one record each: what scales with the count (bench/engine/bench_topics.py)",
+            series,
+            panels,
+            "; ".join(f"{run['name']}: {run['run']['date']}, commit {run['run']['commit']}" for run in runs),
+            pw=300,
+        )
+    }
+
+
+FIGURES = (vs_kafka, mount, spark, engine, cluster, topics)
 
 
 def main() -> None:

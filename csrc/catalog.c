@@ -24,21 +24,100 @@ stream_t *stream_get(walfs_t *wal, uint32_t no)
     return wal->chunks[no / STREAM_CHUNK][no % STREAM_CHUNK];
 }
 
-/* Under wal->lock (or during open). The caller fills it in, then publishes it by
- * incrementing wal->n_streams. */
-stream_t *stream_new(walfs_t *wal)
+/* Under wal->lock (or during open). The caller fills it in (its name: name_len bytes,
+ * at most MAX_NAME), then publishes it by incrementing wal->n_streams. */
+stream_t *stream_new(walfs_t *wal, uint32_t name_len)
 {
     size_t no = atomic_load(&wal->n_streams);
-    if (no >= (size_t)STREAM_CHUNK * STREAM_CHUNKS) return NULL;
+    if (no >= (size_t)STREAM_CHUNK * STREAM_CHUNKS || name_len > MAX_NAME) return NULL;
     stream_t ***chunk = &wal->chunks[no / STREAM_CHUNK];
     if (!*chunk && !(*chunk = calloc(STREAM_CHUNK, sizeof(stream_t *)))) return NULL;
-    stream_t *s = calloc(1, sizeof(*s));
+    stream_t *s = calloc(1, sizeof(*s) + name_len + 1);
     if (!s) return NULL;
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->append_lock, NULL);
     s->no = (uint32_t)no;
     (*chunk)[no % STREAM_CHUNK] = s;
     return s;
+}
+
+/* The stream table's index by identity (org, partition, topic hash), so that finding a
+ * stream by name costs one probe, not a scan of every stream (100,000 topics: each new one
+ * looked for first). Open addressing over stream_no + 1 (0: empty), at most half full.
+ * Nothing is removed: a deleted stream's entry stays and no longer matches; a number
+ * reused after a failed create is checked like any other. Under wal->lock (or open). */
+static size_t stream_slot(uint64_t org_id, uint32_t partition, const uint8_t *topic_hash, size_t cap)
+{
+    uint64_t h;
+    memcpy(&h, topic_hash, 8); /* a hash already (blake3 of org and topic) */
+    h ^= org_id * 0x9E3779B97F4A7C15ull ^ (uint64_t)partition * 0xC2B2AE3D27D4EB4Full;
+    h ^= h >> 29;
+    return (size_t)(h & (cap - 1));
+}
+
+static int stream_matches(const stream_t *s, uint64_t org_id, uint32_t partition, const uint8_t *topic_hash)
+{
+    return s && !s->deleted && s->org_id == org_id && s->partition == partition &&
+           memcmp(s->hash, topic_hash, 16) == 0;
+}
+
+/* Room for one more entry (the only step that can fail: before the DEFINE is written). */
+int stream_index_reserve(walfs_t *wal)
+{
+    if (2 * (wal->stream_ix_used + 1) > wal->stream_ix_cap) {
+        size_t cap = wal->stream_ix_cap ? 2 * wal->stream_ix_cap : 1024;
+        uint32_t *ix = calloc(cap, sizeof(*ix));
+        if (!ix) return -ENOMEM;
+        for (size_t i = 0; i < wal->stream_ix_cap; i++) {
+            uint32_t v = wal->stream_ix[i];
+            if (!v) continue;
+            const stream_t *o = stream_get(wal, v - 1);
+            if (!o) continue; /* a failed create's number, not reused yet */
+            size_t j = stream_slot(o->org_id, o->partition, o->hash, cap);
+            while (ix[j]) j = (j + 1) & (cap - 1);
+            ix[j] = v;
+        }
+        free(wal->stream_ix);
+        wal->stream_ix = ix;
+        wal->stream_ix_cap = cap;
+    }
+    return 0;
+}
+
+/* After stream_index_reserve. */
+void stream_index_add(walfs_t *wal, const stream_t *s)
+{
+    size_t j = stream_slot(s->org_id, s->partition, s->hash, wal->stream_ix_cap);
+    while (wal->stream_ix[j]) j = (j + 1) & (wal->stream_ix_cap - 1);
+    wal->stream_ix[j] = s->no + 1;
+    wal->stream_ix_used++;
+}
+
+stream_t *stream_find(walfs_t *wal, uint64_t org_id, uint32_t partition, const uint8_t *topic_hash)
+{
+    if (!wal->stream_ix_cap) return NULL;
+    for (size_t j = stream_slot(org_id, partition, topic_hash, wal->stream_ix_cap); wal->stream_ix[j];
+         j = (j + 1) & (wal->stream_ix_cap - 1)) {
+        stream_t *s = stream_get(wal, wal->stream_ix[j] - 1);
+        if (stream_matches(s, org_id, partition, topic_hash)) return s;
+    }
+    return NULL;
+}
+
+int walfs_stream_ids(walfs_t *wal, uint32_t first, walfs_stream_id_t *out, uint32_t max)
+{
+    uint32_t n = 0;
+    for (stream_t *s; n < max && (s = stream_get(wal, first + n)); n++) {
+        walfs_stream_id_t *o = &out[n];
+        o->stream_no = s->no;
+        o->partition = s->partition;
+        o->org_id = s->org_id;
+        memcpy(o->topic_hash, s->hash, 16);
+        o->deleted = (uint32_t)s->deleted;
+        o->name_len = s->name_len;
+        memcpy(o->name, s->name, s->name_len);
+    }
+    return (int)n;
 }
 
 void stream_free(stream_t *s)
@@ -129,12 +208,14 @@ static int apply(walfs_t *wal, const cat_entry_t *e, int merge)
             return s && !memcmp(s->hash, e->hash, 16) && s->org_id == e->org_id ? 0 : -EUCLEAN;
         }
         if (e->stream_no != atomic_load(&wal->n_streams)) return -EUCLEAN;
-        if (!(s = stream_new(wal))) return -ENOMEM;
+        if (!(s = stream_new(wal, e->name_len))) return -ENOMEM;
         s->partition = e->partition;
         s->org_id = e->org_id;
         memcpy(s->hash, e->hash, 16);
         s->name_len = e->name_len;
         memcpy(s->name, e->name, e->name_len);
+        if (stream_index_reserve(wal)) return -ENOMEM;
+        stream_index_add(wal, s);
         atomic_fetch_add(&wal->n_streams, 1);
         return 0;
     case CAT_TRIM:
@@ -439,6 +520,9 @@ static int cat_open_copies(walfs_t *wal, cat_copy_t *cp)
                     wal->chunks[i] = NULL;
                 }
                 atomic_store(&wal->n_streams, 0);
+                free(wal->stream_ix);
+                wal->stream_ix = NULL;
+                wal->stream_ix_cap = wal->stream_ix_used = 0;
                 wal->n_cat_segs = 0;
                 wal->cat_entries = 0;
                 wal->epoch = wal->next_gid = wal->floor_gid = 0;

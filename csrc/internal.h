@@ -117,7 +117,6 @@ typedef struct stream {
     uint64_t org_id;
     uint8_t hash[16];
     uint16_t name_len;
-    char name[MAX_NAME + 1];
     block_t **blocks;       /* in offset order */
     size_t n_blocks, cap_blocks;
     uint64_t low_offset;
@@ -129,6 +128,8 @@ typedef struct stream {
     int64_t last_ts;
     uint32_t file_cap;      /* budget.c: at most this many charged segment files (0: no cap); under wal->lock */
     uint64_t written_bytes; /* under lock: bytes its appends wrote into segment files (walfs_disk_stats) */
+    char name[];            /* name_len bytes and a NUL: allocated to fit (stream_new), so that a
+                               stream costs its name, not MAX_NAME + 1 bytes (100,000 topics) */
 } stream_t;
 
 typedef struct pending_seal {
@@ -167,6 +168,8 @@ struct walfs {
     uint64_t next_seg_id;
     stream_t **chunks[STREAM_CHUNKS]; /* stream_no -> stream, STREAM_CHUNK per chunk */
     atomic_size_t n_streams;          /* published after the stream is complete */
+    uint32_t *stream_ix;              /* catalog.c stream_find: stream_no + 1 by identity, 0: empty */
+    size_t stream_ix_cap, stream_ix_used; /* under wal->lock (or during open) */
     int cat_fd;             /* streams.cat (copy 0); a read-only open: the copy it reads (cat_copy) */
     int cat_fd2;            /* streams.cat.mirror (copy 1) of a writer's v3 catalog, else -1 */
     uint32_t cat_copy;      /* the copy cat_fd holds */
@@ -359,7 +362,10 @@ int cat_compact_if_due(walfs_t *wal);
 int cat_heal_upgrade(walfs_t *wal, int v1_too);
 void cat_ring_free(walfs_t *wal);
 stream_t *stream_get(walfs_t *wal, uint32_t no);
-stream_t *stream_new(walfs_t *wal);
+stream_t *stream_new(walfs_t *wal, uint32_t name_len);
+int stream_index_reserve(walfs_t *wal);
+void stream_index_add(walfs_t *wal, const stream_t *s);
+stream_t *stream_find(walfs_t *wal, uint64_t org_id, uint32_t partition, const uint8_t *topic_hash);
 void stream_free(stream_t *s);
 int stream_add_block(stream_t *s, block_t *b);
 

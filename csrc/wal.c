@@ -24,6 +24,7 @@ static void wal_free(walfs_t *wal)
     size_t ns = atomic_load(&wal->n_streams);
     for (size_t i = 0; i < ns; i++) stream_free(stream_get(wal, (uint32_t)i));
     for (size_t c = 0; c < STREAM_CHUNKS; c++) free(wal->chunks[c]);
+    free(wal->stream_ix);
     for (size_t i = 0; i < wal->n_segs; i++) seg_free(wal->segs[i]);
     free(wal->segs);
     free(wal->seals);
@@ -178,14 +179,11 @@ int walfs_stream_open(walfs_t *wal, uint64_t org_id, uint32_t partition, const u
     if (name_len == 0 || name_len > MAX_NAME) return -EINVAL;
     pthread_mutex_lock(&wal->lock);
     int rc = -ENOENT;
-    size_t n = atomic_load(&wal->n_streams);
-    for (size_t i = 0; i < n; i++) {
-        stream_t *s = stream_get(wal, (uint32_t)i);
-        if (!s->deleted && s->org_id == org_id && s->partition == partition && memcmp(s->hash, topic_hash, 16) == 0) {
-            rc = s->name_len == name_len && memcmp(s->name, name, name_len) == 0 ? 0 : -EEXIST;
-            if (!rc) *stream_no = s->no;
-            goto out;
-        }
+    stream_t *found = stream_find(wal, org_id, partition, topic_hash);
+    if (found) {
+        rc = found->name_len == name_len && memcmp(found->name, name, name_len) == 0 ? 0 : -EEXIST;
+        if (!rc) *stream_no = found->no;
+        goto out;
     }
     if (!create) goto out;
     if (wal->opt.read_only) {
@@ -193,7 +191,7 @@ int walfs_stream_open(walfs_t *wal, uint64_t org_id, uint32_t partition, const u
         goto out;
     }
     if ((rc = atomic_load(&wal->failed))) goto out;
-    stream_t *s = stream_new(wal);
+    stream_t *s = stream_new(wal, name_len);
     if (!s) {
         rc = -ENOMEM;
         goto out;
@@ -205,11 +203,12 @@ int walfs_stream_open(walfs_t *wal, uint64_t org_id, uint32_t partition, const u
     memcpy(s->name, name, name_len);
     uint8_t buf[64 + MAX_NAME];
     size_t len = fmt_cat_define(buf, wal->crc_seed, s);
-    if ((rc = cat_append(wal, buf, len))) {
+    if ((rc = stream_index_reserve(wal)) || (rc = cat_append(wal, buf, len))) {
         wal->chunks[s->no / STREAM_CHUNK][s->no % STREAM_CHUNK] = NULL;
         stream_free(s);
         goto out;
     }
+    stream_index_add(wal, s);
     *stream_no = s->no;
     atomic_fetch_add(&wal->n_streams, 1);
 out:

@@ -124,6 +124,18 @@ int walfs_failed(walfs_t *wal);
 int walfs_stream_open(walfs_t *wal, uint64_t org_id, uint32_t partition, const uint8_t *topic_hash,
                       const char *name, uint32_t name_len, int create, uint32_t *stream_no);
 int walfs_stream_count(walfs_t *wal);
+/* Who streams first .. first+max-1 are, without their marks (which touch their runs): what
+ * an open lists once for every stream. Returns how many it filled (fewer past the last). */
+typedef struct walfs_stream_id {
+    uint32_t stream_no;
+    uint32_t partition;
+    uint64_t org_id;
+    uint8_t topic_hash[16];
+    uint32_t deleted;
+    uint16_t name_len;
+    char name[256];
+} walfs_stream_id_t;
+int walfs_stream_ids(walfs_t *wal, uint32_t first, walfs_stream_id_t *out, uint32_t max);
 int walfs_stream_info(walfs_t *wal, uint32_t stream_no, walfs_stream_info_t *out);
 /* The stream's byte view size (next_byte), or -ENOENT: the cheap call behind st_size. */
 int64_t walfs_stream_next_byte(walfs_t *wal, uint32_t stream_no);

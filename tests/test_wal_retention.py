@@ -284,3 +284,34 @@ def test_a_batch_larger_than_the_room_left_is_not_refused_for_its_own_size(open_
     assert w.engine.disk_use("t") == SEG
     low = w.info("t").low_watermark
     assert w.read("t", low, max_records=5000) == [rec("t", k) for k in range(low, 3500)]
+
+
+def test_a_topics_own_size_limit_caps_its_stream_from_the_open(open_wal, wal_dir):
+    """A topic whose settings set retention_bytes (the WAL's default has none) has its
+    stream's file cap from the open on, before any append (the open sets the caps of
+    those topics' streams only, issue 35): a stream at its cap (reclamation failing)
+    refuses the first append after a reopen with ENOSPC; a topic without a limit is not
+    capped."""
+    limit = 2 * SEG
+
+    def fill_to_the_cap(w: walfs.Wal) -> None:
+        with pytest.raises(walfs.WalIOError) as err:
+            for k in range(0, 100_000, 100):  # 100 MB if nothing held it back
+                w.append("capped", [rec("capped", k + j) for j in range(100)])
+        assert err.value.errno == errno.ENOSPC and "size limit" in str(err.value)
+
+    w = open_wal(reclaim_interval_s=3600, backpressure_s=0.5)
+    w.retention("capped", retention_bytes=limit)
+    w.append("free", b"first")
+    w.engine.core.inject_fault("reclaim", errno.EIO)
+    fill_to_the_cap(w)
+    high = w.info("capped").high_watermark
+    w.close()
+    w = open_wal(reclaim_interval_s=3600, backpressure_s=0.5)
+    w.engine.core.inject_fault("reclaim", errno.EIO)
+    with pytest.raises(walfs.WalIOError) as err:
+        w.append("capped", [rec("capped", high + j) for j in range(100)])
+    assert err.value.errno == errno.ENOSPC
+    assert w.info("capped").high_watermark == high
+    for k in range(0, 4 * SEG // 1000, 100):  # past the other's limit: no cap on this one
+        w.append("free", [rec("free", k + j) for j in range(100)])

@@ -11,6 +11,7 @@ import pyfuse3
 from walfs.engine.contract import LogEngine
 from walfs.fuse.consumer_files import committed_byte
 from walfs.fuse.nodes import DIR_KINDS, Node, Stream
+from walfs.fuse.page_push import mtime_ns as page_mtime_ns
 
 # Entries never disappear (nothing can be unlinked), so the kernel may keep them long.
 ENTRY_TIMEOUT = 60.0
@@ -54,6 +55,10 @@ class Attributes:
         # their committed_offset needs (the kernel checks it).
         self.cfile_mode = 0o666 & ~umask
         self.start_ns = time.time_ns()
+        # A stream the mount found at its start and that has not grown since has no entry
+        # in mtime_ns (100,000 of them cost nothing): it shows the mtime a growth at the
+        # start would have given it.
+        self.streams_start_ns = page_mtime_ns(self.start_ns)
 
     def of(self, node: Node, ino: int) -> pyfuse3.EntryAttributes:
         attrs = pyfuse3.EntryAttributes()
@@ -71,7 +76,7 @@ class Attributes:
             attrs.st_size = 0
         else:
             stream = (node.topic, node.partition)
-            mtime = self.mtime_ns.get(stream, self.start_ns)
+            mtime = self.mtime_ns.get(stream, self.streams_start_ns)
             size = self.engine.info(node.topic, node.partition).byte_size
             if node.kind == "topic":
                 attrs.st_mode = stat.S_IFREG | self.file_mode

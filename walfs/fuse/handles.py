@@ -41,6 +41,10 @@ class Handle:
     # WRITE's share of `held`; see WalOperations.write).
     held: int = 0
     held_last: int = 0
+    # Directories: the listing readdir took at its first call (offset 0), which its later
+    # calls page through: a listing of 100,000 topics is built once per `ls`, not once
+    # per page of entries the kernel asks for.
+    listing: list[tuple[bytes, Node]] | None = None
 
     @property
     def writable(self) -> bool:

@@ -134,7 +134,7 @@ class WalOperations(pyfuse3.Operations):
         self.xattr_snapshots = xattrs.Snapshots()  # the metrics text, read by size then value
         self.request_latency = LoopLatency(REQUESTS)
 
-        self.tree.refresh_streams()
+        self.tree.load_streams()
         # Set once the kernel's INIT has been answered (settings such as the read-ahead
         # must be changed after it: INIT resets them).
         self.initialized = trio.Event()
@@ -385,11 +385,16 @@ class WalOperations(pyfuse3.Operations):
     async def readdir(self, fh: int, start_id: int, token: pyfuse3.ReaddirToken) -> None:
         h = self.handles[fh]
         with wal_errors_as_errno("readdir"):
-            if start_id == 0:
-                self.tree.refresh_streams()
-            # A fresh listing per call is fine: names only ever get added, in sorted
-            # groups, so positions from an earlier call stay valid except for additions.
-            entries = self.tree.listing(h.node)
+            if start_id == 0 or h.listing is None:
+                # The listing as of the first page: later pages (the kernel asks for a
+                # few dozen entries at a time) go through the same list, so that a
+                # directory of N names costs one listing, not N / page of them. Names
+                # made meanwhile show at the next opendir or rewinddir (POSIX leaves it
+                # open whether they show in a listing under way).
+                if start_id == 0:
+                    self.tree.refresh_streams()
+                h.listing = self.tree.listing(h.node)
+            entries = h.listing
             for i in range(start_id, len(entries)):
                 name, node = entries[i]
                 ino = self.tree.ino(node)

@@ -24,6 +24,11 @@ log = logging.getLogger("walfs.fuse")
 
 # How often the watcher looks for growth and topics that did not come through this mount.
 WATCH_INTERVAL = 1.0
+# How many streams one round looks at: a mount of 100,000 topics is looked at in slices,
+# one per round (the engine's list is read again once every stream had its look), so that
+# a round costs the same whatever the count. The local engine tells of every change as it
+# happens (poke): the rounds are for engines that do not (other writers of a cluster).
+LOOK_PER_ROUND = 2000
 
 
 def _forget_names(parents: list[int], name: bytes) -> None:
@@ -48,6 +53,7 @@ class Watcher:
         self.invalidator = invalidator
         self.pages = pages
         self._seen_size: dict[Stream, int] = {}
+        self._to_look: list[Stream] = []  # the streams the next rounds look at (a slice each)
         self._poked: set[Stream] = set()  # streams grown outside the handlers
         self._rewritten: dict[Stream, bool] = {}  # trimmed or deleted (True), by anyone
         self._generations = trio.Lock()  # bytes_changed
@@ -141,9 +147,12 @@ class Watcher:
                     self._look_at(stream)
                 continue
             try:
-                self.tree.refresh_streams()
+                if not self._to_look:
+                    self.tree.refresh_streams()
+                    self._to_look = list(self.tree.streams)
+                look, self._to_look = self._to_look[:LOOK_PER_ROUND], self._to_look[LOOK_PER_ROUND:]
                 # Trims nobody told of (an engine that does not call back for them).
-                trimmed = [st for st in list(self.tree.streams) if self._look_at(st)]
+                trimmed = [st for st in look if st in self.tree.streams and self._look_at(st)]
                 for stream in trimmed:
                     await self.bytes_changed(stream)
             except Exception:

@@ -5,14 +5,14 @@ advertises the address the client reached it at."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from walfs.engine.names import kafka_topic_error
-from walfs.kafka.api import Api
+from walfs.kafka.api import Api, Written
 from walfs.kafka.broker import CLUSTER_ID, NODE_ID, Broker, Connection
 from walfs.kafka.messages import ErrorCode, build, response_module
-
-NO_AUTHORIZED_OPERATIONS = -(2**31)
+from walfs.kafka.metadata_answer import NO_AUTHORIZED_OPERATIONS, Entry, encode_metadata_answer
 
 
 def valid_new_topic(name: str) -> bool:
@@ -29,7 +29,11 @@ async def handle_api_versions(broker: Broker, conn: Connection, version: int, re
     return build(mod.ApiVersionsResponse, error_code=ErrorCode.none, api_keys=keys)
 
 
+@lru_cache(maxsize=256)
 def _partitions(mod: Any, count: int) -> tuple[Any, ...]:
+    """A topic's partition list, the same for every topic of `count` partitions (the
+    listener leads them all): built once per count and version, not once per topic of a
+    Metadata answer for 100,000 topics. The entries are frozen: sharing them is safe."""
     return tuple(
         build(
             mod.MetadataResponsePartition,
@@ -58,7 +62,7 @@ async def handle_metadata(broker: Broker, conn: Connection, version: int, req: A
     # (auto.create.topics.enable), with the broker's num.partitions.
     auto_create = getattr(req, "allow_auto_topic_creation", True) and broker.config.auto_create_topics_enable
     new_partitions = broker.config.num_partitions
-    topics = []
+    entries: list[Entry] = []
     for name in names:
         count = catalog.partition_count(name)
         error = ErrorCode.none
@@ -70,27 +74,20 @@ async def handle_metadata(broker: Broker, conn: Connection, version: int, req: A
                 count = new_partitions
             else:
                 error = ErrorCode.unknown_topic_or_partition
-        topics.append(
-            build(
-                mod.MetadataResponseTopic,
-                error_code=error,
-                name=name,
-                topic_id=None,
-                is_internal=False,
-                partitions=_partitions(mod, count),
-                topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
-            )
-        )
+        entries.append((name, error, count))
     broker_entry = build(
         mod.MetadataResponseBroker, node_id=NODE_ID, host=conn.host, port=conn.port, rack=None
     )
-    return build(
-        mod.MetadataResponse,
-        brokers=(broker_entry,),
-        cluster_id=CLUSTER_ID,
-        controller_id=NODE_ID,
-        topics=tuple(topics),
-        cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+    envelope = {
+        "brokers": (broker_entry,),
+        "cluster_id": CLUSTER_ID,
+        "controller_id": NODE_ID,
+        "cluster_authorized_operations": NO_AUTHORIZED_OPERATIONS,
+    }
+    # Written in wire form (metadata_answer.py): an answer for 100,000 topics costs their
+    # names, not 100,000 of kio's dataclasses.
+    return Written(
+        lambda correlation_id: encode_metadata_answer(correlation_id, version, envelope, entries, _partitions)
     )
 
 

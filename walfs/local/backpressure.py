@@ -9,7 +9,7 @@ as soon as the stream is charged for more files than a pass keeps."""
 
 import errno
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from walfs.common.metrics import WalStats
@@ -58,6 +58,18 @@ class Room:
             self._core.set_file_cap(s.stream_no, min(cap, MAX_U32))
             self.limits[s.stream_no] = limit
         return limit
+
+    def caps_at_open(self, streams: Iterable[Stream]) -> None:
+        """At open, before any append: the file cap of every size-limited stream among
+        `streams` (every stream when the WAL's default has a size limit, else those of the
+        topics whose settings set one). The core opens with no cap (0) on every stream,
+        which is already right for the others: their limit is cached by their first
+        append (limit_of), so that an open of 100,000 streams without limits makes no
+        call and no entry per stream."""
+        policies, default = self._policies, self._default
+        for s in streams:
+            if policies.policy(s.org_id, s.name, default).bytes is not None:
+                self.limit_of(s)
 
     def note_growth(self, s: Stream, nbytes: int) -> None:
         """Wakes the background pass as soon as a size-limited stream is charged for more

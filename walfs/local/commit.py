@@ -70,12 +70,17 @@ class CommitRule:
         """A cursor past its stream's end (the log lost its tail: a power cut under an
         older release, a restored backup) would make the group skip the records that reuse
         those offsets. It is set back to the end, and logged."""
-        ends = {}
-        for s in streams:
-            ends[stream_key(s.org_id, s.topic_hash, s.partition)] = (s, self._core.marks(s.stream_no)[1])
         cursors = self._cursors
-        for group in cursors.groups():
+        groups = cursors.groups()
+        if not groups:
+            return  # no cursor: nothing to look up (an open of 100,000 streams skips the pass)
+        by_key = {stream_key(s.org_id, s.topic_hash, s.partition): s for s in streams}
+        ends: dict[str, tuple[Stream, int]] = {}
+        for group in groups:
             for key in cursors.keys(group):
+                s = by_key.get(key)
+                if s is not None and key not in ends:  # the ends of the streams with cursors only
+                    ends[key] = (s, self._core.marks(s.stream_no)[1])
                 try:
                     offset = cursors.get(group, key)
                 except WalCorruptError as e:

@@ -6,7 +6,7 @@ import array
 import errno
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -198,6 +198,32 @@ class Engine:
             return int(lib.walfs_stream_count(h))
         finally:
             self._exit()
+
+    def stream_ids(self) -> Iterator[tuple[int, int, int, bytes, str, bool]]:
+        """(stream_no, org_id, partition, topic_hash, name, deleted) of every stream, in
+        order: who they are, without their marks (walfs_stream_ids, 1,024 a call): the
+        open's one pass over 100,000 streams."""
+        first, ids = 0, ffi.new("walfs_stream_id_t[]", 1024)
+        while True:
+            h = self._enter()
+            try:
+                n = self._check(lib.walfs_stream_ids(h, first, ids, 1024), "stream ids")
+            finally:
+                self._exit()
+            for k in range(n):
+                i = ids[k]
+                name = ffi.unpack(i.name, i.name_len).decode("utf-8", "surrogateescape")
+                yield (
+                    i.stream_no,
+                    i.org_id,
+                    i.partition,
+                    bytes(ffi.buffer(i.topic_hash, 16)),
+                    name,
+                    bool(i.deleted),
+                )
+            if n < 1024:
+                return
+            first += n
 
     def next_byte(self, stream_no: int) -> int:
         """The stream's byte view size (a cheap call: getattr asks it for every stat)."""

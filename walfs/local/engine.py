@@ -142,10 +142,20 @@ class LocalEngine:
         live = self._streams.load()
         log_recovery(self.path, self.core.recovery_report(), live, self.stats.open_seconds, read_only)
         if not read_only:
-            for s in self._index.org_streams_all():
-                self._limit_of(s)  # sets the stream's file cap before any append
+            streams = self._index.org_streams_all()
+            if self.retention_default.bytes is None:  # only topics' own limits: look at those
+                ix = self._index
+                limited = [
+                    ix.get(org, topic, p)
+                    for org, topic in self.topics_conf.topics_setting("retention_bytes")
+                    for p in ix.partitions(org, topic)
+                ]
+                room.caps_at_open(s for s in limited if s is not None)
+            else:
+                room.caps_at_open(streams)  # the size-limited streams' file caps, before any append
             drop_legacy_snapshot(self.path)
-            self._commit_rule.clamp(self._index.org_streams_all())
+            self._commit_rule.clamp(streams)
+            del streams
             self._background.start(reclaim_interval_s)
 
     # -- lifetime -------------------------------------------------------------------
@@ -202,7 +212,6 @@ class LocalEngine:
     def create(self, topic: str, partition: int = 0) -> None:
         self._stream(topic, partition, True)
 
-
     def info(self, topic: str, partition: int = 0) -> StreamInfo:
         s = self._stream(topic, partition, False)
         if s is None:
@@ -242,7 +251,6 @@ class LocalEngine:
             self._size_limits.clear()
             self.topics_conf.forget(self.org_id, topic)
         return done
-
 
     # -- appending ------------------------------------------------------------------
     def append(
@@ -427,7 +435,10 @@ class LocalEngine:
                 "damaged record: topic %r partition %d offset %d fails its checksum; reads that "
                 "reach it fail (EIO on the mount, CORRUPT_MESSAGE to Kafka), the records before "
                 "it are served; run `walfs fsck %s` (docs/operations.md)",
-                s.name, s.partition, offset, self.path,
+                s.name,
+                s.partition,
+                offset,
+                self.path,
             )
         return e
 
@@ -523,7 +534,6 @@ class LocalEngine:
         """Trims every stream (of every org) to what its policy keeps; returns the new low
         watermarks of the streams it trimmed. The background thread runs it."""
         return self._retention.apply(now_ms)
-
 
     def disk_use(self, topic: str, partition: int = 0) -> int:
         """The bytes of the segment files the stream is charged for (csrc/budget.c: whole

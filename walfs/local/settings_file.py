@@ -117,6 +117,17 @@ class TopicSettings:
     def policy(self, org_id: int, topic: str, default: Policy) -> Policy:
         return policy_of(self._topics.get(self._key(org_id, topic)), default)
 
+    def topics_setting(self, key: str) -> list[tuple[int, str]]:
+        """(org_id, topic) of every topic whose overrides set `key` (to anything but null):
+        the open looks at those, not at every stream."""
+        with self._lock:
+            keys = [k for k, v in self._topics.items() if v.get(key) is not None]
+        out = []
+        for k in keys:
+            org, topic = k.split("/", 1)
+            out.append((int(org), topic))
+        return out
+
     def overrides(self, org_id: int, topic: str) -> dict[str, Any]:
         return dict(self._topics.get(self._key(org_id, topic), {}))
 

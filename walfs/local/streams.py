@@ -29,13 +29,11 @@ class StreamMap:
 
     def load(self) -> int:
         """Lists the core's live streams (at open); returns how many."""
-        live = 0
-        for no in range(self._core.stream_count()):
-            info = self._core.stream_info(no)
-            if not info.deleted:
-                self.index.add(Stream(no, info.org_id, info.partition, info.topic_hash, info.name))
-                live += 1
-        return live
+        return self.index.add_all(
+            Stream(no, org_id, partition, thash, name)
+            for no, org_id, partition, thash, name, deleted in self._core.stream_ids()
+            if not deleted
+        )
 
     def open(self, org_id: int, topic: str, partition: int) -> Stream:
         """The stream, made (durable, announced to watchers) if it does not exist."""
