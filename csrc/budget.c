@@ -16,13 +16,6 @@
  * stream past the cap by what it needs; retention trims it back at the next pass). */
 #include "internal.h"
 
-static uint32_t seg_heads(const segment_t *seg)
-{
-    uint32_t heads = 0;
-    for (uint32_t k = 0; k < seg->n_blocks; k++) heads += seg->block_state[k] == BS_HEAD;
-    return heads;
-}
-
 /* Under wal->lock and s->lock: marks the charged files (seg->tally_charged under the
  * returned mark) and returns how many; first_offsets gets, oldest first, the first offset
  * of the stream's runs in each (up to max). */
@@ -47,7 +40,7 @@ static size_t charged_files(walfs_t *wal, const stream_t *s, uint64_t *mark_out,
         const block_t *b = s->blocks[k];
         segment_t *seg = b->seg;
         if (seg->tally_charged != -1) continue;
-        seg->tally_charged = seg->tally_kept || seg_heads(seg) == seg->tally_runs;
+        seg->tally_charged = seg->tally_kept || seg_runs_used(seg) == seg->tally_runs;
         if (!seg->tally_charged) continue;
         if (n < max) first_offsets[n] = b->first_offset;
         n++;

@@ -339,7 +339,7 @@ static void blk_common(uint8_t *out, const walfs_t *wal, const block_t *b, uint1
 {
     memset(out, 0, BLK_HDR_SIZE);
     memcpy(out, BLK_MAGIC, 8);
-    put16(out + 8, FORMAT_VERSION);
+    put16(out + 8, b->n_blocks ? FORMAT_VERSION : RUN_VERSION_SMALL);
     put16(out + 10, kind);
     put32(out + 12, b->n_blocks);
     put64(out + 16, wal->uuid);
@@ -347,6 +347,10 @@ static void blk_common(uint8_t *out, const walfs_t *wal, const block_t *b, uint1
     put32(out + 32, b->index);
     put32(out + 36, b->stream_no);
     put64(out + 40, b->first_offset);
+    if (!b->n_blocks) { /* a small run: its size and slot bind it to its place too */
+        put64(out + 96, b->run_size);
+        put32(out + 104, b->slot);
+    }
 }
 
 void fmt_blk_open(uint8_t *out, const walfs_t *wal, const block_t *b)
@@ -378,18 +382,39 @@ void fmt_blk_frontier(uint8_t *out, const walfs_t *wal, const block_t *b, uint64
     put32(out + 124, crc32c(wal->crc_seed, out, 124));
 }
 
-/* Parses any kind; checks that it belongs at (segment, index). */
+void fmt_blk_carve(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t index, uint32_t class_size)
+{
+    memset(out, 0, BLK_HDR_SIZE);
+    memcpy(out, BLK_MAGIC, 8);
+    put16(out + 8, RUN_VERSION_SMALL);
+    put16(out + 10, BLK_KIND_CARVE);
+    put64(out + 16, wal->uuid);
+    put64(out + 24, seg_id);
+    put32(out + 32, index);
+    put64(out + 96, class_size);
+    put32(out + 124, crc32c(wal->crc_seed, out, 124));
+}
+
+/* Parses any kind; checks that it belongs at (segment, index). A version 2 header also
+ * carries its run size and slot, which the caller checks against the place it read. */
 int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32_t index, uint16_t kind,
                   blk_hdr_t *h)
 {
     if (memcmp(in, BLK_MAGIC, 8) != 0) return -EUCLEAN;
     if (get32(in + 124) != crc32c(wal->crc_seed, in, 124)) return -EBADMSG;
-    if (get16(in + 8) != FORMAT_VERSION || get16(in + 10) != kind) return -EUCLEAN;
+    uint16_t version = get16(in + 8);
+    if ((version != FORMAT_VERSION && version != RUN_VERSION_SMALL) || get16(in + 10) != kind) return -EUCLEAN;
     if (get64(in + 16) != wal->uuid || get64(in + 24) != seg_id || get32(in + 32) != index)
         return -EUCLEAN;
+    h->version = version;
     h->n_blocks = get32(in + 12);
     h->stream_no = get32(in + 36);
     h->first_offset = get64(in + 40);
+    h->run_size = version == RUN_VERSION_SMALL ? get64(in + 96) : 0;
+    h->slot = version == RUN_VERSION_SMALL ? get32(in + 104) : 0;
+    /* A version 2 run header is a small run's (n_blocks 0), a version 1 one a block run's. */
+    if (kind != BLK_KIND_CARVE && (version == RUN_VERSION_SMALL) != (h->n_blocks == 0)) return -EUCLEAN;
+    if (kind == BLK_KIND_CARVE && version != RUN_VERSION_SMALL) return -EUCLEAN;
     if (kind == BLK_KIND_OPEN) {
         h->first_byte = get64(in + 48);
         h->first_gid = get64(in + 56);
@@ -397,7 +422,7 @@ int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32
         h->first_gid = get64(in + 48);
         h->count = get64(in + 56);
         h->data_end = get64(in + 64);
-    } else {
+    } else if (kind == BLK_KIND_SEAL) {
         h->count = get64(in + 48);
         h->last_gid = get64(in + 56);
         h->data_end = get64(in + 64);

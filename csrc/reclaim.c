@@ -160,9 +160,7 @@ int walfs_reclaim(walfs_t *wal)
      * runs than published ones has an append in flight. */
     t[nseg - 1].keep = 1;
     for (size_t si = 0; si + 1 < nseg; si++) {
-        size_t heads = 0;
-        for (uint32_t k = 0; k < wal->segs[si]->n_blocks; k++) heads += wal->segs[si]->block_state[k] == BS_HEAD;
-        if (heads != t[si].runs) t[si].keep = 1;
+        if (seg_runs_used(wal->segs[si]) != t[si].runs) t[si].keep = 1;
     }
     /* Floors first: a stream whose every run goes must still know its next offset. */
     uint64_t next_gid = __atomic_load_n(&wal->next_gid, __ATOMIC_RELAXED);
