@@ -154,6 +154,7 @@ static int alloc_small(walfs_t *wal, uint32_t stream_no, uint32_t run_size, int 
     int64_t blk = -1, slot = -1;
     for (size_t k = 0; k < wal->n_segs && slot < 0; k++) {
         segment_t *sg = wal->segs[k];
+        if (sg->cleaning) continue;
         for (uint32_t i = 0; i < sg->n_blocks; i++) {
             carve_t *c = sg->carves[i];
             if (c && c->class_size == run_size && (slot = free_slot(c)) >= 0) {
@@ -166,7 +167,7 @@ static int alloc_small(walfs_t *wal, uint32_t stream_no, uint32_t run_size, int 
     int rc = 0;
     if (slot < 0) {
         for (size_t k = 0; k < wal->n_segs && blk < 0; k++) {
-            if (find_run(wal->segs[k], 1) < 0) continue;
+            if (wal->segs[k]->cleaning || find_run(wal->segs[k], 1) < 0) continue;
             if ((rc = budget_check(wal, stream_no, wal->segs[k]))) return rc;
             blk = carve_block(wal, wal->segs[k], run_size, &rc);
             if (rc) return rc;
@@ -213,6 +214,7 @@ static int alloc_run_in(walfs_t *wal, uint32_t stream_no, uint64_t run_size, int
     segment_t *seg = NULL;
     int64_t at = -1;
     for (size_t i = 0; i < wal->n_segs && at < 0; i++) {
+        if (wal->segs[i]->cleaning) continue;
         at = find_run(wal->segs[i], n_blocks);
         if (at >= 0) seg = wal->segs[i];
     }

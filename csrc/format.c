@@ -350,6 +350,7 @@ static void blk_common(uint8_t *out, const walfs_t *wal, const block_t *b, uint1
     if (!b->n_blocks) { /* a small run: its size and slot bind it to its place too */
         put64(out + 96, b->run_size);
         put32(out + 104, b->slot);
+        put64(out + 112, b->src_seg);
     }
 }
 
@@ -412,6 +413,7 @@ int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32
     h->first_offset = get64(in + 40);
     h->run_size = version == RUN_VERSION_SMALL ? get64(in + 96) : 0;
     h->slot = version == RUN_VERSION_SMALL ? get32(in + 104) : 0;
+    h->src_seg = version == RUN_VERSION_SMALL && kind != BLK_KIND_CARVE ? get64(in + 112) : 0;
     /* A version 2 run header is a small run's (n_blocks 0), a version 1 one a block run's. */
     if (kind != BLK_KIND_CARVE && (version == RUN_VERSION_SMALL) != (h->n_blocks == 0)) return -EUCLEAN;
     if (kind == BLK_KIND_CARVE && version != RUN_VERSION_SMALL) return -EUCLEAN;

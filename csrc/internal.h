@@ -74,6 +74,7 @@ struct segment {
     uint8_t *block_state;   /* BS_* per block; under wal->lock */
     carve_t **carves;       /* per block: its carve when BS_CARVED, else NULL; under wal->lock */
     uint32_t small_used;    /* small runs in use, over all its carved blocks; under wal->lock */
+    int cleaning;           /* reclaim.c's cleaner copies its small runs out: no run is allocated here */
     atomic_int dirty;
     atomic_int wb_err;      /* a failed writeback (writeback.c): the next sync round fails with it */
     /* budget.c's scratch tally of one stream's runs here; under wal->lock */
@@ -91,6 +92,7 @@ typedef struct block {
     uint32_t index;         /* first block of the run */
     uint32_t n_blocks;      /* 0 for a small run (one slot of a carved block) */
     uint32_t slot;          /* a small run's slot in its carved block */
+    uint64_t src_seg;       /* a small run copied by the cleaner (reclaim.c): the segment it was copied from */
     uint32_t stream_no;
     uint64_t run_size;
     uint64_t file_off;      /* of the run in the segment file */
@@ -237,6 +239,7 @@ typedef struct blk_hdr {
     uint32_t version;       /* 1: a block run; 2: a small run (run_size, slot) or a carve header */
     uint64_t run_size;      /* version 2: the run's size (a carve header: its class size) */
     uint32_t slot;          /* version 2: the run's slot in its carved block */
+    uint64_t src_seg;       /* version 2: a cleaner's copy: the segment of its original (0: none) */
     uint64_t first_offset, first_byte, first_gid;
     uint64_t count, last_gid, data_end, byte_len;
     int64_t first_ts, last_ts;

@@ -401,6 +401,7 @@ static int scan_run(walfs_t *wal, segment_t *seg, uint32_t i, uint64_t off, cons
     b->index = i;
     b->n_blocks = h->n_blocks;
     b->slot = h->slot;
+    b->src_seg = h->src_seg;
     b->stream_no = h->stream_no;
     b->run_size = h->n_blocks ? (uint64_t)h->n_blocks * wal->opt.block_size : h->run_size;
     b->file_off = off;
@@ -411,7 +412,7 @@ static int scan_run(walfs_t *wal, segment_t *seg, uint32_t i, uint64_t off, cons
     blk_hdr_t sh;
     if (fmt_blk_parse(seg->map + off + BLK_SEAL_OFF, wal, seg->id, i, BLK_KIND_SEAL, &sh) == 0 &&
         sh.n_blocks == h->n_blocks && sh.stream_no == h->stream_no && sh.first_offset == h->first_offset &&
-        sh.run_size == h->run_size && sh.slot == h->slot && sh.count > 0) {
+        sh.run_size == h->run_size && sh.slot == h->slot && sh.src_seg == h->src_seg && sh.count > 0) {
         /* Trusted on its crc, but every figure must still fit the run: a crc proves
          * the seal was written by walfs, not that nothing wrote nonsense into it. */
         uint64_t max_count = (b->run_size - BLK_DATA_OFF) / (REC_HDR_SIZE + SLOT_SIZE);
@@ -436,7 +437,7 @@ static int scan_run(walfs_t *wal, segment_t *seg, uint32_t i, uint64_t off, cons
     blk_hdr_t fh;
     if (!b->sealed && fmt_blk_parse(seg->map + off + BLK_FRONTIER_OFF, wal, seg->id, i, BLK_KIND_FRONTIER, &fh) == 0 &&
         fh.n_blocks == h->n_blocks && fh.stream_no == h->stream_no && fh.first_offset == h->first_offset &&
-        fh.run_size == h->run_size && fh.slot == h->slot && fh.first_gid == h->first_gid) {
+        fh.run_size == h->run_size && fh.slot == h->slot && fh.src_seg == h->src_seg && fh.first_gid == h->first_gid) {
         /* A frontier of this very run (a stale one of an earlier user of these blocks
          * has another first_gid). Its figures must fit the run like a seal's. */
         uint64_t max_count = (b->run_size - BLK_DATA_OFF) / (REC_HDR_SIZE + SLOT_SIZE);
@@ -466,6 +467,18 @@ static int scan_run(walfs_t *wal, segment_t *seg, uint32_t i, uint64_t off, cons
     return 0;
 }
 
+/* 1 if segment id is one this open uses (opened, not reclaimed). wal->segs is in id order. */
+static int seg_opened(const walfs_t *wal, uint64_t id)
+{
+    size_t lo = 0, hi = wal->n_segs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (wal->segs[mid]->id < id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < wal->n_segs && wal->segs[lo]->id == id;
+}
+
 /* Block i of seg, carved for class_size: every slot whose open header proves itself (crc,
  * uuid, segment, block, slot, run size: format.c "Small runs") is a run. */
 static int scan_carved(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size)
@@ -480,6 +493,20 @@ static int scan_carved(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_
         if (fmt_blk_parse(seg->map + off, wal, seg->id, i, BLK_KIND_OPEN, &h) != 0 ||
             h.version != RUN_VERSION_SMALL || h.run_size != class_size || h.slot != k)
             continue;
+        if (h.src_seg && seg_opened(wal, h.src_seg)) {
+            /* A cleaner's copy whose original's segment was never reclaimed (no SEGMENT_GONE:
+             * reclaim.c writes it only once the copies are durable): the original is in
+             * force, the copy is forgotten. */
+            char name[64];
+            seg_path(wal, seg->id, name, sizeof(name));
+            wal_log(wal, "%s/%s: block %u slot %u: a copy of a run of stream %u whose original is still in force "
+                         "(its segment was not reclaimed): %s", wal->dir, name, i, k, h.stream_no,
+                    wal->opt.read_only ? "ignored" : "dropped");
+            if (!wal->opt.read_only &&
+                ((rc = seg_zero(wal, seg, off, BLK_HDR_SIZE)) || (rc = seg_zero(wal, seg, off + BLK_SEAL_OFF, BLK_HDR_SIZE))))
+                return rc;
+            continue;
+        }
         if ((rc = scan_run(wal, seg, i, off, &h))) return rc;
     }
     return 0;
