@@ -211,7 +211,10 @@ def test_sigkill_at_random_points_over_many_small_streams(wal_dir, fsync):
     for rnd in range(6):
         proc = subprocess.Popen(
             [PYTHON, "-c", WRITER, wal_dir, fsync, str(rnd), here, str(REPO)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
         )
         assert proc.stdout is not None
         ready = proc.stdout.readline()
