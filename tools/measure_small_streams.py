@@ -72,11 +72,13 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--batch-records", type=int, default=1_000_000)
     ap.add_argument("--single-records", type=int, default=200_000)
+    ap.add_argument("--only", choices=("batch", "single", "topics"), help="one measurement only")
     a = ap.parse_args()
     base = tempfile.mkdtemp(prefix="measure-small-")
     builds = {"baseline": a.baseline, "new": a.new}
     res: dict[str, dict[str, list[dict[str, float]]]] = {b: {} for b in builds}
     plan = [("batch", a.batch_records), ("single", a.single_records), ("topics", a.topics)]
+    plan = [p for p in plan if a.only in (None, p[0])]
     for _ in range(a.reps):
         for what, n in plan:
             for b, tree in builds.items():
@@ -84,6 +86,8 @@ def main() -> None:
     summary: dict[str, object] = {"topics": a.topics, "reps": a.reps, "runs": res}
     for what, key in (("batch", "records_per_s"), ("single", "records_per_s"), ("topics", "bytes_per_topic")):
         for b in builds:
+            if what not in res[b]:
+                continue
             vals = [r[key] for r in res[b][what]]
             summary[f"{what}_{key}_{b}"] = {
                 "median": statistics.median(vals),
