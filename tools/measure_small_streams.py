@@ -59,7 +59,11 @@ finally:
 def run(tree: str, what: str, n: int, base: str) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=tree)
     p = subprocess.run(
-        [sys.executable, "-c", CHILD, tree, what, str(n), base], capture_output=True, text=True, env=env, check=True
+        [sys.executable, "-c", CHILD, tree, what, str(n), base],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     )
     return dict(json.loads(p.stdout.strip().splitlines()[-1]))
 
