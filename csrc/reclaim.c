@@ -202,6 +202,15 @@ static int clean_write(walfs_t *wal, move_t *m)
     return seg_pwrite(wal, b->seg, hdr, sizeof(hdr), b->file_off);
 }
 
+/* Run k of s is one the cleaner moves: needed, and not an idle stream's open run trimmed
+ * past (reclamation retires that one instead). Under s->lock. */
+static int to_move(walfs_t *wal, const stream_t *s, size_t k)
+{
+    const block_t *b = s->blocks[k];
+    int last_open = k + 1 == s->n_blocks && !b->full;
+    return run_needed(wal, s, b) && !(last_open && b->first_offset + b->count <= s->low_offset);
+}
+
 /* Picks the oldest segment the cleaner may empty, copies its runs out and syncs. 0 with
  * c->seg NULL when there is nothing to do. */
 static int clean_copy(walfs_t *wal, clean_t *c)
@@ -211,29 +220,40 @@ static int clean_copy(walfs_t *wal, clean_t *c)
     pthread_mutex_lock(&wal->lock);
     size_t nseg = wal->n_segs;
     segment_t *target = NULL;
-    for (size_t si = 0; si + 1 < nseg && !target; si++) {
-        segment_t *seg = wal->segs[si];
-        uint64_t live = 0;
-        size_t runs = 0, needed = 0;
-        int ok = 1;
-        for (size_t i = 0; i < ns && ok; i++) {
-            stream_t *s = stream_get(wal, (uint32_t)i);
-            pthread_mutex_lock(&s->lock);
-            for (size_t k = 0; k < s->n_blocks && ok; k++) {
-                block_t *b = s->blocks[k];
-                if (b->seg != seg) continue;
-                runs++;
-                if (!run_needed(wal, s, b)) continue;
-                /* Movable: a small run, sealed or its stream's open last run. */
-                int last_open = k + 1 == s->n_blocks && !b->full;
-                if (b->n_blocks || (!b->sealed && !last_open)) ok = 0;
-                live += b->run_size;
-                needed++;
+    /* One pass over every stream's runs, tallied per segment (wal->segs is in id order). */
+    typedef struct {
+        uint64_t live;
+        size_t runs, needed;
+        int bad;
+    } ctally_t;
+    ctally_t *ct = nseg >= 2 ? calloc(nseg, sizeof(*ct)) : NULL;
+    for (size_t i = 0; ct && i < ns; i++) {
+        stream_t *s = stream_get(wal, (uint32_t)i);
+        pthread_mutex_lock(&s->lock);
+        for (size_t k = 0; k < s->n_blocks; k++) {
+            block_t *b = s->blocks[k];
+            size_t lo = 0, hi = nseg;
+            while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (wal->segs[mid]->id < b->seg->id) lo = mid + 1;
+                else hi = mid;
             }
-            pthread_mutex_unlock(&s->lock);
+            if (lo == nseg || wal->segs[lo] != b->seg) continue;
+            ct[lo].runs++;
+            if (!to_move(wal, s, k)) continue;
+            /* Movable: a small run, sealed or its stream's open last run. */
+            int last_open = k + 1 == s->n_blocks && !b->full;
+            if (b->n_blocks || (!b->sealed && !last_open)) ct[lo].bad = 1;
+            ct[lo].live += b->run_size;
+            ct[lo].needed++;
         }
-        if (ok && needed && runs == seg_runs_used(seg) && live <= wal->opt.segment_size / CLEAN_SHARE) target = seg;
+        pthread_mutex_unlock(&s->lock);
     }
+    for (size_t si = 0; ct && si + 1 < nseg && !target; si++)
+        if (!ct[si].bad && ct[si].needed && ct[si].runs == seg_runs_used(wal->segs[si]) &&
+            ct[si].live <= wal->opt.segment_size / CLEAN_SHARE)
+            target = wal->segs[si];
+    free(ct);
     if (!target) {
         pthread_mutex_unlock(&wal->lock);
         return 0;
@@ -249,7 +269,7 @@ static int clean_copy(walfs_t *wal, clean_t *c)
         int locked = 0;
         pthread_mutex_lock(&s->lock);
         int has = 0;
-        for (size_t k = 0; k < s->n_blocks && !has; k++) has = s->blocks[k]->seg == target && run_needed(wal, s, s->blocks[k]);
+        for (size_t k = 0; k < s->n_blocks && !has; k++) has = s->blocks[k]->seg == target && to_move(wal, s, k);
         pthread_mutex_unlock(&s->lock);
         if (!has) continue;
         if (pthread_mutex_trylock(&s->append_lock) != 0) {
@@ -261,7 +281,7 @@ static int clean_copy(walfs_t *wal, clean_t *c)
         pthread_mutex_lock(&s->lock);
         for (size_t k = 0; k < s->n_blocks && locked; k++) {
             block_t *b = s->blocks[k];
-            if (b->seg != target || !run_needed(wal, s, b)) continue;
+            if (b->seg != target || !to_move(wal, s, k)) continue;
             int last_open = k + 1 == s->n_blocks && !b->full;
             if (b->n_blocks || (!b->sealed && !last_open)) { /* changed since the count */
                 rc = -EBUSY;
