@@ -382,3 +382,27 @@ def test_a_power_cut_after_the_cleaner_keeps_every_record_once(wal_dir, keep):
     assert got in ([payload("idle", 0)], [payload("idle", 0), b"late"])
     assert w.read("idle2", 0, max_records=5) == [payload("idle2", k) for k in range(3)]
     w.close()
+
+
+@pytest.mark.parametrize("keep", [0, 500, 1000])
+def test_a_cleaner_cut_before_its_copies_are_durable_keeps_the_originals(wal_dir, keep):
+    """The sync that makes the copies durable fails (the WAL fails, as on any failed
+    fsync), then the power goes: whatever part of the copies reached the disk, the originals
+    are in force and every record reads back once."""
+    w = idle_and_big(wal_dir, test_mode=True)
+    first = segs(wal_dir)[0]
+    debug.inject_fault(w, "sync", errno.EIO)
+    with pytest.raises(walfs.WalError):
+        w.engine.reclaim()
+    debug.power_cut(w, seed=keep + 1, keep_permille=keep)
+    w = walfs.Wal(wal_dir, reclaim_interval_s=3600)
+    assert first in segs(wal_dir)
+    assert w.read("idle", 0, max_records=5) == [payload("idle", 0)]
+    assert w.read("idle2", 0, max_records=5) == [payload("idle2", k) for k in range(3)]
+    assert w.engine.reclaim() >= 1
+    assert first not in segs(wal_dir)
+    assert w.append("idle", b"next") == 1
+    w.close()
+    w = walfs.Wal(wal_dir, read_only=True)
+    assert w.read("idle", 0, max_records=5) == [payload("idle", 0), b"next"]
+    w.close()
