@@ -1,9 +1,9 @@
 /* budget.c: what a stream costs on disk, and the cap that bounds it (retention by size,
  * walfs/local_engine.py, is built on these two numbers).
  *
- * Disk is counted in whole segment files, the unit that is allocated (a new file is
- * created at its full size) and the unit reclamation deletes. A stream is charged for
- * every file that holds one of its kept runs (a run not wholly below its low watermark,
+ * Disk is counted in whole segment files, the unit reclamation deletes (a file's blocks
+ * are reserved as runs take them: allocator.c). A stream is charged for every file that
+ * holds one of its kept runs, block or small (a run not wholly below its low watermark,
  * or one still open for appends), and for every file that holds only its runs, kept or
  * trimmed (reclamation has not deleted it yet). A file shared with another stream's kept
  * runs and holding none of this stream's kept ones is that other stream's cost.
