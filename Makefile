@@ -11,7 +11,7 @@ START     ?= 1
 APT_PACKAGES = build-essential pkg-config fuse3 libfuse3-dev liburing-dev attr kcat procps util-linux systemd strace iproute2 \
 	openjdk-17-jre-headless openssl
 
-.PHONY: install deps venv start testdeps kafka test lint ctest bench bench-figures bench-ab nullkafka walrus-baseline bench-single cluster cluster-stop bench-kafka torture fuzz-mount clean
+.PHONY: install deps venv start testdeps kafka test lint ctest bench bench-figures bench-ab nullkafka walrus-baseline bench-single cluster cluster-stop bench-kafka torture fuzz fuzz-mount clean
 
 install: deps venv
 	install -m 755 mount/mount.fuse.walfs /sbin/mount.fuse.walfs
@@ -36,7 +36,7 @@ start:
 		echo "walfs: $(DATA_DIR) mounted at $(MOUNTPOINT); try: echo hello >> $(MOUNTPOINT)/orders"; fi
 
 test: testdeps lint ctest
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=30 tests
 
 testdeps: kafka tests/js/node_modules nullkafka
 	$(PY) -m pip install -q -e '.[test]'
@@ -155,6 +155,11 @@ bench-kafka: testdeps
 TORTURE_OUT ?= torture-summary.json
 torture: testdeps
 	TORTURE_OUT=$(TORTURE_OUT) $(PY) tools/torture.py
+
+# The damage fuzzer at length (tests/damage_fuzz.py; CI runs a few hundred cases): WALFS_FUZZ_CASES
+# damaged WALs from TORTURE_SEED, a JSON summary on stdout.
+fuzz:
+	$(PY) tests/damage_fuzz.py --cases $${WALFS_FUZZ_CASES:-1000} --first-seed $${TORTURE_SEED:-1}
 
 # The mount fuzzer at length (tests/test_mount_fuzz.py; CI runs 300 calls per user).
 FUZZ_OPS ?= 5000

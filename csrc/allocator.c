@@ -282,9 +282,9 @@ void release_run(walfs_t *wal, block_t *b)
             c->n_used--;
             b->seg->small_used--;
         }
-        free(b);
+        block_free(b);
         return;
     }
     for (uint32_t i = 0; i < b->n_blocks; i++) b->seg->block_state[b->index + i] = BS_FREE;
-    free(b);
+    block_free(b);
 }

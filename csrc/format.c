@@ -5,11 +5,12 @@
  * seed = (uint32_t)(uuid ^ (uuid >> 32)) where uuid is the WAL's random 64-bit id, so that
  * bytes left over from another WAL never validate here.
  *
- * FORMAT VERSION 2: catalog version 2; segment and run headers version 1 (unchanged)
+ * FORMAT VERSION 3: catalog version 3 (two copies); segment and run headers version 1 (unchanged)
  *
  * Data directory
  *   LOCK                     flock()ed by the one process that writes the WAL
  *   streams.cat              the catalog: stream definitions, trims, floors, segment files
+ *   streams.cat.mirror       its second copy (catalog version 3), written in the same durable step
  *   seg-<16 hex digits>.wal  segment files, ids increasing from 1
  *   index.snap               topic index snapshot (releases before 0.2; deleted at open)
  *   cursors/                 consumer cursors (written by the Python layer)
@@ -18,18 +19,22 @@
  *
  * Catalog (streams.cat): a 64-byte header then entries, appended and fdatasync()ed before
  * the call that wrote them returns.
- *   header: 0 magic "WALFSCAT" | 8 u32 version (2; 1 is read, see below) | 12 u32 block_size | 16 u64 uuid
- *           | 24 u64 created_ms | 32 u64 segment_size | 40..60 zero
- *           | 60 u32 crc (seed 0) of bytes 0..60
+ *   header: 0 magic "WALFSCAT" | 8 u32 version (3; 1 and 2 are read, see below) | 12 u32 block_size
+ *           | 16 u64 uuid | 24 u64 created_ms | 32 u64 segment_size
+ *           | 40 u64 generation (v3: raised by every compaction) | 48 u32 copy (v3: 0 streams.cat,
+ *           1 streams.cat.mirror) | 52..60 zero | 60 u32 crc (seed 0) of bytes 0..60
  *   The sizes are the WAL's for life: options given at a later open are ignored.
  *   entry:  0 u32 crc of bytes 4..len | 4 u16 type | 6 u16 len (whole entry) | 8 payload
+ *     v3: the crc is seeded with crc32c(seed, u32 copy | u64 byte offset of the entry in its
+ *     file | u64 generation) (fmt_cat_loc_seed): an entry at another offset, in the other
+ *     copy or of another generation fails.
  *     type 1 DEFINE: u32 stream_no | u32 partition | u64 org_id | u8[16] topic_hash
  *                    | u16 name_len | name bytes
  *     type 2 TRIM:   u32 stream_no | u32 0 | u64 low_offset
  *     type 3 FLOOR:  u32 stream_no | u32 0 | u64 next_offset | u64 next_byte | u64 next_gid
  *     type 4 OPEN:   u64 epoch (one per writer open; gids are epoch << 40 | sequence)
  *     type 5 DELETE: u32 stream_no | u32 0 (the stream was deleted; written after a TRIM to its end)
- *     type 6 SEGMENT:      u64 segment_id (version 2)
+ *     type 6 SEGMENT:      u64 segment_id (version 2) | u64 created_ms (version 3: its header's)
  *     type 7 SEGMENT_GONE: u64 segment_id (version 2)
  *   What version 2 proves (catalog.c, recovery.c, segment.c, reclaim.c):
  *     - SEGMENT is appended once the new file, its header and the directory are durable,
@@ -46,10 +51,21 @@
  *       watermark, lost durable records: damage, reported before anything is cut.
  *     - A run naming a stream_no the catalog does not define is damage (a DEFINE is synced
  *       before its stream can allocate a run, and stream numbers are never reused).
- *   Version 1 catalogs (no SEGMENT entries) are read without these checks; a writer's
- *   clean close rewrites them as version 2 (a compaction with a version 2 header that lists
- *   the segment files), after the Python layer built its cursor manifest. Releases before
- *   this one refuse version 2 ("unknown format version").
+ *   Version 1 catalogs (no SEGMENT entries) are read without these checks.
+ *   Version 3 (two copies; catalog.c): every append writes the same entries at the same
+ *   offset of both files and fdatasyncs both before it returns. At open both copies are
+ *   walked in step: an entry valid in both must be equal; valid in one only, it is taken
+ *   from it (the other is damaged there or ends there: a crash between the two writes);
+ *   bad in both, it ends the catalog only as a torn tail of both, else -EUCLEAN naming both
+ *   files and the byte. One header bad: the other's. Both bad: -EUCLEAN naming both. Valid
+ *   headers of different generations (a compaction cut between its renames): the newer
+ *   copy whole (the older if the newer fails). A writer's open that took anything from one
+ *   copy only rewrites both (compaction, generation + 1) before appending, and counts it
+ *   in the report's `healed`; a read-only open serves from the good copy.
+ *   Upgrade: a writer's open rewrites a version 2 catalog as version 3 (compaction, both
+ *   copies); version 1 waits for walfs_catalog_upgrade (the Python layer, once its cursor
+ *   manifest exists) or the clean close. Releases before refuse version 3 ("unknown
+ *   format version"); a mirror beside a version 1/2 catalog is ignored.
  *   Stream numbers are dense from 0 in DEFINE order. A crash leaves at most one incomplete
  *   entry, at the end (one pwrite + fdatasync per entry; a failed append is truncated
  *   away). So a bad entry (crc, type or length wrong) is a torn tail, and is cut (by a
@@ -58,11 +74,12 @@
  *   out-of-order entry is damage: the open fails with -EUCLEAN naming the byte offset
  *   (catalog.c), and the file is never truncated or rewritten.
  *   Compaction (catalog.c): once at least 1024 entries and four times the live ones are
- *   stored, the writer rewrites the file as the same header, then (version 2) a SEGMENT
+ *   stored, the writer rewrites the file as the same header (v3: generation + 1, each copy
+ *   its copy number and its own entry binding), then (version 2) a SEGMENT
  *   entry per segment file, then per stream its DEFINE, its TRIM (if its low watermark is
  *   above 0), its highest FLOOR (if any) and its DELETE (if deleted), then one OPEN with
- *   the current epoch; written to streams.cat.tmp, fsynced, renamed over
- *   streams.cat, directory fsynced. A reader holding the old file re-reads the new one
+ *   the current epoch; written to streams.cat.tmp (v3: and streams.cat.mirror.tmp), fsynced,
+ *   renamed over streams.cat (then the mirror), directory fsynced. A reader holding the old file re-reads the new one
  *   when its inode changes; a leftover streams.cat.tmp means nothing.
  *
  * Segment file: segment_size bytes (sparse: its header area fallocate()d at creation, its
@@ -76,6 +93,11 @@
  *   naming the file (-EIO if unreadable). A segment is never deleted for a bad header; only
  *   the NEWEST file that provably never held data (header area all zero, no valid open
  *   header at any block) is removed, as a creation cut short by a crash (segment.c).
+ *   Rebuild (catalog v3): a header that fails its checks, of a file a v3 catalog lists
+ *   (SEGMENT with created_ms, no SEGMENT_GONE) and exactly segment_size bytes long, is
+ *   rebuilt from the catalog (these very fields: creation syncs the header before its
+ *   SEGMENT entry); a writer writes it back and fdatasyncs it (healed), a read-only open
+ *   uses it in memory.
  *
  * Block run: one or more consecutive blocks owned by one stream (a run is longer than one
  * block only when a record needs it). Within a run, relative to its first byte:
@@ -162,14 +184,18 @@
  *     small run's also slot and class: see Small runs).
  *   - A run with a valid seal header holds exactly `count` records: seals are written only
  *     after an fsync made the whole run durable, so they are trusted without reading data
- *     (their figures are still bounds-checked against the run, and the slot of the last
- *     record before it is read: a misfit is -EUCLEAN).
+ *     (their figures are still bounds-checked against the run, a misfit is -EUCLEAN; the
+ *     slot of the last record is read for its batch_left: a misfit there quarantines it).
  *   - A run without a seal is verified record by record from byte 1024: a record is valid
  *     when its crc matches, it names the run's stream, its gid is the run's first_gid (first record) or above the
  *     previous one, it ends before the slot area it needs, and its index slot matches it.
  *     The first invalid record ends the run if it is at or above the run's frontier count
- *     (a torn tail); below it, it is damage (-EUCLEAN, nothing cut), and no rule below
- *     cuts records under a frontier either. Later runs of the stream that do not
+ *     (a torn tail); below it, it is quarantined: kept in the count, refused to every read
+ *     (-EBADMSG), reported at every open; the next record is found through its index slot
+ *     (slot and record must agree), or at the frontier's data_end after the last durable
+ *     one (recovery.c; docs/format.md spells out what proves what). No rule below cuts
+ *     records under a frontier (-EUCLEAN). A run holding quarantined records is never
+ *     sealed: its frontier is rewritten to its whole count instead. Later runs of the stream that do not
  *     continue its offsets are cut. Bytes beyond a run's end are never zeroed: a new
  *     writer epoch gives every later record a higher gid, so stale records, whose gids
  *     are lower, can never be taken for a continuation.
@@ -203,7 +229,7 @@ uint32_t crc_seed_for(uint64_t uuid) { return (uint32_t)(uuid ^ (uuid >> 32)); }
 /* ---- catalog ---- */
 
 void fmt_cat_header(uint8_t *out, uint64_t uuid, uint64_t created_ms, uint64_t segment_size,
-                    uint32_t block_size)
+                    uint32_t block_size, uint64_t generation, uint32_t copy)
 {
     memset(out, 0, CAT_HDR_SIZE);
     memcpy(out, CAT_MAGIC, 8);
@@ -212,6 +238,8 @@ void fmt_cat_header(uint8_t *out, uint64_t uuid, uint64_t created_ms, uint64_t s
     put64(out + 16, uuid);
     put64(out + 24, created_ms);
     put64(out + 32, segment_size);
+    put64(out + 40, generation);
+    put32(out + 48, copy);
     /* The header's crc cannot be seeded with the uuid it carries: use seed 0. */
     put32(out + 60, crc32c(0, out, 60));
 }
@@ -231,12 +259,43 @@ int fmt_cat_header_parse(const uint8_t *in, uint64_t *uuid, uint64_t *segment_si
 /* The version of a header that fmt_cat_header_parse accepted. */
 uint32_t fmt_cat_header_version(const uint8_t *in) { return get32(in + 8); }
 
-/* A version 1 header made version 2 (catalog.c: upgrade at close), crc redone. */
-void fmt_cat_header_upgrade(uint8_t *hdr)
+/* Version 3: the compaction generation and the copy number (0 streams.cat, 1 its mirror). */
+uint64_t fmt_cat_header_generation(const uint8_t *in) { return get32(in + 8) >= 3 ? get64(in + 40) : 0; }
+uint32_t fmt_cat_header_copy(const uint8_t *in) { return get32(in + 8) >= 3 ? get32(in + 48) : 0; }
+
+/* A header made version 3 (an upgrade, a compaction, a heal): generation and copy set,
+ * crc redone. */
+void fmt_cat_header_set(uint8_t *hdr, uint64_t generation, uint32_t copy)
 {
     put32(hdr + 8, CAT_VERSION);
+    memset(hdr + 40, 0, 20);
+    put64(hdr + 40, generation);
+    put32(hdr + 48, copy);
     put32(hdr + 60, crc32c(0, hdr, 60));
 }
+
+/* Version 3 binds each entry to its place: its crc is seeded with the WAL's seed run over
+ * (u32 copy, u64 byte offset of the entry in its file, u64 generation of the file), so an
+ * entry written at another offset, into the other copy or left from another generation
+ * (a misdirected write, a compaction cut between its renames) fails its check. */
+uint32_t fmt_cat_loc_seed(uint32_t seed, uint32_t copy, uint64_t off, uint64_t generation)
+{
+    uint8_t loc[20];
+    put32(loc, copy);
+    put64(loc + 4, off);
+    put64(loc + 12, generation);
+    return crc32c(seed, loc, sizeof(loc));
+}
+
+/* Re-seals an entry built with the plain seed (fmt_cat_*) for its place in a version 3
+ * copy. */
+void fmt_cat_bind(uint8_t *entry, uint32_t seed, uint32_t copy, uint64_t off, uint64_t generation)
+{
+    put32(entry, crc32c(fmt_cat_loc_seed(seed, copy, off, generation), entry + 4, (size_t)get16(entry + 6) - 4));
+}
+
+/* The length field of an entry (fmt_cat_* built it: no check). */
+size_t fmt_cat_entry_len(const uint8_t *entry) { return get16(entry + 6); }
 
 static size_t cat_entry_finish(uint8_t *out, uint32_t seed, uint16_t type, size_t len)
 {
@@ -283,10 +342,12 @@ size_t fmt_cat_delete(uint8_t *out, uint32_t seed, uint32_t stream_no)
     return cat_entry_finish(out, seed, CAT_DELETE, 16);
 }
 
-size_t fmt_cat_segment(uint8_t *out, uint32_t seed, uint16_t type, uint64_t seg_id)
+size_t fmt_cat_segment(uint8_t *out, uint32_t seed, uint16_t type, uint64_t seg_id, uint64_t created_ms)
 {
     put64(out + 8, seg_id);
-    return cat_entry_finish(out, seed, type, 16);
+    if (type != CAT_SEGMENT) return cat_entry_finish(out, seed, type, 16);
+    put64(out + 16, created_ms); /* version 3: what the segment header holds beyond the geometry */
+    return cat_entry_finish(out, seed, type, 24);
 }
 
 size_t fmt_cat_open(uint8_t *out, uint32_t seed, uint64_t epoch)
@@ -343,8 +404,12 @@ size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_e
         e->a = get64(in + 8);
         return len;
     case CAT_SEGMENT:
+        if (len != 16 && len != 24) BAD("SEGMENT entry of the wrong length");
+        e->a = get64(in + 8);
+        e->b = len == 24 ? get64(in + 16) : 0;
+        return len;
     case CAT_SEGMENT_GONE:
-        if (len != 16) BAD("SEGMENT entry of the wrong length");
+        if (len != 16) BAD("SEGMENT_GONE entry of the wrong length");
         e->a = get64(in + 8);
         return len;
     default:
@@ -355,29 +420,30 @@ size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_e
 
 /* ---- segment ---- */
 
-void fmt_seg_header(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t n_blocks)
+void fmt_seg_header(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t n_blocks, uint64_t created_ms)
 {
     memset(out, 0, SEG_HDR_SIZE);
     memcpy(out, SEG_MAGIC, 8);
-    put32(out + 8, FORMAT_VERSION);
+    put32(out + 8, SEG_HDR_VERSION);
     put32(out + 12, wal->opt.block_size);
     put64(out + 16, wal->opt.segment_size);
     put64(out + 24, seg_id);
     put64(out + 32, wal->uuid);
-    put64(out + 40, now_ms());
+    put64(out + 40, created_ms);
     put32(out + 48, n_blocks);
     put32(out + 60, crc32c(wal->crc_seed, out, 60));
 }
 
 int fmt_seg_header_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint64_t *seg_size,
-                         uint32_t *block_size, uint32_t *n_blocks)
+                         uint32_t *block_size, uint32_t *n_blocks, uint64_t *created_ms)
 {
     if (memcmp(in, SEG_MAGIC, 8) != 0) return -EUCLEAN;
     if (get32(in + 60) != crc32c(wal->crc_seed, in, 60)) return -EBADMSG;
-    if (get32(in + 8) != FORMAT_VERSION) return -EPROTONOSUPPORT;
+    if (get32(in + 8) != SEG_HDR_VERSION) return -EPROTONOSUPPORT;
     if (get64(in + 24) != seg_id || get64(in + 32) != wal->uuid) return -EUCLEAN;
     *block_size = get32(in + 12);
     *seg_size = get64(in + 16);
+    *created_ms = get64(in + 40);
     *n_blocks = get32(in + 48);
     return 0;
 }

@@ -3,7 +3,7 @@
  * Only full runs are sealed, so the last run of every stream is verified record by record
  * at open, and the first record that fails ends it. That is right for a torn tail (a crash
  * while records were being written) and wrong for damage to records that a sync already
- * made durable: those must be reported, never cut. The frontier tells the two apart.
+ * made durable: those must be kept and reported, never cut. The frontier tells the two apart.
  *
  * Each sync round (sync.c, lead_sync) takes a snapshot, BEFORE it collects the dirty
  * segments, of every unsealed run whose published count grew since its frontier was last
@@ -17,7 +17,8 @@
  * or below the records that survived.
  *
  * Recovery (recovery.c) reads it: a record below the frontier that fails its checks is
- * damage (-EUCLEAN naming file, byte and offset); above it, a torn tail (cut, counted).
+ * damage (quarantined: kept, refused to reads, reported naming file, byte and offset);
+ * above it, a torn tail (cut, counted).
  * Directories written before the frontier existed simply have none: their runs verify
  * as before (no version change; older code ignores these bytes).
  */

@@ -14,9 +14,11 @@
 #include "walfs.h"
 #include "walfs_debug.h" /* the fault hooks (fault_hit) and the writeback counts */
 
-#define FORMAT_VERSION 1 /* segment headers, and the run headers of block runs */
+#define FORMAT_VERSION 1 /* run headers of block runs */
 #define RUN_VERSION_SMALL 2 /* run headers of small runs and carve headers (format.c "Small runs") */
-#define CAT_VERSION 2    /* streams.cat: 2 adds SEGMENT / SEGMENT_GONE entries (format.c) */
+#define SEG_HDR_VERSION 1 /* the segment header's own version (its layout is unchanged) */
+#define CAT_VERSION 3    /* streams.cat: 2 adds SEGMENT / SEGMENT_GONE entries, 3 the mirror copy
+                            and location-bound entries (format.c) */
 #define CAT_HDR_SIZE 64
 #define SEG_HDR_SIZE 4096
 #define BLK_HDR_SIZE 128
@@ -55,6 +57,7 @@ typedef struct carve {
 /* A segment file as the catalog lists it (catalog v2). */
 typedef struct cat_seg {
     uint64_t id;
+    uint64_t created_ms;    /* catalog v3: the segment header's creation time (0: not known) */
     int gone;               /* a SEGMENT_GONE entry: reclamation deletes (or deleted) the file */
 } cat_seg_t;
 
@@ -66,6 +69,7 @@ typedef struct page_save {
 
 struct segment {
     uint64_t id;
+    uint64_t created_ms;    /* from its header (kept in its v3 SEGMENT entry) */
     int fd;
     uint8_t *map;           /* read-only view of the whole file */
     uint8_t *wmap;          /* writable view for small appends (seg_mwritev); MAP_FAILED when read-only */
@@ -87,6 +91,11 @@ struct segment {
     size_t n_saves, cap_saves;
 };
 
+/* Records of a run that recovery quarantined: indexes [lo, hi) of the run (recovery.c). */
+typedef struct quar_range {
+    uint64_t lo, hi;
+} quar_range_t;
+
 typedef struct block {
     segment_t *seg;
     uint32_t index;         /* first block of the run */
@@ -107,6 +116,13 @@ typedef struct block {
      * run's bytes below wb_end, and wb_slots bytes of index slots at its end */
     uint64_t wb_end, wb_slots;
     uint64_t durable_count;  /* at open: the frontier found on disk (recovery.c) */
+    uint64_t durable_end;    /* at open: the frontier's data_end, where record durable_count starts */
+    /* Damaged records (recovery.c, "quarantine"): sorted, disjoint index ranges that every
+     * read refuses (record_locate: -EBADMSG). Set at open only, before the stream is
+     * published; freed with the run (block_free). A run holding any is never sealed
+     * (sync.c write_seals writes its frontier instead), so every open finds them again. */
+    quar_range_t *quar;
+    uint32_t n_quar;
     int dirty_tail;          /* at open: bytes follow its last record (zeroed once the stream is judged) */
 } block_t;
 
@@ -168,9 +184,16 @@ struct walfs {
     uint64_t next_seg_id;
     stream_t **chunks[STREAM_CHUNKS]; /* stream_no -> stream, STREAM_CHUNK per chunk */
     atomic_size_t n_streams;          /* published after the stream is complete */
-    int cat_fd;
+    int cat_fd;             /* streams.cat (copy 0); a read-only open: the copy it reads (cat_copy) */
+    int cat_fd2;            /* streams.cat.mirror (copy 1) of a writer's v3 catalog, else -1 */
+    uint32_t cat_copy;      /* the copy cat_fd holds */
+    uint64_t cat_gen;       /* v3: the generation in both copies' headers (compaction raises it) */
+    uint32_t cat_found;     /* the catalog version as found at open (the report's catalog_version) */
+    uint8_t cat_hdr[CAT_HDR_SIZE]; /* the header in use (compaction rewrites it) */
+    int cat_heal;           /* v3 copies (bit per copy) or segment headers open found damaged */
     uint64_t cat_end;
     uint64_t cat_torn;      /* bytes of a torn last entry after cat_end, cut after recovery */
+    uint64_t cat_torn2;     /* the same in the mirror */
     int64_t last_mark_ms;   /* durable-end marks written by a sync round (sync.c); sync leader only */
     uint64_t cat_entries;   /* entries in streams.cat (compaction rewrites it when mostly dead) */
     uint64_t floor_gid;     /* the highest FLOOR next_gid in the catalog */
@@ -217,7 +240,7 @@ struct walfs {
     int wb_inited, wb_started, wb_stop;
     int wb_waiting;              /* the thread waits on wb_cond: a queued range signals it */
 
-    fault_t faults[6];
+    fault_t faults[7];
     _Atomic uint32_t slow_sync_ms; /* the next round sleeps this long first (walfs_debug_slow_sync) */
     uint64_t tally_mark;     /* budget.c: the last scratch tally's mark; under wal->lock */
     walfs_recovery_report_t report;
@@ -269,11 +292,17 @@ void crc32c_x4(uint32_t crc, const uint8_t *const *bufs, const size_t *lens, uin
 
 /* format.c */
 uint32_t crc_seed_for(uint64_t uuid);
-void fmt_cat_header(uint8_t *out, uint64_t uuid, uint64_t created_ms, uint64_t segment_size, uint32_t block_size);
+void fmt_cat_header(uint8_t *out, uint64_t uuid, uint64_t created_ms, uint64_t segment_size, uint32_t block_size,
+                    uint64_t generation, uint32_t copy);
 int fmt_cat_header_parse(const uint8_t *in, uint64_t *uuid, uint64_t *segment_size, uint32_t *block_size);
 uint32_t fmt_cat_header_version(const uint8_t *in);
-void fmt_cat_header_upgrade(uint8_t *hdr);
-size_t fmt_cat_segment(uint8_t *out, uint32_t seed, uint16_t type, uint64_t seg_id);
+uint64_t fmt_cat_header_generation(const uint8_t *in);
+uint32_t fmt_cat_header_copy(const uint8_t *in);
+void fmt_cat_header_set(uint8_t *hdr, uint64_t generation, uint32_t copy);
+uint32_t fmt_cat_loc_seed(uint32_t seed, uint32_t copy, uint64_t off, uint64_t generation);
+void fmt_cat_bind(uint8_t *entry, uint32_t seed, uint32_t copy, uint64_t off, uint64_t generation);
+size_t fmt_cat_entry_len(const uint8_t *entry);
+size_t fmt_cat_segment(uint8_t *out, uint32_t seed, uint16_t type, uint64_t seg_id, uint64_t created_ms);
 size_t fmt_cat_define(uint8_t *out, uint32_t seed, const stream_t *s);
 size_t fmt_cat_trim(uint8_t *out, uint32_t seed, uint32_t stream_no, uint64_t low_offset);
 size_t fmt_cat_floor(uint8_t *out, uint32_t seed, uint32_t stream_no, uint64_t next_offset,
@@ -282,9 +311,9 @@ size_t fmt_cat_open(uint8_t *out, uint32_t seed, uint64_t epoch);
 size_t fmt_cat_delete(uint8_t *out, uint32_t seed, uint32_t stream_no);
 size_t fmt_cat_entry_parse(const uint8_t *in, size_t avail, uint32_t seed, cat_entry_t *e, const char **why);
 #define CAT_MAX_ENTRY (42 + MAX_NAME) /* the longest entry: a DEFINE with a 255-byte name */
-void fmt_seg_header(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t n_blocks);
+void fmt_seg_header(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t n_blocks, uint64_t created_ms);
 int fmt_seg_header_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint64_t *seg_size,
-                         uint32_t *block_size, uint32_t *n_blocks);
+                         uint32_t *block_size, uint32_t *n_blocks, uint64_t *created_ms);
 void fmt_blk_open(uint8_t *out, const walfs_t *wal, const block_t *b);
 void fmt_blk_seal(uint8_t *out, const walfs_t *wal, const block_t *b);
 void fmt_blk_frontier(uint8_t *out, const walfs_t *wal, const block_t *b, uint64_t count, uint64_t data_end);
@@ -313,6 +342,8 @@ int bodies_from_pieces(uint32_t n, uint32_t n_pieces, const uint8_t *const *piec
                        const uint32_t *meta_lens, const uint32_t *value_lens, const uint8_t **bodies, uint8_t **joined);
 /* Routine events (catalog compaction): INFO level. */
 void wal_info(const walfs_t *wal, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Logs at error level (damage the open survives: a quarantined record). */
+void wal_error(const walfs_t *wal, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Logs at error level and keeps the first such message for the open's error text. */
 void wal_damage(walfs_t *wal, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int fault_hit(walfs_t *wal, int op);
@@ -336,7 +367,7 @@ void seg_path(const walfs_t *wal, uint64_t id, char *out, size_t outlen);
 int cat_open(walfs_t *wal);
 int cat_append(walfs_t *wal, const uint8_t *buf, size_t len);
 int cat_append_n(walfs_t *wal, const uint8_t *buf, size_t len, uint64_t n_entries);
-int cat_note_segment(walfs_t *wal, uint64_t seg_id);
+int cat_note_segment(walfs_t *wal, uint64_t seg_id, uint64_t created_ms);
 int cat_close(walfs_t *wal);
 int cat_cut_torn(walfs_t *wal);
 int cat_mark_ends(walfs_t *wal);
@@ -345,6 +376,7 @@ cat_seg_t *cat_seg_find(const walfs_t *wal, uint64_t id);
 int cat_new_epoch(walfs_t *wal);
 int cat_refresh(walfs_t *wal);
 int cat_compact_if_due(walfs_t *wal);
+int cat_heal_upgrade(walfs_t *wal, int v1_too);
 stream_t *stream_get(walfs_t *wal, uint32_t no);
 stream_t *stream_new(walfs_t *wal);
 void stream_free(stream_t *s);
@@ -394,6 +426,12 @@ void wb_forget(walfs_t *wal, segment_t *seg);
 const uint8_t *run_ptr(const block_t *b, uint64_t rel);
 void slot_get(const block_t *b, uint64_t i, slot_t *s);
 int record_locate(const block_t *b, uint64_t idx, const uint8_t **p, rec_hdr_t *r);
+/* 1 if record idx of run b is quarantined (recovery found it damaged). */
+int block_quarantined(const block_t *b, uint64_t idx);
+/* Adds record idx to run b's quarantined records: 0 or -ENOMEM. */
+int block_quarantine(block_t *b, uint64_t idx);
+/* Frees a run's memory (its quarantine list included). */
+void block_free(block_t *b);
 size_t find_block_by_offset(const stream_t *s, uint64_t offset);
 uint64_t stream_low_byte(const stream_t *s);
 

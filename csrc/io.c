@@ -60,6 +60,12 @@ void wal_info(const walfs_t *wal, const char *fmt, ...)
     emit(WALFS_LOG_INFO, wal->dir, line);
 }
 
+void wal_error(const walfs_t *wal, const char *fmt, ...)
+{
+    FORMAT_LINE(line, fmt);
+    emit(WALFS_LOG_ERROR, wal->dir, line);
+}
+
 void wal_damage(walfs_t *wal, const char *fmt, ...)
 {
     FORMAT_LINE(line, fmt);
@@ -243,7 +249,7 @@ int fsync_dir(int dirfd)
 
 int walfs_debug_fail(walfs_t *wal, int op, int err, int64_t after, int64_t count)
 {
-    if (op < WALFS_FAULT_WRITE || op > WALFS_FAULT_WRITEBACK || err < 0) return -EINVAL;
+    if (op < WALFS_FAULT_WRITE || op > WALFS_FAULT_CAT_SPLIT || err < 0) return -EINVAL;
     fault_t *f = &wal->faults[op];
     atomic_store(&f->err, 0);
     atomic_store(&f->after, after);

@@ -3,6 +3,7 @@
  * lock (not its append lock), so they run while an append is writing. */
 #include "internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -31,10 +32,59 @@ size_t find_block_by_offset(const stream_t *s, uint64_t offset)
     return lo;
 }
 
+int block_quarantined(const block_t *b, uint64_t idx)
+{
+    uint32_t lo = 0, hi = b->n_quar;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (b->quar[mid].hi <= idx)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < b->n_quar && b->quar[lo].lo <= idx;
+}
+
+int block_quarantine(block_t *b, uint64_t idx)
+{
+    if (block_quarantined(b, idx)) return 0;
+    uint32_t at = 0;
+    while (at < b->n_quar && b->quar[at].hi <= idx) at++;
+    if (at > 0 && b->quar[at - 1].hi == idx) { /* the usual case: recovery goes in index order */
+        b->quar[at - 1].hi++;
+        if (at < b->n_quar && b->quar[at].lo == idx + 1) {
+            b->quar[at - 1].hi = b->quar[at].hi;
+            memmove(&b->quar[at], &b->quar[at + 1], (b->n_quar - at - 1) * sizeof(*b->quar));
+            b->n_quar--;
+        }
+        return 0;
+    }
+    if (at < b->n_quar && b->quar[at].lo == idx + 1) {
+        b->quar[at].lo = idx;
+        return 0;
+    }
+    quar_range_t *q = realloc(b->quar, (b->n_quar + 1) * sizeof(*q));
+    if (!q) return -ENOMEM;
+    memmove(&q[at + 1], &q[at], (b->n_quar - at) * sizeof(*q));
+    q[at] = (quar_range_t){idx, idx + 1};
+    b->quar = q;
+    b->n_quar++;
+    return 0;
+}
+
+void block_free(block_t *b)
+{
+    if (!b) return;
+    free(b->quar);
+    free(b);
+}
+
 /* Locates record idx (< b->count) of run b and checks that its slot and header lie inside
- * the run's data area and agree with each other (not its CRC). */
+ * the run's data area and agree with each other (not its CRC). A quarantined record
+ * (recovery found it damaged) is refused whatever its bytes say now. */
 int record_locate(const block_t *b, uint64_t idx, const uint8_t **p, rec_hdr_t *r)
 {
+    if (b->n_quar && block_quarantined(b, idx)) return -EBADMSG;
     slot_t sl;
     slot_get(b, idx, &sl);
     uint64_t limit = b->run_size - b->count * SLOT_SIZE;
@@ -399,19 +449,21 @@ int walfs_offset_for_time(walfs_t *wal, uint32_t stream_no, int64_t ts, uint64_t
     pthread_mutex_lock(&s->lock);
     GUARD_BEGIN(&s->lock, return -EIO);
     uint64_t result = s->next_offset;
-    int rc = 0;
     for (size_t bi = find_block_by_offset(s, s->low_offset); bi < s->n_blocks; bi++) {
         const block_t *b = s->blocks[bi];
         if (!b->count || b->last_ts < ts) continue;
         /* Append times never decrease within a stream: binary search the run. */
         uint64_t l = 0, h = b->count;
         while (l < h) {
-            uint64_t m = (l + h) / 2;
+            uint64_t m = (l + h) / 2, g = m;
             const uint8_t *p;
             rec_hdr_t r;
-            if ((rc = record_at(wal, b, m, &p, &r))) goto out;
-            if (r.ts < ts)
-                l = m + 1;
+            /* A damaged record tells no time: the first good one after it does. Damaged
+             * records count as late enough, so that a seek by time never passes one. */
+            int bad;
+            while ((bad = record_at(wal, b, g, &p, &r)) != 0 && g + 1 < h) g++;
+            if (!bad && r.ts < ts)
+                l = g + 1;
             else
                 h = m;
         }
@@ -420,10 +472,9 @@ int walfs_offset_for_time(walfs_t *wal, uint32_t stream_no, int64_t ts, uint64_t
     }
     if (result < s->low_offset) result = s->low_offset;
     *offset = result;
-out:
     GUARD_END();
     pthread_mutex_unlock(&s->lock);
-    return rc;
+    return 0;
 }
 
 /* What walfs_verify_progress has checked so far, and whom to tell. */
@@ -457,7 +508,10 @@ static int64_t verify_stream(walfs_t *wal, stream_t *s, walfs_fsck_cb cb, void *
             rec_hdr_t r;
             if (record_at(wal, b, k, &p, &r)) {
                 bad++;
-                if (cb) cb(ctx, s->no, b->first_offset + k, "record fails its checksum or index slot");
+                if (cb)
+                    cb(ctx, s->no, b->first_offset + k,
+                       b->n_quar && block_quarantined(b, k) ? "record damaged: quarantined at open (fails its checks)"
+                                                            : "record fails its checksum or index slot");
             } else {
                 pr->bytes += REC_HDR_SIZE + (uint64_t)r.meta_len + r.value_len;
             }

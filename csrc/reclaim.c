@@ -243,7 +243,8 @@ static int clean_copy(walfs_t *wal, clean_t *c)
             if (!to_move(wal, s, k)) continue;
             /* Movable: a small run, sealed or its stream's open last run. */
             int last_open = k + 1 == s->n_blocks && !b->full;
-            if (b->n_blocks || (!b->sealed && !last_open)) ct[lo].bad = 1;
+            /* (A run with quarantined records stays where recovery found them.) */
+            if (b->n_blocks || (!b->sealed && !last_open) || b->n_quar) ct[lo].bad = 1;
             ct[lo].live += b->run_size;
             ct[lo].needed++;
         }
@@ -283,7 +284,7 @@ static int clean_copy(walfs_t *wal, clean_t *c)
             block_t *b = s->blocks[k];
             if (b->seg != target || !to_move(wal, s, k)) continue;
             int last_open = k + 1 == s->n_blocks && !b->full;
-            if (b->n_blocks || (!b->sealed && !last_open)) { /* changed since the count */
+            if (b->n_blocks || (!b->sealed && !last_open) || b->n_quar) { /* changed since the count */
                 rc = -EBUSY;
                 break;
             }
@@ -435,7 +436,7 @@ int walfs_reclaim(walfs_t *wal)
         uint8_t *ebuf = malloc(n_going * 16);
         size_t elen = 0;
         for (size_t si = 0; ebuf && si < nseg; si++)
-            if (!t[si].keep) elen += fmt_cat_segment(ebuf + elen, wal->crc_seed, CAT_SEGMENT_GONE, wal->segs[si]->id);
+            if (!t[si].keep) elen += fmt_cat_segment(ebuf + elen, wal->crc_seed, CAT_SEGMENT_GONE, wal->segs[si]->id, 0);
         rc = ebuf ? cat_append_n(wal, ebuf, elen, n_going) : -ENOMEM;
         free(ebuf);
     }
@@ -458,7 +459,7 @@ int walfs_reclaim(walfs_t *wal)
                         cl.moves[m].copy = NULL; /* in force now: the SEGMENT_GONE entry is durable */
                     }
                 if (!b->sealed) forget_pending_seal(wal, b);
-                free(b);
+                block_free(b);
                 if (copy) s->blocks[keep++] = copy;
             } else
                 s->blocks[keep++] = b;

@@ -1,8 +1,9 @@
 /* recovery.c: rebuilds the in-memory state from the catalog and the segment files (see the
  * validity rule in format.c). Sealed runs are trusted from their seal header; unsealed
  * runs are verified record by record; each stream is then cut after its last complete
- * append. Damage that a crash cannot explain (a hole before a sealed run) is reported,
- * never skipped. */
+ * append. Damage that a crash cannot explain is reported, never skipped: a damaged record
+ * below a durable frontier (or in a sealed run) is quarantined (kept, refused to reads,
+ * counted); damage to what places records (a hole before a sealed run) fails the open. */
 #include "internal.h"
 
 #include <dirent.h>
@@ -74,14 +75,183 @@ static int clear_tail(walfs_t *wal, const block_t *b, int write)
     return 1;
 }
 
-/* Verifies an unsealed run record by record; sets count, data_end, byte_len, ...
- * A record that fails below the run's durable frontier is damage: -EUCLEAN, nothing cut. */
-static int verify_run(walfs_t *wal, block_t *b, uint32_t *last_batch_left)
+/* Why a record is quarantined; singular and plural for the log line. */
+enum { Q_FAILS, Q_SLOT, Q_UNFIT };
+static const char *const q_why[3][2] = {
+    {"fails its checks", "fail their checks"},
+    {"proves itself but its index slot disagrees with it", "prove themselves but their index slots disagree with them"},
+    {"has an index slot or header that does not fit the run", "have index slots or headers that do not fit the run"},
+};
+
+/* Consecutive quarantined records of one run, told in one line (a zeroed page holds many). */
+typedef struct qlog {
+    uint64_t first, n, byte;
+    int why;
+} qlog_t;
+
+static void qlog_flush(walfs_t *wal, const stream_t *s, const block_t *b, qlog_t *q)
 {
+    if (!q->n) return;
+    char name[64];
+    seg_path(wal, b->seg->id, name, sizeof(name));
+    const char *where = b->sealed ? "in a sealed run" : "below the run's durable frontier";
+    if (q->n == 1)
+        wal_error(wal, "%s/%s: stream %u (%.*s, partition %u), record at offset %" PRIu64 " (file byte %" PRIu64 ") %s; "
+                       "it lies %s: quarantined (each read of it fails, every other record is served)",
+                  wal->dir, name, b->stream_no, (int)s->name_len, s->name, s->partition, b->first_offset + q->first,
+                  b->file_off + q->byte, q_why[q->why][0], where);
+    else
+        wal_error(wal, "%s/%s: stream %u (%.*s, partition %u), %" PRIu64 " records at offsets %" PRIu64 " to %" PRIu64
+                       " (from file byte %" PRIu64 ") %s; they lie %s: quarantined (each read of one fails, every other "
+                       "record is served)",
+                  wal->dir, name, b->stream_no, (int)s->name_len, s->name, s->partition, q->n, b->first_offset + q->first,
+                  b->first_offset + q->first + q->n - 1, b->file_off + q->byte, q_why[q->why][1], where);
+    q->n = 0;
+}
+
+/* Record i of run b, of stream s, proved damaged where a crash cannot explain it (below a
+ * durable frontier, or in a sealed run): kept in the count, refused to every read, reported
+ * (a line naming the file, offsets and byte: at once, or with the records after it in `q`;
+ * the open's `quarantined` count). */
+static int quarantine(walfs_t *wal, const stream_t *s, block_t *b, uint64_t i, uint64_t pos, int why, qlog_t *q)
+{
+    if (block_quarantine(b, i)) return -ENOMEM;
+    wal->report.quarantined++;
+    qlog_t one = {0, 0, 0, 0};
+    qlog_t *l = q ? q : &one;
+    if (l->n && (l->first + l->n != i || l->why != why)) qlog_flush(wal, s, b, l);
+    if (!l->n) *l = (qlog_t){i, 0, pos, why};
+    l->n++;
+    if (!q) qlog_flush(wal, s, b, l);
+    return 0;
+}
+
+/* Whether the bytes at pos of run b are a record of it that proves itself: inside the run
+ * and ending by `limit`, its stream, a gid above `after` (or first_gid for record 0), and its
+ * crc. Its index slot is not looked at. */
+static int proves_itself(const walfs_t *wal, const block_t *b, uint64_t i, uint64_t pos, uint64_t limit, uint64_t after,
+                         rec_hdr_t *r)
+{
+    if (pos < BLK_DATA_OFF || pos + REC_HDR_SIZE > limit) return 0;
+    const uint8_t *p = run_ptr(b, pos);
+    fmt_rec_parse(p, r);
+    if (pos + REC_HDR_SIZE + (uint64_t)r->meta_len + r->value_len > limit) return 0;
+    if (r->stream_no != b->stream_no || (i == 0 ? r->gid != b->first_gid : r->gid <= after)) return 0;
+    if (r->gid < b->first_gid || r->gid - b->first_gid > UINT32_MAX) return 0;
+    return fmt_rec_check(p, wal->crc_seed, r) == 0;
+}
+
+/* The view length of run b (bi of stream s) when it ends in quarantined records whose value
+ * lengths nothing proved: view_min is the least it can be (one '\n' per record). */
+static uint64_t end_view(walfs_t *wal, const stream_t *s, size_t bi, const block_t *b, uint64_t view_min,
+                         uint64_t last_bad_view, uint64_t last_bad_pos)
+{
+    uint64_t end = b->first_offset + b->count;
+    /* A durable-end mark of the catalog that lands exactly on the run's end. */
+    if (s->floor_offset == end && s->floor_byte >= b->first_byte + view_min) return s->floor_byte - b->first_byte;
+    /* The next run, when it continues the offsets. */
+    if (bi + 1 < s->n_blocks && s->blocks[bi + 1]->first_offset == end &&
+        s->blocks[bi + 1]->first_byte >= b->first_byte + view_min)
+        return s->blocks[bi + 1]->first_byte - b->first_byte;
+    /* The last damaged record's own lengths, when its start view is known and they end it
+     * exactly where the run's records end (a bit flipped in a length would not). */
+    if (last_bad_view != UINT64_MAX && last_bad_pos + REC_HDR_SIZE <= b->data_end) {
+        rec_hdr_t r;
+        fmt_rec_parse(run_ptr(b, last_bad_pos), &r);
+        if (last_bad_pos + REC_HDR_SIZE + (uint64_t)r.meta_len + r.value_len == b->data_end)
+            return last_bad_view + r.value_len + 1ull;
+    }
+    char name[64];
+    seg_path(wal, b->seg->id, name, sizeof(name));
+    wal_log(wal, "%s/%s: stream %u: the run at byte %" PRIu64 " ends in quarantined records whose lengths nothing proves: "
+                 "its byte view is taken at its least (%" PRIu64 " bytes)",
+            wal->dir, name, b->stream_no, b->file_off, view_min);
+    return view_min;
+}
+
+/* Verifies the unsealed run bi of stream s record by record; sets count, data_end,
+ * byte_len, ...
+ * Above the run's durable frontier the first record that fails ends the run (a torn tail,
+ * cut). Below it every record is kept: one that fails its checks is quarantined, and the
+ * next is found through its index slot, or, after the last durable record, at the
+ * frontier's data_end (docs/format.md, "Validity rule"). */
+static int verify_run(walfs_t *wal, stream_t *s, size_t bi, uint32_t *last_batch_left)
+{
+    block_t *b = s->blocks[bi];
     uint64_t pos = BLK_DATA_OFF, i = 0, view = 0;
-    uint64_t prev = 0;
+    uint64_t prev = 0;            /* gid of the last record that proved itself */
+    int trusted = 1;              /* pos is proved: where record i starts (records are packed) */
+    int view_known = 1;           /* view is proved: record i's view position; else at least that */
+    int any_good = 0;
+    uint64_t last_bad_view = UINT64_MAX, last_bad_pos = 0;
+    const uint64_t fc = b->durable_count;
+    qlog_t ql = {0, 0, 0, 0};
     *last_batch_left = 0;
     for (;;) {
+        if (i == fc && !trusted) {
+            pos = b->durable_end; /* the frontier's data_end: where record fc starts */
+            trusted = 1;
+        }
+        if (i < fc) {
+            /* Below the frontier: the record is durable; it is kept, good or quarantined. */
+            slot_t sl;
+            slot_get(b, i, &sl);
+            uint64_t at = trusted ? pos : sl.pos;
+            rec_hdr_t r;
+            int good = (trusted || sl.pos >= pos + REC_HDR_SIZE) &&
+                       proves_itself(wal, b, i, at, b->durable_end, prev, &r);
+            if (good) {
+                uint64_t delta = r.gid - b->first_gid;
+                int slot_ok = sl.pos == at && sl.gid_delta == delta &&
+                              (view_known ? sl.view_delta == view : sl.view_delta >= view);
+                if (!slot_ok && !trusted) good = 0; /* found through its slot: they must agree */
+                if (good) {
+                    if (!any_good) b->first_ts = r.ts;
+                    any_good = 1;
+                    b->last_ts = r.ts;
+                    b->last_gid = r.gid;
+                    prev = r.gid;
+                    *last_batch_left = r.batch_left;
+                    if (!view_known && slot_ok) {
+                        view = sl.view_delta;
+                        view_known = 1;
+                    }
+                    if (slot_ok) {
+                        qlog_flush(wal, s, b, &ql);
+                        wal->report.verified_records++;
+                    } else {
+                        /* A record that proves itself at its place, and an index slot that
+                         * says otherwise: reads go through the slot, so the record is refused. */
+                        int rc = quarantine(wal, s, b, i, at, Q_SLOT, &ql);
+                        if (rc) return rc;
+                    }
+                    /* Its lengths are proved: the view goes on (known or not) and so does pos. */
+                    view += r.value_len + 1ull;
+                    pos = at + REC_HDR_SIZE + (uint64_t)r.meta_len + r.value_len;
+                    trusted = 1;
+                    i++;
+                    continue;
+                }
+            }
+            /* Damaged. Its batch_left is not looked at: the frontier counts whole appends
+             * (frontier.c takes published counts), so the last durable record ends one. */
+            int rc = quarantine(wal, s, b, i, at, Q_FAILS, &ql);
+            if (rc) return rc;
+            if (view_known && sl.view_delta == view) {
+                last_bad_view = view;
+                last_bad_pos = at;
+            } else {
+                last_bad_view = UINT64_MAX;
+            }
+            if (trusted) pos = at; /* the next record starts at least one header after this one */
+            trusted = 0;
+            view_known = 0;
+            view += 1; /* at least its '\n' */
+            *last_batch_left = 0;
+            i++;
+            continue;
+        }
+        /* Above the frontier: the first record that fails ends the run (a torn tail). */
         if (pos + REC_HDR_SIZE + (i + 1) * SLOT_SIZE > b->run_size) break;
         const uint8_t *p = run_ptr(b, pos);
         rec_hdr_t r;
@@ -89,32 +259,32 @@ static int verify_run(walfs_t *wal, block_t *b, uint32_t *last_batch_left)
         uint64_t end = pos + REC_HDR_SIZE + (uint64_t)r.meta_len + r.value_len;
         if (end + (i + 1) * SLOT_SIZE > b->run_size) break;
         if (r.stream_no != b->stream_no || (i == 0 ? r.gid != b->first_gid : r.gid <= prev)) break;
-        if (r.gid - b->first_gid > UINT32_MAX) break;
+        if (r.gid < b->first_gid || r.gid - b->first_gid > UINT32_MAX) break;
         slot_t sl;
         slot_get(b, i, &sl);
-        if (sl.pos != pos || sl.gid_delta != r.gid - b->first_gid || sl.view_delta != view) break;
+        if (sl.pos != pos || sl.gid_delta != r.gid - b->first_gid || (view_known ? sl.view_delta != view : sl.view_delta < view))
+            break;
         if (fmt_rec_check(p, wal->crc_seed, &r)) break;
-        if (i == 0) b->first_ts = r.ts;
+        if (!any_good) b->first_ts = r.ts;
+        any_good = 1;
+        if (!view_known) {
+            view = sl.view_delta;
+            view_known = 1;
+        }
         b->last_ts = r.ts;
         b->last_gid = r.gid;
         *last_batch_left = r.batch_left;
         prev = r.gid;
         view += r.value_len + 1ull;
         pos = end;
+        wal->report.verified_records++;
         i++;
     }
-    if (i < b->durable_count) {
-        char name[64];
-        seg_path(wal, b->seg->id, name, sizeof(name));
-        wal_damage(wal, "%s/%s: stream %u, record at offset %" PRIu64 " (file byte %" PRIu64 ") fails its checks but "
-                        "lies below the run's durable frontier (%" PRIu64 " records synced): damaged, not cut",
-                   wal->dir, name, b->stream_no, b->first_offset + i, b->file_off + pos, b->durable_count);
-        return -EUCLEAN;
-    }
+    qlog_flush(wal, s, b, &ql);
+    if (!any_good) b->last_gid = b->first_gid; /* record 0's gid, by the open header */
     b->count = i;
     b->data_end = pos;
-    b->byte_len = view;
-    wal->report.verified_records += i;
+    b->byte_len = view_known ? view : end_view(wal, s, bi, b, view, last_bad_view, last_bad_pos);
     /* Bytes where the next record would start: a torn or damaged record, unless zero. */
     if (clear_tail(wal, b, 0)) {
         b->dirty_tail = 1;
@@ -163,7 +333,20 @@ static int shorten(walfs_t *wal, block_t *b, uint64_t keep)
 {
     if (below_frontier(wal, b, keep)) return -EUCLEAN;
     uint64_t end = BLK_DATA_OFF, view = 0;
-    if (keep > 0) {
+    if (keep > 0 && block_quarantined(b, keep - 1)) {
+        /* Its lengths are not to be trusted: the first record cut (read and kept apart
+         * by the walk back, so it is located) starts where it ends. */
+        const uint8_t *p;
+        rec_hdr_t r;
+        if (record_locate(b, keep, &p, &r)) return header_at(wal, b, keep, &r, &end);
+        slot_t sl;
+        slot_get(b, keep, &sl);
+        end = sl.pos;
+        view = sl.view_delta;
+        /* Bounds from above, which is what they are used for (the next gid, appends' times). */
+        b->last_gid = r.gid - 1;
+        b->last_ts = r.ts;
+    } else if (keep > 0) {
         rec_hdr_t r;
         uint64_t pos;
         int rc = header_at(wal, b, keep - 1, &r, &pos);
@@ -251,7 +434,7 @@ static int settle_stream(walfs_t *wal, stream_t *s)
         }
         if (!b->sealed) {
             uint32_t bl;
-            if ((rc = verify_run(wal, b, &bl))) return rc;
+            if ((rc = verify_run(wal, s, i, &bl))) return rc;
             if (b->count) last_batch_left = bl; /* an empty run says nothing of the batch */
             /* A short unsealed run ends the stream: the runs after it did not continue it. */
             expected = b->first_offset + b->count;
@@ -267,10 +450,26 @@ static int settle_stream(walfs_t *wal, stream_t *s)
                 break;
             }
         } else {
+            /* The seal proves the run's records durable and whole appends up to its last
+             * (a run is sealed once the append that filled it is durable): a damaged last
+             * record is quarantined, its batch_left not looked at. */
+            const uint8_t *p;
             rec_hdr_t r;
-            uint64_t pos;
-            if ((rc = header_at(wal, b, b->count - 1, &r, &pos))) return rc;
-            last_batch_left = r.batch_left;
+            if (record_locate(b, b->count - 1, &p, &r)) {
+                slot_t sl;
+                slot_get(b, b->count - 1, &sl);
+                if ((rc = quarantine(wal, s, b, b->count - 1, sl.pos, Q_UNFIT, NULL)))
+                    return rc;
+                last_batch_left = 0;
+            } else if (r.batch_left && fmt_rec_check(p, wal->crc_seed, &r)) {
+                /* An unfinished append would be cut on its word: it must prove itself. */
+                slot_t sl;
+                slot_get(b, b->count - 1, &sl);
+                if ((rc = quarantine(wal, s, b, b->count - 1, sl.pos, Q_FAILS, NULL))) return rc;
+                last_batch_left = 0;
+            } else {
+                last_batch_left = r.batch_left;
+            }
             expected = b->first_offset + b->count;
         }
     }
@@ -289,9 +488,24 @@ static int settle_stream(walfs_t *wal, stream_t *s)
         uint64_t k = b->count;
         int found = 0;
         while (k > 0) {
+            /* A quarantined record lies below a frontier or a seal: durable, never cut. Its
+             * batch_left cannot be read, and both mark whole appends: an append ends there. */
+            if (block_quarantined(b, k - 1)) {
+                found = 1;
+                break;
+            }
+            const uint8_t *p;
             rec_hdr_t r;
-            uint64_t pos;
-            if ((rc = header_at(wal, b, k - 1, &r, &pos))) return rc;
+            /* A sealed run's records were not read at open (an unsealed run's were): one
+             * that does not fit, or whose batch_left would cut durable records but that
+             * fails its crc, is quarantined like a damaged record below a frontier. */
+            if (record_locate(b, k - 1, &p, &r) || (r.batch_left && fmt_rec_check(p, wal->crc_seed, &r))) {
+                slot_t sl;
+                slot_get(b, k - 1, &sl);
+                if ((rc = quarantine(wal, s, b, k - 1, sl.pos, Q_FAILS, NULL))) return rc;
+                found = 1;
+                break;
+            }
             if (r.batch_left == 0) {
                 found = 1;
                 break;
@@ -451,6 +665,7 @@ static int scan_run(walfs_t *wal, segment_t *seg, uint32_t i, uint64_t off, cons
             return -EUCLEAN;
         }
         b->durable_count = b->frontier_count = fh.count;
+        b->durable_end = fh.data_end;
     }
     int rc = stream_add_block(s, b);
     if (rc) {

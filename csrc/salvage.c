@@ -29,18 +29,21 @@ int walfs_salvage_identity(const uint8_t *buf, uint64_t len, uint64_t *uuid, uin
     if (len < 64 || memcmp(buf, "WALFSSEG", 8) != 0) return -EUCLEAN;
     uint64_t id = rd64(buf + 32);
     if (rd32(buf + 60) != crc32c(crc_seed_for(id), buf, 60)) return -EBADMSG;
-    if (rd32(buf + 8) != FORMAT_VERSION) return -EPROTONOSUPPORT;
+    if (rd32(buf + 8) != SEG_HDR_VERSION) return -EPROTONOSUPPORT;
     *uuid = id;
     *block_size = rd32(buf + 12);
     *segment_size = rd64(buf + 16);
     return 0;
 }
 
+#define SALVAGE_GENS 256
+
 int64_t walfs_salvage_catalog(const uint8_t *buf, uint64_t len, uint64_t uuid, walfs_salvage_entry_t *out,
                               uint64_t cap, uint64_t *skipped)
 {
     uint32_t seed = crc_seed_for(uuid);
     uint64_t pos = CAT_HDR_SIZE, n = 0;
+    uint64_t gen = len >= CAT_HDR_SIZE && memcmp(buf, "WALFSCAT", 8) == 0 ? fmt_cat_header_generation(buf) : 0;
     *skipped = 0;
     while (pos + 8 <= len) {
         /* Cheap plausibility first, so that skipping over garbage costs no CRC of up to
@@ -50,9 +53,17 @@ int64_t walfs_salvage_catalog(const uint8_t *buf, uint64_t len, uint64_t uuid, w
         memcpy(&elen, buf + pos + 6, 2);
         cat_entry_t e;
         const char *why;
-        size_t used = type >= CAT_DEFINE && type <= CAT_SEGMENT_GONE && elen >= 8 && elen <= 42 + MAX_NAME
-                          ? fmt_cat_entry_parse(buf + pos, len - pos, seed, &e, &why)
-                          : 0;
+        int plausible = type >= CAT_DEFINE && type <= CAT_SEGMENT_GONE && elen >= 8 && elen <= 42 + MAX_NAME;
+        size_t used = plausible ? fmt_cat_entry_parse(buf + pos, len - pos, seed, &e, &why) : 0;
+        /* Version 3 binds entries to their place in streams.cat (copy 0) or its mirror (1)
+         * and to the file's generation: the header's, else (header lost) the last that
+         * verified an entry, else the first SALVAGE_GENS. */
+        for (uint64_t g = gen, k = 0; plausible && !used && k <= SALVAGE_GENS; g = ++k) {
+            if (g == 0 || (k > 0 && g == gen)) continue;
+            for (uint32_t copy = 0; !used && copy < 2; copy++)
+                used = fmt_cat_entry_parse(buf + pos, len - pos, fmt_cat_loc_seed(seed, copy, pos, g), &e, &why);
+            if (used) gen = g;
+        }
         if (!used || e.type < CAT_DEFINE || e.type > CAT_SEGMENT_GONE) {
             pos++;
             (*skipped)++;

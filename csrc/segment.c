@@ -107,7 +107,8 @@ int seg_create(walfs_t *wal, segment_t **out)
         rc = -errno;
     if (rc) goto fail;
     uint8_t hdr[SEG_HDR_SIZE];
-    fmt_seg_header(hdr, wal, id, wal->blocks_per_seg);
+    seg->created_ms = (uint64_t)now_ms();
+    fmt_seg_header(hdr, wal, id, wal->blocks_per_seg, seg->created_ms);
     if (pwrite(seg->fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr)) {
         rc = errno ? -errno : -EIO;
         goto fail;
@@ -120,7 +121,7 @@ int seg_create(walfs_t *wal, segment_t **out)
     /* Listed in the catalog (with the durable-end marks) only once it is durable, and
      * before any run is allocated in it: a file the catalog does not list can then only
      * be a creation cut short, with no run in it (recovery.c). */
-    if ((rc = cat_note_segment(wal, id))) {
+    if ((rc = cat_note_segment(wal, id, seg->created_ms))) {
         if (!atomic_load(&wal->failed)) goto fail; /* the entry was truncated away */
         /* The catalog's fdatasync failed: its entry may be on disk, so the file stays. */
         wal->next_seg_id++;
@@ -162,6 +163,40 @@ static int seg_never_used(walfs_t *wal, int fd, uint64_t id, uint64_t file_size,
     return 1;
 }
 
+/* A header that fails its checks (rc, n bytes read) is rebuilt from the catalog when it
+ * proves the segment: a version 3 catalog lists it (a SEGMENT entry with its creation
+ * time, no SEGMENT_GONE) and the file has the WAL's segment size. Creation syncs the
+ * header before the SEGMENT entry, so a listed file had this very header: magic, header
+ * version, the catalog's sizes, its id, the WAL's uuid, the creation time, the block count
+ * the size holds. A writer writes it back durably (healed); a read-only open uses it in
+ * memory. 0 when rebuilt, else rc unchanged. */
+static int seg_rebuild_header(walfs_t *wal, int fd, uint64_t id, uint64_t file_size, int rc, ssize_t n)
+{
+    const cat_seg_t *cs = wal->cat_version >= 3 ? cat_seg_find(wal, id) : NULL;
+    if (!cs || cs->gone || !cs->created_ms || file_size != wal->opt.segment_size) return rc;
+    char name[64];
+    seg_path(wal, id, name, sizeof(name));
+    const char *why = n < SEG_HDR_SIZE         ? "is cut short"
+                      : rc == -EBADMSG         ? "fails its crc"
+                      : rc == -EPROTONOSUPPORT ? "has an unknown format version"
+                                               : "has a bad magic, segment id or WAL uuid";
+    wal->report.metadata_damaged++;
+    if (wal->opt.read_only) {
+        wal_log(wal, "%s: header %s; rebuilt in memory from streams.cat (a writer's open will write it)", name, why);
+        return 0;
+    }
+    uint8_t hdr[SEG_HDR_SIZE];
+    fmt_seg_header(hdr, wal, id, wal->blocks_per_seg, cs->created_ms);
+    if (pwrite(fd, hdr, sizeof(hdr), 0) != (ssize_t)sizeof(hdr) || fdatasync(fd) != 0) {
+        wal_damage(wal, "%s/%s: header %s, and writing it back from streams.cat failed: %s", wal->dir, name, why,
+                   strerror(errno ? errno : EIO));
+        return -EIO;
+    }
+    wal->report.healed++;
+    wal_log(wal, "%s: header %s; rebuilt from streams.cat and rewritten (healed)", name, why);
+    return 0;
+}
+
 /* Opens and maps segment `id`. Returns -ENOENT if it does not exist, -ENODATA if it
  * provably never held data (seg_never_used; the caller decides whether it may go), and
  * for anything else wrong -EUCLEAN or -EIO with a message naming the file (wal_damage).
@@ -193,9 +228,19 @@ int seg_open(walfs_t *wal, uint64_t id, segment_t **out)
         wal_damage(wal, "%s/%s: header unreadable: %s", wal->dir, name, strerror(e));
         return -EIO;
     }
-    uint64_t size = 0;
+    uint64_t size = 0, created = 0;
     uint32_t bsize = 0, nblocks = 0;
-    int rc = n == (ssize_t)sizeof(hdr) ? fmt_seg_header_parse(hdr, wal, id, &size, &bsize, &nblocks) : -EUCLEAN;
+    int rc = n == (ssize_t)sizeof(hdr) ? fmt_seg_header_parse(hdr, wal, id, &size, &bsize, &nblocks, &created) : -EUCLEAN;
+    if (rc && (rc = seg_rebuild_header(wal, fd, id, file_size, rc, n)) == -EIO) {
+        close(fd);
+        return rc;
+    }
+    if (!rc && size == 0) { /* rebuilt */
+        size = wal->opt.segment_size;
+        bsize = wal->opt.block_size;
+        nblocks = wal->blocks_per_seg;
+        created = cat_seg_find(wal, id)->created_ms;
+    }
     if (rc && seg_never_used(wal, fd, id, file_size, hdr, (size_t)n)) {
         close(fd);
         return -ENODATA;
@@ -229,6 +274,7 @@ int seg_open(walfs_t *wal, uint64_t id, segment_t **out)
         return -ENOMEM;
     }
     seg->fd = fd;
+    seg->created_ms = created;
     if ((rc = seg_map(wal, seg))) {
         seg_free(seg);
         return rc;

@@ -45,6 +45,14 @@ static void write_seals(walfs_t *wal, uint64_t durable)
             continue;
         }
         uint8_t hdr[BLK_HDR_SIZE];
+        if (p.block->n_quar) {
+            /* It holds quarantined records (recovery.c): never sealed, so that every open
+             * verifies it and finds them again; its frontier covers it whole instead. */
+            fmt_blk_frontier(hdr, wal, p.block, p.block->count, p.block->data_end);
+            if (seg_pwrite(wal, p.block->seg, hdr, sizeof(hdr), p.block->file_off + BLK_FRONTIER_OFF) == 0)
+                p.block->frontier_count = p.block->count;
+            continue;
+        }
         fmt_blk_seal(hdr, wal, p.block);
         if (seg_pwrite(wal, p.block->seg, hdr, sizeof(hdr), p.block->file_off + BLK_SEAL_OFF) == 0)
             p.block->sealed = 1;

@@ -29,6 +29,7 @@ static void wal_free(walfs_t *wal)
     free(wal->seals);
     free(wal->cat_segs);
     if (wal->cat_fd >= 0) close(wal->cat_fd);
+    if (wal->cat_fd2 >= 0) close(wal->cat_fd2);
     if (wal->lockfd >= 0) close(wal->lockfd); /* releases the flock */
     if (wal->dirfd >= 0) close(wal->dirfd);
     pthread_mutex_destroy(&wal->lock);
@@ -68,7 +69,7 @@ int walfs_open(const char *dir, const walfs_options_t *opts, walfs_t **out, char
     int rc = 0;
     walfs_t *wal = calloc(1, sizeof(*wal));
     if (!wal) return -ENOMEM;
-    wal->dirfd = wal->lockfd = wal->cat_fd = -1;
+    wal->dirfd = wal->lockfd = wal->cat_fd = wal->cat_fd2 = -1;
     pthread_mutex_init(&wal->lock, NULL);
     pthread_mutex_init(&wal->seal_lock, NULL);
     pthread_mutex_init(&wal->gid_lock, NULL);
@@ -97,7 +98,8 @@ int walfs_open(const char *dir, const walfs_options_t *opts, walfs_t **out, char
         if (wal->lockfd < 0) FAIL(-errno, "cannot open %s/LOCK: %s", dir, strerror(errno));
         if (flock(wal->lockfd, LOCK_EX | LOCK_NB) != 0)
             FAIL(errno == EWOULDBLOCK ? -EAGAIN : -errno, "%s is locked by another process", dir);
-        if (faccessat(wal->dirfd, "streams.cat", F_OK, 0) != 0 && has_segments(wal->dirfd))
+        if (faccessat(wal->dirfd, "streams.cat", F_OK, 0) != 0 &&
+            faccessat(wal->dirfd, "streams.cat.mirror", F_OK, 0) != 0 && has_segments(wal->dirfd))
             FAIL(-EUCLEAN, "%s has segment files but no streams.cat", dir);
     }
     guard_install();
@@ -112,6 +114,10 @@ int walfs_open(const char *dir, const walfs_options_t *opts, walfs_t **out, char
     if ((rc = recover(wal)))
         FAIL(rc, "recovery of %s failed: %s", dir, wal->damage[0] ? wal->damage : strerror(-rc));
     if ((rc = cat_cut_torn(wal))) FAIL(rc, "cannot cut the torn tail of %s/streams.cat: %s", dir, strerror(-rc));
+    /* A damaged catalog copy is rewritten from the merged state, and a version 2 catalog
+     * becomes version 3, before this open appends to it. */
+    if ((rc = cat_heal_upgrade(wal, 0)))
+        FAIL(rc, "cannot rewrite %s/streams.cat and its mirror: %s", dir, strerror(-rc));
     durable_init(wal);
     if (!o.read_only) {
         pthread_mutex_lock(&wal->gid_lock);
@@ -156,7 +162,7 @@ int walfs_recovery_report(walfs_t *wal, walfs_recovery_report_t *out)
 {
     *out = wal->report;
     out->syncs = atomic_load(&wal->syncs);
-    out->catalog_version = wal->cat_version;
+    out->catalog_version = wal->cat_found;
     return 0;
 }
 

@@ -80,7 +80,14 @@ typedef struct walfs_recovery_report {
     uint64_t cut_bytes;
     uint64_t freed_blocks;
     uint64_t syncs;              /* since open: fsync rounds (one round syncs every dirty file) */
-    uint64_t catalog_version;    /* of streams.cat as found at open (1: upgraded at a writer's clean close) */
+    uint64_t catalog_version;    /* of streams.cat as found at open (a writer's open upgrades 2 to 3;
+                                    1 waits for walfs_catalog_upgrade or the clean close) */
+    uint64_t healed;             /* damaged metadata copies this open rewrote from a good one (a
+                                    catalog copy, a segment header); a read-only open counts none */
+    uint64_t metadata_damaged;   /* damaged metadata copies this open found and served from the
+                                    good one (a writer's open: the same as healed) */
+    uint64_t quarantined;        /* damaged records kept, not cut: below a durable frontier or in a
+                                    sealed run; each read of one fails (-EBADMSG), the rest are served */
 } walfs_recovery_report_t;
 
 /* The disk as the WAL's appends and syncs use it, since open (for Prometheus: etcd's
@@ -105,6 +112,10 @@ int walfs_open(const char *dir, const walfs_options_t *opts, walfs_t **out, char
 /* Makes everything durable, writes seals and frees the handle (also on error). */
 int walfs_close(walfs_t *wal);
 int walfs_recovery_report(walfs_t *wal, walfs_recovery_report_t *out);
+/* A writer: rewrites a version 1 or 2 catalog as version 3 with its mirror (a writer's open
+ * does it for version 2 itself; version 1 waits for this call, made once the Python
+ * layer's own files are upgraded, or for the clean close). 0 on a read-only WAL. */
+int walfs_catalog_upgrade(walfs_t *wal);
 int walfs_disk_stats(walfs_t *wal, walfs_disk_stats_t *out);
 /* 0 while healthy; the negative errno of the fsync that failed otherwise. */
 int walfs_failed(walfs_t *wal);

@@ -13,7 +13,11 @@
  * it would write its SEGMENT_GONE entries (nothing is deleted, as when that catalog write
  * fails). WRITEBACK fails the writeback thread's sync_file_range as if it returned -err
  * (csrc/writeback.c: the next sync round fails with it). */
-enum walfs_fault_op { WALFS_FAULT_WRITE = 1, WALFS_FAULT_SYNC = 2, WALFS_FAULT_ALLOC = 3, WALFS_FAULT_RECLAIM = 4, WALFS_FAULT_WRITEBACK = 5 };
+enum walfs_fault_op { WALFS_FAULT_WRITE = 1, WALFS_FAULT_SYNC = 2, WALFS_FAULT_ALLOC = 3, WALFS_FAULT_RECLAIM = 4, WALFS_FAULT_WRITEBACK = 5,
+                      WALFS_FAULT_CAT_SPLIT = 6 };
+/* CAT_SPLIT: a crash between the catalog copies' writes (catalog version 3). The catalog
+ * append it hits writes and syncs streams.cat only, not its mirror, then fails the WAL
+ * with -err as if the process died there; abandon the handle with walfs_debug_power_cut. */
 /* After `after` more successful ops of that kind, fail the next `count` (-1: all) with -err. */
 int walfs_debug_fail(walfs_t *wal, int op, int err, int64_t after, int64_t count);
 /* A slow disk: the next sync round that has files to sync sleeps ms milliseconds before it

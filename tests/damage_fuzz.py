@@ -4,12 +4,27 @@ pages, truncated files, deleted files, of every kind: streams.cat, segments, ind
 cursor files, cursors.manifest, topics.conf), then opened and read whole in a forked child with a time limit.
 
 Allowed outcomes of a case: a clear walfs exception (at open or on read), or every record
-and cursor returned exactly as written. Anything else is a failure: a signal, a hang, other
-bytes, durable records or cursors missing without an error.
+and cursor returned exactly as written, except records whose read raised
+CorruptRecordError (each is skipped and the read goes on after it). Damage to records alone
+(flipped bits or zeroed pages that touch nothing but the records, index slots and free space
+of runs the golden WAL sealed or gave a durable frontier: "data damage") must not fail the
+open (issue 36: a damaged record is quarantined): the WAL opens, those records raise
+CorruptRecordError, every other record reads back. Anything else is a failure: a signal, a
+hang, other bytes, durable records or cursors missing without an error, a refused open on
+data damage.
+
+Metadata-only damage (issue 36, --metadata): damage to ONE of the catalog's two copies
+(streams.cat or streams.cat.mirror: flipped bits, zeroed sectors and pages, cut short,
+deleted), to segment headers (flipped bits, zeroed first sector or page), and to one copy
+of the Python layer's files kept twice (topics.conf, cursors.manifest, one slot of a
+cursor file). One copy of
+everything stays intact, so the only allowed outcome is a WAL that opens, reads back every
+record and cursor as written, and heals: a second open finds nothing to heal.
 
 Used by tests/test_damage_fuzz.py (a few hundred cases in CI) and by `make torture`
 (tools/torture_fuzz.py, WALFS_FUZZ_CASES cases). Every case is reproducible from its seed:
     python tests/damage_fuzz.py --seed N   (prints the damage and the outcome)
+    python tests/damage_fuzz.py --metadata --seed N
 """
 
 from __future__ import annotations
@@ -60,6 +75,7 @@ class Golden:
     records: dict[str, list[str]] = field(default_factory=dict)
     low: dict[str, int] = field(default_factory=dict)
     cursors: dict[str, dict[str, int]] = field(default_factory=dict)
+    areas: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # data_areas()
 
 
 def build_golden(path: str, seed: int = 1) -> Golden:
@@ -105,6 +121,7 @@ def build_golden(path: str, seed: int = 1) -> Golden:
         wal.close()
     for key in g.records:
         g.low.setdefault(key, 0)
+    g.areas = data_areas(path)
     return g
 
 
@@ -136,8 +153,43 @@ def _hot_offset(rng: random.Random, path: str, size: int) -> int:
     return rng.randrange(size)
 
 
-def damage(d: str, rng: random.Random) -> list[str]:
-    """Applies 1-3 random damages to the WAL in d; returns what was done."""
+def data_areas(d: str) -> dict[str, list[tuple[int, int]]]:
+    """Per segment file (relative path), the byte ranges of d's runs that hold records, index
+    slots or free space between them: [run + 1024, run end), for every run with a seal or a
+    durable frontier (so all of a closed WAL's runs)."""
+    out: dict[str, list[tuple[int, int]]] = {}
+    for path in _files(d):
+        name = os.path.basename(path)
+        if not name.startswith("seg-"):
+            continue
+        with open(path, "rb") as f:
+            data = f.read()
+        ranges = []
+        k = 0
+        while 4096 + (k + 1) * BLOCK_SIZE <= len(data):
+            run = 4096 + k * BLOCK_SIZE
+            n_blocks = int.from_bytes(data[run + 12 : run + 16], "little")
+            if data[run : run + 8] != b"WALFSBLK" or data[run + 10] != 1 or n_blocks == 0:
+                k += 1
+                continue
+            if any(data[run + at : run + at + 8] == b"WALFSBLK" for at in (256, 512)):
+                ranges.append((run + 1024, run + n_blocks * BLOCK_SIZE))
+            k += n_blocks
+        out[os.path.relpath(path, d)] = ranges
+    return out
+
+
+def is_data_damage(areas: dict[str, list[tuple[int, int]]], spans: list[tuple[str, int, int]]) -> bool:
+    """Whether every damaged span (file, start, end) lies inside the data areas."""
+    return bool(spans) and all(
+        any(lo <= start and end <= hi for lo, hi in areas.get(rel, ())) for rel, start, end in spans
+    )
+
+
+def damage(d: str, rng: random.Random, spans: list[tuple[str, int, int]] | None = None) -> list[str]:
+    """Applies 1-3 random damages to the WAL in d; returns what was done. With `spans`,
+    appends the byte ranges of flips and zeroed pages to it, and (None, 0, 0) for a truncated
+    or deleted file."""
     done = []
     for _ in range(rng.choice((1, 1, 1, 2, 3))):
         files = _files(d)
@@ -165,29 +217,129 @@ def damage(d: str, rng: random.Random) -> list[str]:
                     f.seek(pos)
                     f.write(bytes([b]))
                     flips.append(pos)
+                    if spans is not None:
+                        spans.append((rel, pos, pos + 1))
             done.append(f"flip {rel} @{flips}")
         elif kind == "zero" and size:
             pos = _hot_offset(rng, path, size) & ~4095
             with open(path, "r+b") as f:
                 f.seek(pos)
                 f.write(bytes(min(4096, size - pos)))
+            if spans is not None:
+                spans.append((rel, pos, pos + min(4096, size - pos)))
             done.append(f"zero {rel} page@{pos}")
         elif kind == "truncate":
+            if spans is not None:
+                spans.append(("", 0, 0))
             new = rng.randrange(size + 1) if rng.random() < 0.5 else _hot_offset(rng, path, size)
             os.truncate(path, new)
             done.append(f"truncate {rel} {size}->{new}")
         else:
+            if spans is not None:
+                spans.append(("", 0, 0))
             os.unlink(path)
             done.append(f"delete {rel}")
+    return done
+
+
+def damage_data(d: str, rng: random.Random, areas: dict[str, list[tuple[int, int]]],
+                spans: list[tuple[str, int, int]]) -> list[str]:
+    """Data damage only (--data-only): 1-3 of flipped bits or a zeroed 4 KiB page (clipped to
+    the run), each inside the records, index slots or free space of one run (data_areas)."""
+    done = []
+    choices = [(rel, lo, hi) for rel, ranges in sorted(areas.items()) for lo, hi in ranges]
+    for _ in range(rng.choice((1, 1, 1, 2, 3))):
+        rel, lo, hi = rng.choice(choices)
+        path = os.path.join(d, rel)
+        # Where the bytes are: the run's first records, or its last index slots.
+        near = (lo, min(hi, lo + 16384)) if rng.random() < 0.7 else (max(lo, hi - 8192), hi)
+        with open(path, "r+b") as f:
+            if rng.random() < 0.6:
+                flips = sorted({rng.randrange(*near) for _ in range(rng.randint(1, 8))})
+                for pos in flips:
+                    f.seek(pos)
+                    b = f.read(1)[0] ^ (1 << rng.randrange(8))
+                    f.seek(pos)
+                    f.write(bytes([b]))
+                    spans.append((rel, pos, pos + 1))
+                done.append(f"flip {rel} @{flips}")
+            else:
+                page = rng.randrange(*near) & ~4095
+                start, end = max(page, lo), min(page + 4096, hi)
+                f.seek(start)
+                f.write(bytes(end - start))
+                spans.append((rel, start, end))
+                done.append(f"zero {rel} {start}..{end}")
+    return done
+
+
+# -- the check, in a child ----------------------------------------------------------------
+CATALOG_COPIES = ("streams.cat", "streams.cat.mirror")
+
+
+def damage_metadata(d: str, rng: random.Random) -> list[str]:
+    """1-3 damages of metadata that has a second source: one catalog copy (the same one
+    for the whole case) and segment headers (rebuilt from the catalog)."""
+    done = []
+    copy = rng.choice(CATALOG_COPIES)
+    segs = sorted(f for f in _files(d) if os.path.basename(f).startswith("seg-"))
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        if rng.random() < 0.6 or not segs:
+            path = os.path.join(d, copy)
+            if not os.path.exists(path):
+                continue
+            size = os.path.getsize(path)
+            kind = rng.choices(("flip", "sector", "page", "truncate", "delete"), (5, 3, 2, 2, 1))[0]
+            if kind == "flip" and size:
+                with open(path, "r+b") as f:
+                    flips = []
+                    for _ in range(rng.randint(1, 8)):
+                        pos = rng.randrange(min(size, 64)) if rng.random() < 0.3 else rng.randrange(size)
+                        f.seek(pos)
+                        b = f.read(1)[0] ^ (1 << rng.randrange(8))
+                        f.seek(pos)
+                        f.write(bytes([b]))
+                        flips.append(pos)
+                done.append(f"flip {copy} @{flips}")
+            elif kind in ("sector", "page") and size:
+                unit = 512 if kind == "sector" else 4096
+                pos = rng.randrange(size) // unit * unit
+                with open(path, "r+b") as f:
+                    f.seek(pos)
+                    f.write(bytes(min(unit, size - pos)))
+                done.append(f"zero {copy} {unit}@{pos}")
+            elif kind == "truncate":
+                new = rng.randrange(size + 1)
+                os.truncate(path, new)
+                done.append(f"truncate {copy} {size}->{new}")
+            elif kind == "delete":
+                os.unlink(path)
+                done.append(f"delete {copy}")
+        else:
+            path = rng.choice(segs)
+            rel = os.path.relpath(path, d)
+            kind = rng.choice(("flip", "sector", "page"))
+            with open(path, "r+b") as f:
+                if kind == "flip":
+                    pos = rng.randrange(64)
+                    f.seek(pos)
+                    b = f.read(1)[0] ^ (1 << rng.randrange(8))
+                    f.seek(pos)
+                    f.write(bytes([b]))
+                    done.append(f"flip {rel} header @{pos}")
+                else:
+                    f.write(bytes(512 if kind == "sector" else 4096))
+                    done.append(f"zero {rel} first {kind}")
     return done
 
 
 # -- the check, in a child ----------------------------------------------------------------
 def read_everything(d: str) -> dict:
     """Opens the WAL and reads all of it. Returns {"error": ...} for a walfs exception
-    (allowed), else what was read."""
+    (allowed), else what was read; a record whose read raises CorruptRecordError is listed
+    in its stream's "corrupt" and the read goes on after it."""
     from walfs.engine.rules import committed_offsets
-    from walfs.errors import WalError
+    from walfs.errors import CorruptRecordError, WalError
     from walfs.wal import Wal
 
     try:
@@ -205,15 +357,23 @@ def read_everything(d: str) -> dict:
         for topic, part in wal.streams():
             low, high = wal.info(topic, part).low_watermark, wal.info(topic, part).high_watermark
             got: dict[int, str] = {}
+            corrupt: list[int] = []
             off = low
             while off < high:
-                recs = wal.read_records(topic, off, part, max_records=500)
+                try:
+                    recs = wal.read_records(topic, off, part, max_records=500)
+                except CorruptRecordError as e:
+                    if e.offset != off:
+                        raise
+                    corrupt.append(off)
+                    off += 1
+                    continue
                 if not recs:
                     break
                 for r in recs:
                     got[r.offset] = _digest(r.key, r.value, r.headers)
                 off = recs[-1].offset + 1
-            streams[f"{topic}/{part}"] = {"low": low, "high": high, "got": got}
+            streams[f"{topic}/{part}"] = {"low": low, "high": high, "got": got, "corrupt": corrupt}
         cursors = {
             grp: {f"{t}/{p}": o for (t, p), o in committed_offsets(wal.engine, grp).items()} for grp in GROUPS
         }
@@ -227,7 +387,24 @@ def read_everything(d: str) -> dict:
             pass
 
 
-def _in_child(d: str, timeout: float) -> dict:
+def second_open(d: str) -> dict | None:
+    """After a metadata-only case healed at its first open: None when the second open finds
+    nothing to heal, else what is wrong."""
+    from walfs.errors import WalError
+    from walfs.wal import Wal
+
+    try:
+        wal = Wal(d, fsync="never", segment_size=SEGMENT_SIZE, block_size=BLOCK_SIZE, reclaim_interval_s=3600)
+    except WalError as e:
+        return {"error": f"reopen: {type(e).__name__}: {e}"}
+    rep = wal.engine.report()
+    wal.close()
+    if rep["healed"] or rep["metadata_damaged"]:
+        return {"uncaught": f"a second open still heals: {rep}"}
+    return None
+
+
+def _in_child(d: str, timeout: float, reopen: bool = False) -> dict:
     fd, out = tempfile.mkstemp(prefix="fuzz-out-")
     os.close(fd)
     pid = os.fork()
@@ -235,6 +412,8 @@ def _in_child(d: str, timeout: float) -> dict:
         code = 0
         try:
             res = read_everything(d)
+            if reopen and "error" not in res:
+                res = second_open(d) or res
             with open(out, "w") as f:
                 json.dump(res, f)
         except BaseException as e:  # noqa: BLE001 - reported as a failure by the parent
@@ -264,12 +443,14 @@ def _in_child(d: str, timeout: float) -> dict:
         os.unlink(out)
 
 
-def judge(g: Golden, res: dict) -> tuple[str, str] | None:
+def judge(g: Golden, res: dict, data_damage: bool = False) -> tuple[str, str] | None:
     """None when the outcome is allowed, else (failure class, detail)."""
     for bad in ("signal", "hang", "uncaught"):
         if bad in res:
             return bad, str(res[bad])
     if "error" in res:
+        if data_damage and res["error"].startswith("open:"):
+            return "open refused on data damage", res["error"]
         return None
     streams = res["streams"]
     for key, written in g.records.items():
@@ -283,7 +464,7 @@ def judge(g: Golden, res: dict) -> tuple[str, str] | None:
         for off, dig in got.items():
             if off >= len(written) or written[off] != dig:
                 return "other bytes", f"{key} offset {off}"
-        missing = [o for o in range(low, len(written)) if o not in got]
+        missing = [o for o in range(low, len(written)) if o not in got and o not in s["corrupt"]]
         if missing:
             return "records missing", f"{key} offsets {missing[0]}..{missing[-1]} ({len(missing)})"
         if s["high"] != len(written):
@@ -307,35 +488,56 @@ class Outcome:
     damage: list[str]
     result: str
     failure: tuple[str, str] | None
+    data_damage: bool = False
 
 
-def run_case(g: Golden, seed: int, workdir: str, timeout: float = CHILD_TIMEOUT_S) -> Outcome:
+MODES = ("any", "data", "metadata")  # any damage; records alone (must open); one copy of metadata (must heal)
+
+
+def run_case(
+    g: Golden, seed: int, workdir: str, timeout: float = CHILD_TIMEOUT_S, mode: str = "any"
+) -> Outcome:
     d = os.path.join(workdir, f"case-{seed}")
     shutil.copytree(g.path, d)
     try:
-        done = damage(d, random.Random(seed))
-        res = _in_child(d, timeout)
+        spans: list[tuple[str, int, int]] = []
+        if mode == "data":
+            done = damage_data(d, random.Random(seed), g.areas, spans)
+        elif mode == "metadata":
+            done = damage_metadata(d, random.Random(seed))
+        else:
+            done = damage(d, random.Random(seed), spans)
+        res = _in_child(d, timeout, reopen=mode == "metadata")
+        if mode == "metadata" and "error" in res:  # one copy of everything was intact: a refusal fails
+            return Outcome(seed, done, res["error"], ("refused", res["error"]))
+        corrupt = sum(len(s["corrupt"]) for s in res.get("streams", {}).values())
         summary = res.get("error") or next(
-            (f"{k}: {res[k]}" for k in ("signal", "hang", "uncaught") if k in res), "read back"
+            (f"{k}: {res[k]}" for k in ("signal", "hang", "uncaught") if k in res),
+            f"read back, {corrupt} corrupt records" if corrupt else "read back",
         )
-        verdict = judge(g, res)
-        return Outcome(seed, done, summary, verdict)
+        verdict = judge(g, res, is_data_damage(g.areas, spans))
+        return Outcome(seed, done, summary, verdict, is_data_damage(g.areas, spans))
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
 
-def run(cases: int, first_seed: int, workdir: str, progress: bool = False) -> dict:
-    """Runs cases seeds first_seed.. and returns a JSON-able summary."""
+def run(cases: int, first_seed: int, workdir: str, progress: bool = False, mode: str = "any") -> dict:
+    """Runs cases seeds first_seed.. and returns a JSON-able summary (mode "data": damage to
+    records alone, each case of which must open; "metadata": one copy of the metadata
+    damaged, each case of which must open, read back whole and heal)."""
+    assert mode in MODES, mode
     g = build_golden(os.path.join(workdir, "golden"))
     failures: list[Outcome] = []
-    errors = clean = 0
+    errors = clean = data_cases = quarantined = 0
     t0 = time.monotonic()
     for i in range(cases):
-        o = run_case(g, first_seed + i, workdir)
+        o = run_case(g, first_seed + i, workdir, mode=mode)
+        data_cases += o.data_damage
         if o.failure:
             failures.append(o)
-        elif o.result == "read back":
+        elif o.result.startswith("read back"):
             clean += 1
+            quarantined += o.result != "read back"
         else:
             errors += 1
         if progress and (i + 1) % 100 == 0:
@@ -348,8 +550,11 @@ def run(cases: int, first_seed: int, workdir: str, progress: bool = False) -> di
         )
     return {
         "cases": cases,
+        "mode": mode,
         "first_seed": first_seed,
         "read_back_intact": clean,
+        "read_back_with_corrupt_records": quarantined,
+        "data_damage_cases": data_cases,
         "clear_errors": errors,
         "failures": len(failures),
         "failure_classes": {k: {"count": len(v), "examples": v[:5]} for k, v in classes.items()},
@@ -364,14 +569,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=None, help="run this one seed and show it")
     p.add_argument("--first-seed", type=int, default=int(os.environ.get("WALFS_FUZZ_SEED", "1")))
     p.add_argument("--json-out", help="also write the JSON summary here")
+    p.add_argument("--data-only", action="store_true", help="damage records alone (each case must open)")
+    p.add_argument(
+        "--metadata", action="store_true", help="metadata-only damage: one copy of everything intact"
+    )
     args = p.parse_args(argv)
+    mode = "data" if args.data_only else "metadata" if args.metadata else "any"
     with tempfile.TemporaryDirectory(prefix="walfs-fuzz-") as wd:
         if args.seed is not None:
             g = build_golden(os.path.join(wd, "golden"))
-            o = run_case(g, args.seed, wd)
-            summary = {"seed": o.seed, "damage": o.damage, "outcome": o.result, "failure": o.failure}
+            o = run_case(g, args.seed, wd, mode=mode)
+            summary = {
+                "seed": o.seed,
+                "damage": o.damage,
+                "data_damage": o.data_damage,
+                "outcome": o.result,
+                "failure": o.failure,
+            }
         else:
-            summary = run(args.cases, args.first_seed, wd, progress=True)
+            summary = run(args.cases, args.first_seed, wd, progress=True, mode=mode)
     text = json.dumps(summary, indent=2)
     print(text)
     if args.json_out:

@@ -21,7 +21,8 @@ LINE = re.compile(
     r"recovered (?P<path>\S+)(?P<ro> \(read-only: nothing changed on disk\))?: (?P<streams>\d+) streams, "
     r"(?P<records>\d+) records in (?P<segments>\d+) segments \((?P<runs>\d+) runs, (?P<verified>\d+) records "
     r"checked by CRC\); (?:nothing cut|cut (?P<cut>\d+) torn or unfinished records "
-    r"\((?P<cut_bytes>\d+) bytes; (?P<freed>\d+) blocks freed\)); took \d+ ms"
+    r"\((?P<cut_bytes>\d+) bytes; (?P<freed>\d+) blocks freed\))"
+    r"(?:; (?P<quarantined>\d+) damaged records quarantined \(each read of one fails\))?; took \d+ ms"
 )
 
 

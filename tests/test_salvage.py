@@ -72,8 +72,9 @@ def test_intact_wal_is_copied_whole_with_offsets_and_cursors(golden, tmp_path):
 
 def test_catalog_header_destroyed_wal_does_not_open_salvage_keeps_every_record(golden, tmp_path):
     src = copy(golden, tmp_path)
-    with open(os.path.join(src, "streams.cat"), "r+b") as f:
-        f.write(bytes(64))
+    for name in ("streams.cat", "streams.cat.mirror"):  # one copy: healed (test_metadata_heal_catalog.py)
+        with open(os.path.join(src, name), "r+b") as f:
+            f.write(bytes(64))
     with pytest.raises(WalError):
         Wal(src, read_only=True).close()
     before = tree_hash(src)
@@ -165,6 +166,7 @@ def test_into_must_be_new_and_plain_fsck_points_at_repair(golden, tmp_path):
     assert code == 2 and "not empty" in out["error"]
     assert (busy / "keep").read_text() == "x"
     os.unlink(os.path.join(src, "streams.cat"))
+    os.unlink(os.path.join(src, "streams.cat.mirror"))  # one copy: healed (test_metadata_heal_catalog.py)
     r = subprocess.run([PYTHON, "-m", "walfs", "fsck", src], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--repair" in r.stderr, r.stderr
     # With the catalog gone no stream has a name: the records are listed, not guessed.

@@ -63,7 +63,8 @@ def main() -> int:
     bad = [
         k
         for k, v in out.items()
-        if isinstance(v, dict) and (v.get("problems") or v.get("failures") or v.get("records_lost"))
+        if isinstance(v, dict)
+        and (v.get("problems") or v.get("failures") or v.get("records_lost") or v.get("refused_opens"))
     ]
     return 1 if bad else 0
 

@@ -126,11 +126,18 @@ def main(argv: list[str]) -> int:
             f"in {streams} streams (org {engine.org_id}); "
             f"tail records verified: {report['verified_records']}, "
             f"incomplete tail records ignored: {report['cut_records']}"
+            + (f", damaged records quarantined: {report['quarantined']}" if report.get("quarantined") else "")
         )
+        damaged = report.get("metadata_damaged", 0)
+        if damaged:
+            print(
+                f"  {damaged} damaged metadata copies (a catalog copy or segment header): "
+                "served from the good copy; a writer's open rewrites them (the log names each)"
+            )
         for topic, partition, offset, what in problems:
             print(f"  {topic}[{partition}] offset {offset}: {what}")
-        print("clean" if not problems else f"{len(problems)} damaged records")
-    return 1 if problems else 0
+        print("clean" if not problems and not damaged else f"{len(problems)} damaged records")
+    return 1 if problems or report.get("metadata_damaged", 0) else 0
 
 
 def _data_dir(path: str) -> str:

@@ -619,6 +619,15 @@ class Engine:
         finally:
             self._exit()
 
+    def upgrade_catalog(self) -> None:
+        """walfs_catalog_upgrade: a version 1 catalog becomes version 3 with its mirror (the
+        caller's own files, the cursor manifest first, are upgraded before it)."""
+        h = self._enter()
+        try:
+            self._check(lib.walfs_catalog_upgrade(h), f"upgrading {self.path}/streams.cat")
+        finally:
+            self._exit()
+
     def disk_stats(self) -> dict[str, Any]:
         """walfs_disk_stats: the fsync histogram (bucket bounds in seconds, per-bucket
         counts with +Inf last, sum in seconds) and the bytes appends wrote."""
@@ -677,6 +686,7 @@ class Engine:
             "alloc": lib.WALFS_FAULT_ALLOC,
             "reclaim": lib.WALFS_FAULT_RECLAIM,
             "writeback": lib.WALFS_FAULT_WRITEBACK,
+            "catalog_split": lib.WALFS_FAULT_CAT_SPLIT,
         }
         h = self._enter()
         try:

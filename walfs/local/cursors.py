@@ -25,7 +25,7 @@ it finds); a forgotten one is unlisted first and deleted after. A listed file th
 missing, a damaged manifest, and a missing manifest beside cursor files are damage
 (WalCorruptError naming the file). Data directories from before the manifest (catalog
 version 1, `legacy`) get one, built from the files, at a writer's open; the catalog is
-upgraded at that writer's clean close, after it (csrc/catalog.c).
+upgraded right after it, at the same open (walfs/local/engine.py: walfs_catalog_upgrade).
 
 Groups belong to orgs (tenants): a group is listed for an org when it holds a cursor of one of
 that org's streams (the key starts with "<org_id>-") or an org marker, cursors/<group>/.org-<org_id>,
@@ -98,7 +98,7 @@ class CursorStore:
         # then kept up to date by put and create_group (one process owns the directory).
         self._orgs: dict[str, set[int]] | None = None
         if legacy and not read_only:
-            self._manifest()  # built now: the catalog is upgraded at this writer's close
+            self._manifest()  # built now: the engine upgrades the catalog right after
 
     # -- the manifest -----------------------------------------------------------------
     def _files(self) -> dict[str, set[str]]:

@@ -26,7 +26,9 @@ def power_cut(wal: Any, seed: int, keep_permille: int = 0) -> None:
 
 def inject_fault(wal: Any, op: str, err: int, after: int = 0, count: int = -1) -> None:
     """Makes the core's next `op` ("write", "sync", "alloc", "reclaim" or "writeback")
-    calls fail with errno `err`: after `after` good ones, `count` times (-1: for ever)."""
+    calls fail with errno `err`: after `after` good ones, `count` times (-1: for ever).
+    "catalog_split": a crash between the catalog copies' writes (the append writes and
+    syncs streams.cat, not its mirror, and fails the WAL: power_cut it next)."""
     local_engine(wal).core.inject_fault(op, err, after, count)
 
 

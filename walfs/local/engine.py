@@ -101,6 +101,8 @@ class LocalEngine:
         self.retention_default = Policy(retention_ms, retention_bytes, tuple(retention_groups))
         try:
             self.topics_conf = TopicSettings(self.path, read_only)
+            if legacy and not read_only:
+                self.core.upgrade_catalog()  # after the cursor manifest: version 1 had none
         except BaseException:
             self.core.close()
             raise

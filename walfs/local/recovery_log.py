@@ -10,7 +10,8 @@ RECOVERY_LOG = logging.getLogger("walfs.recovery")
 def log_recovery(path: str, report: dict[str, int], streams: int, seconds: float, read_only: bool) -> None:
     """The summary line of an open (walfs_recovery_report): what recovery found and what it
     cut. A warning when a writer's open cut anything (the tail a crash left; the core names
-    each stream it cut just before), information otherwise. A read-only open changes
+    each stream it cut just before) or when any open quarantined damaged records (the core
+    named each at error level), information otherwise. A read-only open changes
     nothing on disk: what it leaves out of its view is only information."""
     cut = bool(report["cut_records"] or report["cut_bytes"] or report["freed_blocks"])
     outcome = (
@@ -19,8 +20,18 @@ def log_recovery(path: str, report: dict[str, int], streams: int, seconds: float
         if cut
         else "nothing cut"
     )
+    damaged = report.get("metadata_damaged", 0)
+    if damaged:
+        outcome += (
+            f"; {damaged} damaged metadata copies served from the good copy"
+            + (f", {report.get('healed', 0)} rewritten (healed)" if not read_only else "")
+        )
+    quarantined = report.get("quarantined", 0)
+    if quarantined:
+        # Damaged durable records, kept and refused to reads; the core named each one.
+        outcome += f"; {quarantined} damaged records quarantined (each read of one fails)"
     RECOVERY_LOG.log(
-        logging.WARNING if cut and not read_only else logging.INFO,
+        logging.WARNING if ((cut or damaged) and not read_only) or quarantined else logging.INFO,
         "recovered %s%s: %d streams, %d records in %d segments (%d runs, %d records checked by CRC); %s; "
         "took %.0f ms",
         path,
