@@ -5,7 +5,8 @@
  * seed = (uint32_t)(uuid ^ (uuid >> 32)) where uuid is the WAL's random 64-bit id, so that
  * bytes left over from another WAL never validate here.
  *
- * FORMAT VERSION 3: catalog version 3 (two copies); segment and run headers version 1 (unchanged)
+ * FORMAT VERSION 3: catalog version 3 (two copies); segment headers and block runs' run headers version 1
+ * (unchanged); small runs' run headers and carve headers version 2 (issue 35: "Small runs")
  *
  * Data directory
  *   LOCK                     flock()ed by the one process that writes the WAL
