@@ -194,6 +194,8 @@ struct walfs {
     uint64_t cat_end;
     uint64_t cat_torn;      /* bytes of a torn last entry after cat_end, cut after recovery */
     uint64_t cat_torn2;     /* the same in the mirror */
+    struct io_uring cat_ring; /* syncs both catalog copies at once (catalog.c); under wal->lock */
+    int cat_ring_state;     /* 0 not tried, 1 ready, -1 unavailable */
     int64_t last_mark_ms;   /* durable-end marks written by a sync round (sync.c); sync leader only */
     uint64_t cat_entries;   /* entries in streams.cat (compaction rewrites it when mostly dead) */
     uint64_t floor_gid;     /* the highest FLOOR next_gid in the catalog */
@@ -377,6 +379,7 @@ int cat_new_epoch(walfs_t *wal);
 int cat_refresh(walfs_t *wal);
 int cat_compact_if_due(walfs_t *wal);
 int cat_heal_upgrade(walfs_t *wal, int v1_too);
+void cat_ring_free(walfs_t *wal);
 stream_t *stream_get(walfs_t *wal, uint32_t no);
 stream_t *stream_new(walfs_t *wal);
 void stream_free(stream_t *s);

@@ -30,6 +30,7 @@ static void wal_free(walfs_t *wal)
     free(wal->cat_segs);
     if (wal->cat_fd >= 0) close(wal->cat_fd);
     if (wal->cat_fd2 >= 0) close(wal->cat_fd2);
+    cat_ring_free(wal);
     if (wal->lockfd >= 0) close(wal->lockfd); /* releases the flock */
     if (wal->dirfd >= 0) close(wal->dirfd);
     pthread_mutex_destroy(&wal->lock);

@@ -90,6 +90,9 @@ def to_legacy(wal_dir: str, version: int) -> None:
     with open(path, "wb") as f:
         f.write(bytes(hdr) + b"".join(body))
     os.unlink(os.path.join(wal_dir, MIRROR))
+    for name in ("cursors.manifest.mirror", "topics.conf.mirror"):  # older releases kept one copy
+        if os.path.exists(os.path.join(wal_dir, name)):
+            os.unlink(os.path.join(wal_dir, name))
     if version < 2 and os.path.exists(os.path.join(wal_dir, "cursors.manifest")):
         os.unlink(os.path.join(wal_dir, "cursors.manifest"))
 

@@ -1,7 +1,8 @@
 """The damage fuzzer (issue 9): one closed WAL with many streams, batches, trims, cursors and
 records from 0 bytes to several blocks is damaged at random (flipped bits, zeroed 4 KiB
 pages, truncated files, deleted files, of every kind: streams.cat, segments, index.snap,
-cursor files, cursors.manifest, topics.conf), then opened and read whole in a forked child with a time limit.
+cursor files, cursors.manifest, topics.conf and their mirrors), then opened and read whole in a forked
+child with a time limit.
 
 Allowed outcomes of a case: a clear walfs exception (at open or on read), or every record
 and cursor returned exactly as written, except records whose read raised
@@ -274,6 +275,74 @@ def damage_data(d: str, rng: random.Random, areas: dict[str, list[tuple[int, int
 
 
 # -- the check, in a child ----------------------------------------------------------------
+# The Python layer's files kept twice (issue 36): each damage of damage_one_copy hits one
+# copy of one of them, and a case must then read back whole (a refused open is a failure).
+MIRRORED = ("topics.conf", "cursors.manifest")
+
+
+def damage_one_copy(d: str, rng: random.Random) -> list[str]:
+    """Applies 1-3 damages to the metadata files kept twice, never both copies of one:
+    topics.conf or its mirror, cursors.manifest or its mirror, one slot of a cursor file
+    (slot A in the first 4 KiB page, slot B after it). Flipped bits, a zeroed 4 KiB page,
+    a truncation, a deletion (of a whole copy: a cursor file's slot B is cut off)."""
+    copies: dict[str, tuple[str, int, int | None]] = {}  # copy -> (file, first byte, end)
+    for name in MIRRORED:
+        for path in (os.path.join(d, name), os.path.join(d, name + ".mirror")):
+            if os.path.exists(path):
+                copies[os.path.relpath(path, d)] = (path, 0, None)
+    for path in _files(os.path.join(d, "cursors")):
+        if not os.path.basename(path).startswith("."):
+            rel = os.path.relpath(path, d)
+            copies[rel + " slot A"] = (path, 0, 4096)
+            copies[rel + " slot B"] = (path, 4096, None)
+    done: list[str] = []
+    hit: set[str] = set()
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        left = sorted(c for c in copies if c.split(" slot ")[0].removesuffix(".mirror") not in hit)
+        if not left:
+            break
+        # A kind first (topics.conf, the manifest, a cursor file), so that the many cursor
+        # files do not crowd out the rest.
+        kinds: dict[str, list[str]] = {}
+        for c in left:
+            kinds.setdefault("cursor" if " slot " in c else c.removesuffix(".mirror"), []).append(c)
+        copy = rng.choice(kinds[rng.choice(sorted(kinds))])
+        path, start, end = copies[copy]
+        hit.add(copy.split(" slot ")[0].removesuffix(".mirror"))
+        size = os.path.getsize(path)
+        end = size if end is None else min(end, size)
+        kind = rng.choices(("flip", "zero", "truncate", "delete"), (5, 3, 2, 1))[0]
+        if kind == "flip":
+            with open(path, "r+b") as f:
+                flips = []
+                for _ in range(rng.randint(1, 8)):
+                    pos = rng.randrange(start, end)
+                    f.seek(pos)
+                    b = f.read(1)[0] ^ (1 << rng.randrange(8))
+                    f.seek(pos)
+                    f.write(bytes([b]))
+                    flips.append(pos)
+            done.append(f"flip {copy} @{flips}")
+        elif kind == "zero":
+            with open(path, "r+b") as f:
+                f.seek(start)
+                f.write(bytes(min(4096, end - start)))
+            done.append(f"zero {copy} page@{start}")
+        elif kind == "truncate" or start:  # a cursor file's slot B: cut off
+            new = rng.randrange(max(start, 1) if start else 0, end)
+            os.truncate(path, new)
+            done.append(f"truncate {copy} {size}->{new}")
+        elif end == size:
+            os.unlink(path)
+            done.append(f"delete {copy}")
+        else:  # a cursor file's slot A: its page zeroed (a deletion would take both)
+            with open(path, "r+b") as f:
+                f.write(bytes(4096))
+            done.append(f"zero {copy} page@0")
+    return done
+
+
+# -- the check, in a child ----------------------------------------------------------------
 CATALOG_COPIES = ("streams.cat", "streams.cat.mirror")
 
 
@@ -399,7 +468,7 @@ def second_open(d: str) -> dict | None:
         return {"error": f"reopen: {type(e).__name__}: {e}"}
     rep = wal.engine.report()
     wal.close()
-    if rep["healed"] or rep["metadata_damaged"]:
+    if rep["healed"] or rep["metadata_damaged"] or rep.get("healed_files"):
         return {"uncaught": f"a second open still heals: {rep}"}
     return None
 
@@ -504,7 +573,12 @@ def run_case(
         if mode == "data":
             done = damage_data(d, random.Random(seed), g.areas, spans)
         elif mode == "metadata":
-            done = damage_metadata(d, random.Random(seed))
+            # One copy of the C core's metadata (a catalog copy, segment headers), of the
+            # Python layer's files, or of both: never both copies of one file.
+            rng = random.Random(seed)
+            pick = rng.random()
+            done = damage_metadata(d, rng) if pick < 0.6 else []
+            done += damage_one_copy(d, rng) if pick >= 0.4 else []
         else:
             done = damage(d, random.Random(seed), spans)
         res = _in_child(d, timeout, reopen=mode == "metadata")

@@ -20,6 +20,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from catalog_files import to_legacy
 from conftest_mount import Mount, is_mounted
 
 from walfs.cli import VERBS
@@ -295,6 +296,7 @@ def test_a_dead_mount_says_how_to_clear_it(make_mount) -> None:
 
 def test_a_mount_refused_for_damage_names_fsck_and_repair(tmp_path: Path) -> None:
     data = make_data_dir(tmp_path / "data", records=50)
+    to_legacy(str(data), 2)  # a version 3 catalog would rebuild the header (test_metadata_heal_catalog.py)
     seg = next(p for p in data.iterdir() if p.suffix == ".wal")
     with open(seg, "r+b") as f:  # a byte of the segment header: recovery refuses to guess
         f.seek(41)

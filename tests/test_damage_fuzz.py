@@ -2,8 +2,12 @@
 damages of a closed WAL, each opened and read whole in a forked child with a time limit.
 A case passes with a clear walfs exception or with every record and cursor read back as
 written (but records that raise CorruptRecordError); a signal, a hang, other bytes, silently
-missing records, or a refused open when only records were damaged fail it. The failure
-message lists every failing seed; `python tests/damage_fuzz.py --seed N` replays one."""
+missing records, or a refused open when only records (or one copy of metadata) were damaged
+fail it. The failure
+message lists every failing seed; `python tests/damage_fuzz.py --seed N` replays one.
+Issue 36: damage to one copy of the metadata kept twice (the catalog, topics.conf,
+cursors.manifest, a cursor file's slot; segment headers) must read back whole: 0 refused
+opens (`--metadata`)."""
 
 import json
 import os
@@ -26,8 +30,9 @@ METADATA_CASES = int(os.environ.get("WALFS_FUZZ_METADATA_CASES", "60"))
 
 
 def test_metadata_damage_with_one_intact_copy_never_refuses(tmp_path):
-    """Issue 36: one catalog copy and segment headers damaged at random; the other copy
-    intact. Every case opens, reads back whole, heals (a second open finds nothing)."""
+    """Issue 36: one copy of the catalog, segment headers, one copy of topics.conf, of the
+    cursor manifest or one slot of cursor files damaged at random; the other copy intact.
+    Every case opens, reads back whole, heals (a second open finds nothing)."""
     summary = run(METADATA_CASES, int(os.environ.get("WALFS_FUZZ_SEED", "1")), str(tmp_path), mode="metadata")
     assert summary["read_back_intact"] == METADATA_CASES, json.dumps(summary["failure_classes"], indent=1)
 

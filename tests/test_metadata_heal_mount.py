@@ -23,6 +23,8 @@ def test_mount_starts_and_serves_with_a_damaged_catalog_copy(make_mount) -> None
     m.start()
     for t, text in want.items():
         assert m.out(f"cat {t}") == text
+    metrics = m.out("getfattr --only-values -n user.walfs.metrics .")
+    assert "walfs_healed_copies_total 2.0" in metrics, metrics
     m.sh("echo 'after the heal' >> a")
     m.stop()
     log = m.read_log()
@@ -32,4 +34,5 @@ def test_mount_starts_and_serves_with_a_damaged_catalog_copy(make_mount) -> None
     zero(os.path.join(data, MIRROR), 0, 4096)
     m.start()
     assert m.out("cat a") == want["a"] + "after the heal\n"
+    assert "walfs_healed_copies_total 1.0" in m.out("getfattr --only-values -n user.walfs.metrics .")
     m.stop()

@@ -1,6 +1,7 @@
 """The per-topic settings file (topics.conf, walfs/engine/settings.py) with the Kafka topic configs
-walfs honours: version 2 holds them, version 1 files are still read, bad values are refused,
-a deleted topic's settings go, and a version walfs does not know is refused, not ignored."""
+walfs honours: version 3 holds them (version 2 with a sequence, kept twice: issue 36), version 1
+and 2 files are still read, bad values are refused, a deleted topic's settings go, and a version
+walfs does not know is refused, not ignored."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def test_kafka_configs_persist(tmp_path: Path) -> None:
     }
     assert again.value(1, "t", "max_message_bytes") == 5000
     assert again.value(2, "t", "max_message_bytes", 7) == 7  # another org's topic
-    assert struct.unpack_from("<I", (tmp_path / "topics.conf").read_bytes(), 8)[0] == 2
+    assert struct.unpack_from("<I", (tmp_path / "topics.conf").read_bytes(), 8)[0] == 3
 
 
 @pytest.mark.parametrize(
@@ -57,17 +58,21 @@ def test_bad_values_refused_and_nothing_written(tmp_path: Path, values: dict[str
     assert s.overrides(1, "t") == {}
 
 
-def test_version_1_files_are_read(tmp_path: Path) -> None:
-    write_settings(tmp_path / "topics.conf", 1, {"1/t": {"retention_ms": 5, "retention_groups": ["g"]}})
-    s = TopicSettings(str(tmp_path))
+@pytest.mark.parametrize("version", [1, 2])
+def test_version_1_files_are_read(tmp_path: Path, version: int) -> None:
+    write_settings(tmp_path / "topics.conf", version, {"1/t": {"retention_ms": 5, "retention_groups": ["g"]}})
+    s = TopicSettings(str(tmp_path))  # a writer: rewritten as version 3, with its mirror
     assert s.overrides(1, "t") == {"retention_ms": 5, "retention_groups": ["g"]}
-    s.set(1, "t", max_message_bytes=10)  # rewritten as version 2
+    for name in ("topics.conf", "topics.conf.mirror"):
+        assert struct.unpack_from("<I", (tmp_path / name).read_bytes(), 8)[0] == 3
+    assert s.heals.notes == []  # an upgrade, not damage
+    s.set(1, "t", max_message_bytes=10)
     assert TopicSettings(str(tmp_path)).overrides(1, "t")["max_message_bytes"] == 10
 
 
 def test_unknown_version_refused(tmp_path: Path) -> None:
-    write_settings(tmp_path / "topics.conf", 3, {})
-    with pytest.raises(walfs.WalCorruptError, match="version 3"):
+    write_settings(tmp_path / "topics.conf", 4, {})
+    with pytest.raises(walfs.WalCorruptError, match="version 4"):
         TopicSettings(str(tmp_path))
 
 

@@ -81,7 +81,9 @@ def test_damaged_cursor_file_is_an_error(open_wal, wal_dir):
     w.append("t", b"x")
     w.commit("g", "t", 1)
     path = os.path.join(wal_dir, "cursors", "g", stream_key("t"))
-    with open(path, "r+b") as f:
+    with open(path, "r+b") as f:  # both slots (one damaged slot is healed: test_metadata_heal_files)
+        f.write(b"X")
+        f.seek(4096)
         f.write(b"X")
     with pytest.raises(walfs.WalCorruptError, match="cursor file"):
         w.committed("g", "t")

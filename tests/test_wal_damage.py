@@ -661,9 +661,11 @@ def test_deleted_cursor_manifest_beside_cursor_files_is_reported(open_wal, wal_d
     w.commit("g", "t", 1)
     w.close()
     os.unlink(os.path.join(wal_dir, "cursors.manifest"))
+    os.unlink(os.path.join(wal_dir, "cursors.manifest.mirror"))  # both: one is healed (issue 36)
     with pytest.raises(walfs.WalCorruptError) as exc:
         open_wal()
     assert "cursors.manifest is missing" in str(exc.value)
+    assert "cursors.manifest.mirror" in str(exc.value)
 
 
 CURSOR_CHILD = """

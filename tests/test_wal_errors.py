@@ -115,8 +115,9 @@ def test_corrupt_catalog_header_is_reported(open_wal, wal_dir):
     w = open_wal()
     w.append("t", b"x")
     w.close()
-    with open(os.path.join(wal_dir, "streams.cat"), "r+b") as f:
-        f.write(b"GARBAGE!")
+    for name in ("streams.cat", "streams.cat.mirror"):  # one copy: healed (test_metadata_heal_catalog.py)
+        with open(os.path.join(wal_dir, name), "r+b") as f:
+            f.write(b"GARBAGE!")
     with pytest.raises(walfs.WalCorruptError):
         walfs.Wal(wal_dir, **SMALL)
 
@@ -126,6 +127,7 @@ def test_missing_catalog_with_segments_is_reported(open_wal, wal_dir):
     w.append("t", b"x")
     w.close()
     os.unlink(os.path.join(wal_dir, "streams.cat"))
+    os.unlink(os.path.join(wal_dir, "streams.cat.mirror"))  # one copy: healed (test_metadata_heal_catalog.py)
     with pytest.raises(walfs.WalCorruptError):
         walfs.Wal(wal_dir, **SMALL)
 

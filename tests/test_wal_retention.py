@@ -110,10 +110,11 @@ def test_settings_survive_restarts_and_damage_is_reported(open_wal, wal_dir):
     w.retention("u", retention_bytes="default")
     assert w.retention("u").bytes == 10**9
     w.close()
-    path = os.path.join(wal_dir, "topics.conf")
-    data = bytearray(open(path, "rb").read())
-    data[20] ^= 0x01
-    open(path, "wb").write(data)
+    for name in ("topics.conf", "topics.conf.mirror"):  # both copies: one is healed (issue 36)
+        path = os.path.join(wal_dir, name)
+        data = bytearray(open(path, "rb").read())
+        data[20] ^= 0x01
+        open(path, "wb").write(data)
     with pytest.raises(walfs.WalCorruptError, match="topics.conf"):
         open_wal()
 

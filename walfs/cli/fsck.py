@@ -1,7 +1,9 @@
 """walfs fsck PATH: recovers the data directory read-only, then reads every stored record
-and checks its CRC and index slot. PATH is a data directory or a walfs mount point (its
-data directory is checked, beside the running daemon). Exit 0 when clean, 1 when damage
-was found, 2 when the directory cannot be checked at all (or the command line is wrong).
+and checks its CRC and index slot, and every cursor file; lists each metadata copy found
+damaged while its other copy is good (a writer's open heals it: issue 36). PATH is a data
+directory or a walfs mount point (its data directory is checked, beside the running
+daemon). Exit 0 when clean, 1 when damage was found (a damaged copy too), 2 when the
+directory cannot be checked at all (or the command line is wrong).
 On a terminal, a progress line on stderr shows the streams, records and bytes checked.
 
 walfs fsck --repair DAMAGED_DIR --into NEW_DIR: salvage (walfs/local/salvage.py). Copies
@@ -20,7 +22,7 @@ from typing import TextIO
 
 from walfs.cli.common import XATTR, CliError, Parser, explain, module_main, not_a_data_dir, resolve
 from walfs.common.sizes import human
-from walfs.engine.capabilities import Checks, has
+from walfs.engine.capabilities import Checks, Copies, has
 from walfs.engine.targets import is_local
 from walfs.errors import WalError, WalIOError
 from walfs.open import open_engine, repair
@@ -115,11 +117,17 @@ def main(argv: list[str]) -> int:
         problems = checker.verify(progress)
         report = checker.report()
         streams = len(engine.streams())
+        # Metadata kept twice (issue 36): each copy that is damaged while the other proves
+        # itself (a writer's open heals it), and damage with no good copy left.
+        unhealed = engine.check_cursors() if has(engine, Copies) else []
+        copies = engine.healed_copies() if has(engine, Copies) else []
     finally:
         progress.clear()
         engine.close()
+    damaged = report.get("metadata_damaged", 0)  # the C core's copies: the catalog, segment headers
     if args.json:
-        print(json.dumps({"recovery": report, "streams": streams, "problems": problems}, indent=2))
+        print(json.dumps({"recovery": report, "streams": streams, "problems": problems,
+                          "damaged_copies": copies, "damaged_metadata": unhealed}, indent=2))
     else:
         print(
             f"{data_dir}: {report['segments']} segments, {report['records']} records "
@@ -128,7 +136,6 @@ def main(argv: list[str]) -> int:
             f"incomplete tail records ignored: {report['cut_records']}"
             + (f", damaged records quarantined: {report['quarantined']}" if report.get("quarantined") else "")
         )
-        damaged = report.get("metadata_damaged", 0)
         if damaged:
             print(
                 f"  {damaged} damaged metadata copies (a catalog copy or segment header): "
@@ -136,8 +143,16 @@ def main(argv: list[str]) -> int:
             )
         for topic, partition, offset, what in problems:
             print(f"  {topic}[{partition}] offset {offset}: {what}")
-        print("clean" if not problems and not damaged else f"{len(problems)} damaged records")
-    return 1 if problems or report.get("metadata_damaged", 0) else 0
+        for line in copies:
+            print(f"  one copy damaged: {line}")
+        for line in unhealed:
+            print(f"  {line}")
+        found = [f"{len(problems)} damaged records"] if problems else []
+        found += [f"{len(copies)} damaged copies (a writer's open heals them)"] if copies else []
+        found += [f"{damaged} damaged metadata copies (a writer's open heals them)"] if damaged else []
+        found += [f"{len(unhealed)} damaged cursor files"] if unhealed else []
+        print("; ".join(found) if found else "clean")
+    return 1 if problems or copies or unhealed or damaged else 0
 
 
 def _data_dir(path: str) -> str:

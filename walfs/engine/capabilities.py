@@ -138,6 +138,22 @@ class Checks(Protocol):
         ...
 
 
+@runtime_checkable
+class Copies(Protocol):
+    """Metadata kept in two copies (issue 36, the local engine): what `walfs fsck` and the
+    metrics ask about them."""
+
+    def healed_copies(self) -> list[str]:
+        """Each damaged, missing or older copy found since the open, naming the file:
+        rewritten from the good copy by a writer, served around by a read-only open."""
+        ...
+
+    def check_cursors(self) -> list[str]:
+        """Reads every cursor: one bad copy joins healed_copies(); returns the damage that
+        has no good copy."""
+        ...
+
+
 _known: dict[tuple[type, type], bool] = {}
 C = TypeVar("C")
 

@@ -3,29 +3,52 @@ committed offsets), and the manifest that lists them.
 
 On disk (the contract; docs/format.md restates it): cursors/<group>/<stream key>, where
 <stream key> is "<org_id>-<topic hash hex>-<partition>" (walfs.engine.names.stream_key), holds
-either 32 bytes: b"WALFSCUR" | u64 offset, little-endian | the first 16 bytes of blake3 of
-the 16 bytes before; or, for a commit that carries metadata (Kafka's OffsetCommit
-metadata string), 36 + n bytes: b"WALFSCU2" | u64 offset | u32 n | n bytes of UTF-8
-metadata (n <= MAX_METADATA_BYTES) | blake3-16 of everything before. A commit without
-metadata writes the first form, so such files are what older releases wrote and read;
-an older release refuses the second form as damage. It is replaced atomically (write
-<path>.tmp.<thread>, fsync, rename, fsync the directory, and its parent when the group
-directory is new: walfs.common.durable_file), so a crash leaves the old or the new offset,
-never a mix; leftover .tmp files are ignored. A file of another length or with a bad
-magic or checksum is damage: reading it raises WalCorruptError naming the file.
+the cursor twice (issue 36), in two slots of the same bytes: slot A at byte 0 and slot B at
+the first 4 KiB boundary after slot A's end (byte 4096, or 8192 for metadata over 4060
+bytes), zeros between, the file ending with slot B; so a zeroed 4 KiB page or 512-byte
+sector, a flipped bit or a cut short file never takes both. A slot is b"WALFSCU3" | u64
+offset, little-endian | u32 n | n bytes of UTF-8 metadata (Kafka's OffsetCommit metadata
+string; n <= MAX_METADATA_BYTES, 0 for a commit without) | the first 16 bytes of blake3 of
+"<group>\0<stream key>\0" followed by everything before in the slot: a slot written for
+another file (a misdirected write) fails its check. A cursor costs 4 KiB + 36 + n bytes,
+two 4 KiB blocks of a file system. The file is replaced atomically, both slots in one
+write (write <path>.tmp.<thread>, fsync, rename, fsync the directory, and its parent when
+the group directory is new: walfs.common.durable_file), so a crash leaves the old or the
+new cursor, never a mix, and the two slots always hold the same bytes (no sequence is
+needed); leftover .tmp files are ignored. One slot that fails its checks beside one that
+proves itself is one damaged copy: the good slot is served, and a writer's read rewrites
+the file from it and reports it (Heals in walfs/local/recovery_log.py); every writer's
+open reads every cursor (CommitRule.clamp), so the open heals them all. Both slots bad, or
+two slots that both verify but differ, is damage: reading it raises WalCorruptError naming
+the file.
+Older forms, read as they are and rewritten in the form above (an upgrade, not damage) by
+a writer's first read, so at the writer's open: 32 bytes b"WALFSCUR" | u64 offset | blake3-16
+of the 16 bytes before (a commit without metadata), and 36 + n bytes b"WALFSCU2" | u64
+offset | u32 n | n bytes of metadata | blake3-16 of everything before; one copy, so damage
+to either is the whole file's.
 
 The cursor manifest, cursors.manifest in the data directory (any name may be a group),
-lists every cursor file, so that a deleted one is reported instead of read as "no cursor"
-(which would deliver the stream again from its low watermark):
-b"WALFSCMF" | u32 version (1) | u32 N | N bytes of UTF-8 JSON {"<group>": ["<stream key>",
-...]} | the first 16 bytes of blake3 of everything before.
-Replaced atomically like a cursor file. A new cursor file is written first and listed
-after (a crash between leaves a file that is not listed: a writer's open lists every file
-it finds); a forgotten one is unlisted first and deleted after. A listed file that is
-missing, a damaged manifest, and a missing manifest beside cursor files are damage
-(WalCorruptError naming the file). Data directories from before the manifest (catalog
-version 1, `legacy`) get one, built from the files, at a writer's open; the catalog is
-upgraded right after it, at the same open (walfs/local/engine.py: walfs_catalog_upgrade).
+and its copy cursors.manifest.mirror, list every cursor file, so that a deleted one is
+reported instead of read as "no cursor" (which would deliver the stream again from its low
+watermark): b"WALFSCMF" | u32 version (2) | u64 sequence | u32 N | N bytes of UTF-8 JSON
+{"<group>": ["<stream key>", ...]} | the first 16 bytes of blake3 of everything before.
+Both copies hold the same bytes; each change increments the sequence and replaces both in
+one durable step (walfs.common.durable_file.write_mirrored). A new cursor file is written
+first and listed after (a crash between leaves a file that is not listed: a writer's open
+lists every file it finds); a forgotten one is unlisted first and deleted after, once both
+copies are durable. So the two copies differ only while a change is being written, when
+the cursor file is still there: the older copy (used only if the newer one is damaged)
+lists a file that exists or misses one that a writer's open lists again; it never lists a
+file that is gone. The copy with the higher sequence among those that prove themselves
+wins; a missing, damaged or older copy beside a good one is healed at a writer's open
+(rewritten from the good one, reported) and served around by a read-only open. Both copies
+damaged, and both missing beside cursor files, are damage (WalCorruptError naming both).
+A listed file that is missing is damage too (WalCorruptError naming the file). Version 1
+(one file, no sequence: b"WALFSCMF" | u32 1 | u32 N | JSON | blake3-16) is read and
+rewritten as version 2 with its mirror at a writer's open. Data directories from before
+the manifest (catalog version 1, `legacy`) get one, built from the files, at a writer's
+open; the catalog is upgraded right after it, at the same open (walfs/local/engine.py:
+walfs_catalog_upgrade).
 
 Groups belong to orgs (tenants): a group is listed for an org when it holds a cursor of one of
 that org's streams (the key starts with "<org_id>-") or an org marker, cursors/<group>/.org-<org_id>,
@@ -48,31 +71,151 @@ from collections.abc import Iterator
 
 import blake3
 
+from walfs.common.durable_file import MIRROR, read_mirrored, write_durable, write_mirrored
 from walfs.common.durable_file import fsync_dir as _fsync_dir
-from walfs.common.durable_file import write_durable
 from walfs.engine.names import topic_bytes
 from walfs.engine.types import MAX_METADATA_BYTES
 from walfs.errors import ReadOnlyError, WalCorruptError
+from walfs.local.recovery_log import Heals
 
-_MAGIC = b"WALFSCUR"
+_MAGIC = b"WALFSCUR"  # the older forms (one copy)
+_MAGIC_META = b"WALFSCU2"
+_MAGIC_SLOT = b"WALFSCU3"  # a slot of the current form (two copies in the file)
+_SLOT_HEAD = struct.Struct("<8sQI")
+_PAGE = 4096  # slot B starts at the first boundary of this after slot A
 _MANIFEST_MAGIC = b"WALFSCMF"
-_MANIFEST_VERSION = 1
+_MANIFEST_VERSION = 2
+_MANIFEST_HEAD1 = struct.Struct("<8sII")  # version 1: no sequence
+_MANIFEST_HEAD = struct.Struct("<8sIQI")
 MANIFEST = "cursors.manifest"  # in the data directory: any name may be a group
 _ORG_MARKER = ".org-"
+_MAX_FILE = 2 * _PAGE + _SLOT_HEAD.size + 16 + MAX_METADATA_BYTES  # longer is damage
 
 
-_MAGIC_META = b"WALFSCU2"
+def _read(path: str) -> bytes:
+    """A cursor file's bytes, bounded (a longer file is damage): one read() of a small file
+    (os.read: no buffered file object, a third of the cost of open().read())."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, _MAX_FILE + 1)
+    finally:
+        os.close(fd)
 
 
-def _encode(offset: int, metadata: str) -> bytes:
+def _ident(group: str, key: str) -> bytes:
+    return group.encode() + b"\0" + key.encode() + b"\0"
+
+
+def _encode(group: str, key: str, offset: int, metadata: str) -> bytes:
+    """The cursor file: slot A, zeros to the next 4 KiB boundary, slot B (module doc)."""
     raw = metadata.encode("utf-8")
     if len(raw) > MAX_METADATA_BYTES:
         raise ValueError(f"commit metadata of {len(raw)} bytes (at most {MAX_METADATA_BYTES})")
-    if raw:
-        head = _MAGIC_META + struct.pack("<QI", offset, len(raw)) + raw
+    head = _SLOT_HEAD.pack(_MAGIC_SLOT, offset, len(raw)) + raw
+    slot = head + blake3.blake3(_ident(group, key) + head).digest(length=16)
+    return _layout(slot)
+
+
+def _after(slot: bytes) -> int:
+    """Where slot B starts: the first 4 KiB boundary at or after slot A's end."""
+    return len(slot) + (-len(slot) % _PAGE)
+
+
+def _layout(slot: bytes) -> bytes:
+    return slot + bytes(_after(slot) - len(slot)) + slot
+
+
+def _slot(data: bytes, at: int, ident: bytes) -> tuple[tuple[int, str], bytes] | str:
+    """The cursor in the slot at byte `at` and the slot's bytes, or what is wrong with it."""
+    if len(data) < at + _SLOT_HEAD.size + 16:
+        return "cut short"
+    magic, offset, n = _SLOT_HEAD.unpack_from(data, at)
+    if magic != _MAGIC_SLOT or n > MAX_METADATA_BYTES or len(data) < at + _SLOT_HEAD.size + n + 16:
+        return "bad magic or length"
+    end = at + _SLOT_HEAD.size + n
+    if blake3.blake3(ident + data[at:end]).digest(length=16) != data[end : end + 16]:
+        return "checksum mismatch"
+    try:
+        metadata = data[at + _SLOT_HEAD.size : end].decode("utf-8")
+    except UnicodeDecodeError:
+        return "metadata is not UTF-8"
+    return (int(offset), metadata), data[at : end + 16]
+
+
+def _decode_old(data: bytes) -> tuple[int, str] | None:
+    """A cursor in one of the older forms (WALFSCUR, WALFSCU2), or None."""
+    n = len(data) - 36
+    if data[:8] == _MAGIC and len(data) == 32:
+        body, metadata = data[:16], b""
+    elif data[:8] == _MAGIC_META and 0 < n <= MAX_METADATA_BYTES and data[16:20] == n.to_bytes(4, "little"):
+        body, metadata = data[: 20 + n], data[20 : 20 + n]
     else:
-        head = _MAGIC + struct.pack("<Q", offset)
-    return head + blake3.blake3(head).digest(length=16)
+        return None
+    if blake3.blake3(body).digest(length=16) != data[len(body) :]:
+        return None
+    try:
+        return int(struct.unpack_from("<Q", data, 8)[0]), metadata.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _decode(data: bytes, ident: bytes, path: str) -> tuple[tuple[int, str], str | None, bytes | None]:
+    """(cursor, what is wrong with one slot or None, the slot's bytes to rewrite the file
+    from when it needs rewriting: one bad slot, or an older form) of a cursor file's bytes.
+    WalCorruptError naming the file when no slot proves itself or two disagree."""
+    old = _decode_old(data)
+    if old is not None:
+        return old, None, b""  # b"": an older form, rewritten in the current one
+    a = _slot(data, 0, ident)
+    b: tuple[tuple[int, str], bytes] | str = "missing"
+    if isinstance(a, tuple):
+        at = _after(a[1])
+        if data[at:] == a[1]:  # the usual case: slot B is slot A's bytes, so it verifies too
+            return a[0], None, None
+        b = _slot(data, at, ident) if len(data) > at else "missing (file cut short)"
+        if isinstance(b, tuple) and at + len(b[1]) != len(data):
+            b = "bad length"
+    else:
+        for at in (_PAGE, 2 * _PAGE):
+            got = _slot(data, at, ident)
+            if isinstance(got, tuple) and at + len(got[1]) == len(data) and _after(got[1]) == at:
+                b = got
+                break
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        if a[1] != b[1]:
+            raise WalCorruptError(f"cursor file {path} is damaged: its two slots both verify but differ")
+        return a[0], None, None
+    if isinstance(a, tuple):
+        return a[0], f"its second slot ({b})", a[1]
+    if isinstance(b, tuple):
+        return b[0], f"its first slot ({a})", b[1]
+    raise WalCorruptError(f"cursor file {path} is damaged: both slots fail their checks ({a}; {b})")
+
+
+def _parse_manifest(data: bytes) -> tuple[int, dict[str, set[str]]]:
+    """(sequence, listed) of one copy of the manifest; ValueError saying what is wrong."""
+    ok = len(data) >= 32 and data[:8] == _MANIFEST_MAGIC
+    version = struct.unpack_from("<I", data, 8)[0] if ok else 0
+    if version == 1:
+        seq, head = 0, _MANIFEST_HEAD1.size
+        n = _MANIFEST_HEAD1.unpack_from(data)[2]
+    elif version == _MANIFEST_VERSION and len(data) >= _MANIFEST_HEAD.size + 16:
+        _m, _v, seq, n = _MANIFEST_HEAD.unpack_from(data)
+        head = _MANIFEST_HEAD.size
+        ok = seq > 0
+    else:
+        raise ValueError("bad magic, version or length")
+    ok = ok and len(data) == head + n + 16 and blake3.blake3(data[:-16]).digest(length=16) == data[-16:]
+    try:
+        listed = json.loads(data[head : head + n].decode()) if ok else None
+    except (UnicodeDecodeError, ValueError):
+        listed = None
+    if not isinstance(listed, dict) or not all(
+        isinstance(g, str) and isinstance(v, list) and all(isinstance(k, str) for k in v)
+        for g, v in listed.items()
+    ):
+        raise ValueError("checksum or content fails")
+    return seq, {g: set(v) for g, v in listed.items()}
 
 
 def key_org(key: str) -> int | None:
@@ -87,18 +230,22 @@ def _is_cursor(name: str) -> bool:
 
 
 class CursorStore:
-    def __init__(self, dir_path: str, read_only: bool = False, legacy: bool = False) -> None:
+    def __init__(
+        self, dir_path: str, read_only: bool = False, legacy: bool = False, heals: Heals | None = None
+    ) -> None:
         self.root = os.path.join(dir_path, "cursors")
         self.read_only = read_only
         self.legacy = legacy  # written before the manifest existed: it is built from the files
+        self.heals = Heals(read_only) if heals is None else heals
         self._lock = threading.RLock()
         self.manifest_path = os.path.join(dir_path, MANIFEST)
         self._listed: dict[str, set[str]] | None = None  # the manifest, loaded on first use
+        self._seq = 0  # the manifest's sequence: the highest of its copies
         # group -> the orgs it belongs to; built by the first org-scoped listing (one scan),
         # then kept up to date by put and create_group (one process owns the directory).
         self._orgs: dict[str, set[int]] | None = None
-        if legacy and not read_only:
-            self._manifest()  # built now: the engine upgrades the catalog right after
+        if not read_only:
+            self._manifest()  # a writer's open heals and upgrades it (legacy: builds it)
 
     # -- the manifest -----------------------------------------------------------------
     def _files(self) -> dict[str, set[str]]:
@@ -117,31 +264,27 @@ class CursorStore:
         return out
 
     def read_manifest(self) -> dict[str, set[str]] | None:
-        path = self.manifest_path
-        try:
-            with open(path, "rb") as f:
-                data = f.read(1 << 26)
-        except FileNotFoundError:
-            return None
-        ok = len(data) >= 32 and data[:8] == _MANIFEST_MAGIC
-        n = struct.unpack_from("<I", data, 12)[0] if ok else 0
-        ok = ok and struct.unpack_from("<I", data, 8)[0] == _MANIFEST_VERSION and len(data) == 16 + n + 16
-        ok = ok and blake3.blake3(data[:-16]).digest(length=16) == data[-16:]
-        try:
-            listed = json.loads(data[16 : 16 + n].decode()) if ok else None
-        except (UnicodeDecodeError, ValueError):
-            listed = None
-        if not isinstance(listed, dict) or not all(
-            isinstance(g, str) and isinstance(v, list) and all(isinstance(k, str) for k in v)
-            for g, v in listed.items()
-        ):
-            raise WalCorruptError(f"cursor manifest {path} is damaged")
-        return {g: set(v) for g, v in listed.items()}
+        """The manifest's list from the copy that proves itself (module doc); None when
+        neither file exists. A writer rewrites a damaged, missing or older copy from the
+        good one (and an older release's version 1 as version 2 with its mirror)."""
+        with self._lock:
+            try:
+                got = read_mirrored(self.manifest_path, _parse_manifest)
+            except WalCorruptError as e:
+                raise WalCorruptError(f"cursor manifest damaged: {e}") from None
+            self._seq = max(self._seq, got.seq)
+            if got.value is None:
+                return None
+            got.heal(self.read_only, self.heals.note)
+            if got.upgrade and not self.read_only:
+                self._write_manifest(got.value)  # version 1: rewritten as version 2, with the mirror
+            return got.value
 
     def _write_manifest(self, listed: dict[str, set[str]]) -> None:
         body = json.dumps({g: sorted(v) for g, v in sorted(listed.items()) if v}).encode()
-        head = _MANIFEST_MAGIC + struct.pack("<II", _MANIFEST_VERSION, len(body)) + body
-        write_durable(self.manifest_path, head + blake3.blake3(head).digest(length=16))
+        self._seq += 1  # also when the write fails: the next one must be newer than any copy
+        head = _MANIFEST_HEAD.pack(_MANIFEST_MAGIC, _MANIFEST_VERSION, self._seq, len(body)) + body
+        write_mirrored(self.manifest_path, head + blake3.blake3(head).digest(length=16))
 
     def _manifest(self) -> dict[str, set[str]]:
         """The cursor files that must exist, per group (loaded, checked and, by a writer,
@@ -154,7 +297,8 @@ class CursorStore:
             if listed is None:
                 if files and not self.legacy:
                     raise WalCorruptError(
-                        f"cursor manifest {self.manifest_path} is missing beside cursor files"
+                        f"cursor manifest {self.manifest_path} is missing beside cursor files, "
+                        f"and so is its copy {self.manifest_path + MIRROR}"
                     )
                 listed = {}
             merged = {g: listed.get(g, set()) | files.get(g, set()) for g in set(listed) | set(files)}
@@ -175,8 +319,7 @@ class CursorStore:
         """(offset, metadata) of the cursor, or None when the group never committed."""
         path = self._path(group, key)
         try:
-            with open(path, "rb") as f:
-                data = f.read(36 + MAX_METADATA_BYTES + 1)  # bounded: a longer file is damage
+            data = _read(path)
         except FileNotFoundError:
             with self._lock:  # a put() in flight creates the file before it lists it
                 if self.read_only:
@@ -186,23 +329,32 @@ class CursorStore:
                 if os.path.exists(path):
                     return self.get_entry(group, key)
             raise WalCorruptError(f"cursor file {path} is missing: {self.manifest_path} lists it") from None
-        n = len(data) - 36
-        if data[:8] == _MAGIC and len(data) == 32:
-            body, metadata = data[:16], b""
-        elif (
-            data[:8] == _MAGIC_META
-            and 0 < n <= MAX_METADATA_BYTES
-            and struct.unpack_from("<I", data, 16)[0] == n
-        ):
-            body, metadata = data[: 20 + n], data[20 : 20 + n]
-        else:
-            raise WalCorruptError(f"cursor file {path} is damaged")
-        if blake3.blake3(body).digest(length=16) != data[len(body) :]:
-            raise WalCorruptError(f"cursor file {path} is damaged")
-        try:
-            return int(struct.unpack_from("<Q", data, 8)[0]), metadata.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise WalCorruptError(f"cursor file {path} is damaged") from e
+        entry, why, rewrite = _decode(data, _ident(group, key), path)
+        if rewrite is not None and not self.read_only:
+            self._rewrite(group, key, path)
+        elif why is not None:
+            self.heals.note(path, str(why), "its other slot")
+        return entry
+
+    def _rewrite(self, group: str, key: str, path: str) -> None:
+        """A writer's read found one damaged slot, or an older form: the file is written
+        again from what proves itself (under the lock, read again: a put may have come first)."""
+        with self._lock:
+            try:
+                data = _read(path)
+            except FileNotFoundError:
+                return
+            try:
+                entry, why, rewrite = _decode(data, _ident(group, key), path)
+            except WalCorruptError:
+                return  # damaged since: the next read reports it
+            if rewrite is None:
+                return
+            if rewrite:  # one good slot: both rewritten from its bytes
+                write_durable(path, _layout(rewrite))
+                self.heals.note(path, str(why), "its other slot")
+            else:  # an older form: rewritten with its second slot
+                write_durable(path, _encode(group, key, *entry))
 
     def put(
         self, group: str, key: str, offset: int, *, advance_only: bool = False, metadata: str = ""
@@ -212,7 +364,7 @@ class CursorStore:
         path = self._path(group, key)
         if self.read_only:
             raise ReadOnlyError(f"cannot commit {path}: the WAL is open read-only")
-        data = _encode(offset, metadata)
+        data = _encode(group, key, offset, metadata)
         gdir = os.path.dirname(path)
         with self._lock:
             if advance_only:

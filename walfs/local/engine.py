@@ -24,7 +24,7 @@ from walfs.engine.names import check_org_id, check_partition, stream_key, topic_
 from walfs.engine.settings import Policy
 from walfs.engine.types import REC_SIZE, Appender, Change, StreamInfo, VerifyProgress
 from walfs.engine.watchers import Watchers
-from walfs.errors import CorruptRecordError, OffsetOutOfRangeError, WalIOError
+from walfs.errors import CorruptRecordError, OffsetOutOfRangeError, WalCorruptError, WalIOError
 from walfs.local.appending import LocalAppender, check_lengths
 from walfs.local.background import Background
 from walfs.local.backpressure import Room
@@ -32,7 +32,7 @@ from walfs.local.commit import CommitRule, cursor_key
 from walfs.local.core import Engine
 from walfs.local.cursors import CursorStore
 from walfs.local.env_faults import inject_env_faults
-from walfs.local.recovery_log import log_recovery
+from walfs.local.recovery_log import Heals, log_recovery
 from walfs.local.retention import RetentionPass
 from walfs.local.settings_file import TopicSettings
 from walfs.local.streams import StreamMap
@@ -96,11 +96,15 @@ class LocalEngine:
         # retention pass to make room before it fails with ENOSPC (backpressure).
         self.backpressure_s = backpressure_s
         legacy = self.core.recovery_report()["catalog_version"] < 2  # no cursor manifest yet
-        self.cursors = CursorStore(self.path, read_only, legacy=legacy)
+        # The metadata files kept twice (issue 36): a writer's open heals a damaged copy of
+        # each (the manifest and topics.conf here, the cursor files as clamp() reads them
+        # below), a read-only one serves the good copy; both say so (recovery_log.Heals).
+        self._heals = Heals(read_only)
         # The WAL's default retention (None: keep everything) and per-topic overrides.
         self.retention_default = Policy(retention_ms, retention_bytes, tuple(retention_groups))
         try:
-            self.topics_conf = TopicSettings(self.path, read_only)
+            self.cursors = CursorStore(self.path, read_only, legacy=legacy, heals=self._heals)
+            self.topics_conf = TopicSettings(self.path, read_only, heals=self._heals)
             if legacy and not read_only:
                 self.core.upgrade_catalog()  # after the cursor manifest: version 1 had none
         except BaseException:
@@ -535,7 +539,29 @@ class LocalEngine:
 
     # -- checks -----------------------------------------------------------------------
     def report(self) -> dict[str, int]:
-        return self.core.recovery_report()
+        """The C core's recovery report, and `healed_files`: the metadata copies of the
+        Python layer's files (topics.conf, cursors.manifest, cursor files) this writer
+        rewrote from their good copy since its open (healed_copies() names them)."""
+        return {**self.core.recovery_report(), "healed_files": self._heals.healed}
+
+    def healed_copies(self) -> list[str]:
+        """The damaged, missing or older metadata copies found since the open, one line
+        each naming the file: rewritten from the good copy by a writer, served around by a
+        read-only open (which changes nothing)."""
+        return list(self._heals.notes)
+
+    def check_cursors(self) -> list[str]:
+        """Reads every cursor file (`walfs fsck`; a writer's open reads them all anyway):
+        a damaged slot beside a good one joins healed_copies(); returns the damage that
+        has no good copy (a file whose slots both fail, a listed file that is missing)."""
+        out = []
+        for group in self.cursors.groups():
+            for key in self.cursors.keys(group):
+                try:
+                    self.cursors.get_entry(group, key)
+                except WalCorruptError as e:
+                    out.append(str(e))
+        return out
 
     def disk_stats(self) -> dict[str, Any]:
         """The fsync histogram and write bytes of walfs.common.metrics (walfs_disk_stats)."""

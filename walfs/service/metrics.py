@@ -84,14 +84,19 @@ class Metrics:
                                 value=report.get("cut_records", 0))
         yield GaugeMetricFamily("walfs_recovery_verified_records", "records checked by CRC at the last open",
                                 value=report.get("verified_records", 0))
-        yield GaugeMetricFamily("walfs_recovery_healed", "damaged metadata copies (a catalog copy, a "
-                                "segment header) the last open rewrote from a good one",
-                                value=report.get("healed", 0))
-        yield GaugeMetricFamily("walfs_recovery_metadata_damaged", "damaged metadata copies the last open "
-                                "found and served from a good one", value=report.get("metadata_damaged", 0))
+        yield GaugeMetricFamily("walfs_recovery_metadata_damaged",
+                                "damaged metadata copies (a catalog copy, a segment header) the last open "
+                                "found and served from a good one",
+                                value=report.get("metadata_damaged", 0))
         yield GaugeMetricFamily("walfs_recovery_quarantined_records",
                                 "damaged durable records the last open kept and refuses to read",
                                 value=report.get("quarantined", 0))
+        yield CounterMetricFamily(
+            "walfs_healed_copies",
+            "metadata copies (catalog, segment headers, topics.conf, cursors.manifest, cursor files) found "
+            "damaged, missing or behind at the open or a first read, and rewritten from their good copy",
+            value=report.get("healed", 0) + report.get("healed_files", 0),
+        )
         yield CounterMetricFamily("walfs_corrupt_records",
                                   "damaged records (failing their checksum) that reads ran into, each once",
                                   value=stats.corrupt.total)
