@@ -14,9 +14,9 @@
  *   streams.cat.mirror       its second copy (catalog version 3), written in the same durable step
  *   seg-<16 hex digits>.wal  segment files, ids increasing from 1
  *   index.snap               topic index snapshot (releases before 0.2; deleted at open)
- *   cursors/                 consumer cursors (written by the Python layer)
- *   cursors.manifest         the list of cursor files (walfs/consumer.py)
- *   topics.conf              per-topic settings (walfs/retention.py)
+ *   cursors/                 consumer cursors, two slots each (walfs/local/cursors.py)
+ *   cursors.manifest(.mirror)  the list of cursor files, kept twice (walfs/local/cursors.py)
+ *   topics.conf(.mirror)     per-topic settings, kept twice (walfs/local/settings_file.py)
  *
  * Catalog (streams.cat): a 64-byte header then entries, appended and fdatasync()ed before
  * the call that wrote them returns.
