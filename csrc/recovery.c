@@ -722,33 +722,10 @@ static int scan_carved(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_
     int rc = carve_mark(wal, seg, i, class_size);
     if (rc) return rc;
     uint64_t base = SEG_HDR_SIZE + (uint64_t)i * wal->opt.block_size;
-    uint64_t end = base + wal->opt.block_size;
     uint32_t n_slots = wal->opt.block_size / class_size;
-    uint64_t data_to = 0; /* bytes from the slot below here are known to hold data */
     for (uint32_t k = 0; k < n_slots; k++) {
         uint64_t off = base + (uint64_t)k * class_size;
         blk_hdr_t h;
-        if (off >= data_to) {
-            /* Slots never written are holes where the file system reports them (ext4 keeps
-             * fallocate()d, unwritten extents as holes): they read as zeros and hold no run.
-             * Skip them without touching the mapping (a probe would put a zero page in the
-             * cache, and an open would map thousands): one SEEK_DATA/SEEK_HOLE pair per range
-             * of data, not a page fault per slot. Where holes are not reported (tmpfs keeps
-             * fallocate()d pages as data), every slot is probed, as a failed lseek does. */
-            off_t d = lseek(seg->fd, (off_t)off, SEEK_DATA);
-            if (d < 0 && errno == ENXIO) break;
-            if (d < 0) {
-                data_to = end;
-            } else {
-                if ((uint64_t)d >= end) break;
-                if ((uint64_t)d >= off + class_size) {
-                    k = (uint32_t)(((uint64_t)d - base) / class_size) - 1; /* the loop steps to d's slot */
-                    continue;
-                }
-                off_t hole = lseek(seg->fd, d, SEEK_HOLE);
-                data_to = hole < 0 ? end : (uint64_t)hole;
-            }
-        }
         if (fmt_blk_parse(seg->map + off, wal, seg->id, i, BLK_KIND_OPEN, &h) != 0 ||
             h.version != RUN_VERSION_SMALL || h.run_size != class_size || h.slot != k)
             continue;
