@@ -477,6 +477,6 @@ void frontier_free(frontier_t *f);
 
 /* recovery.c */
 int recover(walfs_t *wal);
-uint32_t seg_next_data_block(const walfs_t *wal, const segment_t *seg, uint32_t i);
+int seg_block_hole(const walfs_t *wal, const segment_t *seg, uint32_t i);
 
 #endif

@@ -748,18 +748,14 @@ static int scan_carved(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_
     return 0;
 }
 
-/* The first block at or after i that was reserved (holes of the sparse file, allocator.c,
- * hold no run and are not read: on tmpfs a read through a shared mapping would allocate
- * them), or seg->n_blocks when none is: one lseek(SEEK_DATA) skips every hole up to the
- * next reserved block. An lseek that fails otherwise answers i (the block is read). */
-uint32_t seg_next_data_block(const walfs_t *wal, const segment_t *seg, uint32_t i)
+/* 1 if block i of seg was never reserved (a hole of the sparse file: allocator.c): it holds
+ * no run and is not read (on tmpfs a read through a shared mapping would allocate it). */
+int seg_block_hole(const walfs_t *wal, const segment_t *seg, uint32_t i)
 {
     uint64_t off = SEG_HDR_SIZE + (uint64_t)i * wal->opt.block_size;
     off_t data = lseek(seg->fd, (off_t)off, SEEK_DATA);
-    if (data < 0) return errno == ENXIO ? seg->n_blocks : i; /* ENXIO: no data at or after off */
-    if ((uint64_t)data < off) return i;
-    uint64_t at = ((uint64_t)data - SEG_HDR_SIZE) / wal->opt.block_size;
-    return at < seg->n_blocks ? (uint32_t)at : seg->n_blocks;
+    if (data < 0) return errno == ENXIO; /* no data at or after off */
+    return (uint64_t)data >= off + wal->opt.block_size;
 }
 
 static int scan_blocks(walfs_t *wal, segment_t *seg)
@@ -769,9 +765,8 @@ static int scan_blocks(walfs_t *wal, segment_t *seg)
         uint64_t off = SEG_HDR_SIZE + (uint64_t)i * wal->opt.block_size;
         blk_hdr_t h, ch;
         int rc;
-        uint32_t next = seg_next_data_block(wal, seg, i);
-        if (next != i) {
-            i = next;
+        if (seg_block_hole(wal, seg, i)) {
+            i++;
             continue;
         }
         if (fmt_blk_parse(seg->map + off + BLK_CARVE_OFF, wal, seg->id, i, BLK_KIND_CARVE, &ch) == 0 &&
@@ -821,9 +816,9 @@ static int seg_no_runs(walfs_t *wal, const segment_t *seg)
 {
     int none = 1;
     scan_advice(seg, MADV_RANDOM);
-    for (uint32_t i = seg_next_data_block(wal, seg, 0); i < seg->n_blocks && none;
-         i = seg_next_data_block(wal, seg, i + 1)) {
+    for (uint32_t i = 0; i < seg->n_blocks && none; i++) {
         blk_hdr_t h;
+        if (seg_block_hole(wal, seg, i)) continue;
         const uint8_t *p = seg->map + SEG_HDR_SIZE + (uint64_t)i * wal->opt.block_size;
         if (fmt_blk_parse(p, wal, seg->id, i, BLK_KIND_OPEN, &h) == 0 ||
             fmt_blk_parse(p + BLK_CARVE_OFF, wal, seg->id, i, BLK_KIND_CARVE, &h) == 0)
