@@ -51,7 +51,24 @@ def write_durable(
     (new parents: their entries must be durable too). The temporary file is removed when
     the write fails before the rename."""
     tmp = f"{path}.tmp.{threading.get_ident()}" if tmp is None else tmp
-    raw = data.encode() if isinstance(data, str) else data
+    _replace(path, data.encode() if isinstance(data, str) else data, tmp, mode)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+    for d in then_fsync:
+        fsync_dir(d)
+
+
+def write_mirrored(path: str, data: bytes) -> None:
+    """Replaces both copies of a file kept twice by `data` (which carries its new sequence
+    number) in one durable step: <path>, then <path>.mirror, each atomically; then the
+    directory fsync that makes both renames durable."""
+    for p in (path, path + MIRROR):
+        _replace(p, data, p + ".tmp", 0o666)  # one temporary name: the caller serializes writes
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def _replace(path: str, raw: bytes, tmp: str, mode: int) -> None:
+    """Writes `raw` to `tmp`, fsyncs it and renames it over `path` (the directory fsync is
+    the caller's); the temporary file is removed when this fails before the rename."""
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -65,31 +82,6 @@ def write_durable(
         except FileNotFoundError:
             pass
         raise
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
-    for d in then_fsync:
-        fsync_dir(d)
-
-
-def write_mirrored(path: str, data: bytes) -> None:
-    """Replaces both copies of a file kept twice by `data` (which carries its new sequence
-    number) in one durable step: <path>, then <path>.mirror, each atomically; then the
-    directory fsync that makes both renames durable."""
-    for p in (path, path + MIRROR):
-        tmp = p + ".tmp"  # one name (a crash's leftover is reused): the caller serializes writes
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, p)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-            raise
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 @dataclass
