@@ -610,110 +610,246 @@ static int scan_segment(walfs_t *wal, segment_t *seg)
     return rc;
 }
 
+/* The run whose valid open header h lies at file offset off of seg (block i; slot of a
+ * carved block for a small run): its seal and frontier headers are read (they must name
+ * the same run), and it joins its stream. */
+static int scan_run(walfs_t *wal, segment_t *seg, uint32_t i, uint64_t off, const blk_hdr_t *h)
+{
+    stream_t *s = stream_get(wal, h->stream_no);
+    /* A read-only open may meet a run of a stream a live writer defined after the
+     * catalog was read: read the catalog's new entries once more. */
+    if (!s && wal->opt.read_only && cat_refresh(wal) == 0) s = stream_get(wal, h->stream_no);
+    if (!s) {
+        /* A DEFINE is durable before its stream can allocate a run, and stream numbers
+         * are never reused or forgotten (deleted streams keep theirs): a run naming
+         * a stream the catalog does not define means the catalog lost entries. */
+        char name[64];
+        seg_path(wal, seg->id, name, sizeof(name));
+        wal_damage(wal, "%s/%s: run at byte %" PRIu64 " belongs to stream %u, which streams.cat does not define "
+                        "(%zu streams): the catalog lost entries (cut short?)",
+                   wal->dir, name, off, h->stream_no, atomic_load(&wal->n_streams));
+        return -EUCLEAN;
+    }
+    block_t *b = calloc(1, sizeof(*b));
+    if (!b) return -ENOMEM;
+    b->seg = seg;
+    b->index = i;
+    b->n_blocks = h->n_blocks;
+    b->slot = h->slot;
+    b->src_seg = h->src_seg;
+    b->stream_no = h->stream_no;
+    b->run_size = h->n_blocks ? (uint64_t)h->n_blocks * wal->opt.block_size : h->run_size;
+    b->file_off = off;
+    b->first_offset = h->first_offset;
+    b->first_byte = h->first_byte;
+    b->first_gid = h->first_gid;
+    b->data_end = BLK_DATA_OFF;
+    blk_hdr_t sh;
+    if (fmt_blk_parse(seg->map + off + BLK_SEAL_OFF, wal, seg->id, i, BLK_KIND_SEAL, &sh) == 0 &&
+        sh.n_blocks == h->n_blocks && sh.stream_no == h->stream_no && sh.first_offset == h->first_offset &&
+        sh.run_size == h->run_size && sh.slot == h->slot && sh.src_seg == h->src_seg && sh.count > 0) {
+        /* Trusted on its crc, but every figure must still fit the run: a crc proves
+         * the seal was written by walfs, not that nothing wrote nonsense into it. */
+        uint64_t max_count = (b->run_size - BLK_DATA_OFF) / (REC_HDR_SIZE + SLOT_SIZE);
+        if (sh.count > max_count || sh.data_end < BLK_DATA_OFF + sh.count * REC_HDR_SIZE ||
+            sh.data_end > b->run_size - sh.count * SLOT_SIZE || sh.last_gid < h->first_gid + sh.count - 1 ||
+            sh.last_gid - h->first_gid > UINT32_MAX || sh.byte_len < sh.count) {
+            char name[64];
+            seg_path(wal, seg->id, name, sizeof(name));
+            wal_damage(wal, "%s/%s: seal of the run at byte %" PRIu64 " (stream %u) holds figures that do not fit the run",
+                       wal->dir, name, off, h->stream_no);
+            free(b);
+            return -EUCLEAN;
+        }
+        b->sealed = 1;
+        b->count = sh.count;
+        b->last_gid = sh.last_gid;
+        b->data_end = sh.data_end;
+        b->byte_len = sh.byte_len;
+        b->first_ts = sh.first_ts;
+        b->last_ts = sh.last_ts;
+    }
+    blk_hdr_t fh;
+    if (!b->sealed && fmt_blk_parse(seg->map + off + BLK_FRONTIER_OFF, wal, seg->id, i, BLK_KIND_FRONTIER, &fh) == 0 &&
+        fh.n_blocks == h->n_blocks && fh.stream_no == h->stream_no && fh.first_offset == h->first_offset &&
+        fh.run_size == h->run_size && fh.slot == h->slot && fh.src_seg == h->src_seg && fh.first_gid == h->first_gid) {
+        /* A frontier of this very run (a stale one of an earlier user of these blocks
+         * has another first_gid). Its figures must fit the run like a seal's. */
+        uint64_t max_count = (b->run_size - BLK_DATA_OFF) / (REC_HDR_SIZE + SLOT_SIZE);
+        if (fh.count > max_count || fh.data_end < BLK_DATA_OFF + fh.count * REC_HDR_SIZE ||
+            fh.data_end > b->run_size - fh.count * SLOT_SIZE) {
+            char name[64];
+            seg_path(wal, seg->id, name, sizeof(name));
+            wal_damage(wal, "%s/%s: durable frontier of the run at byte %" PRIu64 " (stream %u) does not fit the run",
+                       wal->dir, name, off, h->stream_no);
+            free(b);
+            return -EUCLEAN;
+        }
+        b->durable_count = b->frontier_count = fh.count;
+        b->durable_end = fh.data_end;
+    }
+    int rc = stream_add_block(s, b);
+    if (rc) {
+        free(b);
+        return rc;
+    }
+    if (h->n_blocks) {
+        seg->block_state[i] = BS_HEAD;
+        for (uint32_t k = 1; k < h->n_blocks; k++) seg->block_state[i + k] = BS_TAIL;
+    } else {
+        carve_use_slot(seg, i, h->slot);
+    }
+    wal->report.blocks++;
+    return 0;
+}
+
+/* 1 if segment id is one this open uses (opened, not reclaimed). wal->segs is in id order. */
+static int seg_opened(const walfs_t *wal, uint64_t id)
+{
+    size_t lo = 0, hi = wal->n_segs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (wal->segs[mid]->id < id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < wal->n_segs && wal->segs[lo]->id == id;
+}
+
+/* Block i of seg, carved for class_size: every slot whose open header proves itself (crc,
+ * uuid, segment, block, slot, run size: format.c "Small runs") is a run. */
+static int scan_carved(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size)
+{
+    int rc = carve_mark(wal, seg, i, class_size);
+    if (rc) return rc;
+    uint64_t base = SEG_HDR_SIZE + (uint64_t)i * wal->opt.block_size;
+    uint64_t end = base + wal->opt.block_size;
+    uint32_t n_slots = wal->opt.block_size / class_size;
+    uint64_t data_to = 0; /* bytes from the slot below here are known to hold data */
+    for (uint32_t k = 0; k < n_slots; k++) {
+        uint64_t off = base + (uint64_t)k * class_size;
+        blk_hdr_t h;
+        if (off >= data_to) {
+            /* Slots never written are holes where the file system reports them (ext4 keeps
+             * fallocate()d, unwritten extents as holes): they read as zeros and hold no run.
+             * Skip them without touching the mapping (a probe would put a zero page in the
+             * cache, and an open would map thousands): one SEEK_DATA/SEEK_HOLE pair per range
+             * of data, not a page fault per slot. Where holes are not reported (tmpfs keeps
+             * fallocate()d pages as data), every slot is probed, as a failed lseek does. */
+            off_t d = lseek(seg->fd, (off_t)off, SEEK_DATA);
+            if (d < 0 && errno == ENXIO) break;
+            if (d < 0) {
+                data_to = end;
+            } else {
+                if ((uint64_t)d >= end) break;
+                if ((uint64_t)d >= off + class_size) {
+                    k = (uint32_t)(((uint64_t)d - base) / class_size) - 1; /* the loop steps to d's slot */
+                    continue;
+                }
+                off_t hole = lseek(seg->fd, d, SEEK_HOLE);
+                data_to = hole < 0 ? end : (uint64_t)hole;
+            }
+        }
+        if (fmt_blk_parse(seg->map + off, wal, seg->id, i, BLK_KIND_OPEN, &h) != 0 ||
+            h.version != RUN_VERSION_SMALL || h.run_size != class_size || h.slot != k)
+            continue;
+        if (h.src_seg && seg_opened(wal, h.src_seg)) {
+            /* A cleaner's copy whose original's segment was never reclaimed (no SEGMENT_GONE:
+             * reclaim.c writes it only once the copies are durable): the original is in
+             * force, the copy is forgotten. */
+            char name[64];
+            seg_path(wal, seg->id, name, sizeof(name));
+            wal_log(wal, "%s/%s: block %u slot %u: a copy of a run of stream %u whose original is still in force "
+                         "(its segment was not reclaimed): %s", wal->dir, name, i, k, h.stream_no,
+                    wal->opt.read_only ? "ignored" : "dropped");
+            if (!wal->opt.read_only &&
+                ((rc = seg_zero(wal, seg, off, BLK_HDR_SIZE)) || (rc = seg_zero(wal, seg, off + BLK_SEAL_OFF, BLK_HDR_SIZE))))
+                return rc;
+            continue;
+        }
+        if ((rc = scan_run(wal, seg, i, off, &h))) return rc;
+    }
+    return 0;
+}
+
+/* The first block at or after i that was reserved (holes of the sparse file, allocator.c,
+ * hold no run and are not read: on tmpfs a read through a shared mapping would allocate
+ * them), or seg->n_blocks when none is: one lseek(SEEK_DATA) skips every hole up to the
+ * next reserved block. An lseek that fails otherwise answers i (the block is read). */
+uint32_t seg_next_data_block(const walfs_t *wal, const segment_t *seg, uint32_t i)
+{
+    uint64_t off = SEG_HDR_SIZE + (uint64_t)i * wal->opt.block_size;
+    off_t data = lseek(seg->fd, (off_t)off, SEEK_DATA);
+    if (data < 0) return errno == ENXIO ? seg->n_blocks : i; /* ENXIO: no data at or after off */
+    if ((uint64_t)data < off) return i;
+    uint64_t at = ((uint64_t)data - SEG_HDR_SIZE) / wal->opt.block_size;
+    return at < seg->n_blocks ? (uint32_t)at : seg->n_blocks;
+}
+
 static int scan_blocks(walfs_t *wal, segment_t *seg)
 {
     uint32_t i = 0;
     while (i < seg->n_blocks) {
         uint64_t off = SEG_HDR_SIZE + (uint64_t)i * wal->opt.block_size;
-        blk_hdr_t h, sh;
-        if (fmt_blk_parse(seg->map + off, wal, seg->id, i, BLK_KIND_OPEN, &h) != 0 || h.n_blocks == 0 ||
-            h.n_blocks > seg->n_blocks - i) {
+        blk_hdr_t h, ch;
+        int rc;
+        uint32_t next = seg_next_data_block(wal, seg, i);
+        if (next != i) {
+            i = next;
+            continue;
+        }
+        if (fmt_blk_parse(seg->map + off + BLK_CARVE_OFF, wal, seg->id, i, BLK_KIND_CARVE, &ch) == 0 &&
+            small_class(wal, ch.run_size)) {
+            if ((rc = scan_carved(wal, seg, i, (uint32_t)ch.run_size))) return rc;
             i++;
             continue;
         }
-        stream_t *s = stream_get(wal, h.stream_no);
-        /* A read-only open may meet a run of a stream a live writer defined after the
-         * catalog was read: read the catalog's new entries once more. */
-        if (!s && wal->opt.read_only && cat_refresh(wal) == 0) s = stream_get(wal, h.stream_no);
-        if (!s) {
-            /* A DEFINE is durable before its stream can allocate a run, and stream numbers
-             * are never reused or forgotten (deleted streams keep theirs): a run naming
-             * a stream the catalog does not define means the catalog lost entries. */
+        if (fmt_blk_parse(seg->map + off, wal, seg->id, i, BLK_KIND_OPEN, &h) != 0) {
+            i++;
+            continue;
+        }
+        if (h.version == RUN_VERSION_SMALL) {
+            /* Slot 0's small run, in a block whose carve header is damaged: the run's own
+             * header proves the class (it is bound to this block, slot 0 and its size).
+             * A writer rewrites the carve header from it. */
+            if (h.slot != 0 || !small_class(wal, h.run_size)) {
+                i++;
+                continue;
+            }
             char name[64];
             seg_path(wal, seg->id, name, sizeof(name));
-            wal_damage(wal, "%s/%s: run at byte %" PRIu64 " belongs to stream %u, which streams.cat does not define "
-                            "(%zu streams): the catalog lost entries (cut short?)",
-                       wal->dir, name, off, h.stream_no, atomic_load(&wal->n_streams));
-            return -EUCLEAN;
-        }
-        block_t *b = calloc(1, sizeof(*b));
-        if (!b) return -ENOMEM;
-        b->seg = seg;
-        b->index = i;
-        b->n_blocks = h.n_blocks;
-        b->stream_no = h.stream_no;
-        b->run_size = (uint64_t)h.n_blocks * wal->opt.block_size;
-        b->file_off = off;
-        b->first_offset = h.first_offset;
-        b->first_byte = h.first_byte;
-        b->first_gid = h.first_gid;
-        b->data_end = BLK_DATA_OFF;
-        if (fmt_blk_parse(seg->map + off + BLK_SEAL_OFF, wal, seg->id, i, BLK_KIND_SEAL, &sh) == 0 &&
-            sh.n_blocks == h.n_blocks && sh.stream_no == h.stream_no && sh.first_offset == h.first_offset &&
-            sh.count > 0) {
-            /* Trusted on its crc, but every figure must still fit the run: a crc proves
-             * the seal was written by walfs, not that nothing wrote nonsense into it. */
-            uint64_t max_count = (b->run_size - BLK_DATA_OFF) / (REC_HDR_SIZE + SLOT_SIZE);
-            if (sh.count > max_count || sh.data_end < BLK_DATA_OFF + sh.count * REC_HDR_SIZE ||
-                sh.data_end > b->run_size - sh.count * SLOT_SIZE || sh.last_gid < h.first_gid + sh.count - 1 ||
-                sh.last_gid - h.first_gid > UINT32_MAX || sh.byte_len < sh.count) {
-                char name[64];
-                seg_path(wal, seg->id, name, sizeof(name));
-                wal_damage(wal, "%s/%s: seal of the run at byte %" PRIu64 " (stream %u) holds figures that do not fit the run",
-                           wal->dir, name, off, h.stream_no);
-                free(b);
-                return -EUCLEAN;
+            wal_log(wal, "%s/%s: block %u: carve header damaged; its class (%" PRIu64 " bytes) is read from the run in "
+                         "its first slot%s", wal->dir, name, i, h.run_size, wal->opt.read_only ? "" : ": rewritten");
+            if (!wal->opt.read_only) {
+                uint8_t hdr[BLK_HDR_SIZE];
+                fmt_blk_carve(hdr, wal, seg->id, i, (uint32_t)h.run_size);
+                if (seg_pwrite(wal, seg, hdr, sizeof(hdr), off + BLK_CARVE_OFF) != 0)
+                    wal_log(wal, "could not rewrite a carve header");
             }
-            b->sealed = 1;
-            b->count = sh.count;
-            b->last_gid = sh.last_gid;
-            b->data_end = sh.data_end;
-            b->byte_len = sh.byte_len;
-            b->first_ts = sh.first_ts;
-            b->last_ts = sh.last_ts;
+            if ((rc = scan_carved(wal, seg, i, (uint32_t)h.run_size))) return rc;
+            i++;
+            continue;
         }
-        blk_hdr_t fh;
-        if (!b->sealed &&
-            fmt_blk_parse(seg->map + off + BLK_FRONTIER_OFF, wal, seg->id, i, BLK_KIND_FRONTIER, &fh) == 0 &&
-            fh.n_blocks == h.n_blocks && fh.stream_no == h.stream_no && fh.first_offset == h.first_offset &&
-            fh.first_gid == h.first_gid) {
-            /* A frontier of this very run (a stale one of an earlier user of these blocks
-             * has another first_gid). Its figures must fit the run like a seal's. */
-            uint64_t max_count = (b->run_size - BLK_DATA_OFF) / (REC_HDR_SIZE + SLOT_SIZE);
-            if (fh.count > max_count || fh.data_end < BLK_DATA_OFF + fh.count * REC_HDR_SIZE ||
-                fh.data_end > b->run_size - fh.count * SLOT_SIZE) {
-                char name[64];
-                seg_path(wal, seg->id, name, sizeof(name));
-                wal_damage(wal, "%s/%s: durable frontier of the run at byte %" PRIu64 " (stream %u) does not fit the run",
-                           wal->dir, name, off, h.stream_no);
-                free(b);
-                return -EUCLEAN;
-            }
-            b->durable_count = b->frontier_count = fh.count;
-            b->durable_end = fh.data_end;
+        if (h.n_blocks == 0 || h.n_blocks > seg->n_blocks - i) {
+            i++;
+            continue;
         }
-        int rc = stream_add_block(s, b);
-        if (rc) {
-            free(b);
-            return rc;
-        }
-        seg->block_state[i] = BS_HEAD;
-        for (uint32_t k = 1; k < h.n_blocks; k++) seg->block_state[i + k] = BS_TAIL;
-        wal->report.blocks++;
+        if ((rc = scan_run(wal, seg, i, off, &h))) return rc;
         i += h.n_blocks;
     }
     return 0;
 }
 
-/* 1 if no block of the mapped segment starts with a valid run header. */
+/* 1 if no block of the mapped segment starts with a valid run header or is carved. */
 static int seg_no_runs(walfs_t *wal, const segment_t *seg)
 {
     int none = 1;
     scan_advice(seg, MADV_RANDOM);
-    for (uint32_t i = 0; i < seg->n_blocks && none; i++) {
+    for (uint32_t i = seg_next_data_block(wal, seg, 0); i < seg->n_blocks && none;
+         i = seg_next_data_block(wal, seg, i + 1)) {
         blk_hdr_t h;
-        if (fmt_blk_parse(seg->map + SEG_HDR_SIZE + (uint64_t)i * wal->opt.block_size, wal, seg->id, i, BLK_KIND_OPEN,
-                          &h) == 0)
+        const uint8_t *p = seg->map + SEG_HDR_SIZE + (uint64_t)i * wal->opt.block_size;
+        if (fmt_blk_parse(p, wal, seg->id, i, BLK_KIND_OPEN, &h) == 0 ||
+            fmt_blk_parse(p + BLK_CARVE_OFF, wal, seg->id, i, BLK_KIND_CARVE, &h) == 0)
             none = 0;
     }
     scan_advice(seg, MADV_NORMAL);
@@ -858,10 +994,13 @@ static int recover_unguarded(walfs_t *wal)
             break;
         }
         wal->report.segments++;
-        if ((rc = scan_segment(wal, seg))) break;
     }
     free(ids);
     if (unlinked) fsync_dir(wal->dirfd);
+    /* Every file is checked against the listing before any is scanned: a file the catalog
+     * does not list is the first thing to report (small runs of later streams may lie in
+     * older files, whose scan would meet streams the cut catalog lost). */
+    for (size_t k = 0; k < wal->n_segs && !rc; k++) rc = scan_segment(wal, wal->segs[k]);
     if (rc) return rc;
     if (wal->opt.read_only && (rc = cat_refresh(wal))) return rc;
     if (v2 && (rc = check_listed_files(wal))) return rc;
