@@ -14,7 +14,8 @@
 #include "walfs.h"
 #include "walfs_debug.h" /* the fault hooks (fault_hit) and the writeback counts */
 
-#define FORMAT_VERSION 1 /* segment and run headers */
+#define FORMAT_VERSION 1 /* run headers of block runs */
+#define RUN_VERSION_SMALL 2 /* run headers of small runs and carve headers (format.c "Small runs") */
 #define SEG_HDR_VERSION 1 /* the segment header's own version (its layout is unchanged) */
 #define CAT_VERSION 3    /* streams.cat: 2 adds SEGMENT / SEGMENT_GONE entries, 3 the mirror copy
                             and location-bound entries (format.c) */
@@ -24,6 +25,10 @@
 #define BLK_SEAL_OFF 512
 #define BLK_FRONTIER_OFF 256 /* frontier.c: durable count of an unsealed run */
 #define BLK_DATA_OFF 1024
+#define BLK_CARVE_OFF 128    /* a carved block's carve header (between slot 0's open and frontier headers) */
+#define SMALL_RUN_MIN 4096u  /* the first size class; each next one is SMALL_RUN_GROWTH times larger */
+#define SMALL_RUN_GROWTH 4u
+#define SMALL_SLOTS_MIN 4u   /* a class exists while a block holds at least this many of its runs */
 #define REC_HDR_SIZE 36
 #define SLOT_SIZE 12
 #define MAX_NAME 255
@@ -36,11 +41,18 @@ enum { CAT_DEFINE = 1, CAT_TRIM = 2, CAT_FLOOR = 3, CAT_OPEN = 4, CAT_DELETE = 5
 /* gid = epoch << GID_EPOCH_SHIFT | sequence: every writer open starts a new epoch, so a
  * gid never repeats and stale bytes from an earlier epoch never pass as newer records. */
 #define GID_EPOCH_SHIFT 40
-enum { BLK_KIND_OPEN = 1, BLK_KIND_SEAL = 2, BLK_KIND_FRONTIER = 3 };
-enum { BS_FREE = 0, BS_HEAD = 1, BS_TAIL = 2 };
+enum { BLK_KIND_OPEN = 1, BLK_KIND_SEAL = 2, BLK_KIND_FRONTIER = 3, BLK_KIND_CARVE = 4 };
+enum { BS_FREE = 0, BS_HEAD = 1, BS_TAIL = 2, BS_CARVED = 3 };
 
 typedef struct walfs walfs_t;
 typedef struct segment segment_t;
+
+/* A carved block (allocator.c): cut into n_slots small runs of class_size bytes each. A
+ * block once carved stays carved until its segment file goes. */
+typedef struct carve {
+    uint32_t class_size, n_slots, n_used;
+    uint64_t used[];        /* bit per slot */
+} carve_t;
 
 /* A segment file as the catalog lists it (catalog v2). */
 typedef struct cat_seg {
@@ -64,6 +76,9 @@ struct segment {
     uint64_t size;
     uint32_t n_blocks;
     uint8_t *block_state;   /* BS_* per block; under wal->lock */
+    carve_t **carves;       /* per block: its carve when BS_CARVED, else NULL; under wal->lock */
+    uint32_t small_used;    /* small runs in use, over all its carved blocks; under wal->lock */
+    int cleaning;           /* reclaim.c's cleaner copies its small runs out: no run is allocated here */
     atomic_int dirty;
     atomic_int wb_err;      /* a failed writeback (writeback.c): the next sync round fails with it */
     /* budget.c's scratch tally of one stream's runs here; under wal->lock */
@@ -84,7 +99,9 @@ typedef struct quar_range {
 typedef struct block {
     segment_t *seg;
     uint32_t index;         /* first block of the run */
-    uint32_t n_blocks;
+    uint32_t n_blocks;      /* 0 for a small run (one slot of a carved block) */
+    uint32_t slot;          /* a small run's slot in its carved block */
+    uint64_t src_seg;       /* a small run copied by the cleaner (reclaim.c): the segment it was copied from */
     uint32_t stream_no;
     uint64_t run_size;
     uint64_t file_off;      /* of the run in the segment file */
@@ -247,6 +264,10 @@ typedef struct cat_entry {
 
 typedef struct blk_hdr {
     uint32_t n_blocks, stream_no;
+    uint32_t version;       /* 1: a block run; 2: a small run (run_size, slot) or a carve header */
+    uint64_t run_size;      /* version 2: the run's size (a carve header: its class size) */
+    uint32_t slot;          /* version 2: the run's slot in its carved block */
+    uint64_t src_seg;       /* version 2: a cleaner's copy: the segment of its original (0: none) */
     uint64_t first_offset, first_byte, first_gid;
     uint64_t count, last_gid, data_end, byte_len;
     int64_t first_ts, last_ts;
@@ -301,6 +322,7 @@ int fmt_seg_header_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id,
 void fmt_blk_open(uint8_t *out, const walfs_t *wal, const block_t *b);
 void fmt_blk_seal(uint8_t *out, const walfs_t *wal, const block_t *b);
 void fmt_blk_frontier(uint8_t *out, const walfs_t *wal, const block_t *b, uint64_t count, uint64_t data_end);
+void fmt_blk_carve(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t index, uint32_t class_size);
 int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32_t index, uint16_t kind,
                   blk_hdr_t *h);
 void fmt_rec_header(uint8_t *out, uint32_t value_len, uint64_t gid, int64_t ts, uint32_t meta_len,
@@ -370,11 +392,24 @@ void stream_free(stream_t *s);
 int stream_add_block(stream_t *s, block_t *b);
 
 /* allocator.c */
-int alloc_run(walfs_t *wal, uint32_t stream_no, uint32_t n_blocks, block_t **out);
+/* run_size: a size class (small_class), or a whole number of blocks (run_size_for). */
+int alloc_run(walfs_t *wal, uint32_t stream_no, uint64_t run_size, block_t **out);
 /* As alloc_run, but -EAGAIN where alloc_run would create a segment (walfs_append_nowait). */
-int alloc_run_existing(walfs_t *wal, uint32_t stream_no, uint32_t n_blocks, block_t **out);
+int alloc_run_existing(walfs_t *wal, uint32_t stream_no, uint64_t run_size, block_t **out);
 void release_run(walfs_t *wal, block_t *b);
 uint32_t blocks_needed(const walfs_t *wal, uint64_t bytes);
+/* The size of a stream's next run: prev is its last run's size (0: none), need the bytes
+ * the record that opens it takes (header, body, slot). */
+uint64_t run_size_for(const walfs_t *wal, uint64_t prev, uint64_t need);
+/* 1 if size is one of the WAL's small-run classes. */
+int small_class(const walfs_t *wal, uint64_t size);
+/* Recovery: marks block i of seg carved with class_size (0, or -ENOMEM); marks slot used. */
+int carve_mark(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size);
+void carve_use_slot(segment_t *seg, uint32_t i, uint32_t slot);
+/* Runs in use in seg: block runs and small runs (reclaim.c, budget.c). */
+uint32_t seg_runs_used(const segment_t *seg);
+/* Reserves (fallocate) blocks [first, first + n) of seg before a run is put there. */
+int seg_reserve(walfs_t *wal, segment_t *seg, uint32_t first, uint32_t n);
 
 /* sync.c */
 int sync_init(walfs_t *wal);
@@ -442,5 +477,6 @@ void frontier_free(frontier_t *f);
 
 /* recovery.c */
 int recover(walfs_t *wal);
+uint32_t seg_next_data_block(const walfs_t *wal, const segment_t *seg, uint32_t i);
 
 #endif
