@@ -1,9 +1,9 @@
 /* budget.c: what a stream costs on disk, and the cap that bounds it (retention by size,
  * walfs/local_engine.py, is built on these two numbers).
  *
- * Disk is counted in whole segment files, the unit that is allocated (a new file is
- * created at its full size) and the unit reclamation deletes. A stream is charged for
- * every file that holds one of its kept runs (a run not wholly below its low watermark,
+ * Disk is counted in whole segment files, the unit reclamation deletes (a file's blocks
+ * are reserved as runs take them: allocator.c). A stream is charged for every file that
+ * holds one of its kept runs, block or small (a run not wholly below its low watermark,
  * or one still open for appends), and for every file that holds only its runs, kept or
  * trimmed (reclamation has not deleted it yet). A file shared with another stream's kept
  * runs and holding none of this stream's kept ones is that other stream's cost.
@@ -15,13 +15,6 @@
  * append is never refused for its own size (a batch larger than a segment may take the
  * stream past the cap by what it needs; retention trims it back at the next pass). */
 #include "internal.h"
-
-static uint32_t seg_heads(const segment_t *seg)
-{
-    uint32_t heads = 0;
-    for (uint32_t k = 0; k < seg->n_blocks; k++) heads += seg->block_state[k] == BS_HEAD;
-    return heads;
-}
 
 /* Under wal->lock and s->lock: marks the charged files (seg->tally_charged under the
  * returned mark) and returns how many; first_offsets gets, oldest first, the first offset
@@ -47,7 +40,7 @@ static size_t charged_files(walfs_t *wal, const stream_t *s, uint64_t *mark_out,
         const block_t *b = s->blocks[k];
         segment_t *seg = b->seg;
         if (seg->tally_charged != -1) continue;
-        seg->tally_charged = seg->tally_kept || seg_heads(seg) == seg->tally_runs;
+        seg->tally_charged = seg->tally_kept || seg_runs_used(seg) == seg->tally_runs;
         if (!seg->tally_charged) continue;
         if (n < max) first_offsets[n] = b->first_offset;
         n++;

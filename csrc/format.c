@@ -5,7 +5,8 @@
  * seed = (uint32_t)(uuid ^ (uuid >> 32)) where uuid is the WAL's random 64-bit id, so that
  * bytes left over from another WAL never validate here.
  *
- * FORMAT VERSION 3: catalog version 3 (two copies); segment and run headers version 1 (unchanged)
+ * FORMAT VERSION 3: catalog version 3 (two copies); segment headers and block runs' run headers version 1
+ * (unchanged); small runs' run headers and carve headers version 2 (issue 35: "Small runs")
  *
  * Data directory
  *   LOCK                     flock()ed by the one process that writes the WAL
@@ -82,8 +83,9 @@
  *   renamed over streams.cat (then the mirror), directory fsynced. A reader holding the old file re-reads the new one
  *   when its inode changes; a leftover streams.cat.tmp means nothing.
  *
- * Segment file: segment_size bytes (fallocate()d at creation, file and directory
- * fsync()ed before use), a 4096-byte header area, then n_blocks blocks of block_size bytes.
+ * Segment file: segment_size bytes (sparse: its header area fallocate()d at creation, its
+ * blocks as runs take them; file and directory fsync()ed before use), a 4096-byte header
+ * area, then n_blocks blocks of block_size bytes.
  *   header: 0 magic "WALFSSEG" | 8 u32 version=1 | 12 u32 block_size | 16 u64 segment_size
  *           | 24 u64 segment_id | 32 u64 uuid | 40 u64 created_ms | 48 u32 n_blocks
  *           | 52..60 zero | 60 u32 crc of bytes 0..60
@@ -131,8 +133,56 @@
  *   The byte view of a stream is, in offset order, each record's value followed by '\n';
  *   first_byte is the view position of the run's first record.
  *
+ * Small runs (run header version 2; allocator.c): a stream's first runs are smaller than a
+ * block, in size classes 4096 * 4^k bytes while a block holds at least 4 of them (with
+ * 10 MiB blocks: 4, 16, 64, 256 KiB and 1 MiB); each next run of a stream is one class
+ * larger (or the class that holds its first record), then block runs as above. Small runs
+ * of one class live in a CARVED block, cut into slots of the class (slot k at block byte
+ * k * class); a small run has exactly the layout of a block run above (headers at 0, 256,
+ * 512, records from 1024, slots from its end), relative to its slot.
+ *   carve header, at block byte 128 (between slot 0's open and frontier headers):
+ *                0 magic "WALFSBLK" | 8 u16 version=2 | 10 u16 kind=4 | 12 u32 0
+ *                | 16 u64 uuid | 24 u64 segment_id | 32 u32 block_index | 36..96 zero
+ *                | 96 u64 class size | 104..124 zero | 124 u32 crc of bytes 0..124
+ *                Written and made durable (fdatasync) when the block is carved, before any
+ *                run in it is written: no run header can be on disk in a block that does
+ *                not say it is carved. A block once carved stays carved until its segment
+ *                file is reclaimed.
+ *   small run headers (open, frontier, seal): as a block run's with version=2,
+ *                n_blocks=0, block_index = its block, and 96 u64 run_size (the class)
+ *                | 104 u32 slot | 108 u32 0 | 112 u64 src_seg (a cleaner's copy: the
+ *                segment its original lies in; 0 otherwise) | 120 u32 0. Version 1
+ *                headers are block runs' (n_blocks >= 1, bytes 96..124 zero); a version 1
+ *                header with n_blocks 0, or a version 2 one with n_blocks != 0, is invalid.
+ *   Validity (recovery.c scan_blocks), per block not a hole of the sparse file: a valid
+ *   carve header of a class of this block size makes it carved: each slot k is probed, and
+ *   is a run iff its open header is valid AND names this segment, block, slot k and the
+ *   class. Else a valid version 1 open header at byte 0 is a block run as before. Else a
+ *   valid version 2 open header at byte 0 naming slot 0 and a class proves the block
+ *   carved (its carve header was damaged: a writer rewrites it, logged). Else the block is
+ *   free. A probe never takes record bytes for a header: a header is accepted only with
+ *   its crc under the WAL's seed AND every location field equal to the place it was read
+ *   (segment, block, slot, class), which bytes written anywhere else never carry; a
+ *   block's class never changes while its file lives, so a stale header of an earlier run
+ *   in the same slot names the same place, and is handled as for block runs: recovery
+ *   zeroes the open and seal headers of every run it cuts, and a stale frontier has
+ *   another first_gid (gids grow across epochs).
+ *   A small run's seal and frontier headers are its own only if run_size, slot and src_seg
+ *   match its open header too.
+ *   Copies (reclaim.c, the cleaner): a run whose src_seg is not 0 is kept only if that
+ *   segment is not in use (absent, or SEGMENT_GONE in the catalog: the cleaner writes that
+ *   entry only once its copies are durable). While the source segment is in use the
+ *   original is in force and the copy is dropped (a writer zeroes its open and seal
+ *   headers; logged).
+ *   Space: a segment file is created at its full length but sparse (its 4 KiB header area
+ *   allocated); a run's blocks, or a block being carved, are fallocate()d before anything is
+ *   written there, so a full disk is ENOSPC when a run is allocated, before an append
+ *   writes a byte, never a torn record or a SIGBUS. Blocks never reserved are holes:
+ *   recovery skips them (SEEK_DATA) without reading them.
+ *
  * Validity rule (recovery):
- *   - A run exists when its open header is valid (crc, uuid, segment id, block index).
+ *   - A run exists when its open header is valid (crc, uuid, segment id, block index; a
+ *     small run's also slot and class: see Small runs).
  *   - A run with a valid seal header holds exactly `count` records: seals are written only
  *     after an fsync made the whole run durable, so they are trusted without reading data
  *     (their figures are still bounds-checked against the run, a misfit is -EUCLEAN; the
@@ -158,7 +208,7 @@
  *     durable passes these checks and no cut can remove it.
  *
  * Cost per record, all included: 36-byte header + 12-byte index slot = 48 bytes, plus
- * 1 KiB per block run and 4 KiB per segment.
+ * 1 KiB per run and 4 KiB per segment. A stream's least cost is one 4 KiB small run.
  */
 #include "internal.h"
 
@@ -405,7 +455,7 @@ static void blk_common(uint8_t *out, const walfs_t *wal, const block_t *b, uint1
 {
     memset(out, 0, BLK_HDR_SIZE);
     memcpy(out, BLK_MAGIC, 8);
-    put16(out + 8, FORMAT_VERSION);
+    put16(out + 8, b->n_blocks ? FORMAT_VERSION : RUN_VERSION_SMALL);
     put16(out + 10, kind);
     put32(out + 12, b->n_blocks);
     put64(out + 16, wal->uuid);
@@ -413,6 +463,11 @@ static void blk_common(uint8_t *out, const walfs_t *wal, const block_t *b, uint1
     put32(out + 32, b->index);
     put32(out + 36, b->stream_no);
     put64(out + 40, b->first_offset);
+    if (!b->n_blocks) { /* a small run: its size and slot bind it to its place too */
+        put64(out + 96, b->run_size);
+        put32(out + 104, b->slot);
+        put64(out + 112, b->src_seg);
+    }
 }
 
 void fmt_blk_open(uint8_t *out, const walfs_t *wal, const block_t *b)
@@ -444,18 +499,40 @@ void fmt_blk_frontier(uint8_t *out, const walfs_t *wal, const block_t *b, uint64
     put32(out + 124, crc32c(wal->crc_seed, out, 124));
 }
 
-/* Parses any kind; checks that it belongs at (segment, index). */
+void fmt_blk_carve(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t index, uint32_t class_size)
+{
+    memset(out, 0, BLK_HDR_SIZE);
+    memcpy(out, BLK_MAGIC, 8);
+    put16(out + 8, RUN_VERSION_SMALL);
+    put16(out + 10, BLK_KIND_CARVE);
+    put64(out + 16, wal->uuid);
+    put64(out + 24, seg_id);
+    put32(out + 32, index);
+    put64(out + 96, class_size);
+    put32(out + 124, crc32c(wal->crc_seed, out, 124));
+}
+
+/* Parses any kind; checks that it belongs at (segment, index). A version 2 header also
+ * carries its run size and slot, which the caller checks against the place it read. */
 int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32_t index, uint16_t kind,
                   blk_hdr_t *h)
 {
     if (memcmp(in, BLK_MAGIC, 8) != 0) return -EUCLEAN;
     if (get32(in + 124) != crc32c(wal->crc_seed, in, 124)) return -EBADMSG;
-    if (get16(in + 8) != FORMAT_VERSION || get16(in + 10) != kind) return -EUCLEAN;
+    uint16_t version = get16(in + 8);
+    if ((version != FORMAT_VERSION && version != RUN_VERSION_SMALL) || get16(in + 10) != kind) return -EUCLEAN;
     if (get64(in + 16) != wal->uuid || get64(in + 24) != seg_id || get32(in + 32) != index)
         return -EUCLEAN;
+    h->version = version;
     h->n_blocks = get32(in + 12);
     h->stream_no = get32(in + 36);
     h->first_offset = get64(in + 40);
+    h->run_size = version == RUN_VERSION_SMALL ? get64(in + 96) : 0;
+    h->slot = version == RUN_VERSION_SMALL ? get32(in + 104) : 0;
+    h->src_seg = version == RUN_VERSION_SMALL && kind != BLK_KIND_CARVE ? get64(in + 112) : 0;
+    /* A version 2 run header is a small run's (n_blocks 0), a version 1 one a block run's. */
+    if (kind != BLK_KIND_CARVE && (version == RUN_VERSION_SMALL) != (h->n_blocks == 0)) return -EUCLEAN;
+    if (kind == BLK_KIND_CARVE && version != RUN_VERSION_SMALL) return -EUCLEAN;
     if (kind == BLK_KIND_OPEN) {
         h->first_byte = get64(in + 48);
         h->first_gid = get64(in + 56);
@@ -463,7 +540,7 @@ int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32
         h->first_gid = get64(in + 48);
         h->count = get64(in + 56);
         h->data_end = get64(in + 64);
-    } else {
+    } else if (kind == BLK_KIND_SEAL) {
         h->count = get64(in + 48);
         h->last_gid = get64(in + 56);
         h->data_end = get64(in + 64);

@@ -102,6 +102,71 @@ static int rec_at(const uint8_t *seg, uint64_t pos, uint64_t end, uint32_t seed,
     return fmt_rec_check(seg + pos, seed, r) ? -1 : 0;
 }
 
+/* The records of the run whose open header h lies at base (run bytes long; the file may
+ * end before it) appended to out from *n. */
+static void salvage_run(const uint8_t *seg, uint64_t len, uint32_t seed, const blk_hdr_t *h, uint64_t base,
+                        uint64_t run, walfs_salvage_rec_t *out, uint64_t *n, uint64_t cap)
+{
+    uint64_t end = base + run;
+    int whole = end <= len; /* a truncated run has lost its slots */
+    if (!whole) end = len;
+    uint64_t pos = base + BLK_DATA_OFF, prev_gid = 0, view = h->first_byte;
+    uint64_t slot_floor = end; /* records may not reach into slots already used */
+    for (uint64_t k = 0; *n < cap; k++) {
+        rec_hdr_t r;
+        uint64_t at = UINT64_MAX, vpos = view;
+        /* 1. the record's own index slot */
+        if (whole && (k + 1) * SLOT_SIZE <= run - BLK_DATA_OFF) {
+            slot_t s;
+            fmt_slot_parse(seg + end - SLOT_SIZE * (k + 1), &s);
+            uint64_t cand = base + s.pos;
+            if (s.pos >= BLK_DATA_OFF && rec_at(seg, cand, end - SLOT_SIZE * (k + 1), seed, h->stream_no, &r) == 0 &&
+                (k ? r.gid > prev_gid : r.gid == h->first_gid)) {
+                at = cand;
+                vpos = h->first_byte + s.view_delta;
+            }
+        }
+        /* 2. right after the previous record */
+        if (at == UINT64_MAX && rec_at(seg, pos, slot_floor, seed, h->stream_no, &r) == 0 &&
+            (k ? r.gid > prev_gid : r.gid == h->first_gid))
+            at = pos;
+        if (at == UINT64_MAX) {
+            /* Lost record k: go on only while later slots still lead to records. */
+            if (!whole || (k + 2) * SLOT_SIZE > run - BLK_DATA_OFF) break;
+            slot_t s;
+            fmt_slot_parse(seg + end - SLOT_SIZE * (k + 2), &s);
+            rec_hdr_t r2;
+            if (s.pos < BLK_DATA_OFF || rec_at(seg, base + s.pos, end - SLOT_SIZE * (k + 2), seed, h->stream_no, &r2) != 0 ||
+                r2.gid <= prev_gid)
+                break;
+            pos = base + s.pos;
+            continue;
+        }
+        if (whole && end - SLOT_SIZE * (k + 1) < slot_floor) slot_floor = end - SLOT_SIZE * (k + 1);
+        walfs_salvage_rec_t *o = &out[(*n)++];
+        o->file_pos = at;
+        o->offset = h->first_offset + k;
+        o->view_pos = vpos;
+        o->gid = r.gid;
+        o->timestamp_ms = r.ts;
+        o->stream_no = r.stream_no;
+        o->meta_len = r.meta_len;
+        o->value_len = r.value_len;
+        o->batch_left = r.batch_left;
+        prev_gid = r.gid;
+        pos = at + REC_HDR_SIZE + r.meta_len + r.value_len;
+        view = vpos + r.value_len + 1;
+    }
+}
+
+/* A small-run class of this block size (allocator.c's classes). */
+static int salvage_class(uint64_t c, uint32_t block_size)
+{
+    for (uint64_t k = SMALL_RUN_MIN; k * SMALL_SLOTS_MIN <= block_size; k *= SMALL_RUN_GROWTH)
+        if (k == c) return 1;
+    return 0;
+}
+
 int64_t walfs_salvage_segment(const uint8_t *seg, uint64_t len, uint64_t uuid, uint64_t seg_id,
                               uint32_t block_size, uint64_t *block, walfs_salvage_rec_t *out, uint64_t cap,
                               uint64_t *needed, uint64_t *bad_runs)
@@ -119,17 +184,49 @@ int64_t walfs_salvage_segment(const uint8_t *seg, uint64_t len, uint64_t uuid, u
             i = UINT64_MAX;
             break;
         }
-        blk_hdr_t h;
+        blk_hdr_t h, ch;
+        /* A carved block (its carve header, or else its first slot's small run, names the
+         * class): every slot whose open header proves itself is a run. */
+        uint64_t cls = 0;
+        if (fmt_blk_parse(seg + base + BLK_CARVE_OFF, w, seg_id, (uint32_t)i, BLK_KIND_CARVE, &ch) == 0 &&
+            salvage_class(ch.run_size, block_size))
+            cls = ch.run_size;
+        else if (fmt_blk_parse(seg + base, w, seg_id, (uint32_t)i, BLK_KIND_OPEN, &h) == 0 && h.version == RUN_VERSION_SMALL &&
+                 h.slot == 0 && salvage_class(h.run_size, block_size))
+            cls = h.run_size;
+        if (cls) {
+            uint64_t blk_end = base + block_size < len ? base + block_size : len;
+            uint64_t max_recs = (blk_end - base) / REC_HDR_SIZE + 1;
+            if (n + max_recs > cap) {
+                if (n == 0) {
+                    *needed = max_recs;
+                    rc = -ENOBUFS;
+                }
+                break;
+            }
+            for (uint64_t k = 0; k < block_size / cls; k++) {
+                uint64_t at = base + k * cls;
+                if (at + BLK_DATA_OFF > len) break;
+                if (memcmp(seg + at, "WALFSBLK", 8) != 0) continue;
+                if (fmt_blk_parse(seg + at, w, seg_id, (uint32_t)i, BLK_KIND_OPEN, &h) != 0 ||
+                    h.version != RUN_VERSION_SMALL || h.run_size != cls || h.slot != k) {
+                    (*bad_runs)++;
+                    continue;
+                }
+                salvage_run(seg, len, w->crc_seed, &h, at, cls, out, &n, cap);
+            }
+            i++;
+            continue;
+        }
         if (memcmp(seg + base, "WALFSBLK", 8) != 0 ||
-            fmt_blk_parse(seg + base, w, seg_id, (uint32_t)i, BLK_KIND_OPEN, &h) != 0) {
+            fmt_blk_parse(seg + base, w, seg_id, (uint32_t)i, BLK_KIND_OPEN, &h) != 0 || h.version != FORMAT_VERSION) {
             if (memcmp(seg + base, "WALFSBLK", 8) == 0) (*bad_runs)++;
             i++;
             continue;
         }
         uint64_t nb = h.n_blocks ? h.n_blocks : 1;
         uint64_t run = nb * block_size, end = base + run;
-        int whole = end <= len;           /* a truncated run has lost its slots */
-        if (!whole) end = len;
+        if (end > len) end = len;
         uint64_t max_recs = (end - base - BLK_DATA_OFF) / REC_HDR_SIZE + 1;
         if (n + max_recs > cap) {
             if (n == 0) {
@@ -138,56 +235,7 @@ int64_t walfs_salvage_segment(const uint8_t *seg, uint64_t len, uint64_t uuid, u
             }
             break;
         }
-        uint64_t pos = base + BLK_DATA_OFF, prev_gid = 0, view = h.first_byte;
-        uint64_t slot_floor = end;  /* records may not reach into slots already used */
-        for (uint64_t k = 0;; k++) {
-            rec_hdr_t r;
-            uint64_t at = UINT64_MAX, vpos = view;
-            /* 1. the record's own index slot */
-            if (whole && (k + 1) * SLOT_SIZE <= run - BLK_DATA_OFF) {
-                slot_t s;
-                fmt_slot_parse(seg + end - SLOT_SIZE * (k + 1), &s);
-                uint64_t cand = base + s.pos;
-                if (s.pos >= BLK_DATA_OFF && rec_at(seg, cand, end - SLOT_SIZE * (k + 1), w->crc_seed,
-                                                    h.stream_no, &r) == 0 &&
-                    (k ? r.gid > prev_gid : r.gid == h.first_gid)) {
-                    at = cand;
-                    vpos = h.first_byte + s.view_delta;
-                }
-            }
-            /* 2. right after the previous record */
-            if (at == UINT64_MAX && rec_at(seg, pos, slot_floor, w->crc_seed, h.stream_no, &r) == 0 &&
-                (k ? r.gid > prev_gid : r.gid == h.first_gid))
-                at = pos;
-            if (at == UINT64_MAX) {
-                /* Lost record k: go on only while later slots still lead to records. */
-                if (!whole || (k + 2) * SLOT_SIZE > run - BLK_DATA_OFF) break;
-                slot_t s;
-                fmt_slot_parse(seg + end - SLOT_SIZE * (k + 2), &s);
-                rec_hdr_t r2;
-                if (s.pos < BLK_DATA_OFF ||
-                    rec_at(seg, base + s.pos, end - SLOT_SIZE * (k + 2), w->crc_seed, h.stream_no, &r2) != 0 ||
-                    r2.gid <= prev_gid)
-                    break;
-                pos = base + s.pos;
-                continue;
-            }
-            if (whole && end - SLOT_SIZE * (k + 1) < slot_floor) slot_floor = end - SLOT_SIZE * (k + 1);
-            walfs_salvage_rec_t *o = &out[n++];
-            o->file_pos = at;
-            o->offset = h.first_offset + k;
-            o->view_pos = vpos;
-            o->gid = r.gid;
-            o->timestamp_ms = r.ts;
-            o->stream_no = r.stream_no;
-            o->meta_len = r.meta_len;
-            o->value_len = r.value_len;
-            o->batch_left = r.batch_left;
-            prev_gid = r.gid;
-            pos = at + REC_HDR_SIZE + r.meta_len + r.value_len;
-            view = vpos + r.value_len + 1;
-            if (n == cap) break;
-        }
+        salvage_run(seg, len, w->crc_seed, &h, base, run, out, &n, cap);
         i += nb;
     }
     free(w);

@@ -1,5 +1,6 @@
-/* segment.c: segment files. Creation is durable before use: fallocate the whole file,
- * write and sync its header, then sync the directory. */
+/* segment.c: segment files. Creation is durable before use: the file at its full length
+ * (sparse: its blocks are reserved as runs take them, allocator.c seg_reserve), its header
+ * area fallocate()d, written and synced, then the directory synced. */
 #include "internal.h"
 
 #include <fcntl.h>
@@ -23,7 +24,10 @@ static segment_t *seg_alloc(uint64_t id, uint64_t size, uint32_t n_blocks)
     segment_t *seg = calloc(1, sizeof(*seg));
     if (!seg) return NULL;
     seg->block_state = calloc(n_blocks ? n_blocks : 1, 1);
-    if (!seg->block_state) {
+    seg->carves = calloc(n_blocks ? n_blocks : 1, sizeof(*seg->carves));
+    if (!seg->block_state || !seg->carves) {
+        free(seg->block_state);
+        free(seg->carves);
         free(seg);
         return NULL;
     }
@@ -46,6 +50,8 @@ void seg_free(segment_t *seg)
     saves_free(seg);
     pthread_mutex_destroy(&seg->saves_lock);
     free(seg->block_state);
+    for (uint32_t i = 0; i < seg->n_blocks; i++) free(seg->carves[i]);
+    free(seg->carves);
     free(seg);
 }
 
@@ -97,7 +103,8 @@ int seg_create(walfs_t *wal, segment_t **out)
         return rc;
     }
     rc = fault_hit(wal, WALFS_FAULT_ALLOC);
-    if (!rc && fallocate(seg->fd, 0, 0, (off_t)seg->size) != 0) rc = -errno;
+    if (!rc && (ftruncate(seg->fd, (off_t)seg->size) != 0 || fallocate(seg->fd, 0, 0, SEG_HDR_SIZE) != 0))
+        rc = -errno;
     if (rc) goto fail;
     uint8_t hdr[SEG_HDR_SIZE];
     seg->created_ms = (uint64_t)now_ms();
@@ -149,6 +156,9 @@ static int seg_never_used(walfs_t *wal, int fd, uint64_t id, uint64_t file_size,
         blk_hdr_t h;
         uint32_t index = (uint32_t)((off - SEG_HDR_SIZE) / wal->opt.block_size);
         if (fmt_blk_parse(blk, wal, id, index, BLK_KIND_OPEN, &h) == 0) return 0;
+        if (pread(fd, blk, sizeof(blk), (off_t)(off + BLK_CARVE_OFF)) == (ssize_t)sizeof(blk) &&
+            fmt_blk_parse(blk, wal, id, index, BLK_KIND_CARVE, &h) == 0)
+            return 0; /* a carved block: its runs may lie past slot 0 */
     }
     return 1;
 }

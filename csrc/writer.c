@@ -247,6 +247,7 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
 
     pthread_mutex_lock(&s->lock);
     block_t *cur = s->n_blocks && !s->blocks[s->n_blocks - 1]->full ? s->blocks[s->n_blocks - 1] : NULL;
+    uint64_t last_size = s->n_blocks ? s->blocks[s->n_blocks - 1]->run_size : 0;
     uint64_t offset = s->next_offset, byte = s->next_byte;
     int64_t ts = now_ms();
     if (ts < s->last_ts) ts = s->last_ts;
@@ -261,12 +262,13 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
                    first_gid + i - cur->first_gid <= UINT32_MAX;
         if (!fits) {
             block_t *b;
-            uint32_t blocks = blocks_needed(wal, need + SLOT_SIZE);
+            /* The next size class after the stream's last run (allocator.c). */
+            uint64_t size = run_size_for(wal, cur ? cur->run_size : last_size, need + SLOT_SIZE);
             if (!nowait) {
                 pthread_mutex_lock(&wal->lock);
-                rc = alloc_run(wal, stream_no, blocks, &b);
+                rc = alloc_run(wal, stream_no, size, &b);
             } else if (pthread_mutex_trylock(&wal->lock) == 0) {
-                rc = alloc_run_existing(wal, stream_no, blocks, &b);
+                rc = alloc_run_existing(wal, stream_no, size, &b);
             } else {
                 rc = -EAGAIN; /* held, perhaps across a segment's creation */
                 goto out_release;

@@ -146,8 +146,10 @@ def _hot_offset(rng: random.Random, path: str, size: int) -> int:
         if choice < 0.2:
             return rng.randrange(min(size, 64))
         base = 4096 + rng.randrange(n_blocks) * BLOCK_SIZE
-        if choice < 0.6:
+        if choice < 0.45:  # a block run's headers, or a carved block's carve header and slot 0
             return min(size - 1, base + rng.randrange(640))  # open/seal headers
+        if choice < 0.6:  # the headers of a small run in a later slot of a carved block (4 KiB apart)
+            return min(size - 1, base + rng.randrange(BLOCK_SIZE // 4096) * 4096 + rng.randrange(640))
         return min(size - 1, base + 1024 + rng.randrange(4096))  # first records
     return rng.randrange(size)
 

@@ -153,9 +153,10 @@ def fill_sealed_runs(open_wal) -> None:
 def test_rotten_slot_of_a_sealed_run_is_an_error_not_a_signal(open_wal, wal_dir):
     fill_sealed_runs(open_wal)
     seg = os.path.join(wal_dir, seg_name(1))
+    rot = min(4096, run_size_at(seg, SEG_HDR) - 1024)  # its headers stay (a small run is 4 KiB)
     with open(seg, "r+b") as f:  # the whole slot area of the first (sealed) run
-        f.seek(SEG_HDR + BLOCK - 4096)
-        f.write(b"\xff" * 4096)
+        f.seek(SEG_HDR + run_size_at(seg, SEG_HDR) - rot)
+        f.write(b"\xff" * rot)
     r = run_child(
         wal_dir,
         """
@@ -220,22 +221,37 @@ def test_truncation_under_an_open_mapping_gives_eio_not_sigbus(wal_dir):
 # -- finding 5: damage in the active run vs a torn tail -----------------------------
 
 
-def record_pos(wal_dir: str, index: int, block: int = 0) -> int:
-    """File position of record `index` of the run at `block` of segment 1 (from its slot)."""
-    run = SEG_HDR + block * BLOCK
-    with open(os.path.join(wal_dir, seg_name(1)), "rb") as f:
-        f.seek(run + BLOCK - 12 * (index + 1))
+def run_size_at(path: str, run: int, block_size: int = BLOCK) -> int:
+    """The size of the run whose open header is at file byte `run`: a small run's (header
+    version 2) is in its header, a block run's is n_blocks blocks (format.c)."""
+    with open(path, "rb") as f:
+        f.seek(run)
+        h = f.read(128)
+    if int.from_bytes(h[8:10], "little") == 2:
+        return int.from_bytes(h[96:104], "little")
+    return int.from_bytes(h[12:16], "little") * block_size
+
+
+def record_pos(wal_dir: str, index: int, block: int = 0, block_size: int = BLOCK) -> int:
+    """File position of record `index` of the run at (the first slot of) `block` of segment
+    1 (from its slot)."""
+    run = SEG_HDR + block * block_size
+    path = os.path.join(wal_dir, seg_name(1))
+    with open(path, "rb") as f:
+        f.seek(run + run_size_at(path, run, block_size) - 12 * (index + 1))
         return run + int.from_bytes(f.read(4), "little")
 
 
 def test_flipped_bit_in_the_active_run_after_sync_is_reported_not_cut(open_wal, wal_dir, caplog):
-    w = open_wal()
+    # 8 KiB blocks have no small-run classes (allocator.c): the stream's one run is a block
+    # run, active, holding all 100 records (test_small_streams.py covers small runs).
+    w = open_wal(block_size=8192)
     for i in range(100):
         w.append("t", b"record %03d" % i)
     w.sync()
     w.close()
     seg = os.path.join(wal_dir, seg_name(1))
-    pos = record_pos(wal_dir, 50)
+    pos = record_pos(wal_dir, 50, block_size=8192)
     flip(seg, pos + 36 + 3)  # a byte of record 50's value
     before = open(seg, "rb").read()
     # Issue 36: the open succeeds, record 50 is quarantined (reported, never cut).

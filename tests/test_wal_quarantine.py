@@ -77,14 +77,34 @@ def record_start(d: str, value: bytes) -> tuple[str, int]:
     return path, pos - 36  # plain values: no meta section after the 36-byte header
 
 
-def run_start(pos: int) -> int:
-    return pos - (pos - SEG_HDR) % BLOCK
+def run_at(path: str, pos: int, block_size: int = BLOCK) -> tuple[int, int]:
+    """(first byte, size) of the run holding file byte pos (in its first block): a small
+    run in its slot of a carved block (the carve header names the class), else a block run
+    (docs/format.md)."""
+    block = pos - (pos - SEG_HDR) % block_size
+    with open(path, "rb") as f:
+        f.seek(block)
+        head = f.read(256)
+    carve = head[128:256]
+    if carve[:8] == b"WALFSBLK" and int.from_bytes(carve[10:12], "little") == 4:
+        size = int.from_bytes(carve[96:104], "little")
+        return block + (pos - block) // size * size, size
+    return block, int.from_bytes(head[12:16], "little") * block_size
 
 
-def assert_in_the_active_run(path: str, pos: int) -> None:
+def run_start(path: str, pos: int, block_size: int = BLOCK) -> int:
+    return run_at(path, pos, block_size)[0]
+
+
+def run_end(path: str, pos: int, block_size: int = BLOCK) -> int:
+    start, size = run_at(path, pos, block_size)
+    return start + size
+
+
+def assert_in_the_active_run(path: str, pos: int, block_size: int = BLOCK) -> None:
     """The record at pos lies in an unsealed run that has a durable frontier."""
     with open(path, "rb") as f:
-        f.seek(run_start(pos))
+        f.seek(run_start(path, pos, block_size))
         head = f.read(1024)
     assert head[:8] == b"WALFSBLK"  # the open header
     assert head[256:264] == b"WALFSBLK"  # a frontier
@@ -107,7 +127,7 @@ def damage(d: str, how: str) -> set[int]:
         flip(path, pos + 36 + 5)  # a byte of its value
         return {HIST + 150}
     page = pos & ~4095
-    assert page >= run_start(pos) + 1024  # records only: not the run's headers
+    assert page >= run_start(path, pos) + 1024  # records only: not the run's headers
     starts = [record_start(d, live("t", i))[1] for i in range(LIVE)]
     with open(path, "r+b") as f:
         f.seek(page)
@@ -253,14 +273,15 @@ def test_the_last_durable_record_damaged_keeps_the_byte_positions(open_wal, wal_
 
 
 def test_a_damaged_index_slot_quarantines_its_record(open_wal, wal_dir: str, caplog) -> None:
-    w = open_wal()
+    # 8 KiB blocks have no small-run classes: all 100 records in one active block run.
+    w = open_wal(block_size=8192)
     vals = [b"rec-%03d" % i for i in range(100)]
     w.append("t", vals)
     w.close()
     path, pos = record_start(wal_dir, vals[40])
-    assert_in_the_active_run(path, pos)
+    assert_in_the_active_run(path, pos, 8192)
     with open(path, "r+b") as f:  # slot 40 says record 40 starts 8 bytes later
-        at = run_start(pos) + BLOCK - 12 * 41
+        at = run_end(path, pos, 8192) - 12 * 41
         f.seek(at)
         slot = f.read(4)
         f.seek(at)
@@ -313,13 +334,13 @@ def test_a_sealed_run_with_a_damaged_last_slot_opens(open_wal, wal_dir: str) -> 
         w.append("t", vals[k : k + 100])
     w.close()
     path, pos = record_start(wal_dir, vals[0])
-    run = run_start(pos)
+    run = run_start(path, pos)
     with open(path, "r+b") as f:
         f.seek(run + 512)
         seal = f.read(128)
         assert seal[:8] == b"WALFSBLK"
         count = int.from_bytes(seal[48:56], "little")
-        f.seek(run + BLOCK - 12 * count)
+        f.seek(run_end(path, pos) - 12 * count)
         f.write(bytes(12))  # the last record's index slot
     w = open_wal()
     assert w.engine.report()["quarantined"] == 1
