@@ -374,21 +374,29 @@ int walfs_bytes_resident(walfs_t *wal, uint32_t stream_no, uint64_t pos, uint64_
     GUARD_BEGIN(&s->lock, return -EIO);
     /* (Bytes below the low watermark are not checked here: the read itself refuses them.) */
     if (pos >= s->next_byte || !s->n_blocks || len == 0) goto out;
-    const block_t *b = s->blocks[find_block_by_byte(s, pos)];
-    if (pos < b->first_byte || b->byte_len == 0 || b->data_end <= BLK_DATA_OFF) goto out;
-    /* Without touching the mapping (a page fault here would be the very wait this call
-     * exists to avoid): the run's index slots, which the read searches, and the stretch
-     * of records that len view bytes from pos take, estimated from the run's ratio of
-     * record bytes to view bytes, with a header's worth of margin either side. */
-    rc = pages_resident(run_ptr(b, b->run_size - b->count * SLOT_SIZE), b->count * SLOT_SIZE);
-    if (rc != 1) goto out;
-    uint64_t data = b->data_end - BLK_DATA_OFF;
-    uint64_t rel = pos - b->first_byte;
-    uint64_t at = BLK_DATA_OFF + (uint64_t)((double)rel * (double)data / (double)b->byte_len);
-    uint64_t span = (uint64_t)((double)len * (double)data / (double)b->byte_len) + 2 * REC_HDR_SIZE;
-    at = at > BLK_DATA_OFF + REC_HDR_SIZE ? at - REC_HDR_SIZE : BLK_DATA_OFF;
-    uint64_t end = at + span < b->data_end ? at + span : b->data_end;
-    rc = pages_resident(run_ptr(b, at), end - at);
+    /* Every run the range touches (a stream's first runs are small: a read of 128 KiB
+     * spans several). Without touching the mapping (a page fault here would be the very
+     * wait this call exists to avoid): each run's index slots, which the read searches,
+     * and the stretch of records that the range's view bytes take in it, estimated from
+     * the run's ratio of record bytes to view bytes, with a header's worth of margin
+     * either side. */
+    uint64_t end_pos = len > s->next_byte - pos ? s->next_byte : pos + len;
+    for (size_t k = find_block_by_byte(s, pos); rc == 1 && k < s->n_blocks && pos < end_pos; k++) {
+        const block_t *b = s->blocks[k];
+        if (pos < b->first_byte) break;
+        uint64_t rel = pos - b->first_byte;
+        if (rel >= b->byte_len || b->data_end <= BLK_DATA_OFF) continue;
+        uint64_t here = end_pos - pos < b->byte_len - rel ? end_pos - pos : b->byte_len - rel;
+        rc = pages_resident(run_ptr(b, b->run_size - b->count * SLOT_SIZE), b->count * SLOT_SIZE);
+        if (rc != 1) break;
+        uint64_t data = b->data_end - BLK_DATA_OFF;
+        uint64_t at = BLK_DATA_OFF + (uint64_t)((double)rel * (double)data / (double)b->byte_len);
+        uint64_t span = (uint64_t)((double)here * (double)data / (double)b->byte_len) + 2 * REC_HDR_SIZE;
+        at = at > BLK_DATA_OFF + REC_HDR_SIZE ? at - REC_HDR_SIZE : BLK_DATA_OFF;
+        uint64_t end = at + span < b->data_end ? at + span : b->data_end;
+        rc = pages_resident(run_ptr(b, at), end - at);
+        pos += here;
+    }
 out:
     GUARD_END();
     pthread_mutex_unlock(&s->lock);

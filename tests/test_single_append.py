@@ -115,8 +115,8 @@ def test_a_fault_on_the_mapping_is_eio_and_the_process_lives(wal_dir):
         d = sys.argv[1]
         w = walfs.Wal(d, fsync="never", segment_size=1 << 20, block_size=64 << 10)
         a = w.appender("t")
-        for i in range(20):
-            a.append(b"x" * 100)
+        for i in range(5):  # the next appends still go to the stream's first (4 KiB) run,
+            a.append(b"x" * 100)  # not to a new run whose fallocate would grow the file
         seg = os.path.join(d, "seg-0000000000000001.wal")
         for attempt in range(2):
             os.truncate(seg, 4096)
