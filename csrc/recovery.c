@@ -647,7 +647,8 @@ static int scan_run(walfs_t *wal, segment_t *seg, uint32_t i, uint64_t off, cons
     blk_hdr_t sh;
     if (fmt_blk_parse(seg->map + off + BLK_SEAL_OFF, wal, seg->id, i, BLK_KIND_SEAL, &sh) == 0 &&
         sh.n_blocks == h->n_blocks && sh.stream_no == h->stream_no && sh.first_offset == h->first_offset &&
-        sh.run_size == h->run_size && sh.slot == h->slot && sh.src_seg == h->src_seg && sh.count > 0) {
+        sh.run_size == h->run_size && sh.slot == h->slot && sh.src_seg == h->src_seg && sh.carve_id == h->carve_id &&
+        sh.count > 0) {
         /* Trusted on its crc, but every figure must still fit the run: a crc proves
          * the seal was written by walfs, not that nothing wrote nonsense into it. */
         uint64_t max_count = (b->run_size - BLK_DATA_OFF) / (REC_HDR_SIZE + SLOT_SIZE);
@@ -672,7 +673,8 @@ static int scan_run(walfs_t *wal, segment_t *seg, uint32_t i, uint64_t off, cons
     blk_hdr_t fh;
     if (!b->sealed && fmt_blk_parse(seg->map + off + BLK_FRONTIER_OFF, wal, seg->id, i, BLK_KIND_FRONTIER, &fh) == 0 &&
         fh.n_blocks == h->n_blocks && fh.stream_no == h->stream_no && fh.first_offset == h->first_offset &&
-        fh.run_size == h->run_size && fh.slot == h->slot && fh.src_seg == h->src_seg && fh.first_gid == h->first_gid) {
+        fh.run_size == h->run_size && fh.slot == h->slot && fh.src_seg == h->src_seg && fh.carve_id == h->carve_id &&
+        fh.first_gid == h->first_gid) {
         /* A frontier of this very run (a stale one of an earlier user of these blocks
          * has another first_gid). Its figures must fit the run like a seal's. */
         uint64_t max_count = (b->run_size - BLK_DATA_OFF) / (REC_HDR_SIZE + SLOT_SIZE);
@@ -715,11 +717,12 @@ static int seg_opened(const walfs_t *wal, uint64_t id)
     return lo < wal->n_segs && wal->segs[lo]->id == id;
 }
 
-/* Block i of seg, carved for class_size: every slot whose open header proves itself (crc,
- * uuid, segment, block, slot, run size: format.c "Small runs") is a run. */
-static int scan_carved(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size)
+/* Block i of seg, carved for class_size by carve carve_id: every slot whose open header
+ * proves itself (crc, uuid, segment, block, slot, run size, carve: format.c "Small runs")
+ * is a run. */
+static int scan_carved(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size, uint64_t carve_id)
 {
-    int rc = carve_mark(wal, seg, i, class_size);
+    int rc = carve_mark(wal, seg, i, class_size, carve_id);
     if (rc) return rc;
     uint64_t base = SEG_HDR_SIZE + (uint64_t)i * wal->opt.block_size;
     uint64_t end = base + wal->opt.block_size;
@@ -750,7 +753,7 @@ static int scan_carved(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_
             }
         }
         if (fmt_blk_parse(seg->map + off, wal, seg->id, i, BLK_KIND_OPEN, &h) != 0 ||
-            h.version != RUN_VERSION_SMALL || h.run_size != class_size || h.slot != k)
+            h.version != RUN_VERSION_SMALL || h.run_size != class_size || h.slot != k || h.carve_id != carve_id)
             continue;
         if (h.src_seg && seg_opened(wal, h.src_seg)) {
             /* A cleaner's copy whose original's segment was never reclaimed (no SEGMENT_GONE:
@@ -799,7 +802,7 @@ static int scan_blocks(walfs_t *wal, segment_t *seg)
         }
         if (fmt_blk_parse(seg->map + off + BLK_CARVE_OFF, wal, seg->id, i, BLK_KIND_CARVE, &ch) == 0 &&
             small_class(wal, ch.run_size)) {
-            if ((rc = scan_carved(wal, seg, i, (uint32_t)ch.run_size))) return rc;
+            if ((rc = scan_carved(wal, seg, i, (uint32_t)ch.run_size, ch.carve_id))) return rc;
             i++;
             continue;
         }
@@ -809,8 +812,9 @@ static int scan_blocks(walfs_t *wal, segment_t *seg)
         }
         if (h.version == RUN_VERSION_SMALL) {
             /* Slot 0's small run, in a block whose carve header is damaged: the run's own
-             * header proves the class (it is bound to this block, slot 0 and its size).
-             * A writer rewrites the carve header from it. */
+             * header proves the class and the carve (it is bound to this block, slot 0, its
+             * size and its carve id; the two headers share a sector, allocator.c, so this is
+             * damage, not a crash). A writer rewrites the carve header from it. */
             if (h.slot != 0 || !small_class(wal, h.run_size)) {
                 i++;
                 continue;
@@ -821,11 +825,11 @@ static int scan_blocks(walfs_t *wal, segment_t *seg)
                          "its first slot%s", wal->dir, name, i, h.run_size, wal->opt.read_only ? "" : ": rewritten");
             if (!wal->opt.read_only) {
                 uint8_t hdr[BLK_HDR_SIZE];
-                fmt_blk_carve(hdr, wal, seg->id, i, (uint32_t)h.run_size);
+                fmt_blk_carve(hdr, wal, seg->id, i, (uint32_t)h.run_size, h.carve_id);
                 if (seg_pwrite(wal, seg, hdr, sizeof(hdr), off + BLK_CARVE_OFF) != 0)
                     wal_log(wal, "could not rewrite a carve header");
             }
-            if ((rc = scan_carved(wal, seg, i, (uint32_t)h.run_size))) return rc;
+            if ((rc = scan_carved(wal, seg, i, (uint32_t)h.run_size, h.carve_id))) return rc;
             i++;
             continue;
         }
