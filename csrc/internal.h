@@ -409,6 +409,8 @@ uint64_t run_size_for(const walfs_t *wal, uint64_t prev, uint64_t need);
 int small_class(const walfs_t *wal, uint64_t size);
 /* Recovery: marks block i of seg carved with class_size (0, or -ENOMEM); marks slot used. */
 int carve_mark(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size, uint64_t carve_id);
+/* madvise(MADV_RANDOM) over carved block i of seg, in both mappings (allocator.c). */
+void carve_advise(const walfs_t *wal, const segment_t *seg, uint32_t i);
 void carve_use_slot(segment_t *seg, uint32_t i, uint32_t slot);
 /* Runs in use in seg: block runs and small runs (reclaim.c, budget.c). */
 uint32_t seg_runs_used(const segment_t *seg);

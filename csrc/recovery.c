@@ -607,6 +607,8 @@ static int scan_segment(walfs_t *wal, segment_t *seg)
     scan_advice(seg, MADV_RANDOM);
     int rc = scan_blocks(wal, seg);
     scan_advice(seg, MADV_NORMAL);
+    for (uint32_t i = 0; !rc && i < seg->n_blocks; i++)
+        if (seg->carves[i]) carve_advise(wal, seg, i); /* carved blocks stay without readahead */
     return rc;
 }
 
