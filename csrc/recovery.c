@@ -612,6 +612,35 @@ static int scan_segment(walfs_t *wal, segment_t *seg)
     return rc;
 }
 
+/* 1 if seal or frontier header x names the run whose open header is h: the same blocks,
+ * stream, first offset and (a small run) size, slot, carve and original. */
+static int names_run(const blk_hdr_t *x, const blk_hdr_t *h)
+{
+    return x->n_blocks == h->n_blocks && x->stream_no == h->stream_no && x->first_offset == h->first_offset &&
+           x->run_size == h->run_size && x->slot == h->slot && x->src_seg == h->src_seg && x->carve_id == h->carve_id;
+}
+
+/* 1 if count records ending at data_end fit run b with their index slots. Trusted on a
+ * header's crc, a figure must still fit: a crc proves walfs wrote the header, not that
+ * nothing wrote nonsense into it. */
+static int figures_fit(const block_t *b, uint64_t count, uint64_t data_end)
+{
+    uint64_t max_count = (b->run_size - BLK_DATA_OFF) / (REC_HDR_SIZE + SLOT_SIZE);
+    return count <= max_count && data_end >= BLK_DATA_OFF + count * REC_HDR_SIZE &&
+           data_end <= b->run_size - count * SLOT_SIZE;
+}
+
+/* Logs that the header of kind `what` of the run at byte off of seg holds figures that do
+ * not fit it; -EUCLEAN. */
+static int misfit(walfs_t *wal, const segment_t *seg, uint64_t off, uint32_t stream_no, const char *what)
+{
+    char name[64];
+    seg_path(wal, seg->id, name, sizeof(name));
+    wal_damage(wal, "%s/%s: %s of the run at byte %" PRIu64 " (stream %u) does not fit the run", wal->dir, name, what,
+               off, stream_no);
+    return -EUCLEAN;
+}
+
 /* The run whose valid open header h lies at file offset off of seg (block i; slot of a
  * carved block for a small run): its seal and frontier headers are read (they must name
  * the same run), and it joins its stream. */
@@ -647,22 +676,12 @@ static int scan_run(walfs_t *wal, segment_t *seg, uint32_t i, uint64_t off, cons
     b->first_gid = h->first_gid;
     b->data_end = BLK_DATA_OFF;
     blk_hdr_t sh;
-    if (fmt_blk_parse(seg->map + off + BLK_SEAL_OFF, wal, seg->id, i, BLK_KIND_SEAL, &sh) == 0 &&
-        sh.n_blocks == h->n_blocks && sh.stream_no == h->stream_no && sh.first_offset == h->first_offset &&
-        sh.run_size == h->run_size && sh.slot == h->slot && sh.src_seg == h->src_seg && sh.carve_id == h->carve_id &&
+    if (fmt_blk_parse(seg->map + off + BLK_SEAL_OFF, wal, seg->id, i, BLK_KIND_SEAL, &sh) == 0 && names_run(&sh, h) &&
         sh.count > 0) {
-        /* Trusted on its crc, but every figure must still fit the run: a crc proves
-         * the seal was written by walfs, not that nothing wrote nonsense into it. */
-        uint64_t max_count = (b->run_size - BLK_DATA_OFF) / (REC_HDR_SIZE + SLOT_SIZE);
-        if (sh.count > max_count || sh.data_end < BLK_DATA_OFF + sh.count * REC_HDR_SIZE ||
-            sh.data_end > b->run_size - sh.count * SLOT_SIZE || sh.last_gid < h->first_gid + sh.count - 1 ||
+        if (!figures_fit(b, sh.count, sh.data_end) || sh.last_gid < h->first_gid + sh.count - 1 ||
             sh.last_gid - h->first_gid > UINT32_MAX || sh.byte_len < sh.count) {
-            char name[64];
-            seg_path(wal, seg->id, name, sizeof(name));
-            wal_damage(wal, "%s/%s: seal of the run at byte %" PRIu64 " (stream %u) holds figures that do not fit the run",
-                       wal->dir, name, off, h->stream_no);
             free(b);
-            return -EUCLEAN;
+            return misfit(wal, seg, off, h->stream_no, "seal");
         }
         b->sealed = 1;
         b->count = sh.count;
@@ -673,21 +692,13 @@ static int scan_run(walfs_t *wal, segment_t *seg, uint32_t i, uint64_t off, cons
         b->last_ts = sh.last_ts;
     }
     blk_hdr_t fh;
+    /* A frontier of this very run (a stale one of an earlier user of these blocks has
+     * another first_gid). Its figures must fit the run like a seal's. */
     if (!b->sealed && fmt_blk_parse(seg->map + off + BLK_FRONTIER_OFF, wal, seg->id, i, BLK_KIND_FRONTIER, &fh) == 0 &&
-        fh.n_blocks == h->n_blocks && fh.stream_no == h->stream_no && fh.first_offset == h->first_offset &&
-        fh.run_size == h->run_size && fh.slot == h->slot && fh.src_seg == h->src_seg && fh.carve_id == h->carve_id &&
-        fh.first_gid == h->first_gid) {
-        /* A frontier of this very run (a stale one of an earlier user of these blocks
-         * has another first_gid). Its figures must fit the run like a seal's. */
-        uint64_t max_count = (b->run_size - BLK_DATA_OFF) / (REC_HDR_SIZE + SLOT_SIZE);
-        if (fh.count > max_count || fh.data_end < BLK_DATA_OFF + fh.count * REC_HDR_SIZE ||
-            fh.data_end > b->run_size - fh.count * SLOT_SIZE) {
-            char name[64];
-            seg_path(wal, seg->id, name, sizeof(name));
-            wal_damage(wal, "%s/%s: durable frontier of the run at byte %" PRIu64 " (stream %u) does not fit the run",
-                       wal->dir, name, off, h->stream_no);
+        names_run(&fh, h) && fh.first_gid == h->first_gid) {
+        if (!figures_fit(b, fh.count, fh.data_end)) {
             free(b);
-            return -EUCLEAN;
+            return misfit(wal, seg, off, h->stream_no, "durable frontier");
         }
         b->durable_count = b->frontier_count = fh.count;
         b->durable_end = fh.data_end;
