@@ -25,10 +25,12 @@ from typing import Any
 
 from walfs.cli.retention import XATTR, is_mount
 from walfs.engine.names import CONSUMERS_DIR, PARTITION_PREFIX
-from walfs.engine.rules import committed_offset
+from walfs.engine.rules import committed_offset, committed_offsets
 from walfs.errors import WalError
 
 Stream = tuple[str, int]
+# A group's cursor as describe shows it: (topic, partition, committed offset, low, high).
+Cursor = tuple[str, int, int, int, int]
 
 
 class GroupError(Exception):
@@ -67,6 +69,20 @@ class MountGroups:
                 partition = int(d[len(PARTITION_PREFIX) :])
                 out += [(t, partition) for t in os.listdir(os.path.join(self.path, d))]
         return sorted(out)
+
+    def cursors(self, group: str) -> list[Cursor]:
+        """The group's cursors and their streams' marks, from its directory's xattr pages
+        (walfs.fuse.xattrs.CursorPages): requests for the group's cursors, not for every
+        topic of the mount."""
+        path = self._group_dir(group)
+        out: list[Cursor] = []
+        while True:
+            page = os.getxattr(path, f"{XATTR}cursors.{len(out)}")
+            if not page:
+                return out
+            for line in page.splitlines():
+                topic, partition, offset, low, high = json.loads(line)
+                out.append((topic, partition, offset, low, high))
 
     def _get(self, path: str, key: str) -> int | None:
         try:
@@ -157,6 +173,13 @@ class DirGroups:
     def cursor(self, group: str, stream: Stream) -> int | None:
         return committed_offset(self.engine, group, *stream)
 
+    def cursors(self, group: str) -> list[Cursor]:
+        out = []
+        for (topic, partition), offset in sorted(committed_offsets(self.engine, group).items()):
+            info = self.engine.info(topic, partition)
+            out.append((topic, partition, offset, info.low_watermark, info.high_watermark))
+        return out
+
     def offset_for_time(self, group: str, stream: Stream, ms: int) -> int:
         return self.engine.locate(*stream, timestamp_ms=ms)
 
@@ -174,27 +197,22 @@ Backend = MountGroups | DirGroups
 def describe(b: Backend, group: str) -> list[dict[str, Any]]:
     """The group's cursors: per topic and partition, the committed offset, the
     watermarks and the lag (the high watermark less the committed offset, as
-    kafka-consumer-groups and the walfs_consumer_lag metric count it)."""
+    kafka-consumer-groups and the walfs_consumer_lag metric count it). Its cost follows
+    the group's cursors, not the log's topics."""
     if not b.exists(group):
         raise GroupError(f"group {group!r} does not exist")
-    rows = []
-    for stream in b.streams(group):
-        cursor = b.cursor(group, stream)
-        if cursor is None:
-            continue
-        low, high = b.marks(group, stream)
-        rows.append(
-            {
-                "group": group,
-                "topic": stream[0],
-                "partition": stream[1],
-                "committed_offset": cursor,
-                "low_watermark": low,
-                "high_watermark": high,
-                "lag": max(high - cursor, 0),
-            }
-        )
-    return rows
+    return [
+        {
+            "group": group,
+            "topic": topic,
+            "partition": partition,
+            "committed_offset": cursor,
+            "low_watermark": low,
+            "high_watermark": high,
+            "lag": max(high - cursor, 0),
+        }
+        for topic, partition, cursor, low, high in b.cursors(group)
+    ]
 
 
 def parse_datetime(text: str) -> int:

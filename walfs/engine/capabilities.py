@@ -169,6 +169,19 @@ class CommitMany(Protocol):
         ...
 
 
+@runtime_checkable
+class GroupCursors(Protocol):
+    """A group's cursors listed from the cursor store (local engine), not found by asking
+    every stream of the log whether the group has one there."""
+
+    def group_cursors(self, group: str) -> dict[tuple[str, int], int]:
+        """As walfs.engine.rules.committed_offsets: every committed offset of the group in
+        the engine's org, {(topic, partition): offset}. Its cost follows the group's
+        cursors (and an in-memory pass over the org's stream names), not a committed()
+        call per stream."""
+        ...
+
+
 _known: dict[tuple[type, type], bool] = {}
 C = TypeVar("C")
 

@@ -10,7 +10,15 @@ from array import array
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from walfs.engine.capabilities import Appenders, LineAppend, NoWaitAppend, PieceAppend, ResidentBytes, has
+from walfs.engine.capabilities import (
+    Appenders,
+    GroupCursors,
+    LineAppend,
+    NoWaitAppend,
+    PieceAppend,
+    ResidentBytes,
+    has,
+)
 from walfs.engine.contract import LogEngine
 from walfs.engine.names import check_partition, topic_bytes
 from walfs.engine.records import Record, decode_meta, encode_meta, value_is_null
@@ -151,7 +159,10 @@ def encode_records(records: Iterable[Any]) -> tuple[bytes, array, array]:
 
 
 def committed_offsets(engine: LogEngine, group: str) -> dict[tuple[str, int], int]:
-    """Every committed offset of a group in the engine's org: {(topic, partition): offset}."""
+    """Every committed offset of a group in the engine's org: {(topic, partition): offset}.
+    The engine's own GroupCursors when it has one (a committed() per stream otherwise)."""
+    if has(engine, GroupCursors):
+        return engine.group_cursors(group)
     out = {}
     for t, p in engine.streams():
         offset = committed_offset(engine, group, t, p)

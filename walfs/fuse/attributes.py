@@ -9,6 +9,7 @@ import time
 import pyfuse3
 
 from walfs.engine.contract import LogEngine
+from walfs.engine.types import StreamInfo
 from walfs.fuse.consumer_files import committed_byte
 from walfs.fuse.nodes import DIR_KINDS, Node, Stream
 from walfs.fuse.page_push import mtime_ns as page_mtime_ns
@@ -60,7 +61,13 @@ class Attributes:
         # start would have given it.
         self.streams_start_ns = page_mtime_ns(self.start_ns)
 
-    def of(self, node: Node, ino: int) -> pyfuse3.EntryAttributes:
+    def info(self, node: Node) -> StreamInfo | None:
+        """The engine's marks of the stream a file node shows (None for a directory): a
+        readdir or lookup asks them once and gives them to Tree.ino and to `of`."""
+        return None if node.kind in DIR_KINDS else self.engine.info(node.topic, node.partition)
+
+    def of(self, node: Node, ino: int, info: StreamInfo | None = None) -> pyfuse3.EntryAttributes:
+        """`info`: the stream's marks when the caller has them (`info`), else asked here."""
         attrs = pyfuse3.EntryAttributes()
         attrs.st_ino = ino
         attrs.generation = 0
@@ -77,7 +84,9 @@ class Attributes:
         else:
             stream = (node.topic, node.partition)
             mtime = self.mtime_ns.get(stream, self.streams_start_ns)
-            size = self.engine.info(node.topic, node.partition).byte_size
+            if info is None:
+                info = self.engine.info(node.topic, node.partition)
+            size = info.byte_size
             if node.kind == "topic":
                 attrs.st_mode = stat.S_IFREG | self.file_mode
                 # One stream, two names when partition 0 (MOUNT/t and MOUNT/partition=0/t).

@@ -132,6 +132,7 @@ class WalOperations(pyfuse3.Operations):
         # daemon's metrics expose.
         self.metrics_text: Callable[[], bytes] | None = None
         self.xattr_snapshots = xattrs.Snapshots()  # the metrics text, read by size then value
+        self.cursor_pages = xattrs.CursorPages()  # a group's cursors: its directory's xattr
         self.request_latency = LoopLatency(REQUESTS)
 
         self.tree.load_streams()
@@ -147,8 +148,9 @@ class WalOperations(pyfuse3.Operations):
     def _entry(self, node: Node) -> pyfuse3.EntryAttributes:
         """The entry of a node for a reply that gives the kernel a reference (lookup,
         create, mkdir; readdir counts its own, walfs.fuse.tree.Tree.looked_up)."""
-        ino = self.tree.ino(node)
-        attrs = self.attributes.of(node, ino)
+        info = self.attributes.info(node)  # one look at the stream for both
+        ino = self.tree.ino(node, info)
+        attrs = self.attributes.of(node, ino, info)
         self.tree.looked_up(ino)
         return attrs
 
@@ -395,12 +397,16 @@ class WalOperations(pyfuse3.Operations):
                     self.tree.refresh_streams()
                 h.listing = self.tree.listing(h.node)
             entries = h.listing
+            ino_of, attributes_of, info_of = self.tree.ino, self.attributes.of, self.attributes.info
+            looked_up, reply = self.tree.looked_up, pyfuse3.readdir_reply
             for i in range(start_id, len(entries)):
                 name, node = entries[i]
-                ino = self.tree.ino(node)
-                if not pyfuse3.readdir_reply(token, name, self.attributes.of(node, ino), i + 1):
+                # One look at the stream per entry, for its inode's base and its size.
+                info = info_of(node)
+                ino = ino_of(node, info)
+                if not reply(token, name, attributes_of(node, ino, info), i + 1):
                     return
-                self.tree.looked_up(ino)
+                looked_up(ino)
 
     async def releasedir(self, fh: int) -> None:
         self.handles.pop(fh, None)
@@ -651,6 +657,19 @@ class WalOperations(pyfuse3.Operations):
     async def getxattr(self, inode: int, name: bytes, ctx: pyfuse3.RequestContext) -> bytes:
         node = self.tree.node(inode)
         key = xattrs.key_of(name)
+        first = xattrs.cursors_page(key) if node.kind == "group" else None
+        if first is not None:
+            with wal_errors_as_errno("getxattr"):  # reads the group's cursor files: a thread
+                pages, engine, pid, group = self.cursor_pages, self.engine, ctx.pid, node.group
+
+                def render() -> bytes:
+                    return pages.page(engine, pid, group, first)
+
+                value = self.xattr_snapshots.take(ctx.pid, inode, key)
+                if value is None:
+                    value = await trio.to_thread.run_sync(render)
+                    self.xattr_snapshots.hold(ctx.pid, inode, key, value)
+                return value
         with wal_errors_as_errno("getxattr"):  # a consumer file's getters read its cursor
             getter = xattrs.getter_for(self.engine, node, key, self._xattrs(node))
             if getter is None:

@@ -27,6 +27,7 @@ import pyfuse3
 
 from walfs.engine.contract import LogEngine
 from walfs.engine.names import CONSUMERS_DIR, MAX_NAME_BYTES, PARTITION_PREFIX
+from walfs.engine.types import StreamInfo
 from walfs.fuse.errnos import topic_name_error
 from walfs.fuse.invalidation import Invalidator
 from walfs.fuse.nodes import CONSUMERS, PEEK_DIR, ROOT, Node, Stream, parent_of, parse_partition_dir
@@ -60,7 +61,9 @@ class Tree:
 
     # ----------------------------------------------------------------- inodes
 
-    def ino(self, node: Node) -> int:
+    def ino(self, node: Node, info: StreamInfo | None = None) -> int:
+        """The node's inode, made if it has none; `info`: the stream's marks if the caller
+        has them (a new topic inode's base is its low watermark's byte)."""
         ino = self._inodes.get(node)
         if ino is None:
             ino = self._next_ino
@@ -68,7 +71,9 @@ class Tree:
             self._inodes[node] = ino
             self._nodes[ino] = node
             if node.kind == "topic":
-                self.base[ino] = self.engine.info(node.topic, node.partition).low_byte
+                if info is None:
+                    info = self.engine.info(node.topic, node.partition)
+                self.base[ino] = info.low_byte
             self._inos_of_stream.clear()
         return ino
 

@@ -8,6 +8,7 @@ cursor anywhere in the retained records). The root's figures belong to the daemo
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ import pyfuse3
 
 from walfs.common.sizes import parse_limit, show_limit
 from walfs.engine.contract import LogEngine
-from walfs.engine.rules import committed_offset, retention
+from walfs.engine.rules import committed_offset, committed_offsets, retention
 from walfs.fuse.consumer_files import commit_offset, committed, reset_offset
 from walfs.fuse.nodes import Node
 
@@ -28,6 +29,10 @@ CONSUMER_SETTABLE = ("committed_offset", "reset_offset")
 # getfattr -n user.walfs.offset_for_timestamp.<ms>: the first offset appended at or after
 # <ms> (milliseconds since the epoch), the high watermark if none (not listed: a query).
 TIME_QUERY = "offset_for_timestamp."
+# getfattr -n user.walfs.cursors.<n> on .consumers/<group>: the group's cursors from the
+# n-th on (a query, not listed; CursorPages below): what `walfs groups describe` reads.
+CURSORS_QUERY = "cursors."
+XATTR_SIZE_MAX = 65536  # the largest value the kernel passes (linux/limits.h)
 
 Getters = dict[str, Callable[[], str]]
 
@@ -53,17 +58,80 @@ class Snapshots:
         self._held: dict[tuple[int, int, str], tuple[float, bytes]] = {}
 
     def value(self, pid: int, inode: int, key: str, render: Callable[[], bytes]) -> bytes:
-        now = time.monotonic()
+        value = self.take(pid, inode, key)
+        if value is None:
+            value = render()
+            self.hold(pid, inode, key, value)
+        return value
+
+    def take(self, pid: int, inode: int, key: str) -> bytes | None:
+        """The bytes held for this process's next call, if fresh (then dropped)."""
         held = self._held.pop((pid, inode, key), None)
-        if held is not None and now - held[0] < self.TTL:
-            return held[1]
-        value = render()
+        return held[1] if held is not None and time.monotonic() - held[0] < self.TTL else None
+
+    def hold(self, pid: int, inode: int, key: str, value: bytes) -> None:
+        """Bytes just rendered for a call: its process's next call is served them."""
+        now = time.monotonic()
         if len(self._held) >= self.MAX_HELD:
             self._held = {k: v for k, v in self._held.items() if now - v[0] < self.TTL}
             if len(self._held) >= self.MAX_HELD:
                 self._held.clear()
         self._held[(pid, inode, key)] = (now, value)
-        return value
+
+
+class CursorPages:
+    """A group's cursors, read through its directory's xattr user.walfs.cursors.<n>: one
+    JSON line per cursor, [topic, partition, committed offset, low watermark, high
+    watermark], sorted by topic and partition, from the n-th cursor on, as many whole
+    lines as one xattr value holds (64 KiB); an empty value past the last. A reader asks
+    page 0, then page n with n the lines it has, until an empty one: a group of C cursors
+    costs C / ~1,000 requests, whatever the log's topic count (`walfs groups describe`
+    on a mount asked two xattrs of every topic before).
+
+    Page 0 lists the group's cursors afresh (engine.rules.committed_offsets: the cursor
+    store's list) and the marks of each; the next pages of the same process within TTL
+    seconds are cut from that list, so that one reading is one listing. A value is served
+    through Snapshots (its size query and its read see the same bytes)."""
+
+    TTL = 30.0
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[int, str], tuple[float, list[bytes]]] = {}
+
+    def page(self, engine: LogEngine, pid: int, group: str, first: int) -> bytes:
+        now = time.monotonic()
+        held = self._held.get((pid, group))
+        if first == 0 or held is None or now - held[0] >= self.TTL:
+            self._held = {k: v for k, v in self._held.items() if now - v[0] < self.TTL}
+            held = self._held[(pid, group)] = (now, _cursor_lines(engine, group))
+        lines = held[1]
+        out: list[bytes] = []
+        size = 0
+        for line in lines[first:]:
+            if size + len(line) > XATTR_SIZE_MAX:
+                break
+            out.append(line)
+            size += len(line)
+        if first + len(out) >= len(lines):
+            self._held.pop((pid, group), None)  # read to the end
+        return b"".join(out)
+
+
+def _cursor_lines(engine: LogEngine, group: str) -> list[bytes]:
+    out = []
+    for (topic, partition), offset in sorted(committed_offsets(engine, group).items()):
+        i = engine.info(topic, partition)
+        row = [topic, partition, offset, i.low_watermark, i.high_watermark]
+        out.append(json.dumps(row, ensure_ascii=False).encode() + b"\n")
+    return out
+
+
+def cursors_page(key: str) -> int | None:
+    """n of a `cursors.<n>` key, else None."""
+    if not key.startswith(CURSORS_QUERY):
+        return None
+    text = key[len(CURSORS_QUERY) :]
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def key_of(name: bytes) -> str:

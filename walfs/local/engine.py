@@ -30,7 +30,7 @@ from walfs.local.background import Background
 from walfs.local.backpressure import Room
 from walfs.local.commit import CommitRule, cursor_key
 from walfs.local.core import Engine
-from walfs.local.cursors import CursorStore
+from walfs.local.cursors import CursorStore, key_org
 from walfs.local.env_faults import inject_env_faults
 from walfs.local.recovery_log import Heals, log_recovery
 from walfs.local.retention import RetentionPass
@@ -514,6 +514,26 @@ class LocalEngine:
         if topic is None:
             return self.cursors.delete_group(group, self.org_id)
         return self.cursors.delete(group, cursor_key(self.org_id, topic, partition))
+
+    def group_cursors(self, group: str) -> dict[tuple[str, int], int]:
+        """capabilities.GroupCursors: the group's cursor keys of this org from the store,
+        named through one in-memory pass over the org's streams (a key holds the topic's
+        hash, not its name); a key of no stream (a cursor left by a deleted one) is not a
+        cursor, as committed() per stream would not find it."""
+        keys = [k for k in self.cursors.keys(group) if key_org(k) == self.org_id]
+        if not keys:
+            return {}
+        streams = self._index.org_streams(self.org_id)
+        by_key = {stream_key(s.org_id, s.topic_hash, s.partition): s for s in streams}
+        out: dict[tuple[str, int], int] = {}
+        for key in keys:
+            s = by_key.get(key)
+            if s is None:
+                continue
+            got = self.cursors.get_entry(group, key)
+            if got is not None:
+                out[(s.name, s.partition)] = got[0]
+        return out
 
     def groups(self) -> list[str]:
         return self.cursors.groups(self.org_id)
