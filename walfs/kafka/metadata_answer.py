@@ -42,7 +42,8 @@ Entry = tuple[str, ErrorCode, int]
 Partitions = Callable[[Any, int], tuple[Any, ...]]
 
 
-def _uvarint(n: int) -> bytes:
+# The wire encoders, one home: walfs/kafka/list_offsets_answer.py writes with them too.
+def uvarint(n: int) -> bytes:
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -51,12 +52,12 @@ def _uvarint(n: int) -> bytes:
     return bytes(out)
 
 
-def _string(raw: bytes, flexible: bool) -> bytes:
-    return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
+def wire_string(raw: bytes, flexible: bool) -> bytes:
+    return (uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
 
 
-def _count(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _I32.pack(n)
+def wire_count(n: int, flexible: bool) -> bytes:
+    return uvarint(n + 1) if flexible else _I32.pack(n)
 
 
 def topic_entry(mod: Any, name: str, error: ErrorCode, partitions: tuple[Any, ...]) -> Any:
@@ -72,7 +73,7 @@ def topic_entry(mod: Any, name: str, error: ErrorCode, partitions: tuple[Any, ..
     )
 
 
-def _kio_bytes(cls: type, value: Any) -> bytes:
+def kio_bytes(cls: type, value: Any) -> bytes:
     out = io.BytesIO()
     entity_writer(cls)(out, value)
     return out.getvalue()
@@ -82,8 +83,8 @@ def _kio_bytes(cls: type, value: Any) -> bytes:
 def _tail(version: int, error: ErrorCode, count: int, partitions: Partitions) -> bytes:
     """A topic entry's bytes after its name, for this version, error and count."""
     mod = response_module(3, version)
-    whole = _kio_bytes(mod.MetadataResponseTopic, topic_entry(mod, _MARK, error, partitions(mod, count)))
-    return whole[2 + len(_string(_MARK.encode(), version >= FLEXIBLE_FROM)) :]
+    whole = kio_bytes(mod.MetadataResponseTopic, topic_entry(mod, _MARK, error, partitions(mod, count)))
+    return whole[2 + len(wire_string(_MARK.encode(), version >= FLEXIBLE_FROM)) :]
 
 
 def encode_metadata_answer(
@@ -101,11 +102,11 @@ def encode_metadata_answer(
     marker = topic_entry(mod, _MARK, ErrorCode.none, ())
     shell = encode_response(correlation_id, build(mod.MetadataResponse, topics=(marker,), **envelope))
     assert isinstance(shell, bytes | bytearray)  # no field large enough to go by reference
-    one = _count(1, flexible) + _kio_bytes(mod.MetadataResponseTopic, marker)
+    one = wire_count(1, flexible) + kio_bytes(mod.MetadataResponseTopic, marker)
     at = shell.find(one)
     if at < 0 or shell.find(one, at + 1) >= 0:
         raise AssertionError("the marker topic is not found once in the Metadata answer")
-    parts = [shell[:at], _count(len(entries), flexible)]
+    parts = [shell[:at], wire_count(len(entries), flexible)]
     add = parts.append
     around: dict[tuple[ErrorCode, int], tuple[bytes, bytes]] = {}  # (error, count) -> (head, tail)
     for name, error, count in entries:
@@ -116,12 +117,12 @@ def encode_metadata_answer(
         raw = name.encode()
         n = len(raw)
         add(head_tail[0])
-        add(bytes((n + 1,)) if flexible and n < 127 else _length(n, flexible))
+        add(bytes((n + 1,)) if flexible and n < 127 else wire_length(n, flexible))
         add(raw)
         add(head_tail[1])
     parts.append(shell[at + len(one) :])
     return b"".join(parts)
 
 
-def _length(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else _I16.pack(n)
+def wire_length(n: int, flexible: bool) -> bytes:
+    return uvarint(n + 1) if flexible else _I16.pack(n)
