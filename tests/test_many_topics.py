@@ -1,16 +1,19 @@
 """Many topics (issue 35): the topic index, the open's listing of every stream, `ls` of a
 mount root of thousands of names (readdir pages through one listing), a consumer group's
-directory over them, and one Kafka Metadata and ListOffsets request for all of them
-through a real client. No timings: bench/engine/bench_topics.py measures."""
+directory over them, `walfs groups describe` of a group over thousands of topics (its
+directory's cursor pages, against the engine's answer), and one Kafka Metadata and
+ListOffsets request for all of them through real clients (confluent-kafka, kafka-python).
+No timings: bench/engine/bench_topics.py measures."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest_mount import Mount
+from conftest_mount import Mount, cli
 
 import walfs
 from walfs.local.topic_index import Stream, TopicIndex
@@ -102,6 +105,11 @@ def test_mount_and_kafka_face_over_thousands_of_topics(make_mount: Callable[[], 
     m = make_mount()
     assert isinstance(m.data, Path)
     make_topics(m.data, MANY)
+    with walfs.Wal(m.data) as w:  # a group over every topic, and one over two
+        for i, t in enumerate(names(MANY)):
+            w.commit("wide", t, i % 2)
+        w.commit("narrow", "t00005", 1)
+        w.commit("narrow", "t02000", 0)
     port = free_port()
     m.start("--kafka-listen", f"127.0.0.1:{port}")
     want = set(names(MANY))
@@ -126,6 +134,24 @@ def test_mount_and_kafka_face_over_thousands_of_topics(make_mount: Callable[[], 
     assert in_group == want | {"made-meanwhile", ".peek", "partition=0"}
     assert (m.path / ".consumers" / "g" / "t02999").read_bytes() == b"t02999\n"
 
+    # `walfs groups describe` reads the group's cursors from its directory's xattr pages
+    # (more than one page here: ~70 KiB of lines), not two xattrs of every topic.
+    wide = m.path / ".consumers" / "wide"
+    first = os.getxattr(wide, "user.walfs.cursors.0").splitlines()
+    assert 0 < len(first) < MANY and json.loads(first[0]) == ["t00000", 0, 0, 0, 1]
+    assert os.getxattr(wide, f"user.walfs.cursors.{MANY}") == b""
+    out = cli("groups", "describe", str(m.path), "wide", "--json").stdout
+    described = [json.loads(x) for x in out.splitlines()]
+    assert [(r["topic"], r["committed_offset"], r["high_watermark"], r["lag"]) for r in described] == [
+        (t, i % 2, 1, 1 - i % 2) for i, t in enumerate(names(MANY))
+    ]
+    narrow = cli("groups", "describe", str(m.path), "narrow", "--json").stdout.splitlines()
+    got = [(r["topic"], r["committed_offset"]) for r in map(json.loads, narrow)]
+    assert got == [("t00005", 1), ("t02000", 0)]
+    # g's one cursor: the read of its consumer file above committed it.
+    g = [json.loads(x) for x in cli("groups", "describe", str(m.path), "g", "--json").stdout.splitlines()]
+    assert [(r["topic"], r["committed_offset"]) for r in g] == [("t02999", 1)]
+
     # One Metadata request for every topic, one ListOffsets of every partition.
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
     md = admin.list_topics(timeout=120)
@@ -133,4 +159,16 @@ def test_mount_and_kafka_face_over_thousands_of_topics(make_mount: Callable[[], 
     assert all(len(md.topics[t].partitions) == 1 for t in want)
     futs = admin.list_offsets({TopicPartition(t, 0): OffsetSpec.latest() for t in want}, request_timeout=120)
     assert {tp.topic: f.result().offset for tp, f in futs.items()} == dict.fromkeys(want, 1)
+    # Another client's ListOffsets (kafka-python: v1+ by its own encoder).
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=f"127.0.0.1:{port}", request_timeout_ms=120_000)
+    try:
+        ends = consumer.end_offsets([KTopicPartition(t, 0) for t in want])
+        assert {tp.topic: off for tp, off in ends.items()} == dict.fromkeys(want, 1)
+        starts = consumer.beginning_offsets([KTopicPartition(t, 0) for t in sorted(want)[:100]])
+        assert set(starts.values()) == {0}
+    finally:
+        consumer.close()
     m.stop()
