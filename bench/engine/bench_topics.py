@@ -18,7 +18,8 @@ records), in a fresh data directory:
   `echo >>` does, without a shell per topic); the daemon's RSS before and after (per
   stream), `ls` of the mount root (a child `ls`, and os.listdir), one Kafka Metadata
   request for every topic (confluent-kafka's AdminClient.list_topics) and one ListOffsets
-  of every partition (AdminClient.list_offsets, latest); the daemon restarted after a
+  of every partition (AdminClient.list_offsets, latest; and kafka-python's end_offsets);
+  `walfs groups describe` of a group with 10 cursors; the daemon restarted after a
   clean unmount and after SIGKILL: the time until the mount answers; `du` per topic.
 - kafka: the baseline in the same run: a single-node KRaft Apache Kafka 4.1.1
   (tests/real_kafka.py), the same topics made with the admin API (batches of 1,000), the
@@ -247,7 +248,44 @@ def kafka_requests(bootstrap: str, n: int) -> dict[str, Any]:
     futs = admin.list_offsets(req, request_timeout=600)
     offsets = [f.result().offset for f in futs.values()]
     lo_s = time.perf_counter() - t0
-    return {"metadata_s": meta_s, "list_offsets_s": lo_s, "offsets_sum": sum(offsets)}
+    out: dict[str, Any] = {"metadata_s": meta_s, "list_offsets_s": lo_s, "offsets_sum": sum(offsets)}
+    # The same ListOffsets by another client: librdkafka matches each partition of the
+    # answer to its request by a linear search (its time grows with the square of the
+    # count, against Apache Kafka too); kafka-python's end_offsets does not.
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, request_timeout_ms=600_000, connections_max_idle_ms=1_200_000
+    )
+    try:
+        t0 = time.perf_counter()
+        ends = consumer.end_offsets([KTopicPartition(t, 0) for t in ours], timeout_ms=600_000)
+        out["list_offsets_kafka_python_s"] = time.perf_counter() - t0
+        out["kafka_python_offsets_sum"] = sum(ends.values())
+    except Exception as e:  # e.g. Apache Kafka not yet leading every partition
+        out["list_offsets_kafka_python_error"] = f"{type(e).__name__}: {e}"
+    finally:
+        consumer.close()
+    return out
+
+
+def describe_group(mnt: Path, n: int) -> dict[str, Any]:
+    """`walfs groups describe` through the mount of a group with cursors on 10 topics (made
+    through the consumer files' xattr): what it costs is the group's, not the count's."""
+    group = mnt / ".consumers" / "bench"
+    group.mkdir()
+    for i in range(0, n, max(1, n // 10)):
+        os.setxattr(group / name(i), "user.walfs.committed_offset", b"1")
+    t0 = time.perf_counter()
+    got = subprocess.run(
+        [sys.executable, "-m", "walfs.cli.groups", "describe", str(mnt), "bench", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=CWD["cwd"],
+    )
+    return {"describe_s": time.perf_counter() - t0, "describe_rows": len(got.stdout.splitlines())}
 
 
 def free_port() -> int:
@@ -308,6 +346,7 @@ def mount(base: Path, n: int, r: int, geometry: dict[str, int]) -> dict[str, Any
         out["listdir_s"] = time.perf_counter() - t0
         out["listdir_entries"] = len(listed)
         out["kafka"] = kafka_requests(f"127.0.0.1:{port}", n)
+        out["groups"] = describe_group(mnt, n)
         out["rss_after_kafka_bytes"], out["anon_after_kafka_bytes"] = rss(proc.pid), anon(proc.pid)
         stop_daemon(proc, mnt)
         out["disk"] = du(data)
