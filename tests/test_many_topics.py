@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 
@@ -172,3 +173,40 @@ def test_mount_and_kafka_face_over_thousands_of_topics(make_mount: Callable[[], 
     finally:
         consumer.close()
     m.stop()
+
+
+def test_group_cursors_are_the_committed_offsets_of_every_stream(tmp_path: Path) -> None:
+    """capabilities.GroupCursors (the local engine lists a group's cursors from its store)
+    answers what asking every stream does (rules.committed_offsets' fallback): org views
+    apart, a deleted topic's cursor gone, partitions of one topic, an empty group."""
+    from walfs.engine.capabilities import GroupCursors, has
+
+    with walfs.Wal(tmp_path / "wal") as w:
+        e = w.engine
+        assert has(e, GroupCursors)
+        for t in names(50):
+            w.append(t, b"x")
+        for p in range(3):
+            w.append("multi", b"x", partition=p)
+        for i, t in enumerate(names(50)):
+            if i % 3 == 0:
+                w.commit("g", t, 1)
+        w.commit("g", "multi", 1, partition=2)
+        w.delete("t00003")  # its cursor goes with it
+        other = e.for_org(7)
+        other.append("t00000", 0, b"y", array("I", [0]), array("I", [1]))
+        other.commit("g", "t00000", 0, 1)  # the same group name in another org
+        e.create_group("empty")
+
+        def every_stream(engine: object, group: str) -> dict[tuple[str, int], int]:
+            out = {}
+            for t, p in engine.streams():  # type: ignore[attr-defined]
+                got = engine.committed(group, t, p)  # type: ignore[attr-defined]
+                if got is not None:
+                    out[(t, p)] = got[0]
+            return out
+
+        want = {(t, 0): 1 for i, t in enumerate(names(50)) if i % 3 == 0 and t != "t00003"}
+        assert e.group_cursors("g") == every_stream(e, "g") == {**want, ("multi", 2): 1}
+        assert other.group_cursors("g") == every_stream(other, "g") == {("t00000", 0): 1}
+        assert e.group_cursors("empty") == {} and e.group_cursors("nope") == {}
