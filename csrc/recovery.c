@@ -418,11 +418,12 @@ static int unseal(walfs_t *wal, block_t *b)
  * damaged record above a lagging frontier): damage, reported before anything is cut. */
 static int short_of_floor(walfs_t *wal, const stream_t *s, uint64_t end)
 {
-    if (s->check_floor <= s->low_offset || end >= s->check_floor) return 0;
+    uint64_t floor = s->no < wal->n_check_floors ? wal->check_floors[s->no] : 0;
+    if (floor <= s->low_offset || end >= floor) return 0;
     wal_damage(wal, "%s: stream %u (%.*s) would end at offset %" PRIu64 " but streams.cat proves offsets up to %" PRIu64
                     " durable (a FLOOR entry): its records from offset %" PRIu64 " are missing (deleted segment file or "
                     "lost run header?): damaged",
-               wal->dir, s->no, (int)s->name_len, s->name, end, s->check_floor, end > s->low_offset ? end : s->low_offset);
+               wal->dir, s->no, (int)s->name_len, s->name, end, floor, end > s->low_offset ? end : s->low_offset);
     return -EUCLEAN;
 }
 
@@ -998,10 +999,16 @@ static int recover_unguarded(walfs_t *wal)
     if (rc) return rc;
     int v2 = wal->cat_version >= 2, unlinked = 0;
     /* The marks this open checks are those read before the scan: a read-only open's
-     * refreshes may bring marks of records appended after the scan. */
-    for (size_t i = 0; i < atomic_load(&wal->n_streams); i++) {
-        stream_t *s = stream_get(wal, (uint32_t)i);
-        s->check_floor = v2 ? s->floor_offset : 0;
+     * refreshes may bring marks of records appended after the scan (and streams defined
+     * after it, which have none to check). */
+    size_t ns0 = atomic_load(&wal->n_streams);
+    if (v2 && ns0) {
+        if (!(wal->check_floors = malloc(ns0 * sizeof(*wal->check_floors)))) {
+            free(ids);
+            return -ENOMEM;
+        }
+        wal->n_check_floors = ns0;
+        for (size_t i = 0; i < ns0; i++) wal->check_floors[i] = stream_get(wal, (uint32_t)i)->floor_offset;
     }
     for (size_t i = 0; i < wal->n_cat_segs; i++)
         if (wal->cat_segs[i].id >= wal->next_seg_id) wal->next_seg_id = wal->cat_segs[i].id + 1;
@@ -1094,9 +1101,15 @@ int recover(walfs_t *wal)
 {
     GUARD_BEGIN(NULL, {
         wal_damage(wal, "%s: I/O error (SIGBUS) reading segment data during recovery", wal->dir);
+        free(wal->check_floors);
+        wal->check_floors = NULL;
+        wal->n_check_floors = 0;
         return -EIO;
     });
     int rc = recover_unguarded(wal);
     GUARD_END();
+    free(wal->check_floors);
+    wal->check_floors = NULL;
+    wal->n_check_floors = 0;
     return rc;
 }
