@@ -765,15 +765,16 @@ struct walfs_cachestat {
  * Written pages not yet written back are in unwritten extents too: so this is used only
  * when no page of the block is dirty or under writeback (cachestat, asked first: a page
  * written back since is then in a written extent, ext4 and xfs converting the extent
- * before the writeback ends), as after a clean close (its last sync). 1 when the file
- * system cannot tell (no cachestat or FIEMAP, a dirty page): the caller probes every slot
- * that SEEK_DATA does not skip. */
-static int scan_carved_written(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size, uint64_t base,
-                               uint64_t len)
+ * before the writeback ends), as after a clean close (its last sync). Returns the first
+ * slot it did not judge (n_slots when done, 0 when the file system cannot tell: no
+ * cachestat or FIEMAP, a dirty page; the caller probes the slots from there that SEEK_DATA
+ * does not skip), or a probe's error. */
+static int64_t scan_carved_written(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size, uint64_t base,
+                                   uint64_t len)
 {
     struct walfs_cachestat_range cr = {base, len};
     struct walfs_cachestat cs;
-    if (syscall(WALFS_NR_CACHESTAT, seg->fd, &cr, &cs, 0) != 0 || cs.nr_dirty || cs.nr_writeback) return 1;
+    if (syscall(WALFS_NR_CACHESTAT, seg->fd, &cr, &cs, 0) != 0 || cs.nr_dirty || cs.nr_writeback) return 0;
     enum { N_EXT = 64 };
     union {
         struct fiemap fm;
@@ -786,7 +787,7 @@ static int scan_carved_written(walfs_t *wal, segment_t *seg, uint32_t i, uint32_
         u.fm.fm_start = at;
         u.fm.fm_length = end - at;
         u.fm.fm_extent_count = N_EXT;
-        if (ioctl(seg->fd, FS_IOC_FIEMAP, &u.fm) != 0) return next_k == 0 ? 1 : -errno;
+        if (ioctl(seg->fd, FS_IOC_FIEMAP, &u.fm) != 0) return next_k; /* the rest as the caller finds it */
         if (u.fm.fm_mapped_extents == 0) break;
         int last = 0;
         for (uint32_t e = 0; e < u.fm.fm_mapped_extents; e++) {
@@ -808,7 +809,7 @@ static int scan_carved_written(walfs_t *wal, segment_t *seg, uint32_t i, uint32_
         }
         if (last) break;
     }
-    return 0;
+    return n_slots;
 }
 
 /* Block i of seg, carved for class_size: every slot whose open header proves itself (crc,
@@ -819,10 +820,11 @@ static int scan_carved(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_
     if (rc) return rc;
     uint64_t base = SEG_HDR_SIZE + (uint64_t)i * wal->opt.block_size;
     uint64_t end = base + wal->opt.block_size;
-    if ((rc = scan_carved_written(wal, seg, i, class_size, base, wal->opt.block_size)) <= 0) return rc;
     uint32_t n_slots = wal->opt.block_size / class_size;
+    int64_t from = scan_carved_written(wal, seg, i, class_size, base, wal->opt.block_size);
+    if (from < 0) return (int)from;
     uint64_t data_to = 0; /* bytes from the slot below here are known to hold data */
-    for (uint32_t k = 0; k < n_slots; k++) {
+    for (uint32_t k = (uint32_t)from; k < n_slots; k++) {
         uint64_t off = base + (uint64_t)k * class_size;
         if (off >= data_to) {
             /* Slots never written are holes where the file system reports them (ext4 keeps
