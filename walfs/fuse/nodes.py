@@ -56,8 +56,12 @@ class StreamSet:
         names.add(topic)
 
     def update(self, streams: Iterable[Stream]) -> None:
-        for stream in streams:
-            self.add(stream)
+        by_partition = self._by_partition
+        for topic, partition in streams:
+            names = by_partition.get(partition)
+            if names is None:
+                names = by_partition[partition] = set()
+            names.add(topic)
 
     def discard(self, stream: Stream) -> None:
         topic, partition = stream
