@@ -81,20 +81,33 @@ static int64_t find_run(const segment_t *seg, uint32_t n)
     return -1;
 }
 
-static carve_t *carve_new(const walfs_t *wal, uint32_t class_size)
+static carve_t *carve_new(const walfs_t *wal, uint32_t class_size, uint64_t carve_id)
 {
     uint32_t n_slots = wal->opt.block_size / class_size;
     carve_t *c = calloc(1, sizeof(*c) + ((n_slots + 63) / 64) * sizeof(uint64_t));
     if (!c) return NULL;
+    c->carve_id = carve_id;
     c->class_size = class_size;
     c->n_slots = n_slots;
     return c;
 }
 
-int carve_mark(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size)
+/* A carved block is read and written without readahead: a page fault in it would read
+ * around it as far as the device's read_ahead_kb (8 MiB here), and in a fresh block that
+ * is zeroing thousands of page-cache pages for a run of 4 KiB (4 ms per carve, measured),
+ * and pages a later open's SEEK_DATA takes for data. Advice only: a failed madvise
+ * changes nothing but the speed. */
+void carve_advise(const walfs_t *wal, const segment_t *seg, uint32_t i)
+{
+    uint64_t off = SEG_HDR_SIZE + (uint64_t)i * wal->opt.block_size;
+    if (seg->map != MAP_FAILED) (void)madvise((void *)(seg->map + off), wal->opt.block_size, MADV_RANDOM);
+    if (seg->wmap != MAP_FAILED) (void)madvise((void *)(seg->wmap + off), wal->opt.block_size, MADV_RANDOM);
+}
+
+int carve_mark(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size, uint64_t carve_id)
 {
     if (seg->carves[i]) return 0;
-    if (!(seg->carves[i] = carve_new(wal, class_size))) return -ENOMEM;
+    if (!(seg->carves[i] = carve_new(wal, class_size, carve_id))) return -ENOMEM;
     seg->block_state[i] = BS_CARVED;
     return 0;
 }
@@ -120,44 +133,53 @@ static int64_t free_slot(const carve_t *c)
     return -1;
 }
 
-/* Under wal->lock: a block of seg carved for class_size, its carve header durable before
- * any run in the block is written. Durable, not only written first: the kernel may write
- * a run's page back before the carve header's page, and a run header on disk in a block
- * that does not say it is carved would be missed by recovery and, unacknowledged, lie in
- * wait for the slot's next carve of the same class. One fdatasync per carved block (a
- * 10 MiB block holds 2560 runs of 4 KiB). -1 and *rc if none. */
+/* Under wal->lock: a block of seg carved for class_size. Its carve header is written (to
+ * the page cache) before any run in the block, and names a carve id no other carve of
+ * any block ever had: the epoch of this open (every writer open has its own, catalog.c)
+ * and a count of this open's carves. Every small run header names the carve id of its
+ * block, so a run header is a run of this carve only if both say so.
+ *
+ * No fdatasync here (each one cost a few ms on a fresh stream; the allocation of a
+ * carve was the only sync of its kind). What makes that safe:
+ * - A small run is promised durable only by a sync of its segment file, which writes
+ *   every dirty page of the file, so also the carve header written before it: a durable
+ *   run lies in a block whose carve header is durable.
+ * - The run in slot 0, which a carve hands out first, has its open header in the same
+ *   512-byte sector and page as the carve header (bytes 0 and 128): they reach the disk
+ *   together, and a block never shows slot 0's run without its carve header.
+ * - A later slot's header may reach the disk without the carve header (the kernel writes
+ *   pages back in any order), in a run no sync promised. Recovery sees no carve header
+ *   and the block is free; if it is carved again, even for the same class, its new carve
+ *   id rejects the stale header (format.c "Small runs").
+ * -1 and *rc if none. */
 static int64_t carve_block(walfs_t *wal, segment_t *seg, uint32_t class_size, int *rc)
 {
     int64_t at = find_run(seg, 1);
     if (at < 0) return -1;
+    if (wal->carve_seq == UINT32_MAX) { /* 4 G carves in one open: reopen for a new epoch */
+        *rc = -EOVERFLOW;
+        return -1;
+    }
     if ((*rc = seg_reserve(wal, seg, (uint32_t)at, 1))) return -1;
-    carve_t *c = carve_new(wal, class_size);
+    pthread_mutex_lock(&wal->gid_lock);
+    uint64_t carve_id = wal->epoch << 32 | (uint64_t)(wal->carve_seq + 1);
+    pthread_mutex_unlock(&wal->gid_lock);
+    carve_t *c = carve_new(wal, class_size, carve_id);
     if (!c) {
         *rc = -ENOMEM;
         return -1;
     }
+    carve_advise(wal, seg, (uint32_t)at);
     uint8_t hdr[BLK_HDR_SIZE];
-    fmt_blk_carve(hdr, wal, seg->id, (uint32_t)at, class_size);
+    fmt_blk_carve(hdr, wal, seg->id, (uint32_t)at, class_size, carve_id);
     uint64_t off = SEG_HDR_SIZE + (uint64_t)at * wal->opt.block_size + BLK_CARVE_OFF;
     struct iovec iov = {hdr, sizeof(hdr)};
     *rc = seg->wmap != MAP_FAILED ? seg_mwritev(wal, seg, &iov, 1, off) : seg_pwritev(wal, seg, &iov, 1, off);
-    if (!*rc) {
-        pthread_mutex_lock(&seg->saves_lock);
-        size_t n_saves = seg->n_saves; /* test mode: the pages this sync makes durable */
-        pthread_mutex_unlock(&seg->saves_lock);
-        if (fdatasync(seg->fd) != 0) *rc = -errno;
-        if (*rc) {
-            /* A failed fsync leaves the page cache's state unknown: as for a sync round. */
-            wal_log(wal, "fdatasync of a newly carved block failed (%d): failing the WAL", *rc);
-            atomic_store(&wal->failed, -EIO);
-        } else {
-            seg_synced(wal, seg, n_saves);
-        }
-    }
     if (*rc) {
         free(c);
         return -1;
     }
+    wal->carve_seq++;
     seg->carves[at] = c;
     seg->block_state[at] = BS_CARVED;
     return at;

@@ -143,32 +143,40 @@
  *   carve header, at block byte 128 (between slot 0's open and frontier headers):
  *                0 magic "WALFSBLK" | 8 u16 version=2 | 10 u16 kind=4 | 12 u32 0
  *                | 16 u64 uuid | 24 u64 segment_id | 32 u32 block_index | 36..96 zero
- *                | 96 u64 class size | 104..124 zero | 124 u32 crc of bytes 0..124
- *                Written and made durable (fdatasync) when the block is carved, before any
- *                run in it is written: no run header can be on disk in a block that does
- *                not say it is carved. A block once carved stays carved until its segment
- *                file is reclaimed.
+ *                | 96 u64 class size | 104 u64 carve id | 112..124 zero
+ *                | 124 u32 crc of bytes 0..124
+ *                The carve id is unique to this carve of any block, ever: the writer
+ *                open's epoch << 32 | a count of that open's carves. Written (not
+ *                synced) when the block is carved, before any run in it, with slot 0's run
+ *                (the first a carve hands out) in the same sector; a sync that makes any
+ *                run of the block durable makes the carve header durable too
+ *                (allocator.c carve_block). A block once carved stays carved until its
+ *                segment file is reclaimed, unless its carve header never reached the disk.
  *   small run headers (open, frontier, seal): as a block run's with version=2,
- *                n_blocks=0, block_index = its block, and 96 u64 run_size (the class)
- *                | 104 u32 slot | 108 u32 0 | 112 u64 src_seg (a cleaner's copy: the
- *                segment its original lies in; 0 otherwise) | 120 u32 0. Version 1
+ *                n_blocks=0, block_index = its block, and 96 u32 run_size (the class)
+ *                | 100 u32 slot | 104 u64 carve id (its block's) | 112 u64 src_seg (a
+ *                cleaner's copy: the segment its original lies in; 0 otherwise)
+ *                | 120 u32 0. Version 1
  *                headers are block runs' (n_blocks >= 1, bytes 96..124 zero); a version 1
  *                header with n_blocks 0, or a version 2 one with n_blocks != 0, is invalid.
  *   Validity (recovery.c scan_blocks), per block not a hole of the sparse file: a valid
  *   carve header of a class of this block size makes it carved: each slot k is probed, and
- *   is a run iff its open header is valid AND names this segment, block, slot k and the
- *   class. Else a valid version 1 open header at byte 0 is a block run as before. Else a
+ *   is a run iff its open header is valid AND names this segment, block, slot k, the
+ *   class and the carve id. Else a valid version 1 open header at byte 0 is a block run as before. Else a
  *   valid version 2 open header at byte 0 naming slot 0 and a class proves the block
- *   carved (its carve header was damaged: a writer rewrites it, logged). Else the block is
- *   free. A probe never takes record bytes for a header: a header is accepted only with
- *   its crc under the WAL's seed AND every location field equal to the place it was read
- *   (segment, block, slot, class), which bytes written anywhere else never carry; a
- *   block's class never changes while its file lives, so a stale header of an earlier run
- *   in the same slot names the same place, and is handled as for block runs: recovery
+ *   carved with its carve id (its carve header, in the same sector, was damaged: a writer
+ *   rewrites it, logged). Else the block is free. A probe never takes record bytes for a
+ *   header: a header is accepted only with its crc under the WAL's seed AND every location
+ *   field equal to the place it was read (segment, block, slot, class, carve), which bytes
+ *   written anywhere else never carry. A run header of a later slot may reach the disk
+ *   without its carve header (a run no sync promised): its block is then free, and if it
+ *   is carved again its new carve id rejects the stale header. Within one carve, a stale
+ *   header of an earlier run in the same slot names the same place, and is handled as
+ *   for block runs: recovery
  *   zeroes the open and seal headers of every run it cuts, and a stale frontier has
  *   another first_gid (gids grow across epochs).
- *   A small run's seal and frontier headers are its own only if run_size, slot and src_seg
- *   match its open header too.
+ *   A small run's seal and frontier headers are its own only if run_size, slot, carve id
+ *   and src_seg match its open header too.
  *   Copies (reclaim.c, the cleaner): a run whose src_seg is not 0 is kept only if that
  *   segment is not in use (absent, or SEGMENT_GONE in the catalog: the cleaner writes that
  *   entry only once its copies are durable). While the source segment is in use the
@@ -465,9 +473,10 @@ static void blk_common(uint8_t *out, const walfs_t *wal, const block_t *b, uint1
     put32(out + 32, b->index);
     put32(out + 36, b->stream_no);
     put64(out + 40, b->first_offset);
-    if (!b->n_blocks) { /* a small run: its size and slot bind it to its place too */
-        put64(out + 96, b->run_size);
-        put32(out + 104, b->slot);
+    if (!b->n_blocks) { /* a small run: its size, slot and carve bind it to its place too */
+        put32(out + 96, (uint32_t)b->run_size);
+        put32(out + 100, b->slot);
+        put64(out + 104, b->seg->carves[b->index]->carve_id);
         put64(out + 112, b->src_seg);
     }
 }
@@ -501,7 +510,8 @@ void fmt_blk_frontier(uint8_t *out, const walfs_t *wal, const block_t *b, uint64
     put32(out + 124, crc32c(wal->crc_seed, out, 124));
 }
 
-void fmt_blk_carve(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t index, uint32_t class_size)
+void fmt_blk_carve(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t index, uint32_t class_size,
+                   uint64_t carve_id)
 {
     memset(out, 0, BLK_HDR_SIZE);
     memcpy(out, BLK_MAGIC, 8);
@@ -511,6 +521,7 @@ void fmt_blk_carve(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t i
     put64(out + 24, seg_id);
     put32(out + 32, index);
     put64(out + 96, class_size);
+    put64(out + 104, carve_id);
     put32(out + 124, crc32c(wal->crc_seed, out, 124));
 }
 
@@ -529,9 +540,11 @@ int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32
     h->n_blocks = get32(in + 12);
     h->stream_no = get32(in + 36);
     h->first_offset = get64(in + 40);
-    h->run_size = version == RUN_VERSION_SMALL ? get64(in + 96) : 0;
-    h->slot = version == RUN_VERSION_SMALL ? get32(in + 104) : 0;
-    h->src_seg = version == RUN_VERSION_SMALL && kind != BLK_KIND_CARVE ? get64(in + 112) : 0;
+    int small = version == RUN_VERSION_SMALL, carve = kind == BLK_KIND_CARVE;
+    h->run_size = !small ? 0 : carve ? get64(in + 96) : get32(in + 96);
+    h->slot = small && !carve ? get32(in + 100) : 0;
+    h->carve_id = small ? get64(in + 104) : 0;
+    h->src_seg = small && !carve ? get64(in + 112) : 0;
     /* A version 2 run header is a small run's (n_blocks 0), a version 1 one a block run's. */
     if (kind != BLK_KIND_CARVE && (version == RUN_VERSION_SMALL) != (h->n_blocks == 0)) return -EUCLEAN;
     if (kind == BLK_KIND_CARVE && version != RUN_VERSION_SMALL) return -EUCLEAN;

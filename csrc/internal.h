@@ -50,6 +50,7 @@ typedef struct segment segment_t;
 /* A carved block (allocator.c): cut into n_slots small runs of class_size bytes each. A
  * block once carved stays carved until its segment file goes. */
 typedef struct carve {
+    uint64_t carve_id;      /* the carve header's (epoch << 32 | a count of this open's carves) */
     uint32_t class_size, n_slots, n_used;
     uint64_t used[];        /* bit per slot */
 } carve_t;
@@ -217,6 +218,7 @@ struct walfs {
     pthread_mutex_t gid_lock;
     uint64_t next_gid;
     uint64_t epoch;         /* from the catalog's last OPEN entry */
+    uint32_t carve_seq;     /* blocks carved by this open (allocator.c; under wal->lock) */
 
     /* group commit */
     pthread_mutex_t sync_lock;
@@ -274,6 +276,7 @@ typedef struct blk_hdr {
     uint64_t run_size;      /* version 2: the run's size (a carve header: its class size) */
     uint32_t slot;          /* version 2: the run's slot in its carved block */
     uint64_t src_seg;       /* version 2: a cleaner's copy: the segment of its original (0: none) */
+    uint64_t carve_id;      /* version 2: the carve the run lies in (a carve header: its own) */
     uint64_t first_offset, first_byte, first_gid;
     uint64_t count, last_gid, data_end, byte_len;
     int64_t first_ts, last_ts;
@@ -328,7 +331,8 @@ int fmt_seg_header_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id,
 void fmt_blk_open(uint8_t *out, const walfs_t *wal, const block_t *b);
 void fmt_blk_seal(uint8_t *out, const walfs_t *wal, const block_t *b);
 void fmt_blk_frontier(uint8_t *out, const walfs_t *wal, const block_t *b, uint64_t count, uint64_t data_end);
-void fmt_blk_carve(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t index, uint32_t class_size);
+void fmt_blk_carve(uint8_t *out, const walfs_t *wal, uint64_t seg_id, uint32_t index, uint32_t class_size,
+                   uint64_t carve_id);
 int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32_t index, uint16_t kind,
                   blk_hdr_t *h);
 void fmt_rec_header(uint8_t *out, uint32_t value_len, uint64_t gid, int64_t ts, uint32_t meta_len,
@@ -410,7 +414,9 @@ uint64_t run_size_for(const walfs_t *wal, uint64_t prev, uint64_t need);
 /* 1 if size is one of the WAL's small-run classes. */
 int small_class(const walfs_t *wal, uint64_t size);
 /* Recovery: marks block i of seg carved with class_size (0, or -ENOMEM); marks slot used. */
-int carve_mark(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size);
+int carve_mark(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size, uint64_t carve_id);
+/* madvise(MADV_RANDOM) over carved block i of seg, in both mappings (allocator.c). */
+void carve_advise(const walfs_t *wal, const segment_t *seg, uint32_t i);
 void carve_use_slot(segment_t *seg, uint32_t i, uint32_t slot);
 /* Runs in use in seg: block runs and small runs (reclaim.c, budget.c). */
 uint32_t seg_runs_used(const segment_t *seg);

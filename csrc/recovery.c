@@ -612,7 +612,38 @@ static int scan_segment(walfs_t *wal, segment_t *seg)
     scan_advice(seg, MADV_RANDOM);
     int rc = scan_blocks(wal, seg);
     scan_advice(seg, MADV_NORMAL);
+    for (uint32_t i = 0; !rc && i < seg->n_blocks; i++)
+        if (seg->carves[i]) carve_advise(wal, seg, i); /* carved blocks stay without readahead */
     return rc;
+}
+
+/* 1 if seal or frontier header x names the run whose open header is h: the same blocks,
+ * stream, first offset and (a small run) size, slot, carve and original. */
+static int names_run(const blk_hdr_t *x, const blk_hdr_t *h)
+{
+    return x->n_blocks == h->n_blocks && x->stream_no == h->stream_no && x->first_offset == h->first_offset &&
+           x->run_size == h->run_size && x->slot == h->slot && x->src_seg == h->src_seg && x->carve_id == h->carve_id;
+}
+
+/* 1 if count records ending at data_end fit run b with their index slots. Trusted on a
+ * header's crc, a figure must still fit: a crc proves walfs wrote the header, not that
+ * nothing wrote nonsense into it. */
+static int figures_fit(const block_t *b, uint64_t count, uint64_t data_end)
+{
+    uint64_t max_count = (b->run_size - BLK_DATA_OFF) / (REC_HDR_SIZE + SLOT_SIZE);
+    return count <= max_count && data_end >= BLK_DATA_OFF + count * REC_HDR_SIZE &&
+           data_end <= b->run_size - count * SLOT_SIZE;
+}
+
+/* Logs that the header of kind `what` of the run at byte off of seg holds figures that do
+ * not fit it; -EUCLEAN. */
+static int misfit(walfs_t *wal, const segment_t *seg, uint64_t off, uint32_t stream_no, const char *what)
+{
+    char name[64];
+    seg_path(wal, seg->id, name, sizeof(name));
+    wal_damage(wal, "%s/%s: %s of the run at byte %" PRIu64 " (stream %u) does not fit the run", wal->dir, name, what,
+               off, stream_no);
+    return -EUCLEAN;
 }
 
 /* The run whose valid open header h lies at file offset off of seg (block i; slot of a
@@ -650,21 +681,12 @@ static int scan_run(walfs_t *wal, segment_t *seg, uint32_t i, uint64_t off, cons
     b->first_gid = h->first_gid;
     b->data_end = BLK_DATA_OFF;
     blk_hdr_t sh;
-    if (fmt_blk_parse(seg->map + off + BLK_SEAL_OFF, wal, seg->id, i, BLK_KIND_SEAL, &sh) == 0 &&
-        sh.n_blocks == h->n_blocks && sh.stream_no == h->stream_no && sh.first_offset == h->first_offset &&
-        sh.run_size == h->run_size && sh.slot == h->slot && sh.src_seg == h->src_seg && sh.count > 0) {
-        /* Trusted on its crc, but every figure must still fit the run: a crc proves
-         * the seal was written by walfs, not that nothing wrote nonsense into it. */
-        uint64_t max_count = (b->run_size - BLK_DATA_OFF) / (REC_HDR_SIZE + SLOT_SIZE);
-        if (sh.count > max_count || sh.data_end < BLK_DATA_OFF + sh.count * REC_HDR_SIZE ||
-            sh.data_end > b->run_size - sh.count * SLOT_SIZE || sh.last_gid < h->first_gid + sh.count - 1 ||
+    if (fmt_blk_parse(seg->map + off + BLK_SEAL_OFF, wal, seg->id, i, BLK_KIND_SEAL, &sh) == 0 && names_run(&sh, h) &&
+        sh.count > 0) {
+        if (!figures_fit(b, sh.count, sh.data_end) || sh.last_gid < h->first_gid + sh.count - 1 ||
             sh.last_gid - h->first_gid > UINT32_MAX || sh.byte_len < sh.count) {
-            char name[64];
-            seg_path(wal, seg->id, name, sizeof(name));
-            wal_damage(wal, "%s/%s: seal of the run at byte %" PRIu64 " (stream %u) holds figures that do not fit the run",
-                       wal->dir, name, off, h->stream_no);
             free(b);
-            return -EUCLEAN;
+            return misfit(wal, seg, off, h->stream_no, "seal");
         }
         b->sealed = 1;
         b->count = sh.count;
@@ -675,20 +697,13 @@ static int scan_run(walfs_t *wal, segment_t *seg, uint32_t i, uint64_t off, cons
         b->last_ts = sh.last_ts;
     }
     blk_hdr_t fh;
+    /* A frontier of this very run (a stale one of an earlier user of these blocks has
+     * another first_gid). Its figures must fit the run like a seal's. */
     if (!b->sealed && fmt_blk_parse(seg->map + off + BLK_FRONTIER_OFF, wal, seg->id, i, BLK_KIND_FRONTIER, &fh) == 0 &&
-        fh.n_blocks == h->n_blocks && fh.stream_no == h->stream_no && fh.first_offset == h->first_offset &&
-        fh.run_size == h->run_size && fh.slot == h->slot && fh.src_seg == h->src_seg && fh.first_gid == h->first_gid) {
-        /* A frontier of this very run (a stale one of an earlier user of these blocks
-         * has another first_gid). Its figures must fit the run like a seal's. */
-        uint64_t max_count = (b->run_size - BLK_DATA_OFF) / (REC_HDR_SIZE + SLOT_SIZE);
-        if (fh.count > max_count || fh.data_end < BLK_DATA_OFF + fh.count * REC_HDR_SIZE ||
-            fh.data_end > b->run_size - fh.count * SLOT_SIZE) {
-            char name[64];
-            seg_path(wal, seg->id, name, sizeof(name));
-            wal_damage(wal, "%s/%s: durable frontier of the run at byte %" PRIu64 " (stream %u) does not fit the run",
-                       wal->dir, name, off, h->stream_no);
+        names_run(&fh, h) && fh.first_gid == h->first_gid) {
+        if (!figures_fit(b, fh.count, fh.data_end)) {
             free(b);
-            return -EUCLEAN;
+            return misfit(wal, seg, off, h->stream_no, "durable frontier");
         }
         b->durable_count = b->frontier_count = fh.count;
         b->durable_end = fh.data_end;
@@ -720,13 +735,15 @@ static int seg_opened(const walfs_t *wal, uint64_t id)
     return lo < wal->n_segs && wal->segs[lo]->id == id;
 }
 
-/* Slot k of carved block i of seg (class class_size, at file offset off): a run if its open
- * header proves itself (crc, uuid, segment, block, slot, run size: format.c "Small runs"). */
-static int probe_slot(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size, uint32_t k, uint64_t off)
+/* Slot k of carved block i of seg (class class_size, carve carve_id, at file offset off): a
+ * run if its open header proves itself (crc, uuid, segment, block, slot, run size, carve:
+ * format.c "Small runs"). */
+static int probe_slot(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size, uint64_t carve_id, uint32_t k,
+                      uint64_t off)
 {
     blk_hdr_t h;
     if (fmt_blk_parse(seg->map + off, wal, seg->id, i, BLK_KIND_OPEN, &h) != 0 || h.version != RUN_VERSION_SMALL ||
-        h.run_size != class_size || h.slot != k)
+        h.run_size != class_size || h.slot != k || h.carve_id != carve_id)
         return 0;
     if (h.src_seg && seg_opened(wal, h.src_seg)) {
         /* A cleaner's copy whose original's segment was never reclaimed (no SEGMENT_GONE:
@@ -769,8 +786,8 @@ struct walfs_cachestat {
  * slot it did not judge (n_slots when done, 0 when the file system cannot tell: no
  * cachestat or FIEMAP, a dirty page; the caller probes the slots from there that SEEK_DATA
  * does not skip), or a probe's error. */
-static int64_t scan_carved_written(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size, uint64_t base,
-                                   uint64_t len)
+static int64_t scan_carved_written(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size,
+                                   uint64_t carve_id, uint64_t base, uint64_t len)
 {
     struct walfs_cachestat_range cr = {base, len};
     struct walfs_cachestat cs;
@@ -802,7 +819,7 @@ static int64_t scan_carved_written(walfs_t *wal, segment_t *seg, uint32_t i, uin
             if (from < next_k) from = next_k;
             if (to > n_slots) to = n_slots;
             for (uint64_t k = from; k < to; k++) {
-                int rc = probe_slot(wal, seg, i, class_size, (uint32_t)k, base + k * class_size);
+                int rc = probe_slot(wal, seg, i, class_size, carve_id, (uint32_t)k, base + k * class_size);
                 if (rc) return rc;
             }
             if (to > next_k) next_k = (uint32_t)to;
@@ -812,16 +829,17 @@ static int64_t scan_carved_written(walfs_t *wal, segment_t *seg, uint32_t i, uin
     return n_slots;
 }
 
-/* Block i of seg, carved for class_size: every slot whose open header proves itself (crc,
- * uuid, segment, block, slot, run size: format.c "Small runs") is a run. */
-static int scan_carved(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size)
+/* Block i of seg, carved for class_size by carve carve_id: every slot whose open header
+ * proves itself (crc, uuid, segment, block, slot, run size, carve: format.c "Small runs")
+ * is a run. */
+static int scan_carved(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size, uint64_t carve_id)
 {
-    int rc = carve_mark(wal, seg, i, class_size);
+    int rc = carve_mark(wal, seg, i, class_size, carve_id);
     if (rc) return rc;
     uint64_t base = SEG_HDR_SIZE + (uint64_t)i * wal->opt.block_size;
     uint64_t end = base + wal->opt.block_size;
     uint32_t n_slots = wal->opt.block_size / class_size;
-    int64_t from = scan_carved_written(wal, seg, i, class_size, base, wal->opt.block_size);
+    int64_t from = scan_carved_written(wal, seg, i, class_size, carve_id, base, wal->opt.block_size);
     if (from < 0) return (int)from;
     uint64_t data_to = 0; /* bytes from the slot below here are known to hold data */
     for (uint32_t k = (uint32_t)from; k < n_slots; k++) {
@@ -848,7 +866,7 @@ static int scan_carved(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_
                 data_to = hole < 0 ? end : (uint64_t)hole;
             }
         }
-        if ((rc = probe_slot(wal, seg, i, class_size, k, off))) return rc;
+        if ((rc = probe_slot(wal, seg, i, class_size, carve_id, k, off))) return rc;
     }
     return 0;
 }
@@ -881,7 +899,7 @@ static int scan_blocks(walfs_t *wal, segment_t *seg)
         }
         if (fmt_blk_parse(seg->map + off + BLK_CARVE_OFF, wal, seg->id, i, BLK_KIND_CARVE, &ch) == 0 &&
             small_class(wal, ch.run_size)) {
-            if ((rc = scan_carved(wal, seg, i, (uint32_t)ch.run_size))) return rc;
+            if ((rc = scan_carved(wal, seg, i, (uint32_t)ch.run_size, ch.carve_id))) return rc;
             i++;
             continue;
         }
@@ -891,8 +909,9 @@ static int scan_blocks(walfs_t *wal, segment_t *seg)
         }
         if (h.version == RUN_VERSION_SMALL) {
             /* Slot 0's small run, in a block whose carve header is damaged: the run's own
-             * header proves the class (it is bound to this block, slot 0 and its size).
-             * A writer rewrites the carve header from it. */
+             * header proves the class and the carve (it is bound to this block, slot 0, its
+             * size and its carve id; the two headers share a sector, allocator.c, so this is
+             * damage, not a crash). A writer rewrites the carve header from it. */
             if (h.slot != 0 || !small_class(wal, h.run_size)) {
                 i++;
                 continue;
@@ -903,11 +922,11 @@ static int scan_blocks(walfs_t *wal, segment_t *seg)
                          "its first slot%s", wal->dir, name, i, h.run_size, wal->opt.read_only ? "" : ": rewritten");
             if (!wal->opt.read_only) {
                 uint8_t hdr[BLK_HDR_SIZE];
-                fmt_blk_carve(hdr, wal, seg->id, i, (uint32_t)h.run_size);
+                fmt_blk_carve(hdr, wal, seg->id, i, (uint32_t)h.run_size, h.carve_id);
                 if (seg_pwrite(wal, seg, hdr, sizeof(hdr), off + BLK_CARVE_OFF) != 0)
                     wal_log(wal, "could not rewrite a carve header");
             }
-            if ((rc = scan_carved(wal, seg, i, (uint32_t)h.run_size))) return rc;
+            if ((rc = scan_carved(wal, seg, i, (uint32_t)h.run_size, h.carve_id))) return rc;
             i++;
             continue;
         }

@@ -186,14 +186,17 @@ int64_t walfs_salvage_segment(const uint8_t *seg, uint64_t len, uint64_t uuid, u
         }
         blk_hdr_t h, ch;
         /* A carved block (its carve header, or else its first slot's small run, names the
-         * class): every slot whose open header proves itself is a run. */
-        uint64_t cls = 0;
+         * class and the carve id): every slot whose open header proves itself is a run. */
+        uint64_t cls = 0, carve_id = 0;
         if (fmt_blk_parse(seg + base + BLK_CARVE_OFF, w, seg_id, (uint32_t)i, BLK_KIND_CARVE, &ch) == 0 &&
-            salvage_class(ch.run_size, block_size))
+            salvage_class(ch.run_size, block_size)) {
             cls = ch.run_size;
-        else if (fmt_blk_parse(seg + base, w, seg_id, (uint32_t)i, BLK_KIND_OPEN, &h) == 0 && h.version == RUN_VERSION_SMALL &&
-                 h.slot == 0 && salvage_class(h.run_size, block_size))
+            carve_id = ch.carve_id;
+        } else if (fmt_blk_parse(seg + base, w, seg_id, (uint32_t)i, BLK_KIND_OPEN, &h) == 0 &&
+                   h.version == RUN_VERSION_SMALL && h.slot == 0 && salvage_class(h.run_size, block_size)) {
             cls = h.run_size;
+            carve_id = h.carve_id;
+        }
         if (cls) {
             uint64_t blk_end = base + block_size < len ? base + block_size : len;
             uint64_t max_recs = (blk_end - base) / REC_HDR_SIZE + 1;
@@ -209,7 +212,7 @@ int64_t walfs_salvage_segment(const uint8_t *seg, uint64_t len, uint64_t uuid, u
                 if (at + BLK_DATA_OFF > len) break;
                 if (memcmp(seg + at, "WALFSBLK", 8) != 0) continue;
                 if (fmt_blk_parse(seg + at, w, seg_id, (uint32_t)i, BLK_KIND_OPEN, &h) != 0 ||
-                    h.version != RUN_VERSION_SMALL || h.run_size != cls || h.slot != k) {
+                    h.version != RUN_VERSION_SMALL || h.run_size != cls || h.slot != k || h.carve_id != carve_id) {
                     (*bad_runs)++;
                     continue;
                 }

@@ -144,7 +144,7 @@ def test_one_damaged_copy_is_served_healed_and_reported(wal_dir, copy, fault):
         assert path in line and "read-only" in line, line
     assert tree(wal_dir) == before
     bad = fsck(wal_dir)
-    assert bad.returncode == 1 and path in bad.stdout and "damaged copies" in bad.stdout, bad
+    assert bad.returncode == 1 and path in bad.stdout and "1 damaged copy (" in bad.stdout, bad
 
     # A writer's open heals it, and reports it.
     with walfs.Wal(wal_dir, **SMALL) as w:
@@ -201,7 +201,7 @@ def test_both_slots_of_a_cursor_damaged_raise_naming_the_file(wal_dir, fault):
         assert w.engine.committed("plain", "a") == CURSORS[("plain", "a")]
         assert w.engine.check_cursors() == [str(exc.value)]
     out = fsck(wal_dir)
-    assert out.returncode == 1 and path in out.stdout and "damaged cursor files" in out.stdout, out
+    assert out.returncode == 1 and path in out.stdout and "1 damaged cursor file" in out.stdout, out
 
 
 # -- a crash between the two copies' writes ------------------------------------------------
@@ -289,8 +289,10 @@ def test_older_forms_are_read_and_rewritten_with_their_copies_at_a_writers_open(
     # Cursor files in both older forms (WALFSCUR without metadata, WALFSCU2 with).
     for (group, _topic), (offset, metadata) in CURSORS.items():
         raw = metadata.encode()
-        head = (b"WALFSCU2" + struct.pack("<QI", offset, len(raw)) + raw) if raw else (
-            b"WALFSCUR" + struct.pack("<Q", offset)
+        head = (
+            (b"WALFSCU2" + struct.pack("<QI", offset, len(raw)) + raw)
+            if raw
+            else (b"WALFSCUR" + struct.pack("<Q", offset))
         )
         open(cursor_path(wal_dir, group), "wb").write(head + blake3.blake3(head).digest(length=16))
     before = tree(wal_dir)

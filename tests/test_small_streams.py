@@ -202,6 +202,66 @@ def test_a_damaged_carve_header_is_rebuilt_from_its_first_run(wal_dir, caplog):
     w.close()
 
 
+def test_a_run_header_on_disk_without_its_carve_header_is_never_taken_for_a_run(wal_dir, caplog):
+    """A carve header is written but not synced on its own (allocator.c carve_block): the
+    kernel may write a later slot's run header back without it, for a run no sync
+    promised. After the power cut recovery sees a free block (nothing promised is lost);
+    carved again for the same class, the block's new carve id keeps the stale headers out."""
+    w = walfs.Wal(wal_dir, fsync="never", test_mode=True, **GEO)
+    for k in range(6):
+        w.append(f"s{k}", b"never synced %d" % k)  # slots 0..5 of one carved block
+    [(name, blk, cls)] = carved_blocks(wal_dir, GEO["block_size"])
+    debug.power_cut(w, seed=3, keep_permille=1000)  # every page kept ...
+    with open(os.path.join(wal_dir, name), "r+b") as f:  # ... but the carve header's page
+        f.seek(SEG_HDR + blk * GEO["block_size"])  # (and slot 0's run, in the same sector)
+        f.write(bytes(4096))
+    assert carved_blocks(wal_dir, GEO["block_size"]) == []
+    w = walfs.Wal(wal_dir, fsync="never", **GEO)
+    assert [w.info(f"s{k}").high_watermark for k in range(6)] == [0] * 6
+    w.append("fresh", b"after the cut")  # the block is carved again, for the same class
+    assert carved_blocks(wal_dir, GEO["block_size"]) == [(name, blk, cls)]
+    w.close()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="walfs"):
+        w = walfs.Wal(wal_dir, **GEO)  # slots 1..5 still hold the old carve's headers
+    assert [w.info(f"s{k}").high_watermark for k in range(6)] == [0] * 6
+    assert w.read("fresh", 0) == [b"after the cut"]
+    w.append("s3", b"s3 again")
+    assert w.read("s3", 0, max_records=5) == [b"s3 again"]
+    assert not caplog.records, caplog.text
+    w.close()
+
+
+def test_a_directory_of_block_runs_in_whole_preallocated_segments_opens_as_it_is(wal_dir):
+    """What format version 3 wrote before small runs joined it (and versions 1 and 2):
+    block runs only, segment files fallocate()d whole. Read as they are; new streams get
+    small runs beside them; nothing is reported."""
+    w = walfs.Wal(wal_dir, fsync="never", **GEO)
+    big = b"B" * 300_000  # larger than the largest class (256 KiB here): block runs from the start
+    for k in range(6):
+        w.append(f"old{k}", [big, payload(f"old{k}", 1)])
+    w.close()
+    assert carved_blocks(wal_dir, GEO["block_size"]) == []
+    for name in segs(wal_dir):
+        fd = os.open(os.path.join(wal_dir, name), os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, os.fstat(fd).st_size)  # as older releases made them
+        finally:
+            os.close(fd)
+    w = walfs.Wal(wal_dir, fsync="never", **GEO)
+    assert w.engine.report()["metadata_damaged"] == 0 and w.engine.report()["cut_records"] == 0
+    for k in range(6):
+        assert w.read(f"old{k}", 0, max_records=5) == [big, payload(f"old{k}", 1)]
+        w.append(f"new{k}", payload(f"new{k}", 0))
+    w.close()
+    assert carved_blocks(wal_dir, GEO["block_size"])  # the new streams' small runs
+    w = walfs.Wal(wal_dir, read_only=True)
+    for k in range(6):
+        assert w.read(f"old{k}", 0, max_records=5) == [big, payload(f"old{k}", 1)]
+        assert w.read(f"new{k}", 0) == [payload(f"new{k}", 0)]
+    w.close()
+
+
 def test_trimmed_small_streams_let_their_segment_go(wal_dir):
     geo = {"segment_size": 1 << 20, "block_size": 64 << 10}  # 15 blocks: classes 4 and 16 KiB
     w = walfs.Wal(wal_dir, fsync="never", reclaim_interval_s=3600, **geo)

@@ -26,13 +26,17 @@ def test_a_large_append_has_its_pages_written_back_and_a_small_one_does_not(wal_
     w = walfs.Wal(wal_dir, fsync="interval", fsync_interval_ms=NO_SYNC, **GEOMETRY)
     try:
         e = w.engine
-        e.append("t", 0, *batch(values(0, VALUE)))
-        w.sync()  # the segment and the first run exist, synced
-        [seg] = segment_files(wal_dir)
+        # Past the stream's small runs (4 KiB to 4 MiB, 5.3 MiB in all with 16 MiB blocks),
+        # so that what follows lands in a block run.
+        first = values(0, 6 << 20)
+        e.append("t", 0, *batch(first))
+        w.sync()
+        seg = segment_files(wal_dir)[-1]  # the newest: the stream's block run is there
         # (a sync may leave a page it writes after its fsync: the end marks)
         assert dirty_pages(seg)[1] <= 2
         # Under WRITEBACK_MIN: left dirty for the sync (16 pages).
-        e.append("t", 0, *batch(values(1, SMALL_APPEND)))
+        at = len(first)
+        e.append("t", 0, *batch(values(at, SMALL_APPEND)))
         debug.writeback_wait(w)
         assert dirty_pages(seg)[1] >= SMALL_APPEND // 4096
         w.sync()
@@ -40,13 +44,13 @@ def test_a_large_append_has_its_pages_written_back_and_a_small_one_does_not(wal_
         # Past it: the append's ~2,100 pages are written back or under writeback once the
         # writeback thread took them; what may stay dirty is a page or two at the run's
         # edges (the page of records and the page of slots still being filled).
-        n_small = SMALL_APPEND // VALUE
-        e.append("t", 0, *batch(values(1 + n_small, BIG)))
+        at += SMALL_APPEND // VALUE
+        e.append("t", 0, *batch(values(at, BIG)))
         debug.writeback_wait(w)
         cached, dirty = dirty_pages(seg)
         assert cached >= BIG // 4096
         assert dirty <= 4, f"{dirty} pages still dirty after an 8 MiB append"
-        assert w.read("t", 1 + n_small, max_records=2) == values(1 + n_small, 2 * VALUE)
+        assert w.read("t", at, max_records=2) == values(at, 2 * VALUE)
     finally:
         w.close()
 

@@ -249,7 +249,7 @@ def test_a_damaged_record_of_the_active_run_is_quarantined(
     assert f"damaged records quarantined: {len(bad)}" in res.stdout
     listed = [int(m) for m in re.findall(r"^  t\[0\] offset (\d+): ", res.stdout, re.M)]
     assert listed == sorted(bad), res.stdout
-    assert res.stdout.rstrip().endswith(f"{len(bad)} damaged records")
+    assert res.stdout.rstrip().endswith(f"{len(bad)} damaged record" + ("s" if len(bad) > 1 else ""))
 
 
 def test_the_last_durable_record_damaged_keeps_the_byte_positions(open_wal, wal_dir: str) -> None:

@@ -51,8 +51,7 @@ class Progress:
         self.last = now
         rate = nbytes / max(now - self.start, 1e-9)
         line = (
-            f"fsck: {done}/{streams} streams, {records:,} records, {human(nbytes)} checked "
-            f"({human(rate)}/s)"
+            f"fsck: {done}/{streams} streams, {records:,} records, {human(nbytes)} checked ({human(rate)}/s)"
         )
         try:
             self.out.write("\r\033[K" + line)
@@ -126,8 +125,18 @@ def main(argv: list[str]) -> int:
         engine.close()
     damaged = report.get("metadata_damaged", 0)  # the C core's copies: the catalog, segment headers
     if args.json:
-        print(json.dumps({"recovery": report, "streams": streams, "problems": problems,
-                          "damaged_copies": copies, "damaged_metadata": unhealed}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "recovery": report,
+                    "streams": streams,
+                    "problems": problems,
+                    "damaged_copies": copies,
+                    "damaged_metadata": unhealed,
+                },
+                indent=2,
+            )
+        )
     else:
         print(
             f"{data_dir}: {report['segments']} segments, {report['records']} records "
@@ -138,7 +147,7 @@ def main(argv: list[str]) -> int:
         )
         if damaged:
             print(
-                f"  {damaged} damaged metadata copies (a catalog copy or segment header): "
+                f"  {copies_of(damaged, 'damaged metadata copy')} (a catalog copy or segment header): "
                 "served from the good copy; a writer's open rewrites them (the log names each)"
             )
         for topic, partition, offset, what in problems:
@@ -147,12 +156,22 @@ def main(argv: list[str]) -> int:
             print(f"  one copy damaged: {line}")
         for line in unhealed:
             print(f"  {line}")
-        found = [f"{len(problems)} damaged records"] if problems else []
-        found += [f"{len(copies)} damaged copies (a writer's open heals them)"] if copies else []
-        found += [f"{damaged} damaged metadata copies (a writer's open heals them)"] if damaged else []
-        found += [f"{len(unhealed)} damaged cursor files"] if unhealed else []
+        found = [copies_of(len(problems), "damaged record")] if problems else []
+        found += (
+            [copies_of(len(copies) + damaged, "damaged copy") + " (a writer's open heals them)"]
+            if copies or damaged
+            else []
+        )
+        found += [copies_of(len(unhealed), "damaged cursor file")] if unhealed else []
         print("; ".join(found) if found else "clean")
     return 1 if problems or copies or unhealed or damaged else 0
+
+
+def copies_of(n: int, what: str) -> str:
+    """'1 damaged copy', '2 damaged copies', '3 damaged records'."""
+    if n == 1:
+        return f"1 {what}"
+    return f"{n} {what[:-1]}ies" if what.endswith("y") else f"{n} {what}s"
 
 
 def _data_dir(path: str) -> str:
@@ -185,14 +204,19 @@ def _repair(src: str, dst: str, as_json: bool) -> int:
     if as_json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
-        print(f"{src} -> {dst}: {report.records} records in {report.streams} streams, "
-              f"{report.cursors} cursors salvaged")
+        print(
+            f"{src} -> {dst}: {report.records} records in {report.streams} streams, "
+            f"{report.cursors} cursors salvaged"
+        )
         for loss in report.lost:
             print(f"  LOST {loss}")
         for line in report.renumbered:
             print(f"  RENUMBERED {line}")
-        print("everything kept" if not report.lost and not report.renumbered
-              else f"{len(report.lost)} losses: see above")
+        print(
+            "everything kept"
+            if not report.lost and not report.renumbered
+            else f"{len(report.lost)} losses: see above"
+        )
     return 1 if report.lost or report.renumbered else 0
 
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -53,6 +54,47 @@ def write_durable(
     tmp = f"{path}.tmp.{threading.get_ident()}" if tmp is None else tmp
     _replace(path, data.encode() if isinstance(data, str) else data, tmp, mode)
     fsync_dir(os.path.dirname(os.path.abspath(path)))
+    for d in then_fsync:
+        fsync_dir(d)
+
+
+MANY_AT_ONCE = 256  # files write_many_durable holds open at a time
+FSYNC_THREADS = 16  # fsyncs it runs at once: the file system's journal commits them together
+
+
+def write_many_durable(files: Sequence[tuple[str, bytes]], *, then_fsync: Iterable[str] = ()) -> None:
+    """write_durable for many files: each written to "<path>.tmp.<thread id>" and fsynced
+    (the fsyncs run side by side: one by one, each would wait for a journal commit of its
+    own, ~4 ms here), then renamed over its file; then one fsync of each directory, then of
+    `then_fsync`. Each file is replaced atomically, as by write_durable; when this raises,
+    some may be replaced and others not (the temporary files left are removed)."""
+    ident = threading.get_ident()
+    with ThreadPoolExecutor(max_workers=FSYNC_THREADS) as pool:
+        for at in range(0, len(files), MANY_AT_ONCE):
+            written: list[tuple[str, str, int]] = []  # (path, tmp, fd)
+            renamed = 0
+            try:
+                for path, raw in files[at : at + MANY_AT_ONCE]:
+                    tmp = f"{path}.tmp.{ident}"
+                    written.append((path, tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)))
+                    view = memoryview(raw)
+                    while view:
+                        view = view[os.write(written[-1][2], view) :]
+                list(pool.map(os.fsync, [fd for _path, _tmp, fd in written]))
+                # Side by side too: a rename over an existing file frees the old one's inode
+                # (~1 ms each here one by one, ~0.4 ms side by side).
+                list(pool.map(lambda w: os.replace(w[1], w[0]), written))
+                renamed = len(written)
+            finally:
+                for _path, tmp, fd in written:
+                    os.close(fd)
+                    if not renamed:
+                        try:
+                            os.unlink(tmp)  # (one that was renamed is gone by its tmp name)
+                        except FileNotFoundError:
+                            pass
+    for d in sorted({os.path.dirname(os.path.abspath(p)) for p, _raw in files}):
+        fsync_dir(d)
     for d in then_fsync:
         fsync_dir(d)
 

@@ -154,6 +154,21 @@ class Copies(Protocol):
         ...
 
 
+@runtime_checkable
+class CommitMany(Protocol):
+    """Many commits of one group at once (a Kafka OffsetCommit of every partition a
+    consumer holds), each under LogEngine.commit's rule, durable when this returns, at the
+    cost of about one commit: the local engine writes the cursor files side by side and
+    lists the new ones in one change of its manifest."""
+
+    def commit_many(
+        self, group: str, entries: Sequence[tuple[str, int, int, str]], *, advance_only: bool = False
+    ) -> list[bool | Exception]:
+        """entries: (topic, partition, offset, metadata). Per entry, whether it changed,
+        or the exception LogEngine.commit would have raised for it (the others are kept)."""
+        ...
+
+
 _known: dict[tuple[type, type], bool] = {}
 C = TypeVar("C")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from walfs.engine.capabilities import CommitMany, has
 from walfs.engine.names import topic_bytes
 from walfs.engine.rules import committed_offsets
 from walfs.engine.types import MAX_METADATA_BYTES
@@ -153,11 +154,13 @@ async def handle_offset_commit(broker: Broker, conn: Connection, version: int, r
         group_code = ErrorCode.invalid_group_id
 
     def commit_all() -> list[Any]:
-        out = []
-        for t in req.topics:
+        codes: list[list[ErrorCode]] = []  # per topic of the request, per partition
+        todo: list[tuple[str, int, int, str]] = []
+        at: list[tuple[int, int]] = []  # where each of todo answers
+        for ti, t in enumerate(req.topics):
             known = broker.catalog.partition_count(t.name)
-            parts = []
-            for p in t.partitions:
+            codes.append([])
+            for pi, p in enumerate(t.partitions):
                 code = group_code
                 if code is ErrorCode.none and not 0 <= p.partition_index < known:
                     # Kafka answers a commit to a topic or partition it does not have
@@ -166,19 +169,41 @@ async def handle_offset_commit(broker: Broker, conn: Connection, version: int, r
                 metadata = p.committed_metadata or ""  # Kafka keeps a null as ""
                 if code is ErrorCode.none and len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
                     code = ErrorCode.offset_metadata_too_large  # offset.metadata.max.bytes
+                codes[ti].append(code)
                 if code is ErrorCode.none:
-                    try:
-                        broker.engine.commit(
-                            req.group_id, t.name, p.partition_index, p.committed_offset, metadata=metadata
-                        )
-                    except Exception as e:
-                        code = error_code_for(e, f"commit {req.group_id} {t.name}/{p.partition_index}")
-                parts.append(
+                    todo.append((t.name, p.partition_index, p.committed_offset, metadata))
+                    at.append((ti, pi))
+        for (name, index, _offset, _metadata), (ti, pi), result in zip(
+            todo, at, commit_each(todo), strict=True
+        ):
+            if isinstance(result, Exception):
+                codes[ti][pi] = error_code_for(result, f"commit {req.group_id} {name}/{index}")
+        return [
+            build(
+                mod.OffsetCommitResponseTopic,
+                name=t.name,
+                partitions=tuple(
                     build(
                         mod.OffsetCommitResponsePartition, partition_index=p.partition_index, error_code=code
                     )
-                )
-            out.append(build(mod.OffsetCommitResponseTopic, name=t.name, partitions=tuple(parts)))
+                    for p, code in zip(t.partitions, codes[ti], strict=True)
+                ),
+            )
+            for ti, t in enumerate(req.topics)
+        ]
+
+    def commit_each(todo: list[tuple[str, int, int, str]]) -> list[bool | Exception]:
+        """One commit_many where the engine has it (the local engine: one manifest change
+        for a group's new cursors), else LogEngine.commit per partition."""
+        engine = broker.engine
+        if len(todo) > 1 and has(engine, CommitMany):
+            return engine.commit_many(req.group_id, todo)
+        out: list[bool | Exception] = []
+        for name, index, offset, metadata in todo:
+            try:
+                out.append(engine.commit(req.group_id, name, index, offset, metadata=metadata))
+            except Exception as e:
+                out.append(e)
         return out
 
     topics = await broker.blocking(commit_all)

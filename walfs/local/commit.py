@@ -5,12 +5,13 @@ cursor store (LocalEngine.cursors) keeps what it is given; this is the only path
 a writer's open, cursors past their stream's end are set back (clamp)."""
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from walfs.engine.names import check_partition, stream_key, topic_hash
 from walfs.errors import OffsetOutOfRangeError, WalCorruptError
 from walfs.local.core import Engine
+from walfs.local.cursors import metadata_bytes
 from walfs.local.topic_index import Stream
 
 log = logging.getLogger("walfs")
@@ -24,6 +25,10 @@ class Cursors(Protocol):
     def put(
         self, group: str, key: str, offset: int, *, advance_only: bool = ..., metadata: str = ...
     ) -> bool: ...
+
+    def put_many(
+        self, group: str, items: list[tuple[str, int, str]], *, advance_only: bool = ...
+    ) -> list[bool]: ...
 
     def groups(self, org_id: int | None = None) -> list[str]: ...
 
@@ -65,6 +70,46 @@ class CommitRule:
         return self._cursors.put(
             group, cursor_key(org_id, topic, partition), offset, advance_only=advance_only, metadata=metadata
         )
+
+    def commit_many(
+        self,
+        find: Callable[[str, int, bool], Stream | None],
+        org_id: int,
+        group: str,
+        entries: Sequence[tuple[str, int, int, str]],
+        advance_only: bool,
+    ) -> list[bool | Exception]:
+        """CommitMany.commit_many: the rule of commit() for each (topic, partition, offset,
+        metadata), with one sync for all that need one and one store write for all."""
+        out: list[bool | Exception] = []
+        ok: list[tuple[int, tuple[str, int, str]]] = []
+        need_sync = False
+        for k, (topic, partition, offset, metadata) in enumerate(entries):
+            try:
+                if not isinstance(offset, int) or offset < 0:
+                    raise OffsetOutOfRangeError(f"cannot commit offset {offset!r} of {topic!r}[{partition}]")
+                metadata_bytes(metadata)
+                s = find(topic, partition, False)
+                high, durable = self._core.marks(s.stream_no)[1:3] if s else (0, 0)
+                if offset > high:
+                    raise OffsetOutOfRangeError(
+                        f"cannot commit offset {offset} of {topic!r}[{partition}]: the end is {high}"
+                    )
+                need_sync = need_sync or offset > durable
+                ok.append((k, (cursor_key(org_id, topic, partition), offset, metadata)))
+                out.append(False)
+            except Exception as e:
+                out.append(e)
+        if need_sync:
+            self._core.sync()
+        if ok:
+            for (k, _item), changed in zip(
+                ok,
+                self._cursors.put_many(group, [item for _k, item in ok], advance_only=advance_only),
+                strict=True,
+            ):
+                out[k] = changed
+        return out
 
     def clamp(self, streams: Iterable[Stream]) -> None:
         """A cursor past its stream's end (the log lost its tail: a power cut under an

@@ -505,6 +505,11 @@ class LocalEngine:
             self._stream, self.org_id, group, topic, partition, offset, advance_only, metadata
         )
 
+    def commit_many(
+        self, group: str, entries: Sequence[tuple[str, int, int, str]], *, advance_only: bool = False
+    ) -> list[bool | Exception]:
+        return self._commit_rule.commit_many(self._stream, self.org_id, group, entries, advance_only)
+
     def forget(self, group: str, topic: str | None = None, partition: int = 0) -> bool:
         if topic is None:
             return self.cursors.delete_group(group, self.org_id)

@@ -24,7 +24,7 @@ def log_recovery(path: str, report: dict[str, int], streams: int, seconds: float
     damaged = report.get("metadata_damaged", 0)
     if damaged:
         outcome += (
-            f"; {damaged} damaged metadata copies served from the good copy"
+            f"; {damaged} damaged metadata cop{'y' if damaged == 1 else 'ies'} served from the good copy"
             + (f", {report.get('healed', 0)} rewritten (healed)" if not read_only else "")
         )
     quarantined = report.get("quarantined", 0)
