@@ -5,6 +5,8 @@
  * damaged copy (format.c: "Catalog", the merge rule). */
 #include "internal.h"
 
+#include <stddef.h>
+
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -32,7 +34,7 @@ stream_t *stream_new(walfs_t *wal, uint32_t name_len)
     if (no >= (size_t)STREAM_CHUNK * STREAM_CHUNKS || name_len > MAX_NAME) return NULL;
     stream_t ***chunk = &wal->chunks[no / STREAM_CHUNK];
     if (!*chunk && !(*chunk = calloc(STREAM_CHUNK, sizeof(stream_t *)))) return NULL;
-    stream_t *s = calloc(1, sizeof(*s) + name_len + 1);
+    stream_t *s = calloc(1, offsetof(stream_t, name) + name_len + 1);
     if (!s) return NULL;
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->append_lock, NULL);
@@ -133,7 +135,9 @@ void stream_free(stream_t *s)
 int stream_add_block(stream_t *s, block_t *b)
 {
     if (s->n_blocks == s->cap_blocks) {
-        size_t cap = s->cap_blocks ? s->cap_blocks * 2 : 4;
+        /* 3 first: the smallest malloc chunk (32 bytes) holds three pointers, and most of
+         * 100,000 small streams hold one or two runs. */
+        size_t cap = s->cap_blocks ? s->cap_blocks * 2 : 3;
         block_t **n = realloc(s->blocks, cap * sizeof(*n));
         if (!n) return -ENOMEM;
         s->blocks = n;

@@ -186,7 +186,9 @@
  *   allocated); a run's blocks, or a block being carved, are fallocate()d before anything is
  *   written there, so a full disk is ENOSPC when a run is allocated, before an append
  *   writes a byte, never a torn record or a SIGBUS. Blocks never reserved are holes:
- *   recovery skips them (SEEK_DATA) without reading them.
+ *   recovery skips them (SEEK_DATA) without reading them. Slots of a carved block never
+ *   written are not read either (recovery.c scan_carved_written: FIEMAP's unwritten
+ *   extents when no page of the block is dirty, else SEEK_DATA's holes).
  *
  * Validity rule (recovery):
  *   - A run exists when its open header is valid (crc, uuid, segment id, block index; a

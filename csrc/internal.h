@@ -97,21 +97,21 @@ typedef struct quar_range {
     uint64_t lo, hi;
 } quar_range_t;
 
+/* One per run of every stream (100,000 streams hold at least one each): fields ordered so
+ * that none pads (184 bytes: a 192-byte malloc chunk). */
 typedef struct block {
     segment_t *seg;
     uint32_t index;         /* first block of the run */
     uint32_t n_blocks;      /* 0 for a small run (one slot of a carved block) */
     uint32_t slot;          /* a small run's slot in its carved block */
-    uint64_t src_seg;       /* a small run copied by the cleaner (reclaim.c): the segment it was copied from */
     uint32_t stream_no;
+    uint64_t src_seg;       /* a small run copied by the cleaner (reclaim.c): the segment it was copied from */
     uint64_t run_size;
     uint64_t file_off;      /* of the run in the segment file */
     uint64_t first_offset, first_byte, first_gid;
     /* published state, under the stream's lock */
     uint64_t count, data_end, byte_len, last_gid;
     int64_t first_ts, last_ts;
-    int sealed;             /* seal header written */
-    int full;               /* takes no more records */
     uint64_t frontier_count; /* records its frontier header claims durable (frontier.c) */
     /* handed to the writeback thread (writer.c writeback_run), under the append_lock: the
      * run's bytes below wb_end, and wb_slots bytes of index slots at its end */
@@ -124,28 +124,31 @@ typedef struct block {
      * (sync.c write_seals writes its frontier instead), so every open finds them again. */
     quar_range_t *quar;
     uint32_t n_quar;
-    int dirty_tail;          /* at open: bytes follow its last record (zeroed once the stream is judged) */
+    uint8_t sealed;          /* seal header written */
+    uint8_t full;            /* takes no more records */
+    uint8_t dirty_tail;      /* at open: bytes follow its last record (zeroed once the stream is judged) */
 } block_t;
 
+/* One per stream (100,000 topics: 100,000 of them): fields ordered so that none pads, and
+ * allocated to fit its name (stream_new: offsetof(stream_t, name) + name_len + 1). */
 typedef struct stream {
     pthread_mutex_t append_lock; /* one append at a time; held across its writes */
     pthread_mutex_t lock;        /* published state and the blocks array; held briefly */
     uint32_t no;
     uint32_t partition;
+    int deleted;            /* a DELETE entry: no appends, no name; its runs go like trimmed ones */
+    uint32_t file_cap;      /* budget.c: at most this many charged segment files (0: no cap); under wal->lock */
     uint64_t org_id;
     uint8_t hash[16];
-    uint16_t name_len;
     block_t **blocks;       /* in offset order */
     size_t n_blocks, cap_blocks;
     uint64_t low_offset;
     uint64_t next_offset, next_byte;
     uint64_t floor_offset, floor_byte; /* the highest FLOOR in the catalog (kept by compaction) */
     uint64_t durable_offset, durable_byte; /* what the last successful sync made durable (sync.c) */
-    int deleted;            /* a DELETE entry: no appends, no name; its runs go like trimmed ones */
-    uint64_t check_floor;   /* recovery: the FLOOR its runs must reach (catalog v2; recovery.c) */
     int64_t last_ts;
-    uint32_t file_cap;      /* budget.c: at most this many charged segment files (0: no cap); under wal->lock */
     uint64_t written_bytes; /* under lock: bytes its appends wrote into segment files (walfs_disk_stats) */
+    uint16_t name_len;
     char name[];            /* name_len bytes and a NUL: allocated to fit (stream_new), so that a
                                stream costs its name, not MAX_NAME + 1 bytes (100,000 topics) */
 } stream_t;
@@ -206,6 +209,9 @@ struct walfs {
     uint32_t cat_version;   /* of streams.cat as read at open (1: upgraded at close) */
     cat_seg_t *cat_segs;    /* segment files the catalog lists (SEGMENT / SEGMENT_GONE); open only */
     size_t n_cat_segs, cap_cat_segs;
+    uint64_t *check_floors; /* recovery only: per stream number, the FLOOR its runs must reach
+                               (catalog v2; recovery.c short_of_floor), as read before the scan */
+    size_t n_check_floors;
     pending_seal_t *seals;
     size_t n_seals, cap_seals;
 

@@ -12,7 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fiemap.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static int cmp_u64(const void *a, const void *b)
@@ -414,11 +418,12 @@ static int unseal(walfs_t *wal, block_t *b)
  * damaged record above a lagging frontier): damage, reported before anything is cut. */
 static int short_of_floor(walfs_t *wal, const stream_t *s, uint64_t end)
 {
-    if (s->check_floor <= s->low_offset || end >= s->check_floor) return 0;
+    uint64_t floor = s->no < wal->n_check_floors ? wal->check_floors[s->no] : 0;
+    if (floor <= s->low_offset || end >= floor) return 0;
     wal_damage(wal, "%s: stream %u (%.*s) would end at offset %" PRIu64 " but streams.cat proves offsets up to %" PRIu64
                     " durable (a FLOOR entry): its records from offset %" PRIu64 " are missing (deleted segment file or "
                     "lost run header?): damaged",
-               wal->dir, s->no, (int)s->name_len, s->name, end, s->check_floor, end > s->low_offset ? end : s->low_offset);
+               wal->dir, s->no, (int)s->name_len, s->name, end, floor, end > s->low_offset ? end : s->low_offset);
     return -EUCLEAN;
 }
 
@@ -730,6 +735,100 @@ static int seg_opened(const walfs_t *wal, uint64_t id)
     return lo < wal->n_segs && wal->segs[lo]->id == id;
 }
 
+/* Slot k of carved block i of seg (class class_size, carve carve_id, at file offset off): a
+ * run if its open header proves itself (crc, uuid, segment, block, slot, run size, carve:
+ * format.c "Small runs"). */
+static int probe_slot(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size, uint64_t carve_id, uint32_t k,
+                      uint64_t off)
+{
+    blk_hdr_t h;
+    if (fmt_blk_parse(seg->map + off, wal, seg->id, i, BLK_KIND_OPEN, &h) != 0 || h.version != RUN_VERSION_SMALL ||
+        h.run_size != class_size || h.slot != k || h.carve_id != carve_id)
+        return 0;
+    if (h.src_seg && seg_opened(wal, h.src_seg)) {
+        /* A cleaner's copy whose original's segment was never reclaimed (no SEGMENT_GONE:
+         * reclaim.c writes it only once the copies are durable): the original is in
+         * force, the copy is forgotten. */
+        char name[64];
+        seg_path(wal, seg->id, name, sizeof(name));
+        wal_log(wal, "%s/%s: block %u slot %u: a copy of a run of stream %u whose original is still in force "
+                     "(its segment was not reclaimed): %s", wal->dir, name, i, k, h.stream_no,
+                wal->opt.read_only ? "ignored" : "dropped");
+        int rc;
+        if (!wal->opt.read_only &&
+            ((rc = seg_zero(wal, seg, off, BLK_HDR_SIZE)) || (rc = seg_zero(wal, seg, off + BLK_SEAL_OFF, BLK_HDR_SIZE))))
+            return rc;
+        return 0;
+    }
+    return scan_run(wal, seg, i, off, &h);
+}
+
+/* cachestat(2) (Linux 6.5; the same number on every architecture), declared here for
+ * headers that predate it. */
+struct walfs_cachestat_range {
+    uint64_t off, len;
+};
+struct walfs_cachestat {
+    uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+#define WALFS_NR_CACHESTAT 451
+
+/* Carved block i of seg (from file offset base, len bytes), by what the file system says was
+ * ever written to it: only the slots whose open header lies in an extent that is not
+ * UNWRITTEN (FIEMAP) are probed. A slot never written reads as zeros and holds no run; its
+ * extent stays unwritten whatever the page cache holds, where SEEK_DATA reports a cached
+ * page of zeros as data (ext4: a writer's mapping pulls a block's never-written slots into
+ * the cache around the page it writes, and every warm open would then probe them all).
+ * Written pages not yet written back are in unwritten extents too: so this is used only
+ * when no page of the block is dirty or under writeback (cachestat, asked first: a page
+ * written back since is then in a written extent, ext4 and xfs converting the extent
+ * before the writeback ends), as after a clean close (its last sync). Returns the first
+ * slot it did not judge (n_slots when done, 0 when the file system cannot tell: no
+ * cachestat or FIEMAP, a dirty page; the caller probes the slots from there that SEEK_DATA
+ * does not skip), or a probe's error. */
+static int64_t scan_carved_written(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_size,
+                                   uint64_t carve_id, uint64_t base, uint64_t len)
+{
+    struct walfs_cachestat_range cr = {base, len};
+    struct walfs_cachestat cs;
+    if (syscall(WALFS_NR_CACHESTAT, seg->fd, &cr, &cs, 0) != 0 || cs.nr_dirty || cs.nr_writeback) return 0;
+    enum { N_EXT = 64 };
+    union {
+        struct fiemap fm;
+        uint8_t buf[sizeof(struct fiemap) + N_EXT * sizeof(struct fiemap_extent)];
+    } u;
+    uint32_t next_k = 0, n_slots = (uint32_t)(len / class_size);
+    uint64_t at = base, end = base + len;
+    while (at < end && next_k < n_slots) {
+        memset(&u.fm, 0, sizeof(u.fm));
+        u.fm.fm_start = at;
+        u.fm.fm_length = end - at;
+        u.fm.fm_extent_count = N_EXT;
+        if (ioctl(seg->fd, FS_IOC_FIEMAP, &u.fm) != 0) return next_k; /* the rest as the caller finds it */
+        if (u.fm.fm_mapped_extents == 0) break;
+        int last = 0;
+        for (uint32_t e = 0; e < u.fm.fm_mapped_extents; e++) {
+            const struct fiemap_extent *x = &u.fm.fm_extents[e];
+            uint64_t lo = x->fe_logical, hi = x->fe_logical + x->fe_length;
+            if (x->fe_flags & FIEMAP_EXTENT_LAST) last = 1;
+            if (hi > at) at = hi;
+            if (x->fe_flags & FIEMAP_EXTENT_UNWRITTEN || hi <= base || lo >= end) continue;
+            /* Slots whose open header [slot, slot + BLK_HDR_SIZE) meets [lo, hi). */
+            uint64_t from = lo > base + BLK_HDR_SIZE ? (lo - base - BLK_HDR_SIZE) / class_size + 1 : 0;
+            uint64_t to = (hi - base + class_size - 1) / class_size;
+            if (from < next_k) from = next_k;
+            if (to > n_slots) to = n_slots;
+            for (uint64_t k = from; k < to; k++) {
+                int rc = probe_slot(wal, seg, i, class_size, carve_id, (uint32_t)k, base + k * class_size);
+                if (rc) return rc;
+            }
+            if (to > next_k) next_k = (uint32_t)to;
+        }
+        if (last) break;
+    }
+    return n_slots;
+}
+
 /* Block i of seg, carved for class_size by carve carve_id: every slot whose open header
  * proves itself (crc, uuid, segment, block, slot, run size, carve: format.c "Small runs")
  * is a run. */
@@ -740,17 +839,19 @@ static int scan_carved(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_
     uint64_t base = SEG_HDR_SIZE + (uint64_t)i * wal->opt.block_size;
     uint64_t end = base + wal->opt.block_size;
     uint32_t n_slots = wal->opt.block_size / class_size;
+    int64_t from = scan_carved_written(wal, seg, i, class_size, carve_id, base, wal->opt.block_size);
+    if (from < 0) return (int)from;
     uint64_t data_to = 0; /* bytes from the slot below here are known to hold data */
-    for (uint32_t k = 0; k < n_slots; k++) {
+    for (uint32_t k = (uint32_t)from; k < n_slots; k++) {
         uint64_t off = base + (uint64_t)k * class_size;
-        blk_hdr_t h;
         if (off >= data_to) {
             /* Slots never written are holes where the file system reports them (ext4 keeps
-             * fallocate()d, unwritten extents as holes): they read as zeros and hold no run.
-             * Skip them without touching the mapping (a probe would put a zero page in the
-             * cache, and an open would map thousands): one SEEK_DATA/SEEK_HOLE pair per range
-             * of data, not a page fault per slot. Where holes are not reported (tmpfs keeps
-             * fallocate()d pages as data), every slot is probed, as a failed lseek does. */
+             * fallocate()d, unwritten extents as holes while the cache holds no page of
+             * them): they read as zeros and hold no run. Skip them without touching the
+             * mapping (a probe would put a zero page in the cache, and an open would map
+             * thousands): one SEEK_DATA/SEEK_HOLE pair per range of data, not a page fault
+             * per slot. Where holes are not reported (tmpfs keeps fallocate()d pages as
+             * data), every slot is probed, as a failed lseek does. */
             off_t d = lseek(seg->fd, (off_t)off, SEEK_DATA);
             if (d < 0 && errno == ENXIO) break;
             if (d < 0) {
@@ -765,24 +866,7 @@ static int scan_carved(walfs_t *wal, segment_t *seg, uint32_t i, uint32_t class_
                 data_to = hole < 0 ? end : (uint64_t)hole;
             }
         }
-        if (fmt_blk_parse(seg->map + off, wal, seg->id, i, BLK_KIND_OPEN, &h) != 0 ||
-            h.version != RUN_VERSION_SMALL || h.run_size != class_size || h.slot != k || h.carve_id != carve_id)
-            continue;
-        if (h.src_seg && seg_opened(wal, h.src_seg)) {
-            /* A cleaner's copy whose original's segment was never reclaimed (no SEGMENT_GONE:
-             * reclaim.c writes it only once the copies are durable): the original is in
-             * force, the copy is forgotten. */
-            char name[64];
-            seg_path(wal, seg->id, name, sizeof(name));
-            wal_log(wal, "%s/%s: block %u slot %u: a copy of a run of stream %u whose original is still in force "
-                         "(its segment was not reclaimed): %s", wal->dir, name, i, k, h.stream_no,
-                    wal->opt.read_only ? "ignored" : "dropped");
-            if (!wal->opt.read_only &&
-                ((rc = seg_zero(wal, seg, off, BLK_HDR_SIZE)) || (rc = seg_zero(wal, seg, off + BLK_SEAL_OFF, BLK_HDR_SIZE))))
-                return rc;
-            continue;
-        }
-        if ((rc = scan_run(wal, seg, i, off, &h))) return rc;
+        if ((rc = probe_slot(wal, seg, i, class_size, carve_id, k, off))) return rc;
     }
     return 0;
 }
@@ -936,10 +1020,16 @@ static int recover_unguarded(walfs_t *wal)
     if (rc) return rc;
     int v2 = wal->cat_version >= 2, unlinked = 0;
     /* The marks this open checks are those read before the scan: a read-only open's
-     * refreshes may bring marks of records appended after the scan. */
-    for (size_t i = 0; i < atomic_load(&wal->n_streams); i++) {
-        stream_t *s = stream_get(wal, (uint32_t)i);
-        s->check_floor = v2 ? s->floor_offset : 0;
+     * refreshes may bring marks of records appended after the scan (and streams defined
+     * after it, which have none to check). */
+    size_t ns0 = atomic_load(&wal->n_streams);
+    if (v2 && ns0) {
+        if (!(wal->check_floors = malloc(ns0 * sizeof(*wal->check_floors)))) {
+            free(ids);
+            return -ENOMEM;
+        }
+        wal->n_check_floors = ns0;
+        for (size_t i = 0; i < ns0; i++) wal->check_floors[i] = stream_get(wal, (uint32_t)i)->floor_offset;
     }
     for (size_t i = 0; i < wal->n_cat_segs; i++)
         if (wal->cat_segs[i].id >= wal->next_seg_id) wal->next_seg_id = wal->cat_segs[i].id + 1;
@@ -1032,9 +1122,15 @@ int recover(walfs_t *wal)
 {
     GUARD_BEGIN(NULL, {
         wal_damage(wal, "%s: I/O error (SIGBUS) reading segment data during recovery", wal->dir);
+        free(wal->check_floors);
+        wal->check_floors = NULL;
+        wal->n_check_floors = 0;
         return -EIO;
     });
     int rc = recover_unguarded(wal);
     GUARD_END();
+    free(wal->check_floors);
+    wal->check_floors = NULL;
+    wal->n_check_floors = 0;
     return rc;
 }

@@ -17,6 +17,7 @@ from pathlib import Path
 from conftest_mount import Mount, cli
 
 import walfs
+from walfs.fuse.nodes import StreamSet
 from walfs.local.topic_index import Stream, TopicIndex
 
 pytest_plugins = ["conftest_mount"]
@@ -70,6 +71,23 @@ def test_topic_index_partitions_of_single_and_many_partition_topics() -> None:
     assert ix.partitions(1, "b") == [0] and ix.get(1, "b", 0) is b0again
     ix.remove(a0)
     assert ix.partitions(1, "a") == [] and ix.get(1, "a", 0) is None and ix.by_no(0) is None
+
+
+def test_the_mounts_stream_set_is_a_set_of_topic_partition_pairs() -> None:
+    ss = StreamSet()
+    ss.update([("a", 0), ("b", 0), ("b", 2)])
+    ss.add(("c", 1))
+    ss.add(("a", 0))  # again: no second entry
+    assert ("a", 0) in ss and ("b", 2) in ss and ("c", 1) in ss
+    assert ("a", 1) not in ss and ("nope", 0) not in ss and "a" not in ss
+    assert len(ss) == 4 and sorted(ss) == [("a", 0), ("b", 0), ("b", 2), ("c", 1)]
+    assert ss.partitions() == {0, 1, 2} and ss.names(0) == ["a", "b"] and ss.names(7) == []
+    walk = iter(ss)
+    first = next(walk)
+    ss.discard(("c", 1))  # during a walk (the watcher's pass): no error, and it is left out
+    assert sorted([first, *walk]) == [("a", 0), ("b", 0), ("b", 2)]
+    ss.discard(("c", 1))
+    assert ss.partitions() == {0, 2} and len(ss) == 3
 
 
 def test_open_lists_every_stream_of_thousands(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 from walfs.engine.names import PARTITION_PREFIX
@@ -29,6 +30,63 @@ DIR_KINDS = frozenset({"root", "pdir", "consumers", "group", "gpdir"})
 PEEK_DIR = ".peek"
 
 Stream = tuple[str, int]
+
+
+class StreamSet:
+    """A set of streams (topic, partition) kept as a set of names per partition: a stream
+    costs its set entry, its name being the engine's own string (100,000 topics: a tuple
+    per stream would add 64 bytes to each; docs/operations.md "What a topic costs")."""
+
+    __slots__ = ("_by_partition",)
+
+    def __init__(self) -> None:
+        self._by_partition: dict[int, set[str]] = {}
+
+    def __contains__(self, stream: object) -> bool:
+        if not isinstance(stream, tuple) or len(stream) != 2:
+            return False
+        names = self._by_partition.get(stream[1])
+        return names is not None and stream[0] in names
+
+    def add(self, stream: Stream) -> None:
+        topic, partition = stream
+        names = self._by_partition.get(partition)
+        if names is None:
+            names = self._by_partition[partition] = set()
+        names.add(topic)
+
+    def update(self, streams: Iterable[Stream]) -> None:
+        by_partition = self._by_partition
+        for topic, partition in streams:
+            names = by_partition.get(partition)
+            if names is None:
+                names = by_partition[partition] = set()
+            names.add(topic)
+
+    def discard(self, stream: Stream) -> None:
+        topic, partition = stream
+        names = self._by_partition.get(partition)
+        if names is not None:
+            names.discard(topic)
+            if not names:
+                del self._by_partition[partition]
+
+    def __len__(self) -> int:
+        return sum(map(len, self._by_partition.values()))
+
+    def __iter__(self) -> Iterator[Stream]:
+        """A tuple made per stream as it goes; the set may change meanwhile (each partition's
+        names are copied when the walk reaches them: what was discarded before is left out)."""
+        for partition, names in list(self._by_partition.items()):
+            for topic in list(names):
+                yield topic, partition
+
+    def partitions(self) -> set[int]:
+        return set(self._by_partition)
+
+    def names(self, partition: int) -> list[str]:
+        """The topics of one partition, sorted."""
+        return sorted(self._by_partition.get(partition, ()))
 
 
 def parse_partition_dir(name: str) -> int | None:

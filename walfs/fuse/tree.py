@@ -30,7 +30,16 @@ from walfs.engine.names import CONSUMERS_DIR, MAX_NAME_BYTES, PARTITION_PREFIX
 from walfs.engine.types import StreamInfo
 from walfs.fuse.errnos import topic_name_error
 from walfs.fuse.invalidation import Invalidator
-from walfs.fuse.nodes import CONSUMERS, PEEK_DIR, ROOT, Node, Stream, parent_of, parse_partition_dir
+from walfs.fuse.nodes import (
+    CONSUMERS,
+    PEEK_DIR,
+    ROOT,
+    Node,
+    Stream,
+    StreamSet,
+    parent_of,
+    parse_partition_dir,
+)
 from walfs.fuse.page_push import mtime_ns as page_mtime_ns
 
 
@@ -47,7 +56,7 @@ class Tree:
         self._nodes: dict[int, Node] = {pyfuse3.ROOT_INODE: ROOT}
         self._next_ino = pyfuse3.ROOT_INODE + 1
         # Streams (topic, partition) known to exist (a cache of the engine's list).
-        self.streams: set[Stream] = set()
+        self.streams = StreamSet()
         self.made_partitions: set[int] = set()  # mkdir partition=<n> without streams yet
         self.groups: set[str] = set()
         self._inos_of_stream: dict[Stream, tuple[int, ...]] = {}  # see stream_inos
@@ -242,10 +251,10 @@ class Tree:
 
     def partitions(self) -> set[int]:
         # partition=0 always exists: it is the root's own topics under their other name.
-        return {0} | {p for _, p in self.streams} | self.made_partitions
+        return {0} | self.streams.partitions() | self.made_partitions
 
     def topics_in(self, partition: int) -> list[str]:
-        return sorted(t for t, p in self.streams if p == partition)
+        return self.streams.names(partition)
 
     def known_groups(self) -> set[str]:
         """Groups stored in the data directory (made, or deleted by Kafka's DeleteGroups,

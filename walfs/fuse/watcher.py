@@ -8,6 +8,8 @@ import errno
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from itertools import islice
 
 import pyfuse3
 import trio
@@ -52,8 +54,11 @@ class Watcher:
         self.tree = tree
         self.invalidator = invalidator
         self.pages = pages
-        self._seen_size: dict[Stream, int] = {}
-        self._to_look: list[Stream] = []  # the streams the next rounds look at (a slice each)
+        # The byte size each stream had when last looked at, by partition then topic (the
+        # topic's name is the engine's own string: no tuple a stream, 100,000 topics).
+        self._seen_size: dict[int, dict[str, int]] = {}
+        # The streams the next rounds look at (LOOK_PER_ROUND each); None: a new pass
+        self._to_look: Iterator[Stream] | None = None
         self._poked: set[Stream] = set()  # streams grown outside the handlers
         self._rewritten: dict[Stream, bool] = {}  # trimmed or deleted (True), by anyone
         self._generations = trio.Lock()  # bytes_changed
@@ -70,7 +75,7 @@ class Watcher:
         stream = (topic, partition)
         self.tree.mtime_ns[stream] = page_mtime_ns()  # steps: a new mtime drops cached pages
         if seen:
-            self._seen_size.pop(stream, None)  # the watcher re-reads it quietly
+            self._seen_size.get(partition, {}).pop(topic, None)  # the watcher re-reads it quietly
         if stream not in self.tree.streams:
             self.tree.add_stream(stream)
         self.invalidator.sizes(self.tree.stream_inos(stream))
@@ -147,10 +152,12 @@ class Watcher:
                     self._look_at(stream)
                 continue
             try:
-                if not self._to_look:
+                if self._to_look is None:
                     self.tree.refresh_streams()
-                    self._to_look = list(self.tree.streams)
-                look, self._to_look = self._to_look[:LOOK_PER_ROUND], self._to_look[LOOK_PER_ROUND:]
+                    self._to_look = iter(self.tree.streams)
+                look = list(islice(self._to_look, LOOK_PER_ROUND))
+                if len(look) < LOOK_PER_ROUND:
+                    self._to_look = None
                 # Trims nobody told of (an engine that does not call back for them).
                 trimmed = [st for st in look if st in self.tree.streams and self._look_at(st)]
                 for stream in trimmed:
@@ -163,10 +170,15 @@ class Watcher:
         current generation starts (a trim bytes_changed has not handled)."""
         info = self.engine.info(*stream)
         size = info.byte_size
-        if self._seen_size.get(stream) != size:
-            if stream in self._seen_size:
-                self.stream_changed(*stream, seen=False)
-                self.push(Node("topic", stream[1], stream[0]), size - self._seen_size[stream])
-            self._seen_size[stream] = size
+        topic, partition = stream
+        seen = self._seen_size.get(partition)
+        if seen is None:
+            seen = self._seen_size[partition] = {}
+        before = seen.get(topic)
+        if before != size:
+            if before is not None:
+                self.stream_changed(topic, partition, seen=False)
+                self.push(Node("topic", partition, topic), size - before)
+            seen[topic] = size
         base = self.tree.current_base(stream)
         return base is not None and info.low_byte != base

@@ -4,7 +4,9 @@ and consumers live in wal.py and its neighbours. The GIL is released in every C 
 
 import array
 import errno
+import functools
 import logging
+import struct
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
@@ -54,6 +56,19 @@ assert ffi.sizeof("walfs_rec_t") == REC_SIZE and [n for n, _ in _REC_FIELDS] == 
 assert [(f.offset, ffi.sizeof(f.type)) for _, f in _REC_FIELDS] == [
     (sum(int(u[2:]) for _, u in REC_LAYOUT[:i]), int(t[2:])) for i, (_, t) in enumerate(REC_LAYOUT)
 ]
+
+
+@functools.cache
+def _stream_id_head() -> struct.Struct:
+    """walfs_stream_id_t's fields before the name, as one struct (offsets from the cdef)."""
+    fields = [("stream_no", "I"), ("partition", "I"), ("org_id", "Q"), ("topic_hash", "16s")]
+    fields += [("deleted", "I"), ("name_len", "H")]
+    fmt, pos = "=", 0
+    for field, code in fields:
+        off = ffi.offsetof("walfs_stream_id_t", field)
+        fmt += (f"{off - pos}x" if off > pos else "") + code
+        pos = off + struct.calcsize("=" + code)
+    return struct.Struct(fmt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,23 +219,21 @@ class Engine:
         order: who they are, without their marks (walfs_stream_ids, 1,024 a call): the
         open's one pass over 100,000 streams."""
         first, ids = 0, ffi.new("walfs_stream_id_t[]", 1024)
+        size, at = ffi.sizeof("walfs_stream_id_t"), ffi.offsetof("walfs_stream_id_t", "name")
+        head = _stream_id_head()
         while True:
             h = self._enter()
             try:
                 n = self._check(lib.walfs_stream_ids(h, first, ids, 1024), "stream ids")
             finally:
                 self._exit()
-            for k in range(n):
-                i = ids[k]
-                name = ffi.unpack(i.name, i.name_len).decode("utf-8", "surrogateescape")
-                yield (
-                    i.stream_no,
-                    i.org_id,
-                    i.partition,
-                    bytes(ffi.buffer(i.topic_hash, 16)),
-                    name,
-                    bool(i.deleted),
-                )
+            # One copy of the batch and a struct unpack per stream: a cffi field read costs
+            # about as much as the whole unpack (100,000 streams at an open).
+            raw = ffi.buffer(ids, n * size)[:]
+            for k in range(0, n * size, size):
+                no, partition, org_id, thash, deleted, name_len = head.unpack_from(raw, k)
+                name = raw[k + at : k + at + name_len].decode("utf-8", "surrogateescape")
+                yield no, org_id, partition, thash, name, bool(deleted)
             if n < 1024:
                 return
             first += n

@@ -11,11 +11,14 @@ per (org, topic) of several partitions, so that partitions(), topics() and an or
 streams are set operations whose cost follows the answer, not the number of streams.
 
 Memory follows the count of streams (100,000 topics: docs/operations.md "What a topic
-costs"): a stream is one tuple (Stream) in a list by number and one entry of the name
-map; a topic with partition 0 alone (a file of the mount, the usual topic) has no entry
-of its own: only a topic with another partition keeps a bitmap of its streams.
+costs"): a stream is one tuple (Stream) in a list by number and one entry of its org's
+name map, keyed by the name itself for partition 0 (no key tuple: 80 bytes a stream) and by
+(name, partition) for the others; a topic with partition 0 alone (a file of the mount, the
+usual topic) has no entry of its own: only a topic with another partition keeps a bitmap of
+its streams.
 """
 
+import gc
 import logging
 import os
 import threading
@@ -43,7 +46,8 @@ class TopicIndex:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_no: list[Stream | None] = []  # stream numbers are dense: the core's table
-        self._by_name: dict[tuple[int, str, int], Stream] = {}
+        # org -> (name for partition 0, else (name, partition)) -> its stream: _key()
+        self._by_name: dict[int, dict[str | tuple[str, int], Stream]] = {}
         # (org, topic) -> its streams' numbers, for a topic with a partition other than 0
         # only (a topic of partition 0 alone is found in _by_name).
         self._topics: dict[tuple[int, str], BitMap] = {}
@@ -56,13 +60,16 @@ class TopicIndex:
                 self._by_no.extend([None] * (no + 1 - len(self._by_no)))
             self._by_no[no] = s
             org, name = s.org_id, s.name
-            self._by_name[(org, name, s.partition)] = s
+            names = self._by_name.get(org)
+            if names is None:
+                names = self._by_name[org] = {}
+            names[_key(name, s.partition)] = s
             bm = self._topics.get((org, name))
             if bm is not None:
                 bm.add(no)
             elif s.partition != 0:
                 bm = self._topics[(org, name)] = BitMap((no,))
-                zero = self._by_name.get((org, name, 0))
+                zero = names.get(name)
                 if zero is not None:
                     bm.add(zero.stream_no)
             orgs = self._orgs.get(org)
@@ -71,50 +78,81 @@ class TopicIndex:
             orgs.add(no)
 
     def add_all(self, streams: Iterable[Stream]) -> int:
-        """add() of many (the open's listing of every stream), under one lock; returns
-        how many."""
+        """add() of many (the open's listing of every stream, in number order), under one
+        lock; returns how many. The cyclic collector is off meanwhile: 100,000 new tuples
+        would run it (each run walking every object) a few dozen times, a third of the
+        listing's time; none of these objects is in a cycle."""
         n = 0
-        with self._lock:
-            by_no, by_name, topics = self._by_no, self._by_name, self._topics
-            nos: dict[int, list[int]] = {}
-            for s in streams:
-                no, org, name, partition = s.stream_no, s.org_id, s.name, s.partition
-                if no >= len(by_no):
-                    by_no.extend([None] * (no + 1 - len(by_no)))
+        was_on = gc.isenabled()
+        gc.disable()
+        try:
+            with self._lock:
+                n = self._add_all(streams)
+        finally:
+            if was_on:
+                gc.enable()
+        return n
+
+    def _add_all(self, streams: Iterable[Stream]) -> int:
+        n = 0
+        by_no, by_name, topics = self._by_no, self._by_name, self._topics
+        nos: dict[int, list[int]] = {}
+        names: dict[str | tuple[str, int], Stream] = {}
+        names_org = None
+        for s in streams:
+            no, org, name, partition = s.stream_no, s.org_id, s.name, s.partition
+            if no >= len(by_no):
+                if no > len(by_no):
+                    by_no.extend([None] * (no - len(by_no)))
+                by_no.append(s)
+            else:
                 by_no[no] = s
-                by_name[(org, name, partition)] = s
-                if partition != 0 or (org, name) in topics:
-                    bm = topics.get((org, name))
-                    if bm is None:
-                        bm = topics[(org, name)] = BitMap()
-                        zero = by_name.get((org, name, 0))
-                        if zero is not None:
-                            bm.add(zero.stream_no)
-                    bm.add(no)
-                org_nos = nos.get(org)
-                if org_nos is None:
-                    org_nos = nos[org] = []
-                org_nos.append(no)
-                n += 1
-            for org, got in nos.items():
-                orgs = self._orgs.get(org)
-                if orgs is None:
-                    orgs = self._orgs[org] = BitMap()
-                orgs.update(got)
+            if org != names_org:
+                of_org = by_name.get(org)
+                if of_org is None:
+                    of_org = by_name[org] = {}
+                names, names_org = of_org, org
+            if partition == 0:
+                names[name] = s
+            else:
+                names[(name, partition)] = s
+            if partition != 0 or (org, name) in topics:
+                bm = topics.get((org, name))
+                if bm is None:
+                    bm = topics[(org, name)] = BitMap()
+                    zero = names.get(name)
+                    if zero is not None:
+                        bm.add(zero.stream_no)
+                bm.add(no)
+            org_nos = nos.get(org)
+            if org_nos is None:
+                org_nos = nos[org] = []
+            org_nos.append(no)
+            n += 1
+        for org, got in nos.items():
+            orgs = self._orgs.get(org)
+            if orgs is None:
+                orgs = self._orgs[org] = BitMap()
+            orgs.update(got)
         return n
 
     def remove(self, s: Stream) -> None:
         with self._lock:
             if s.stream_no < len(self._by_no):
                 self._by_no[s.stream_no] = None
-            if self._by_name.get((s.org_id, s.name, s.partition)) is s:
-                del self._by_name[(s.org_id, s.name, s.partition)]
+            names = self._by_name.get(s.org_id)
+            key = _key(s.name, s.partition)
+            if names is not None and names.get(key) is s:
+                del names[key]
             for bm in (self._topics.get((s.org_id, s.name)), self._orgs.get(s.org_id)):
                 if bm is not None:
                     bm.discard(s.stream_no)
 
     def get(self, org_id: int, name: str, partition: int) -> Stream | None:
-        return self._by_name.get((org_id, name, partition))
+        names = self._by_name.get(org_id)
+        if names is None:
+            return None
+        return names.get(name if partition == 0 else (name, partition))
 
     def by_no(self, stream_no: int) -> Stream | None:
         return self._by_no[stream_no] if 0 <= stream_no < len(self._by_no) else None
@@ -136,9 +174,14 @@ class TopicIndex:
         with self._lock:
             bm = self._topics.get((org_id, name))
             if bm is None:
-                return [0] if (org_id, name, 0) in self._by_name else []
+                return [0] if name in self._by_name.get(org_id, {}) else []
             by_no = self._by_no
             return sorted(s.partition for s in map(by_no.__getitem__, bm) if s is not None)
+
+
+def _key(name: str, partition: int) -> str | tuple[str, int]:
+    """A stream's key in its org's name map: its name for partition 0, else (name, partition)."""
+    return name if partition == 0 else (name, partition)
 
 
 def drop_legacy_snapshot(dir_path: str) -> None:
