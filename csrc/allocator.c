@@ -2,7 +2,8 @@
  * the oldest segment with room, so holes left by recovery are reused.
  *
  * Size classes (issue 35: a stream costs what it holds): a stream's first run is a small
- * run of SMALL_RUN_MIN (4 KiB) bytes, each next one SMALL_RUN_GROWTH (4) times larger,
+ * run of SMALL_RUN_MIN (4 KiB) bytes, each next one SMALL_RUN_GROWTH (4) times larger
+ * when appends filled the last one (run_growth_base: a session's open starts new runs),
  * while a block holds at least SMALL_SLOTS_MIN runs of the class; from there on its runs
  * are block runs as before. A record too large for the class takes the smallest class that
  * holds it (or block runs). Small runs of one class live in a CARVED block: the block's
@@ -44,6 +45,21 @@ uint64_t run_size_for(const walfs_t *wal, uint64_t prev, uint64_t need)
     for (uint64_t c = SMALL_RUN_MIN; c * SMALL_SLOTS_MIN <= wal->opt.block_size; c *= SMALL_RUN_GROWTH)
         if (c >= want && (!prev || small_class(wal, prev))) return c;
     return (uint64_t)blocks_needed(wal, need) * wal->opt.block_size;
+}
+
+/* The run size a stream's next run grows from, when its last run takes nothing more: that
+ * run's own size when appends filled it (at least half of it used), else the class below
+ * the one that holds what it holds. A writer's open starts new runs (the gids of a new
+ * epoch do not fit an older run's slots), so a stream that gets a few records a session
+ * would otherwise climb a class each session (4 KiB, 16 KiB, ... a 10 MiB block per
+ * session after five); this way it takes, each session, the class its records need. 0:
+ * start from the smallest class. used: the run's bytes of records, headers and slots. */
+uint64_t run_growth_base(const walfs_t *wal, uint64_t run_size, uint64_t used)
+{
+    if (used * 2 >= run_size) return run_size;
+    for (uint64_t c = SMALL_RUN_MIN; c * SMALL_SLOTS_MIN <= wal->opt.block_size; c *= SMALL_RUN_GROWTH)
+        if (c >= used) return c == SMALL_RUN_MIN ? 0 : c / SMALL_RUN_GROWTH;
+    return run_size;
 }
 
 uint32_t seg_runs_used(const segment_t *seg)

@@ -136,7 +136,8 @@
  * Small runs (run header version 2; allocator.c): a stream's first runs are smaller than a
  * block, in size classes 4096 * 4^k bytes while a block holds at least 4 of them (with
  * 10 MiB blocks: 4, 16, 64, 256 KiB and 1 MiB); each next run of a stream is one class
- * larger (or the class that holds its first record), then block runs as above. Small runs
+ * larger when appends filled the last one, else the class that holds what the last one
+ * holds (or the class that holds its first record), then block runs as above. Small runs
  * of one class live in a CARVED block, cut into slots of the class (slot k at block byte
  * k * class); a small run has exactly the layout of a block run above (headers at 0, 256,
  * 512, records from 1024, slots from its end), relative to its slot.

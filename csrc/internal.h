@@ -411,6 +411,8 @@ uint32_t blocks_needed(const walfs_t *wal, uint64_t bytes);
 /* The size of a stream's next run: prev is its last run's size (0: none), need the bytes
  * the record that opens it takes (header, body, slot). */
 uint64_t run_size_for(const walfs_t *wal, uint64_t prev, uint64_t need);
+/* The size a stream's next run grows from after its last run (allocator.c). */
+uint64_t run_growth_base(const walfs_t *wal, uint64_t run_size, uint64_t used);
 /* 1 if size is one of the WAL's small-run classes. */
 int small_class(const walfs_t *wal, uint64_t size);
 /* Recovery: marks block i of seg carved with class_size (0, or -ENOMEM); marks slot used. */

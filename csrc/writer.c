@@ -247,7 +247,8 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
 
     pthread_mutex_lock(&s->lock);
     block_t *cur = s->n_blocks && !s->blocks[s->n_blocks - 1]->full ? s->blocks[s->n_blocks - 1] : NULL;
-    uint64_t last_size = s->n_blocks ? s->blocks[s->n_blocks - 1]->run_size : 0;
+    const block_t *last = s->n_blocks ? s->blocks[s->n_blocks - 1] : NULL;
+    uint64_t last_size = last ? run_growth_base(wal, last->run_size, last->data_end + last->count * SLOT_SIZE) : 0;
     uint64_t offset = s->next_offset, byte = s->next_byte;
     int64_t ts = now_ms();
     if (ts < s->last_ts) ts = s->last_ts;
@@ -262,8 +263,10 @@ static int append_bodies(walfs_t *wal, stream_t *s, uint32_t n, const uint8_t **
                    first_gid + i - cur->first_gid <= UINT32_MAX;
         if (!fits) {
             block_t *b;
-            /* The next size class after the stream's last run (allocator.c). */
-            uint64_t size = run_size_for(wal, cur ? cur->run_size : last_size, need + SLOT_SIZE);
+            /* The next size class after the stream's last run (allocator.c): after the
+             * run this session filled, or what a run of an earlier session holds. */
+            uint64_t base = cur ? run_growth_base(wal, cur->run_size, d_end + cnt * SLOT_SIZE) : last_size;
+            uint64_t size = run_size_for(wal, base, need + SLOT_SIZE);
             if (!nowait) {
                 pthread_mutex_lock(&wal->lock);
                 rc = alloc_run(wal, stream_no, size, &b);

@@ -262,6 +262,28 @@ def test_a_directory_of_block_runs_in_whole_preallocated_segments_opens_as_it_is
     w.close()
 
 
+def test_a_stream_appended_a_little_each_session_keeps_to_the_class_it_needs(wal_dir):
+    """A writer's open starts new runs (a new epoch's gids do not fit an older run's slots).
+    A stream given one record a session takes a 4 KiB run each session, not the next class
+    each time (after five sessions that was a block per session); a stream that fills its
+    runs still climbs the classes within a session."""
+    for n in range(8):
+        w = walfs.Wal(wal_dir, fsync="never", **GEO)
+        for k in range(50):
+            w.append(f"t{k}", payload(f"t{k}", n))
+        w.append("grows", [payload("grows", n * 1000 + j, size=500) for j in range(1000)])
+        w.close()
+    classes = sorted({c for _f, _i, c in carved_blocks(wal_dir, GEO["block_size"])})
+    assert classes == [4096, 16384, 65536, 262144]  # "grows" climbs; the small ones stay at 4 KiB
+    # 50 streams x 8 runs of 4 KiB: two carved 1 MiB blocks of that class (256 slots each)
+    assert len([c for _f, _i, c in carved_blocks(wal_dir, GEO["block_size"]) if c == 4096]) == 2
+    w = walfs.Wal(wal_dir, read_only=True)
+    for k in range(50):
+        assert w.read(f"t{k}", 0, max_records=20) == [payload(f"t{k}", n) for n in range(8)]
+    assert w.info("grows").high_watermark == 8000
+    w.close()
+
+
 def test_trimmed_small_streams_let_their_segment_go(wal_dir):
     geo = {"segment_size": 1 << 20, "block_size": 64 << 10}  # 15 blocks: classes 4 and 16 KiB
     w = walfs.Wal(wal_dir, fsync="never", reclaim_interval_s=3600, **geo)

@@ -283,17 +283,18 @@ def test_torn_tail_after_a_power_cut_is_still_cut(open_wal, wal_dir):
 
 def test_frontier_survives_many_sync_rounds_and_reopens(open_wal, wal_dir):
     # Each session starts a new run (runs 0 and 1 get sealed at the next open); the last
-    # run, unsealed, holds records 80..119 and its frontier.
+    # run, unsealed, holds records 80..119 and its frontier. 8 KiB blocks have no small-run
+    # classes: session k's run is block k.
     for round_ in range(3):
-        w = open_wal(fsync="always")
+        w = open_wal(fsync="always", block_size=8192)
         for i in range(40):
             w.append("t", b"r%d-%d" % (round_, i))
         w.close()
-    w = open_wal()
+    w = open_wal(block_size=8192)
     assert w.info("t").high_watermark == 120
     w.close()
-    flip(os.path.join(wal_dir, seg_name(1)), record_pos(wal_dir, 10, block=2) + 36)
-    w = open_wal()
+    flip(os.path.join(wal_dir, seg_name(1)), record_pos(wal_dir, 10, block=2, block_size=8192) + 36)
+    w = open_wal(block_size=8192)
     assert w.engine.report()["quarantined"] == 1
     with pytest.raises(walfs.CorruptRecordError, match="offset 90"):
         w.read("t", 90)
