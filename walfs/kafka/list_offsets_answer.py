@@ -21,7 +21,7 @@ import struct
 from collections.abc import Sequence
 
 from walfs.kafka.messages import ErrorCode, build, encode_response, response_module
-from walfs.kafka.metadata_answer import kio_bytes, wire_count, wire_string
+from walfs.kafka.metadata_answer import kio_bytes, split_at_marker, wire_count, wire_string
 
 FLEXIBLE_FROM = 6
 LEADER_EPOCH_FROM = 4
@@ -44,12 +44,10 @@ def encode_list_offsets_answer(correlation_id: int, version: int, topics: Sequen
     flexible = version >= FLEXIBLE_FROM
     marker = build(mod.ListOffsetsTopicResponse, name=_MARK, partitions=())
     shell = encode_response(correlation_id, build(mod.ListOffsetsResponse, topics=(marker,)))
-    assert isinstance(shell, bytes | bytearray)  # no field large enough to go by reference
-    one = wire_count(1, flexible) + kio_bytes(mod.ListOffsetsTopicResponse, marker)
-    at = shell.find(one)
-    if at < 0 or shell.find(one, at + 1) >= 0:
-        raise AssertionError("the marker topic is not found once in the ListOffsets answer")
-    parts = [shell[:at], wire_count(len(topics), flexible)]
+    head, tail = split_at_marker(
+        shell, wire_count(1, flexible) + kio_bytes(mod.ListOffsetsTopicResponse, marker)
+    )
+    parts = [head, wire_count(len(topics), flexible)]
     add = parts.append
     if version >= LEADER_EPOCH_FROM:
         pack = _PART_EPOCH.pack
@@ -68,5 +66,5 @@ def encode_list_offsets_answer(correlation_id: int, version: int, topics: Sequen
             add(wire_count(len(answers), False))
             for p, error, ts, offset in answers:
                 add(pack(p, error.value, ts, offset))
-    parts.append(shell[at + len(one) :])
+    parts.append(tail)
     return b"".join(parts)

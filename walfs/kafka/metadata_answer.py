@@ -79,6 +79,16 @@ def kio_bytes(cls: type, value: Any) -> bytes:
     return out.getvalue()
 
 
+def split_at_marker(shell: object, one: bytes) -> tuple[bytes, bytes]:
+    """The bytes of an answer encoded (by kio) around one marker entry, before and after
+    `one` (the count 1 and the marker's bytes), where the real entries go."""
+    assert isinstance(shell, bytes | bytearray)  # no field large enough to go by reference
+    at = shell.find(one)
+    if at < 0 or shell.find(one, at + 1) >= 0:
+        raise AssertionError("the marker entry is not found once in the answer")
+    return bytes(shell[:at]), bytes(shell[at + len(one) :])
+
+
 @lru_cache(maxsize=1024)
 def _tail(version: int, error: ErrorCode, count: int, partitions: Partitions) -> bytes:
     """A topic entry's bytes after its name, for this version, error and count."""
@@ -101,12 +111,10 @@ def encode_metadata_answer(
     flexible = version >= FLEXIBLE_FROM
     marker = topic_entry(mod, _MARK, ErrorCode.none, ())
     shell = encode_response(correlation_id, build(mod.MetadataResponse, topics=(marker,), **envelope))
-    assert isinstance(shell, bytes | bytearray)  # no field large enough to go by reference
-    one = wire_count(1, flexible) + kio_bytes(mod.MetadataResponseTopic, marker)
-    at = shell.find(one)
-    if at < 0 or shell.find(one, at + 1) >= 0:
-        raise AssertionError("the marker topic is not found once in the Metadata answer")
-    parts = [shell[:at], wire_count(len(entries), flexible)]
+    head, tail = split_at_marker(
+        shell, wire_count(1, flexible) + kio_bytes(mod.MetadataResponseTopic, marker)
+    )
+    parts = [head, wire_count(len(entries), flexible)]
     add = parts.append
     around: dict[tuple[ErrorCode, int], tuple[bytes, bytes]] = {}  # (error, count) -> (head, tail)
     for name, error, count in entries:
@@ -120,7 +128,7 @@ def encode_metadata_answer(
         add(bytes((n + 1,)) if flexible and n < 127 else wire_length(n, flexible))
         add(raw)
         add(head_tail[1])
-    parts.append(shell[at + len(one) :])
+    parts.append(tail)
     return b"".join(parts)
 
 
