@@ -68,6 +68,9 @@ def write_many_durable(files: Sequence[tuple[str, bytes]], *, then_fsync: Iterab
     own, ~4 ms here), then renamed over its file; then one fsync of each directory, then of
     `then_fsync`. Each file is replaced atomically, as by write_durable; when this raises,
     some may be replaced and others not (the temporary files left are removed)."""
+    if len(files) == 1:  # one file (a single commit): no threads
+        write_durable(*files[0], then_fsync=then_fsync)
+        return
     ident = threading.get_ident()
     with ThreadPoolExecutor(max_workers=FSYNC_THREADS) as pool:
         for at in range(0, len(files), MANY_AT_ONCE):

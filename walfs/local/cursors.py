@@ -367,30 +367,7 @@ class CursorStore:
     ) -> bool:
         """Sets the cursor and its metadata (only forward with advance_only: the check and
         the write are one step under the store's lock). Returns whether it changed."""
-        path = self._path(group, key)
-        if self.read_only:
-            raise ReadOnlyError(f"cannot commit {path}: the WAL is open read-only")
-        data = _encode(group, key, offset, metadata)
-        gdir = os.path.dirname(path)
-        with self._lock:
-            if advance_only:
-                current = self.get(group, key)
-                if current is not None and current >= offset:
-                    return False
-            listed = self._manifest()
-            new_key = key not in listed.get(group, ())
-            if new_key and not os.path.exists(self.manifest_path):
-                self._write_manifest(listed)  # a file beside no manifest would be damage
-            new_dir = not os.path.isdir(gdir)
-            os.makedirs(gdir, exist_ok=True)
-            write_durable(path, data, then_fsync=(self.root,) if new_dir else ())
-            if new_key:  # listed once it exists: a crash before leaves it unlisted, not missing
-                listed.setdefault(group, set()).add(key)
-                self._write_manifest(listed)
-            org = key_org(key)
-            if self._orgs is not None and org is not None:
-                self._orgs.setdefault(group, set()).add(org)
-        return True
+        return self.put_many(group, [(key, offset, metadata)], advance_only=advance_only)[0]
 
     def put_many(
         self, group: str, items: list[tuple[str, int, str]], *, advance_only: bool = False
@@ -402,7 +379,8 @@ class CursorStore:
         manifest rewrites (each listing every file: quadratic). Returns, per item, whether
         it changed. A key given twice keeps its last item."""
         if self.read_only:
-            raise ReadOnlyError(f"cannot commit in {self.root}: the WAL is open read-only")
+            where = self._path(group, items[0][0]) if len(items) == 1 else self.root
+            raise ReadOnlyError(f"cannot commit {where}: the WAL is open read-only")
         last = {key: k for k, (key, _o, _m) in enumerate(items)}
         with self._lock:
             changed = [False] * len(items)
