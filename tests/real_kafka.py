@@ -94,6 +94,8 @@ class KafkaCluster:
     restarted by index (`kill(i)`, `restart(i)`) to test failover. `host` is the address
     the brokers listen on and advertise to clients (loopback by default; another local
     address for clients in other network namespaces); the controllers stay on loopback.
+    `controllers` nodes (all by default) are KRaft controllers as well as brokers; the others
+    are brokers only (a cluster of many brokers keeps a small quorum). `heap` is each node's.
     """
 
     def __init__(
@@ -105,8 +107,10 @@ class KafkaCluster:
         directory: Path | None = None,
         base_port: int | None = None,
         host: str = "127.0.0.1",
+        controllers: int | None = None,
     ) -> None:
         self.n = nodes
+        self.controllers = nodes if controllers is None else max(1, min(nodes, controllers))
         self.host = host
         self.extra = extra or {}
         self.heap = heap
@@ -130,13 +134,17 @@ class KafkaCluster:
     def _properties(self, i: int) -> str:
         rf = str(min(3, self.n))
         isr = str(2 if self.n >= 3 else 1)
-        voters = ",".join(f"{k + 1}@127.0.0.1:{p}" for k, p in enumerate(self.controller_ports))
+        voters = ",".join(
+            f"{k + 1}@127.0.0.1:{p}" for k, p in enumerate(self.controller_ports[: self.controllers])
+        )
         port, cport = self.ports[i], self.controller_ports[i]
+        controller = i < self.controllers
         props = {
-            "process.roles": "broker,controller",
+            "process.roles": "broker,controller" if controller else "broker",
             "node.id": str(i + 1),
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://{self.host}:{port},CONTROLLER://127.0.0.1:{cport}",
+            "listeners": f"PLAINTEXT://{self.host}:{port}"
+            + (f",CONTROLLER://127.0.0.1:{cport}" if controller else ""),
             "advertised.listeners": f"PLAINTEXT://{self.host}:{port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
@@ -185,7 +193,7 @@ class KafkaCluster:
         return self
 
     def _spawn(self, i: int) -> None:
-        heap = self.heap if self.n == 1 else "512m"
+        heap = self.heap
         log = open(self.dir / f"node{i + 1}.log", "ab")  # noqa: SIM115 (lives as long as the node)
         self.procs[i] = subprocess.Popen(
             [

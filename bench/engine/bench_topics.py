@@ -25,7 +25,10 @@ records), in a fresh data directory:
   (tests/real_kafka.py), the same topics made with the admin API (batches of 1,000), the
   same records produced, `du` of its log directory per topic (after a flush: the JVM's page
   cache pages count once they are allocated), and the same Metadata and ListOffsets.
-  Only up to --kafka-max topics (default 10,000: one JVM with 1 GiB of heap).
+  Only up to --kafka-max topics (default 10,000). A broker here holds at most 12,500
+  partitions (one open file each, and the hard RLIMIT_NOFILE is 20,000): past that the
+  baseline is a cluster of brokers (up to 3 of them KRaft controllers), each topic with one
+  replica. Records go out as one batch per topic, many topics per Produce request.
 
 --block-size/--segment-size: the geometry of the new WALs (default: the engine's). On a
 layout with one 10 MiB block per stream, 10,000 topics take 100 GB: run the larger counts
@@ -57,6 +60,7 @@ RECORD = b"0123456789abcde"  # 15 bytes + the mount's newline: 16
 # Children run here (main sets it to the run's temporary directory): `python -c` and `-m` put
 # their working directory first on sys.path, and the walfs under test is PYTHONPATH's.
 CWD: dict[str, Path] = {}
+KAFKA_PER_BROKER: dict[str, int] = {}  # --kafka-per-broker
 MOUNT_MADE = 10_000  # topics made through the mount at most (mount())
 
 
@@ -368,16 +372,107 @@ def mount(base: Path, n: int, r: int, geometry: dict[str, int]) -> dict[str, Any
 
 
 # -- Apache Kafka, the baseline -------------------------------------------------------------
-def kafka(_base: Path, n: int, r: int, _geometry: dict[str, int]) -> dict[str, Any]:
-    from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
-    from real_kafka import KafkaBroker
+def kafka_nodes(n: int) -> int:
+    """How many brokers hold `n` partitions here: a Kafka broker keeps a file open for every
+    partition's active segment, and a process here may open at most the hard RLIMIT_NOFILE
+    (20,000; no CAP_SYS_RESOURCE to raise it). So at most 5/8 of it per broker, the rest for
+    the JVM, sockets and the files a broker opens at a time: 12,500 partitions."""
+    import resource
 
-    out: dict[str, Any] = {}
-    with KafkaBroker(heap="1g", extra={"auto.create.topics.enable": "false"}) as k:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:  # the JVM raises its soft limit to the hard one itself; so does this
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return -(-n // (KAFKA_PER_BROKER.get("most") or hard * 5 // 8))
+
+
+def kafka_produce(admin: Any, n: int, r: int) -> None:
+    """Every topic's r records as one batch, many topics per Produce request (acks=all), sent
+    with kio (tests/kafka_wire.py) to each topic's leader: librdkafka looks a topic up in a
+    list, so its producer's cost grows with the square of the topic count (156 s for 10,000
+    topics of one record; 100,000 would take hours), and the broker's work is the same."""
+    from kafka_wire import Wire
+
+    from walfs.wire.record_batch import WireRecord, encode_records_for_test
+
+    md = admin.list_topics(timeout=600)
+    by_leader: dict[int, list[str]] = {}
+    for i in range(n):
+        by_leader.setdefault(md.topics[name(i)].partitions[0].leader, []).append(name(i))
+    now = int(time.time() * 1000)
+    batch = encode_records_for_test([WireRecord(None, RECORD, [], now) for _ in range(r)])
+    per = max(1, min(1000, (4 << 20) // len(batch)))  # topics per request: at most ~4 MiB
+    # A broker lists a topic a little before it leads it (NOT_LEADER_OR_FOLLOWER): those
+    # are sent again, until every record is acknowledged or 10 minutes passed.
+    deadline = time.monotonic() + 600
+    for leader, names in by_leader.items():
+        b = md.brokers[leader]
+        with Wire(f"{b.host}:{b.port}") as w:
+            todo = names
+            while todo:
+                again: list[str] = []
+                for lo in range(0, len(todo), per):
+                    again += produce_once(w, todo[lo : lo + per], batch)
+                if again and time.monotonic() > deadline:
+                    raise RuntimeError(f"Produce: {len(again)} topics still not led, e.g. {again[:3]}")
+                if again:
+                    time.sleep(0.5)
+                todo = again
+
+
+def produce_once(w: Any, names: list[str], batch: bytes) -> list[str]:
+    """One Produce of `batch` to partition 0 of each topic; returns the topics whose leader
+    was not ready; raises on any other error."""
+    import datetime
+
+    from kafka_wire import make
+
+    topics = tuple(
+        make(
+            0,
+            9,
+            "TopicProduceData",
+            name=t,
+            partition_data=(make(0, 9, "PartitionProduceData", index=0, records=batch),),
+        )
+        for t in names
+    )
+    req = make(
+        0,
+        9,
+        "ProduceRequest",
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=120),
+        topic_data=topics,
+    )
+    resp = w.call(0, 9, req)
+    answered = [(t.name, p.error_code) for t in resp.responses for p in t.partition_responses]
+    if len(answered) != len(names):
+        raise RuntimeError(f"Produce: {len(answered)} answers to {len(names)}")
+    retry = [t for t, e in answered if e in (6, 3)]  # NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION
+    bad = [(t, e) for t, e in answered if e not in (0, 6, 3)]
+    if bad:
+        raise RuntimeError(f"Produce answered errors: {bad[:3]}")
+    return retry
+
+
+def kafka(_base: Path, n: int, r: int, _geometry: dict[str, int]) -> dict[str, Any]:
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from real_kafka import KafkaCluster
+
+    out: dict[str, Any] = {"brokers": kafka_nodes(n)}
+    # One broker, or a cluster of brokers-only behind up to 3 KRaft controllers; every topic
+    # has one replica, as a walfs topic has one copy.
+    extra = {"auto.create.topics.enable": "false", "min.insync.replicas": "1"}
+    nodes = out["brokers"]
+    with KafkaCluster(nodes, extra, heap="1g" if nodes == 1 else "2g", controllers=min(3, nodes)) as k:
         admin = AdminClient({"bootstrap.servers": k.bootstrap})
-        logs = k.dir / "node1"
-        before = du(logs)
+
+        def logs() -> dict[str, int]:  # every node's log directory (not its console log)
+            each = [du(k.dir / f"node{i + 1}") for i in range(nodes)]
+            return {key: sum(d[key] for d in each) for key in each[0]}
+
+        before = logs()
         t0 = time.perf_counter()
         for lo in range(0, n, 1000):
             futs = admin.create_topics(
@@ -388,39 +483,21 @@ def kafka(_base: Path, n: int, r: int, _geometry: dict[str, int]) -> dict[str, A
         out["create_topics_s"] = time.perf_counter() - t0
         # The broker lists a topic once its metadata reached it, a little after the
         # controller answered CreateTopics.
-        deadline = time.monotonic() + 600
-        while len([t for t in admin.list_topics(timeout=60).topics if t.startswith("t")]) < n:
+        deadline = time.monotonic() + 3600
+        while len([t for t in admin.list_topics(timeout=600).topics if t.startswith("t")]) < n:
             if time.monotonic() > deadline:
                 raise RuntimeError("Kafka does not list every topic made")
             time.sleep(0.5)
         out["topics_listed_s"] = time.perf_counter() - t0
-        failed: list[str] = []
-
-        def delivered(err: Any, _msg: Any) -> None:
-            if err is not None:
-                failed.append(str(err))
-
-        conf = {"bootstrap.servers": k.bootstrap, "linger.ms": 5, "acks": "all", "on_delivery": delivered}
-        prod = Producer(conf)
         t0 = time.perf_counter()
-        for i in range(n):
-            for _ in range(r):
-                while True:
-                    try:
-                        prod.produce(name(i), RECORD)
-                        break
-                    except BufferError:
-                        prod.poll(0.1)
-            prod.poll(0)
-        left = prod.flush(600)
-        if left or failed:
-            raise RuntimeError(f"{left} records not acknowledged, {len(failed)} failed: {failed[:3]}")
+        kafka_produce(admin, n, r)
         out["produce_s"] = time.perf_counter() - t0
         out["creates_per_s"] = n / (out["create_topics_s"] + out["produce_s"])
         out["kafka"] = kafka_requests(k.bootstrap, n)
         subprocess.run(["sync"], check=False)
-        out["rss_bytes"], out["anon_bytes"] = rss(k.pid()), anon(k.pid())
-        out["disk"] = du(logs)
+        out["rss_bytes"] = sum(rss(k.pid(i)) for i in range(nodes))
+        out["anon_bytes"] = sum(anon(k.pid(i)) for i in range(nodes))
+        out["disk"] = logs()
         out["disk_before_topics"] = before
         out["du_per_topic_bytes"] = (out["disk"]["du_bytes"] - before["du_bytes"]) / n
     return out
@@ -434,6 +511,12 @@ def main() -> None:
     ap.add_argument("--segment-size", type=int, default=None)
     ap.add_argument("--faces", default="api,mount,kafka")
     ap.add_argument("--kafka-max", type=int, default=10_000)
+    ap.add_argument(
+        "--kafka-per-broker",
+        type=int,
+        default=0,
+        help="partitions per broker (default: 5/8 of RLIMIT_NOFILE)",
+    )
     ap.add_argument("--max-records", type=int, default=10_000_000, help="skip runs of more records in all")
     ap.add_argument("--dir", default=None)
     ap.add_argument("--out", default=None)
@@ -443,6 +526,7 @@ def main() -> None:
     if a.quick:
         a.counts, a.records, a.kafka_max = "1000,10000", "1", 1000
         a.block_size = a.block_size or 64 << 10
+    KAFKA_PER_BROKER["most"] = a.kafka_per_broker
     counts = [int(x) for x in a.counts.split(",")]
     records = [int(x) for x in a.records.split(",")]
     faces = a.faces.split(",")
