@@ -277,7 +277,7 @@ def damage_data(d: str, rng: random.Random, areas: dict[str, list[tuple[int, int
 # -- the check, in a child ----------------------------------------------------------------
 # The Python layer's files kept twice (issue 36): each damage of damage_one_copy hits one
 # copy of one of them, and a case must then read back whole (a refused open is a failure).
-MIRRORED = ("topics.conf", "cursors.manifest")
+MIRRORED = ("topics.conf", "cursors.manifest", "cursors.manifest.journal")
 
 
 def damage_one_copy(d: str, rng: random.Random) -> list[str]:

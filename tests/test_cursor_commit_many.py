@@ -8,7 +8,6 @@ leaves no damage; real Kafka clients commit and read back."""
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
@@ -24,6 +23,8 @@ import walfs
 from walfs.engine.capabilities import CommitMany, has
 from walfs.engine.types import MAX_METADATA_BYTES
 from walfs.errors import OffsetOutOfRangeError
+from walfs.local.cursor_manifest import CursorManifest
+from walfs.local.recovery_log import Heals
 
 N = 2_000
 
@@ -36,10 +37,11 @@ def made(d: str, n: int) -> walfs.Wal:
 
 
 def manifest_seq(d: str) -> int:
-    with open(os.path.join(d, "cursors.manifest"), "rb") as f:
-        head = f.read(20)
-    assert head[:8] == b"WALFSCMF"
-    return int.from_bytes(head[12:20], "little")
+    """The manifest's sequence as a reader finds it: every change increments it (a journal
+    frame, or a new base)."""
+    m = CursorManifest(d, True, Heals(True))
+    assert m.read() is not None
+    return m.seq
 
 
 def test_commit_many_keeps_the_rule_per_entry_and_lists_every_file_once(wal_dir):

@@ -119,7 +119,14 @@ def damage(wal_dir: str, copy: str, fault: str) -> str:
     return path
 
 
-MIRRORED = ["topics.conf", "topics.conf.mirror", "cursors.manifest", "cursors.manifest.mirror"]
+MIRRORED = [
+    "topics.conf",
+    "topics.conf.mirror",
+    "cursors.manifest",
+    "cursors.manifest.mirror",
+    "cursors.manifest.journal",
+    "cursors.manifest.journal.mirror",
+]
 CASES = [(c, f) for c in MIRRORED for f in ("flip", "zero4k", "delete")] + [
     (f"cursor {g} {slot}", f)
     for g in ("plain", "meta")
@@ -218,11 +225,21 @@ def replace(src, dst):
         os.kill(os.getpid(), signal.SIGKILL)
     real(src, dst)
 
+def open_(path, flags, *args):
+    if path.endswith(".journal.mirror"):  # a frame is in the first copy, not the second: killed
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_open(path, flags, *args)
+
 durable_file.os.replace = replace
+real_open = os.open
+os.open = open_
 what = sys.argv[2]
 if what == "setting":
     w.retention("c", retention_ms=5)
 elif what == "new cursor":
+    w.commit("new", "c", 4)
+elif what == "compaction":  # the next change compacts (as after a failed append): killed between its bases
+    w.engine.cursors._m._clean = False
     w.commit("new", "c", 4)
 else:
     w.engine.forget("meta", "b")
@@ -249,15 +266,19 @@ def test_crash_between_the_two_copies_of_topics_conf(wal_dir, newer_damaged):
         assert w.engine.healed_copies() == []
 
 
-@pytest.mark.parametrize("what", ["new cursor", "forget"])
+@pytest.mark.parametrize("what", ["new cursor", "forget", "compaction"])
 @pytest.mark.parametrize("newer_damaged", [False, True])
 def test_crash_between_the_two_copies_of_the_manifest(wal_dir, what, newer_damaged):
+    """A change is a journal frame appended to both copies, or a compaction's new base
+    written to both (walfs/local/cursor_manifest.py); a crash between the two copies leaves
+    one newer, and the newer one damaged leaves the older, which is read as it is."""
     build(wal_dir)
     crash_between(wal_dir, what)
     if newer_damaged:  # the older copy: the file-side step lies outside the window (cursors.py)
-        flip(os.path.join(wal_dir, "cursors.manifest"), 30)
+        newer = "cursors.manifest" if what == "compaction" else "cursors.manifest.journal"
+        flip(os.path.join(wal_dir, newer), 30)
     with walfs.Wal(wal_dir, **SMALL) as w:
-        if what == "new cursor":  # written first, listed after: there either way
+        if what in ("new cursor", "compaction"):  # written first, listed after: there either way
             assert w.committed("new", "c") == 4
         else:  # unlisted first, deleted after: not deleted yet, so still readable
             assert w.engine.committed("meta", "b") == CURSORS[("meta", "b")]
@@ -274,15 +295,16 @@ def test_older_forms_are_read_and_rewritten_with_their_copies_at_a_writers_open(
     import blake3
 
     build(wal_dir)
-    for name in ("topics.conf.mirror", "cursors.manifest.mirror"):
+    listed = CursorStore(wal_dir, read_only=True).read_manifest()
+    assert listed is not None
+    for name in ("topics.conf.mirror", "cursors.manifest.mirror", "cursors.manifest.journal"):
         os.unlink(os.path.join(wal_dir, name))
+    os.unlink(os.path.join(wal_dir, "cursors.manifest.journal.mirror"))
     # topics.conf version 2 and manifest version 1, as older releases wrote them.
     topics = TopicSettings(wal_dir, read_only=True)._topics
     body = json.dumps({"topics": topics}).encode()
     head = struct.pack("<8sII", b"WALFSTOP", 2, len(body)) + body
     open(os.path.join(wal_dir, "topics.conf"), "wb").write(head + blake3.blake3(head).digest(length=16))
-    listed = CursorStore(wal_dir, read_only=True).read_manifest()
-    assert listed is not None
     body = json.dumps({g: sorted(v) for g, v in listed.items()}).encode()
     head = struct.pack("<8sII", b"WALFSCMF", 1, len(body)) + body
     open(os.path.join(wal_dir, "cursors.manifest"), "wb").write(head + blake3.blake3(head).digest(length=16))
@@ -302,7 +324,7 @@ def test_older_forms_are_read_and_rewritten_with_their_copies_at_a_writers_open(
     assert tree(wal_dir) == before
     with walfs.Wal(wal_dir, **SMALL) as w:
         assert w.engine.healed_copies() == []  # an upgrade is not damage
-    for name, version in (("topics.conf", 3), ("cursors.manifest", 2)):
+    for name, version in (("topics.conf", 3), ("cursors.manifest", 3), ("cursors.manifest.journal", 1)):
         p = os.path.join(wal_dir, name)
         assert struct.unpack_from("<I", open(p, "rb").read(), 8)[0] == version
         assert open(p, "rb").read() == open(p + ".mirror", "rb").read()
@@ -310,4 +332,40 @@ def test_older_forms_are_read_and_rewritten_with_their_copies_at_a_writers_open(
         assert open(cursor_path(wal_dir, group), "rb").read(8) == b"WALFSCU3"
     with walfs.Wal(wal_dir, **SMALL) as w:
         check(w)
+    assert fsck(wal_dir).returncode == 0
+
+
+def test_a_version_2_manifest_gets_its_journal_at_a_writers_open(wal_dir):
+    """The manifest of stop 40's release (version 2: a base and its mirror, no journal) is
+    read as it is and upgraded (version 3 and an empty journal naming it), not reported."""
+    import json
+    import struct
+
+    import blake3
+
+    build(wal_dir)
+    listed = CursorStore(wal_dir, read_only=True).read_manifest()
+    assert listed
+    for name in ("cursors.manifest.journal", "cursors.manifest.journal.mirror"):
+        os.unlink(os.path.join(wal_dir, name))
+    body = json.dumps({g: sorted(v) for g, v in listed.items()}).encode()
+    head = struct.pack("<8sIQI", b"WALFSCMF", 2, 7, len(body)) + body
+    for name in ("cursors.manifest", "cursors.manifest.mirror"):
+        open(os.path.join(wal_dir, name), "wb").write(head + blake3.blake3(head).digest(length=16))
+    with walfs.Wal(wal_dir, read_only=True, **SMALL) as r:
+        check(r)
+        assert r.engine.healed_copies() == []
+    assert not os.path.exists(os.path.join(wal_dir, "cursors.manifest.journal"))
+    with walfs.Wal(wal_dir, **SMALL) as w:
+        assert w.engine.healed_copies() == []
+        check(w)
+        w.commit("later", "c", 2)  # a frame of the new journal
+    raw = open(os.path.join(wal_dir, "cursors.manifest"), "rb").read()
+    assert struct.unpack_from("<IQ", raw, 8) == (3, 8)
+    journal = open(os.path.join(wal_dir, "cursors.manifest.journal"), "rb").read()
+    assert journal == open(os.path.join(wal_dir, "cursors.manifest.journal.mirror"), "rb").read()
+    assert struct.unpack_from("<8sIQ", journal) == (b"WALFSCMJ", 1, 8) and len(journal) > 36
+    with walfs.Wal(wal_dir, **SMALL) as w:
+        check(w)
+        assert w.committed("later", "c") == 2 and w.engine.healed_copies() == []
     assert fsck(wal_dir).returncode == 0

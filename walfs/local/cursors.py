@@ -27,28 +27,15 @@ of the 16 bytes before (a commit without metadata), and 36 + n bytes b"WALFSCU2"
 offset | u32 n | n bytes of metadata | blake3-16 of everything before; one copy, so damage
 to either is the whole file's.
 
-The cursor manifest, cursors.manifest in the data directory (any name may be a group),
-and its copy cursors.manifest.mirror, list every cursor file, so that a deleted one is
-reported instead of read as "no cursor" (which would deliver the stream again from its low
-watermark): b"WALFSCMF" | u32 version (2) | u64 sequence | u32 N | N bytes of UTF-8 JSON
-{"<group>": ["<stream key>", ...]} | the first 16 bytes of blake3 of everything before.
-Both copies hold the same bytes; each change increments the sequence and replaces both in
-one durable step (walfs.common.durable_file.write_mirrored). A new cursor file is written
-first and listed after (a crash between leaves a file that is not listed: a writer's open
-lists every file it finds); a forgotten one is unlisted first and deleted after, once both
-copies are durable. So the two copies differ only while a change is being written, when
-the cursor file is still there: the older copy (used only if the newer one is damaged)
-lists a file that exists or misses one that a writer's open lists again; it never lists a
-file that is gone. The copy with the higher sequence among those that prove themselves
-wins; a missing, damaged or older copy beside a good one is healed at a writer's open
-(rewritten from the good one, reported) and served around by a read-only open. Both copies
-damaged, and both missing beside cursor files, are damage (WalCorruptError naming both).
-A listed file that is missing is damage too (WalCorruptError naming the file). Version 1
-(one file, no sequence: b"WALFSCMF" | u32 1 | u32 N | JSON | blake3-16) is read and
-rewritten as version 2 with its mirror at a writer's open. Data directories from before
-the manifest (catalog version 1, `legacy`) get one, built from the files, at a writer's
-open; the catalog is upgraded right after it, at the same open (walfs/local/engine.py:
-walfs_catalog_upgrade).
+The cursor manifest lists every cursor file, so that a deleted one is reported instead of
+read as "no cursor" (which would deliver the stream again from its low watermark): its base,
+its journal, their copies and their upgrades are walfs/local/cursor_manifest.py's. A new
+cursor file is written first and listed after (a crash between leaves a file that is not
+listed: a writer's open lists every file it finds); a forgotten one is unlisted first and
+deleted after. A listed file that is missing is damage (WalCorruptError naming the file), and
+so are cursor files beside no manifest. Data directories from before the manifest (catalog
+version 1, `legacy`) get one, built from the files, at a writer's open; the catalog is
+upgraded right after it, at the same open (walfs/local/engine.py: walfs_catalog_upgrade).
 
 Groups belong to orgs (tenants): a group is listed for an org when it holds a cursor of one of
 that org's streams (the key starts with "<org_id>-") or an org marker, cursors/<group>/.org-<org_id>,
@@ -63,7 +50,6 @@ what it is given. The Consumer of the Python API (walfs/consumer.py) is written 
 engine interface alone.
 """
 
-import json
 import os
 import struct
 import threading
@@ -71,23 +57,21 @@ from collections.abc import Iterator
 
 import blake3
 
-from walfs.common.durable_file import MIRROR, read_mirrored, write_durable, write_many_durable, write_mirrored
+from walfs.common.durable_file import MIRROR, write_durable, write_many_durable
 from walfs.common.durable_file import fsync_dir as _fsync_dir
 from walfs.engine.names import topic_bytes
 from walfs.engine.types import MAX_METADATA_BYTES
 from walfs.errors import ReadOnlyError, WalCorruptError
+from walfs.local.cursor_manifest import MANIFEST, CursorManifest, Listed
 from walfs.local.recovery_log import Heals
+
+__all__ = ["MANIFEST", "CursorStore", "key_org", "metadata_bytes"]
 
 _MAGIC = b"WALFSCUR"  # the older forms (one copy)
 _MAGIC_META = b"WALFSCU2"
 _MAGIC_SLOT = b"WALFSCU3"  # a slot of the current form (two copies in the file)
 _SLOT_HEAD = struct.Struct("<8sQI")
 _PAGE = 4096  # slot B starts at the first boundary of this after slot A
-_MANIFEST_MAGIC = b"WALFSCMF"
-_MANIFEST_VERSION = 2
-_MANIFEST_HEAD1 = struct.Struct("<8sII")  # version 1: no sequence
-_MANIFEST_HEAD = struct.Struct("<8sIQI")
-MANIFEST = "cursors.manifest"  # in the data directory: any name may be a group
 _ORG_MARKER = ".org-"
 _MAX_FILE = 2 * _PAGE + _SLOT_HEAD.size + 16 + MAX_METADATA_BYTES  # longer is damage
 
@@ -198,32 +182,6 @@ def _decode(data: bytes, ident: bytes, path: str) -> tuple[tuple[int, str], str 
     raise WalCorruptError(f"cursor file {path} is damaged: both slots fail their checks ({a}; {b})")
 
 
-def _parse_manifest(data: bytes) -> tuple[int, dict[str, set[str]]]:
-    """(sequence, listed) of one copy of the manifest; ValueError saying what is wrong."""
-    ok = len(data) >= 32 and data[:8] == _MANIFEST_MAGIC
-    version = struct.unpack_from("<I", data, 8)[0] if ok else 0
-    if version == 1:
-        seq, head = 0, _MANIFEST_HEAD1.size
-        n = _MANIFEST_HEAD1.unpack_from(data)[2]
-    elif version == _MANIFEST_VERSION and len(data) >= _MANIFEST_HEAD.size + 16:
-        _m, _v, seq, n = _MANIFEST_HEAD.unpack_from(data)
-        head = _MANIFEST_HEAD.size
-        ok = seq > 0
-    else:
-        raise ValueError("bad magic, version or length")
-    ok = ok and len(data) == head + n + 16 and blake3.blake3(data[:-16]).digest(length=16) == data[-16:]
-    try:
-        listed = json.loads(data[head : head + n].decode()) if ok else None
-    except (UnicodeDecodeError, ValueError):
-        listed = None
-    if not isinstance(listed, dict) or not all(
-        isinstance(g, str) and isinstance(v, list) and all(isinstance(k, str) for k in v)
-        for g, v in listed.items()
-    ):
-        raise ValueError("checksum or content fails")
-    return seq, {g: set(v) for g, v in listed.items()}
-
-
 def key_org(key: str) -> int | None:
     """The org of a cursor key ("<org_id>-<hash>-<partition>") or of an org marker."""
     head = key.removeprefix(_ORG_MARKER) if key.startswith(_ORG_MARKER) else key.split("-", 1)[0]
@@ -244,9 +202,9 @@ class CursorStore:
         self.legacy = legacy  # written before the manifest existed: it is built from the files
         self.heals = Heals(read_only) if heals is None else heals
         self._lock = threading.RLock()
-        self.manifest_path = os.path.join(dir_path, MANIFEST)
-        self._listed: dict[str, set[str]] | None = None  # the manifest, loaded on first use
-        self._seq = 0  # the manifest's sequence: the highest of its copies
+        self._m = CursorManifest(dir_path, read_only, self.heals)
+        self.manifest_path = self._m.path
+        self._loaded = False  # the manifest is read on first use (self._m.listed)
         # group -> the orgs it belongs to; built by the first org-scoped listing (one scan),
         # then kept up to date by put and create_group (one process owns the directory).
         self._orgs: dict[str, set[int]] | None = None
@@ -269,36 +227,19 @@ class CursorStore:
                 out[g] = keys
         return out
 
-    def read_manifest(self) -> dict[str, set[str]] | None:
-        """The manifest's list from the copy that proves itself (module doc); None when
-        neither file exists. A writer rewrites a damaged, missing or older copy from the
-        good one (and an older release's version 1 as version 2 with its mirror)."""
+    def read_manifest(self) -> Listed | None:
+        """The manifest's list (walfs/local/cursor_manifest.py); None when it does not
+        exist. A writer heals and upgrades its copies."""
         with self._lock:
-            try:
-                got = read_mirrored(self.manifest_path, _parse_manifest)
-            except WalCorruptError as e:
-                raise WalCorruptError(f"cursor manifest damaged: {e}") from None
-            self._seq = max(self._seq, got.seq)
-            if got.value is None:
-                return None
-            got.heal(self.read_only, self.heals.note)
-            if got.upgrade and not self.read_only:
-                self._write_manifest(got.value)  # version 1: rewritten as version 2, with the mirror
-            return got.value
+            return self._m.read()
 
-    def _write_manifest(self, listed: dict[str, set[str]]) -> None:
-        body = json.dumps({g: sorted(v) for g, v in sorted(listed.items()) if v}).encode()
-        self._seq += 1  # also when the write fails: the next one must be newer than any copy
-        head = _MANIFEST_HEAD.pack(_MANIFEST_MAGIC, _MANIFEST_VERSION, self._seq, len(body)) + body
-        write_mirrored(self.manifest_path, head + blake3.blake3(head).digest(length=16))
-
-    def _manifest(self) -> dict[str, set[str]]:
+    def _manifest(self) -> Listed:
         """The cursor files that must exist, per group (loaded, checked and, by a writer,
         completed with the files it finds, on first use)."""
         with self._lock:
-            if self._listed is not None:
-                return self._listed
-            listed = self.read_manifest()
+            if self._loaded:
+                return self._m.listed
+            listed = self._m.read()
             files = self._files()
             if listed is None:
                 if files and not self.legacy:
@@ -307,11 +248,18 @@ class CursorStore:
                         f"and so is its copy {self.manifest_path + MIRROR}"
                     )
                 listed = {}
-            merged = {g: listed.get(g, set()) | files.get(g, set()) for g in set(listed) | set(files)}
-            if not self.read_only and merged != listed:
-                self._write_manifest(merged)  # a crash between a new file and its listing
-            self._listed = merged
-            return merged
+            unlisted = {g: keys - listed.get(g, set()) for g, keys in files.items()}
+            unlisted = {g: keys for g, keys in unlisted.items() if keys}
+            if self.read_only or not unlisted:
+                for g, keys in unlisted.items():  # served, not written
+                    listed.setdefault(g, set()).update(keys)
+                self._m.listed = listed
+            elif not self._m.exists():
+                self._m.rewrite(unlisted)  # built from the files (a legacy directory)
+            else:
+                self._m.change(add=unlisted)  # a crash between a new file and its listing
+            self._loaded = True
+            return self._m.listed
 
     def _path(self, group: str, key: str) -> str:
         topic_bytes(group)  # groups obey the same rules as topics
@@ -329,7 +277,7 @@ class CursorStore:
         except FileNotFoundError:
             with self._lock:  # a put() in flight creates the file before it lists it
                 if self.read_only:
-                    self._listed = None  # a live writer may have unlisted it since
+                    self._loaded = False  # a live writer may have unlisted it since
                 if key not in self._manifest().get(group, ()):
                     return None
                 if os.path.exists(path):
@@ -399,15 +347,14 @@ class CursorStore:
             listed = self._manifest()
             have = listed.get(group, set())
             new_keys = {key for k, (key, _o, _m) in enumerate(items) if changed[k] and key not in have}
-            if new_keys and not os.path.exists(self.manifest_path):
-                self._write_manifest(listed)  # a file beside no manifest would be damage
+            if new_keys and not self._m.exists():
+                self._m.rewrite(listed)  # a file beside no manifest would be damage
             gdir = os.path.join(self.root, group)
             new_dir = not os.path.isdir(gdir)
             os.makedirs(gdir, exist_ok=True)
             write_many_durable(writes, then_fsync=(self.root,) if new_dir else ())
             if new_keys:  # listed once they exist: a crash before leaves them unlisted, not missing
-                listed.setdefault(group, set()).update(new_keys)
-                self._write_manifest(listed)
+                self._m.change(add={group: new_keys})
             if self._orgs is not None:
                 for key in {key for k, (key, _o, _m) in enumerate(items) if changed[k]}:
                     org = key_org(key)
@@ -439,10 +386,9 @@ class CursorStore:
         """Removes every group's cursor on one stream (its topic was deleted)."""
         with self._lock:
             listed = self._manifest()
-            if any(key in keys for keys in listed.values()):
-                for keys in listed.values():
-                    keys.discard(key)
-                self._write_manifest(listed)  # unlisted first: a crash leaves a file, not a hole
+            gone = {g: {key} for g, keys in listed.items() if key in keys}
+            if gone:
+                self._m.change(remove=gone)  # unlisted first: a crash leaves a file, not a hole
             for group in self.groups():
                 path = os.path.join(self.root, group, key)
                 try:
@@ -459,8 +405,7 @@ class CursorStore:
         with self._lock:
             listed = self._manifest()
             if key in listed.get(group, ()):
-                listed[group].discard(key)
-                self._write_manifest(listed)  # unlisted first: a crash leaves a file, not a hole
+                self._m.change(remove={group: {key}})  # unlisted first: a crash leaves a file, not a hole
             try:
                 os.remove(path)
             except FileNotFoundError:
@@ -484,12 +429,9 @@ class CursorStore:
             if names and not mine:
                 return False  # another org's group of the same name
             listed = self._manifest()
-            gone = {n for n in mine if _is_cursor(n)}
-            if listed.get(group, set()) & gone:
-                listed[group] -= gone
-                if not listed[group]:
-                    del listed[group]
-                self._write_manifest(listed)  # unlisted first: a crash leaves files, not holes
+            gone = listed.get(group, set()) & {n for n in mine if _is_cursor(n)}
+            if gone:
+                self._m.change(remove={group: gone})  # unlisted first: a crash leaves files, not holes
             for name in mine:
                 os.remove(os.path.join(gdir, name))
             if len(mine) == len(names):
