@@ -467,7 +467,7 @@ def kafka(_base: Path, n: int, r: int, _geometry: dict[str, int]) -> dict[str, A
     extra = {"auto.create.topics.enable": "false", "min.insync.replicas": "1"}
     nodes = out["brokers"]
     with KafkaCluster(nodes, extra, heap="1g" if nodes == 1 else "2g", controllers=min(3, nodes)) as k:
-        admin = AdminClient({"bootstrap.servers": k.bootstrap, "socket.timeout.ms": 600_000})
+        admin = AdminClient({"bootstrap.servers": k.bootstrap, "socket.timeout.ms": 300_000})
 
         def logs() -> dict[str, int]:  # every node's log directory (not its console log)
             each = [du(k.dir / f"node{i + 1}") for i in range(nodes)]
