@@ -319,14 +319,15 @@ def cluster(res: Path) -> dict[str, str]:
 
 
 def topics(res: Path) -> dict[str, str]:
-    """bench/engine/bench_topics.py: the trees' runs side by side (one topic of one record
-    each), with Apache Kafka where the run measured it."""
+    """bench/engine/bench_topics.py: the trees' runs side by side, with Apache Kafka where
+    the run measured it (disk per topic of one record and of 1,000; what else scales with
+    the count, one record each)."""
     doc = json.loads((res / "topics.json").read_text())
     runs = doc["runs"]
     counts = sorted({r["topics"] for run in runs for r in run["runs"] if r["records_per_topic"] == 1})
 
-    def row(run: dict[str, Any], n: int) -> dict[str, Any]:
-        return next((r for r in run["runs"] if r["topics"] == n and r["records_per_topic"] == 1), {})
+    def row(run: dict[str, Any], n: int, r: int = 1) -> dict[str, Any]:
+        return next((x for x in run["runs"] if x["topics"] == n and x["records_per_topic"] == r), {})
 
     def get(d: dict[str, Any], *path: str) -> float | None:
         for k in path:
@@ -336,19 +337,26 @@ def topics(res: Path) -> dict[str, str]:
         return float(d) if isinstance(d, int | float) else None
 
     names = [run["name"] for run in runs]
-    kafka = [get(row(run, n), "apache_kafka", "kafka", "metadata_s") for run in runs for n in counts]
+    kafka = [get(row(run, n), "apache_kafka", "du_per_topic_bytes") for run in runs for n in counts]
     series = names + (["Apache Kafka 4.1.1"] if any(v is not None for v in kafka) else [])
 
-    def groups(*path: str, kafka_path: tuple[str, ...] | None = None) -> list[tuple[str, list[Value]]]:
+    def groups(
+        *path: str, kafka_path: tuple[str, ...] | None = None, r: int = 1
+    ) -> list[tuple[str, list[Value]]]:
         out: list[tuple[str, list[Value]]] = []
         for n in counts:
-            vals: list[Value] = [get(row(run, n), *path) for run in runs]
+            vals: list[Value] = [get(row(run, n, r), *path) for run in runs]
             if len(series) > len(names):
-                k = [get(row(run, n), *kafka_path) for run in runs] if kafka_path else []
-                vals.append(next((v for v in k if v is not None), None))
+                k = [get(row(run, n, r), *kafka_path) for run in runs] if kafka_path else []
+                vals.append(next((v for v in reversed(k) if v is not None), None))  # the newest run's
             out.append((f"{n:,} topics", vals))
         return out
 
+    disk = ("apache_kafka", "du_per_topic_bytes")
+    disks: list[Panel] = [
+        ("one record (15 bytes)", "bytes", groups("api", "du_per_topic_bytes", kafka_path=disk)),
+        ("1,000 records (15 KB)", "bytes", groups("api", "du_per_topic_bytes", kafka_path=disk, r=1000)),
+    ]
     panels: list[Panel] = [
         ("open after a clean close", "s", groups("api", "open_clean", "open_s")),
         ("open after SIGKILL", "s", groups("api", "open_after_sigkill", "open_s")),
@@ -360,14 +368,22 @@ def topics(res: Path) -> dict[str, str]:
             groups("mount", "kafka", "metadata_s", kafka_path=("apache_kafka", "kafka", "metadata_s")),
         ),
     ]
+    note = "; ".join(f"{run['name']}: {run['run']['date']}, commit {run['run']['commit']}" for run in runs)
     return {
+        "topics_disk.svg": chart(
+            "Disk per topic (du), Apache Kafka in the same run (bench/engine/bench_topics.py)",
+            series,
+            disks,
+            note,
+            pw=420,
+        ),
         "topics.svg": chart(
             "Many topics of one record each: what scales with the count (bench/engine/bench_topics.py)",
             series,
             panels,
-            "; ".join(f"{run['name']}: {run['run']['date']}, commit {run['run']['commit']}" for run in runs),
+            note,
             pw=300,
-        )
+        ),
     }
 
 
