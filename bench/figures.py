@@ -371,7 +371,7 @@ def topics(res: Path) -> dict[str, str]:
     note = "; ".join(f"{run['name']}: {run['run']['date']}, commit {run['run']['commit']}" for run in runs)
     return {
         "topics_disk.svg": chart(
-            "Disk per topic (du), Apache Kafka in the same run (bench/engine/bench_topics.py)",
+            "Disk per topic (du), beside Apache Kafka on the same machine (bench/engine/bench_topics.py)",
             series,
             disks,
             note,
