@@ -66,7 +66,7 @@ ctest:
 # each with its baseline in the same run; JSON to $(BENCH_OUT)/<part>.json (docs/benchmarks.md).
 # A subset: make bench BENCH_PARTS="engine mount".
 BENCH_OUT   ?= bench/results/runs
-BENCH_PARTS ?= engine single-append mount kafka kafka-wire fetch-rtt vs-kafka spark spark-sink retention cluster cluster-open topics
+BENCH_PARTS ?= engine single-append mount kafka kafka-wire fetch-rtt vs-kafka spark spark-sink retention cluster cluster-open topics cursors
 .PHONY: $(addprefix bench-quick-,$(BENCH_PARTS))
 bench: $(addprefix bench-quick-,$(BENCH_PARTS))
 $(addprefix bench-quick-,$(BENCH_PARTS)): | $(BENCH_OUT)
@@ -92,6 +92,8 @@ bench-quick-spark-sink:
 	$(PY) bench/spark/bench_spark_sink.py --quick --out $(BENCH_OUT)/spark_sink.json >/dev/null
 bench-quick-retention:
 	$(PY) bench/retention/bench_retention.py --quick --out $(BENCH_OUT)/retention.json >/dev/null
+bench-quick-cursors:
+	$(PY) bench/engine/bench_cursors.py --quick --out $(BENCH_OUT)/cursors.json >/dev/null
 bench-quick-topics: kafka
 	$(PY) bench/engine/bench_topics.py --quick --out $(BENCH_OUT)/topics.json >/dev/null
 bench-quick-cluster: kafka
