@@ -115,12 +115,15 @@
  *                | 48 u64 count | 56 u64 last_gid | 64 u64 data_end | 72 u64 byte_len
  *                | 80 i64 first_ts | 88 i64 last_ts | 96..124 zero | 124 u32 crc
  *   frontier header: as the open header up to byte 40 (kind=3), then 40 u64 first_offset
- *                | 48 u64 first_gid | 56 u64 count | 64 u64 data_end | 72..124 zero
- *                | 124 u32 crc. `count` records of the run (ending at data_end) were made
- *                durable by a completed sync (frontier.c). Valid only if every identity
- *                field, first_gid included, matches the open header. Optional: WALs
- *                written before it have none (format version unchanged, no migration;
- *                older code ignores bytes 128..512).
+ *                | 48 u64 first_gid | 56 u64 count | 64 u64 data_end | 72 u32 flags
+ *                | 76..124 zero (a small run's fields from 96, below) | 124 u32 crc.
+ *                `count` records of the run (ending at data_end) were made durable by a
+ *                completed sync (frontier.c). flags bit 0 CLEAN: no record below count is
+ *                known damaged (written whenever the run holds no quarantined record): an
+ *                open trusts them as a seal's. Valid only if every identity field,
+ *                first_gid included, matches the open header. Optional: WALs written
+ *                before it have none (format version unchanged, no migration; older code
+ *                ignores bytes 128..512, and the flags: it verifies such runs as before).
  *   record: 0 u32 crc of bytes 4..36 and of the body | 4 u32 value_len | 8 u64 gid
  *           | 16 i64 timestamp_ms (append time) | 24 u32 meta_len | 28 u32 batch_left
  *           | 32 u32 stream_no
@@ -198,6 +201,11 @@
  *     after an fsync made the whole run durable, so they are trusted without reading data
  *     (their figures are still bounds-checked against the run, a misfit is -EUCLEAN; the
  *     slot of the last record is read for its batch_left: a misfit there quarantines it).
+ *   - A run without a seal whose frontier is CLEAN holds at least the frontier's `count`
+ *     records, trusted like a seal's, once its first record (at byte 1024, slot 0 naming it,
+ *     first_gid) and its record count-1 (its slot and header agree, inside the run, its
+ *     crc, ending at data_end) prove themselves; the records after it are verified as
+ *     below. If either does not prove itself, the run is verified as below, whole.
  *   - A run without a seal is verified record by record from byte 1024: a record is valid
  *     when its crc matches, it names the run's stream, its gid is the run's first_gid (first record) or above the
  *     previous one, it ends before the slot area it needs, and its index slot matches it.
@@ -508,6 +516,7 @@ void fmt_blk_frontier(uint8_t *out, const walfs_t *wal, const block_t *b, uint64
     put64(out + 48, b->first_gid);
     put64(out + 56, count);
     put64(out + 64, data_end);
+    put32(out + 72, b->n_quar ? 0 : FRONTIER_CLEAN); /* a run with quarantined records verifies at every open */
     put32(out + 124, crc32c(wal->crc_seed, out, 124));
 }
 
@@ -556,6 +565,7 @@ int fmt_blk_parse(const uint8_t *in, const walfs_t *wal, uint64_t seg_id, uint32
         h->first_gid = get64(in + 48);
         h->count = get64(in + 56);
         h->data_end = get64(in + 64);
+        h->flags = get32(in + 72);
     } else if (kind == BLK_KIND_SEAL) {
         h->count = get64(in + 48);
         h->last_gid = get64(in + 56);

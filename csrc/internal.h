@@ -42,6 +42,9 @@ enum { CAT_DEFINE = 1, CAT_TRIM = 2, CAT_FLOOR = 3, CAT_OPEN = 4, CAT_DELETE = 5
  * gid never repeats and stale bytes from an earlier epoch never pass as newer records. */
 #define GID_EPOCH_SHIFT 40
 enum { BLK_KIND_OPEN = 1, BLK_KIND_SEAL = 2, BLK_KIND_FRONTIER = 3, BLK_KIND_CARVE = 4 };
+/* A frontier header's flag (byte 72): no record below its count is known damaged, so an open
+ * trusts them as it trusts a sealed run's (frontier.c). */
+#define FRONTIER_CLEAN 1u
 enum { BS_FREE = 0, BS_HEAD = 1, BS_TAIL = 2, BS_CARVED = 3 };
 
 typedef struct walfs walfs_t;
@@ -127,6 +130,7 @@ typedef struct block {
     uint8_t sealed;          /* seal header written */
     uint8_t full;            /* takes no more records */
     uint8_t dirty_tail;      /* at open: bytes follow its last record (zeroed once the stream is judged) */
+    uint8_t frontier_clean;  /* at open: its frontier header carries FRONTIER_CLEAN (frontier.c) */
 } block_t;
 
 /* One per stream (100,000 topics: 100,000 of them): fields ordered so that none pads, and
@@ -280,6 +284,7 @@ typedef struct blk_hdr {
     uint64_t first_offset, first_byte, first_gid;
     uint64_t count, last_gid, data_end, byte_len;
     int64_t first_ts, last_ts;
+    uint32_t flags;         /* a frontier header's: FRONTIER_CLEAN */
 } blk_hdr_t;
 
 typedef struct rec_hdr {

@@ -1,7 +1,8 @@
 /* recovery.c: rebuilds the in-memory state from the catalog and the segment files (see the
- * validity rule in format.c). Sealed runs are trusted from their seal header; unsealed
- * runs are verified record by record; each stream is then cut after its last complete
- * append. Damage that a crash cannot explain is reported, never skipped: a damaged record
+ * validity rule in format.c). Sealed runs are trusted from their seal header, and unsealed
+ * runs up to a clean durable frontier (frontier.c); the records above it, or all of a run
+ * whose frontier is not clean, are verified record by record; each stream is then cut
+ * after its last complete append. Damage that a crash cannot explain is reported, never skipped: a damaged record
  * below a durable frontier (or in a sealed run) is quarantined (kept, refused to reads,
  * counted); damage to what places records (a hole before a sealed run) fails the open. */
 #include "internal.h"
@@ -179,6 +180,39 @@ static uint64_t end_view(walfs_t *wal, const stream_t *s, size_t bi, const block
  * cut). Below it every record is kept: one that fails its checks is quarantined, and the
  * next is found through its index slot, or, after the last durable record, at the
  * frontier's data_end (docs/format.md, "Validity rule"). */
+/* A clean frontier (FRONTIER_CLEAN, frontier.c) is trusted as a seal is: its count records
+ * are not read, once its last record and the run's first prove themselves where it says
+ * (slot and header agree, inside the run, the crc of the last, its end at data_end, the
+ * first at byte 1024 with the run's first gid). Sets where the walk goes on; 0, or -1 when
+ * they do not prove themselves (the run is then verified from its first record). */
+static int trust_frontier(walfs_t *wal, const block_t *b, uint64_t *pos, uint64_t *view, uint64_t *prev,
+                          int64_t *last_ts, uint32_t *batch_left)
+{
+    const uint64_t fc = b->durable_count, limit = b->run_size - fc * SLOT_SIZE;
+    slot_t first, last;
+    slot_get(b, 0, &first);
+    slot_get(b, fc - 1, &last);
+    if (first.pos != BLK_DATA_OFF || first.gid_delta != 0 || first.view_delta != 0 || last.pos < BLK_DATA_OFF ||
+        (uint64_t)last.pos + REC_HDR_SIZE > limit || BLK_DATA_OFF + REC_HDR_SIZE > limit)
+        return -1;
+    rec_hdr_t r0, r;
+    fmt_rec_parse(run_ptr(b, BLK_DATA_OFF), &r0);
+    const uint8_t *p = run_ptr(b, last.pos);
+    fmt_rec_parse(p, &r);
+    if (r0.gid != b->first_gid || r0.stream_no != b->stream_no || r.stream_no != b->stream_no ||
+        r.gid != b->first_gid + last.gid_delta || (fc > 1 && last.gid_delta == 0) ||
+        (uint64_t)last.pos + REC_HDR_SIZE + r.meta_len + r.value_len != b->durable_end ||
+        fmt_rec_check(p, wal->crc_seed, &r) != 0)
+        return -1;
+    ((block_t *)b)->first_ts = r0.ts;
+    *pos = b->durable_end;
+    *view = last.view_delta + r.value_len + 1ull;
+    *prev = r.gid;
+    *last_ts = r.ts;
+    *batch_left = r.batch_left;
+    return 0;
+}
+
 static int verify_run(walfs_t *wal, stream_t *s, size_t bi, uint32_t *last_batch_left)
 {
     block_t *b = s->blocks[bi];
@@ -187,6 +221,22 @@ static int verify_run(walfs_t *wal, stream_t *s, size_t bi, uint32_t *last_batch
     uint64_t prev = 0;            /* gid of the last record that proved itself */
     int64_t last_ts = 0;
     uint32_t batch_left = 0;
+    if (b->frontier_clean && fc > 0) {
+        if (trust_frontier(wal, b, &pos, &view, &prev, &last_ts, &batch_left) == 0) {
+            i = fc;
+        } else {
+            char name[64];
+            seg_path(wal, b->seg->id, name, sizeof(name));
+            wal_log(wal, "%s/%s: stream %u: the run at byte %" PRIu64 " does not end where its durable frontier says "
+                         "(%" PRIu64 " records): every record is verified",
+                    wal->dir, name, b->stream_no, b->file_off, fc);
+            pos = BLK_DATA_OFF;
+            view = prev = 0;
+            last_ts = 0;
+            batch_left = 0;
+        }
+    }
+    const uint64_t first_checked = i;
     int trusted = 1;              /* pos is proved: where record i starts (records are packed) */
     int view_known = 1;           /* view is proved: record i's view position; else at least that */
     uint64_t n_quar = 0, n_failed = 0; /* quarantined records; those of them that prove nothing */
@@ -299,7 +349,7 @@ static int verify_run(walfs_t *wal, stream_t *s, size_t bi, uint32_t *last_batch
         i++;
     }
     qlog_flush(wal, s, b, &ql);
-    wal->report.verified_records += i - n_quar;
+    wal->report.verified_records += i - first_checked - n_quar;
     *last_batch_left = batch_left;
     if (i > n_failed) {
         b->last_gid = prev;
@@ -578,6 +628,16 @@ static int settle_stream(walfs_t *wal, stream_t *s)
         }
         if (b->sealed) b->full = 1;
     }
+    /* The open run's records this open verified (above its frontier, or all of them under
+     * a frontier that is not clean: an older writer's) get a clean frontier from the sync
+     * that ends recovery, so that the next open trusts them: their file is marked dirty,
+     * for that sync to make them durable first (after a SIGKILL they may be in the page
+     * cache only). A run with quarantined records keeps verifying at every open. */
+    if (!wal->opt.read_only && !last->sealed && !last->n_quar && last->count &&
+        (last->count > last->frontier_count || !last->frontier_clean)) {
+        last->frontier_count = 0;
+        atomic_store(&last->seg->dirty, 1);
+    }
     return 0;
 }
 
@@ -707,6 +767,7 @@ static int scan_run(walfs_t *wal, segment_t *seg, uint32_t i, uint64_t off, cons
         }
         b->durable_count = b->frontier_count = fh.count;
         b->durable_end = fh.data_end;
+        b->frontier_clean = fh.count > 0 && (fh.flags & FRONTIER_CLEAN);
     }
     int rc = stream_add_block(s, b);
     if (rc) {

@@ -75,7 +75,7 @@ typedef struct walfs_recovery_report {
     uint64_t segments;
     uint64_t blocks;
     uint64_t records;
-    uint64_t verified_records;   /* records checked by CRC at open (unsealed tails) */
+    uint64_t verified_records;   /* records checked by CRC at open (above a clean frontier, or all of a run without one) */
     uint64_t cut_records;        /* torn or incomplete-batch records removed from tails */
     uint64_t cut_bytes;
     uint64_t freed_blocks;

@@ -7,9 +7,15 @@ the active run of topic `t`, below its durable frontier. Before issue 36 the ope
 Now the WAL opens as a writer, each damaged record raises CorruptRecordError (EIO on the
 mount, CORRUPT_MESSAGE on a Kafka fetch), every other record of every topic reads back byte
 for byte at its offset and at its byte position, appends go on after the run's end, the
-cursor and the setting are where they were, and the damage is reported (a line naming the
-file, offset and byte; the recovery report's `quarantined`; `walfs fsck`), at every open:
-there is no second copy of data to heal it from. Real files, small geometry."""
+cursor and the setting are where they were, and `walfs fsck` names the damage.
+
+Where the open verifies the run (a frontier an older writer left, without the clean flag,
+or one whose last record does not prove itself) the damage is also quarantined and reported
+at every open (a line naming the file, offset and byte; the recovery report's
+`quarantined`): there is no second copy of data to heal it from. Under the clean frontier
+this writer leaves, the open trusts the run as it trusts a sealed one, and the read that
+meets the damage reports it (issue 35: an open that reads every record of every last run
+costs seconds at 100,000 topics). Real files, small geometry."""
 
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from conftest import SMALL
 from conftest_mount import Mount, cli
+from frontier_files import as_an_older_writers
 from kafka_harness import Listener
 from test_kafka_fetch_damage import fetch, values
 from test_wal_recovery import crash_after, find, poke
@@ -119,10 +126,14 @@ def flip(path: str, pos: int) -> None:
         f.write(bytes([b ^ 0x40]))
 
 
-def damage(d: str, how: str) -> set[int]:
-    """Damages records of t's active run; returns the offsets of the damaged records."""
+def damage(d: str, how: str, frontier: str = "an older writer's") -> set[int]:
+    """Damages records of t's active run; returns the offsets of the damaged records. Under
+    an older writer's frontier (no clean flag: docs/format.md) the open verifies the run and
+    quarantines them; under the clean frontier this writer leaves, reads refuse them."""
     path, pos = record_start(d, live("t", 150))
     assert_in_the_active_run(path, pos)
+    if frontier != "clean":
+        as_an_older_writers(path, run_start(path, pos))
     if how == "flip":
         flip(path, pos + 36 + 5)  # a byte of its value
         return {HIST + 150}
@@ -195,6 +206,39 @@ Damaged = tuple[dict[str, list[bytes]], set[int]]  # every topic's values, the d
 def damaged(request: pytest.FixtureRequest, wal_dir: str) -> Iterator[Damaged]:
     want = build(wal_dir)
     yield want, damage(wal_dir, request.param)
+
+
+@pytest.mark.parametrize("how", ["flip", "page"])
+def test_a_damaged_record_under_a_clean_frontier_is_refused_by_reads(
+    wal_dir: str, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The frontier this writer leaves at every sync and close is clean: the open trusts the
+    run's records as a sealed run's (it reads none of them), and the damage is found by the
+    read that meets it (CorruptRecordError, EIO on the mount) and by fsck, never cut."""
+    want = build(wal_dir)
+    bad = damage(wal_dir, how, frontier="clean")
+    for read_only in (False, True):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="walfs"):
+            w = walfs.Wal(wal_dir, read_only=read_only, **SMALL)  # type: ignore[arg-type]
+        try:
+            report = w.engine.report()
+            assert quarantine_lines(caplog) == []
+            assert report["quarantined"] == 0 and report["cut_records"] == 0
+            assert report["verified_records"] == 0  # every last run under a clean frontier
+            assert [w.info(t).high_watermark for t in TOPICS] == [len(want[t]) for t in TOPICS]
+            check_served(w, want, bad)
+            if not read_only:
+                more = [b"after-%d" % i for i in range(20)]
+                assert w.append("t", more) == HIST + LIVE
+                want["t"] += more
+                check_served(w, want, bad)
+        finally:
+            w.close()
+    res = cli("fsck", wal_dir, check=False)
+    assert res.returncode == 1, res
+    listed = [int(m) for m in re.findall(r"^  t\[0\] offset (\d+): ", res.stdout, re.M)]
+    assert listed == sorted(bad), res.stdout
 
 
 @pytest.mark.parametrize("damaged", ["flip", "page"], indirect=True)
@@ -272,7 +316,8 @@ def test_the_last_durable_record_damaged_keeps_the_byte_positions(open_wal, wal_
     assert w.read("t", 0, max_records=99) == vals[:99]
 
 
-def test_a_damaged_index_slot_quarantines_its_record(open_wal, wal_dir: str, caplog) -> None:
+@pytest.mark.parametrize("frontier", ["clean", "an older writer's"])
+def test_a_damaged_index_slot_quarantines_its_record(open_wal, wal_dir: str, caplog, frontier: str) -> None:
     # 8 KiB blocks have no small-run classes: all 100 records in one active block run.
     w = open_wal(block_size=8192)
     vals = [b"rec-%03d" % i for i in range(100)]
@@ -280,6 +325,8 @@ def test_a_damaged_index_slot_quarantines_its_record(open_wal, wal_dir: str, cap
     w.close()
     path, pos = record_start(wal_dir, vals[40])
     assert_in_the_active_run(path, pos, 8192)
+    if frontier != "clean":
+        as_an_older_writers(path, run_start(path, pos, 8192))
     with open(path, "r+b") as f:  # slot 40 says record 40 starts 8 bytes later
         at = run_end(path, pos, 8192) - 12 * 41
         f.seek(at)
@@ -288,8 +335,11 @@ def test_a_damaged_index_slot_quarantines_its_record(open_wal, wal_dir: str, cap
         f.write((int.from_bytes(slot, "little") + 8).to_bytes(4, "little"))
     with caplog.at_level(logging.ERROR, logger="walfs.core"):
         w = open_wal()
-    [line] = quarantine_lines(caplog)
-    assert "offset 40" in line and "index slot disagrees" in line
+    if frontier == "clean":  # trusted at open: the read through the slot refuses it
+        assert quarantine_lines(caplog) == [] and w.engine.report()["verified_records"] == 0
+    else:
+        [line] = quarantine_lines(caplog)
+        assert "offset 40" in line and "index slot disagrees" in line
     with pytest.raises(walfs.CorruptRecordError, match="offset 40"):
         w.read("t", 40)
     assert w.read("t", 41, max_records=100) == vals[41:]
