@@ -108,6 +108,27 @@ def test_a_torn_append_is_cut_off_and_reported_its_file_listed_again(wal_dir):
     assert fsck(wal_dir).returncode == 0
 
 
+@pytest.mark.parametrize("mirror", ["zeroed head", "deleted"])
+def test_a_journal_cut_in_its_middle_beside_a_damaged_copy_is_refused(wal_dir, mirror):
+    """A crash tears only the first copy's last append, and leaves the second whole with
+    the frames before it. A first copy cut inside an earlier frame, its second copy damaged
+    too, looks like a torn append but may have lost frames: refused, not served short (the
+    damage fuzzer's seed 12220: a cursor file gone unnoticed)."""
+    committed_three(wal_dir)
+    (start, end) = frames(wal_dir)[0]
+    os.truncate(os.path.join(wal_dir, JOURNAL), (start + end) // 2)
+    path = os.path.join(wal_dir, JOURNAL + ".mirror")
+    if mirror == "deleted":
+        os.unlink(path)
+    else:
+        with open(path, "r+b") as f:
+            f.write(bytes(36))
+    with pytest.raises(walfs.WalCorruptError, match="does not prove the frames before it"):
+        walfs.Wal(wal_dir, **SMALL)
+    res = fsck(wal_dir)
+    assert res.returncode == 1 and "journal" in res.stdout + res.stderr, res
+
+
 def test_a_copy_damaged_in_its_middle_is_served_around_and_rewritten(wal_dir):
     committed_three(wal_dir)
     start, end = frames(wal_dir)[0]

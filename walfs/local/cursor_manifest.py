@@ -287,6 +287,22 @@ class CursorManifest:
                     f"cursor manifest journal {self.journal} and its copy both verify but differ: "
                     "neither is taken"
                 )
+        whole_beside = any(
+            isinstance(c, _Journal) and c is not good and (len(c.frames), c.end) == (len(good.frames), c.size)
+            for _p, _d, c in named
+        )
+        if good.end < good.size and not whole_beside:
+            # Bytes after its last good frame: a crash tears only the first copy's last
+            # append, while the second copy holds the frames before it, whole. Without that
+            # copy, frames may be lost (a cut, a damaged frame), and nothing tells how many.
+            why = "; ".join(
+                f"{p}: {c if isinstance(c, str) else f'{len(c.frames)} frames'}"
+                for p, _d, c in copies
+            )
+            raise WalCorruptError(
+                f"cursor manifest journal damaged: {win[0]} is damaged or torn after its first "
+                f"{len(good.frames)} frames and its copy does not prove the frames before it ({why})"
+            )
         for _frame_bytes, change in good.frames:
             apply(listed, change)
         self.seq = max(self.seq, base_seq + len(good.frames))
