@@ -199,8 +199,9 @@
  *     small run's also slot and class: see Small runs).
  *   - A run with a valid seal header holds exactly `count` records: seals are written only
  *     after an fsync made the whole run durable, so they are trusted without reading data
- *     (their figures are still bounds-checked against the run, a misfit is -EUCLEAN; the
- *     slot of the last record is read for its batch_left: a misfit there quarantines it).
+ *     (their figures are still bounds-checked against the run, a misfit is -EUCLEAN; when
+ *     the stream ends in it, the slot of the last record is read for its batch_left: a
+ *     misfit there quarantines it).
  *   - A run without a seal whose frontier is CLEAN holds at least the frontier's `count`
  *     records, trusted like a seal's, once its first record (at byte 1024, slot 0 naming it,
  *     first_gid) and its record count-1 (its slot and header agree, inside the run, its
