@@ -8,6 +8,7 @@ consumer gets the same records (checked through the real listener)."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,14 @@ def test_records_on_disk_only_are_read_in_a_thread_and_served_the_same(tmp_path:
         # KiB whose headers the open mapped, and their records with them (format.md, "Small
         # runs"); these records lie in a block run's pages, which DONTNEED drops.
         at = w.engine.locate("t", 0, offset=1000)
-        if w.engine.resident("t", 0, at, 1 << 20):
+        # DONTNEED is advice: a page still in another CPU's LRU batch or under writeback
+        # is skipped (seen once in a full run beside a 9 GB write). Asked again a few times.
+        for _ in range(20):
+            if not w.engine.resident("t", 0, at, 1 << 20):
+                break
+            time.sleep(0.1)
+            drop_page_cache(data)
+        else:
             raise AssertionError("the segment's pages stayed in the page cache after DONTNEED")
         assert not _readable_inline(broker, request("t", [0], 1000))
         c = rdkafka_consumer(lst.bootstrap, "g")
