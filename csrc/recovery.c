@@ -187,7 +187,7 @@ static uint64_t end_view(walfs_t *wal, const stream_t *s, size_t bi, const block
  * (slot and header agree, inside the run, the crc of the last, its end at data_end, the
  * first at byte 1024 with the run's first gid). Sets where the walk goes on; 0, or -1 when
  * they do not prove themselves (the run is then verified from its first record). */
-static int trust_frontier(walfs_t *wal, const block_t *b, uint64_t *pos, uint64_t *view, uint64_t *prev,
+static int trust_frontier(walfs_t *wal, block_t *b, uint64_t *pos, uint64_t *view, uint64_t *prev,
                           int64_t *last_ts, uint32_t *batch_left)
 {
     const uint64_t fc = b->durable_count, limit = b->run_size - fc * SLOT_SIZE;
@@ -206,7 +206,7 @@ static int trust_frontier(walfs_t *wal, const block_t *b, uint64_t *pos, uint64_
         (uint64_t)last.pos + REC_HDR_SIZE + r.meta_len + r.value_len != b->durable_end ||
         fmt_rec_check(p, wal->crc_seed, &r) != 0)
         return -1;
-    ((block_t *)b)->first_ts = r0.ts;
+    b->first_ts = r0.ts;
     *pos = b->durable_end;
     *view = last.view_delta + r.value_len + 1ull;
     *prev = r.gid;
@@ -223,7 +223,7 @@ static int verify_run(walfs_t *wal, stream_t *s, size_t bi, uint32_t *last_batch
     uint64_t prev = 0;            /* gid of the last record that proved itself */
     int64_t last_ts = 0;
     uint32_t batch_left = 0;
-    if (b->frontier_clean && fc > 0) {
+    if (b->frontier_clean) {
         if (trust_frontier(wal, b, &pos, &view, &prev, &last_ts, &batch_left) == 0) {
             i = fc;
         } else {
@@ -232,10 +232,6 @@ static int verify_run(walfs_t *wal, stream_t *s, size_t bi, uint32_t *last_batch
             wal_log(wal, "%s/%s: stream %u: the run at byte %" PRIu64 " does not end where its durable frontier says "
                          "(%" PRIu64 " records): every record is verified",
                     wal->dir, name, b->stream_no, b->file_off, fc);
-            pos = BLK_DATA_OFF;
-            view = prev = 0;
-            last_ts = 0;
-            batch_left = 0;
         }
     }
     const uint64_t first_checked = i;
